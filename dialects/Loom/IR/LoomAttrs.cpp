@@ -1,0 +1,459 @@
+//===- LoomAttrs.cpp - Mesh, sharding and initializer attributes -*- C++ -*-===//
+//
+// Parsing, printing and verification of the dialect's attributes, and the
+// checks the dialect runs on the discardable attributes it owns
+// (`loom.name`, `loom.role`, `loom.init`, `loom.sharding`, `loom.shardings`,
+// `loom.model`).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Loom/IR/LoomOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::loom;
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/Loom/IR/LoomAttrs.cpp.inc"
+
+void LoomDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/Loom/IR/LoomAttrs.cpp.inc"
+      >();
+}
+
+//===----------------------------------------------------------------------===//
+// Axis lists: `[dp, tp]`
+//===----------------------------------------------------------------------===//
+
+/// Parses `[name, name, ...]` (bare identifiers or strings).
+static ParseResult parseAxisList(AsmParser &parser,
+                                 SmallVectorImpl<Attribute> &axes) {
+  return parser.parseCommaSeparatedList(
+      AsmParser::Delimiter::Square, [&]() -> ParseResult {
+        std::string name;
+        if (parser.parseKeywordOrString(&name))
+          return failure();
+        axes.push_back(parser.getBuilder().getStringAttr(name));
+        return success();
+      });
+}
+
+static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
+  printer << '[';
+  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
+    printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
+  });
+  printer << ']';
+}
+
+//===----------------------------------------------------------------------===//
+// InitAttr
+//===----------------------------------------------------------------------===//
+
+Attribute InitAttr::parse(AsmParser &parser, Type) {
+  std::string kindName;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseKeywordOrString(&kindName))
+    return {};
+  std::optional<InitKind> kind = symbolizeInitKind(kindName);
+  if (!kind) {
+    parser.emitError(loc, "unknown initializer '")
+        << kindName << "' (expected normal, zeros or ones)";
+    return {};
+  }
+  double std = 0.0;
+  if (*kind == InitKind::Normal) {
+    if (parser.parseComma() || parser.parseKeyword("std") ||
+        parser.parseEqual() || parser.parseFloat(std))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<InitAttr>(loc, parser.getContext(), *kind,
+                                     llvm::APFloat(std));
+}
+
+void InitAttr::print(AsmPrinter &printer) const {
+  printer << '<' << stringifyInitKind(getKind());
+  if (getKind() == InitKind::Normal) {
+    printer << ", std = ";
+    printer.printFloat(getStd());
+  }
+  printer << '>';
+}
+
+LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               InitKind kind, llvm::APFloat stdValue) {
+  double std = stdValue.convertToDouble();
+  if (kind == InitKind::Normal && !(std > 0.0 && std < 1e30))
+    return emitError() << "normal initializer needs a positive finite std, got "
+                       << std;
+  if (kind != InitKind::Normal && std != 0.0)
+    return emitError() << "only the normal initializer takes a std";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MeshAttr
+//===----------------------------------------------------------------------===//
+
+Attribute MeshAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<StringAttr> names;
+  SmallVector<int64_t> sizes;
+  if (parser.parseLess())
+    return {};
+  if (parser.parseCommaSeparatedList([&]() -> ParseResult {
+        std::string name;
+        int64_t size;
+        if (parser.parseKeywordOrString(&name) || parser.parseEqual() ||
+            parser.parseInteger(size))
+          return failure();
+        names.push_back(parser.getBuilder().getStringAttr(name));
+        sizes.push_back(size);
+        return success();
+      }))
+    return {};
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<MeshAttr>(loc, parser.getContext(), names, sizes);
+}
+
+void MeshAttr::print(AsmPrinter &printer) const {
+  printer << '<';
+  for (auto [i, name] : llvm::enumerate(getAxisNames())) {
+    if (i)
+      printer << ", ";
+    printer.printKeywordOrString(name.getValue());
+    printer << " = " << getAxisSizes()[i];
+  }
+  printer << '>';
+}
+
+LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               ArrayRef<StringAttr> names,
+                               ArrayRef<int64_t> sizes) {
+  if (names.empty())
+    return emitError() << "a mesh needs at least one axis";
+  if (names.size() != sizes.size())
+    return emitError() << "mesh has " << names.size() << " axis names but "
+                       << sizes.size() << " sizes";
+  llvm::StringSet<> seen;
+  for (auto [name, size] : llvm::zip(names, sizes)) {
+    if (!name || name.getValue().empty())
+      return emitError() << "mesh axis names must be non-empty";
+    if (!seen.insert(name.getValue()).second)
+      return emitError() << "mesh axis '" << name.getValue()
+                         << "' appears twice";
+    if (size < 1)
+      return emitError() << "mesh axis '" << name.getValue()
+                         << "' has size " << size << "; sizes must be >= 1";
+  }
+  return success();
+}
+
+int64_t MeshAttr::getNumDevices() const {
+  int64_t n = 1;
+  for (int64_t size : getAxisSizes())
+    n *= size;
+  return n;
+}
+
+std::optional<unsigned> MeshAttr::findAxis(StringRef axis) const {
+  for (auto [i, name] : llvm::enumerate(getAxisNames()))
+    if (name.getValue() == axis)
+      return i;
+  return std::nullopt;
+}
+
+std::string MeshAttr::axisNamesForDiagnostic() const {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  llvm::interleaveComma(getAxisNames(), os,
+                        [&](StringAttr name) { os << name.getValue(); });
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// ShardingAttr
+//===----------------------------------------------------------------------===//
+
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringAttr meshName;
+  SmallVector<Attribute> dims;
+  SmallVector<Attribute> partial;
+  if (parser.parseLess() || parser.parseSymbolName(meshName) ||
+      parser.parseComma())
+    return {};
+  if (parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square, [&]() -> ParseResult {
+            SmallVector<Attribute> axes;
+            if (parseAxisList(parser, axes))
+              return failure();
+            dims.push_back(parser.getBuilder().getArrayAttr(axes));
+            return success();
+          }))
+    return {};
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseKeyword("partial") || parser.parseEqual() ||
+        parseAxisList(parser, partial))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  Builder &b = parser.getBuilder();
+  return parser.getChecked<ShardingAttr>(
+      loc, parser.getContext(), FlatSymbolRefAttr::get(meshName),
+      b.getArrayAttr(dims), b.getArrayAttr(partial));
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer << '<';
+  printer.printSymbolName(getMesh().getValue());
+  printer << ", [";
+  llvm::interleaveComma(getDims(), printer, [&](Attribute axes) {
+    printAxisList(printer, cast<ArrayAttr>(axes));
+  });
+  printer << ']';
+  if (!getPartial().empty()) {
+    printer << ", partial = ";
+    printAxisList(printer, getPartial());
+  }
+  printer << '>';
+}
+
+LogicalResult
+ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                     FlatSymbolRefAttr mesh, ArrayAttr dims,
+                     ArrayAttr partial) {
+  if (!mesh)
+    return emitError() << "sharding needs a mesh";
+  llvm::StringSet<> seen;
+  auto checkAxis = [&](Attribute axis) -> LogicalResult {
+    auto name = dyn_cast<StringAttr>(axis);
+    if (!name || name.getValue().empty())
+      return emitError() << "sharding axes must be non-empty names";
+    if (!seen.insert(name.getValue()).second)
+      return emitError() << "mesh axis '" << name.getValue()
+                         << "' is used twice in one sharding";
+    return success();
+  };
+  for (Attribute dim : dims) {
+    auto axes = dyn_cast<ArrayAttr>(dim);
+    if (!axes)
+      return emitError() << "each sharding dimension must be a list of axes";
+    for (Attribute axis : axes)
+      if (failed(checkAxis(axis)))
+        return failure();
+  }
+  for (Attribute axis : partial)
+    if (failed(checkAxis(axis)))
+      return failure();
+  return success();
+}
+
+SmallVector<StringRef> ShardingAttr::getDimAxes(unsigned dim) const {
+  SmallVector<StringRef> axes;
+  for (Attribute axis : cast<ArrayAttr>(getDims()[dim]))
+    axes.push_back(cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+SmallVector<StringRef> ShardingAttr::getPartialAxes() const {
+  SmallVector<StringRef> axes;
+  for (Attribute axis : getPartial())
+    axes.push_back(cast<StringAttr>(axis).getValue());
+  return axes;
+}
+
+//===----------------------------------------------------------------------===//
+// Sharding vs. a value's type
+//===----------------------------------------------------------------------===//
+
+MeshOp mlir::loom::lookupMesh(Operation *from, FlatSymbolRefAttr mesh) {
+  for (Operation *scope = from; scope; scope = scope->getParentOp())
+    if (scope->hasTrait<OpTrait::SymbolTable>())
+      if (auto meshOp = dyn_cast_or_null<MeshOp>(
+              SymbolTable::lookupSymbolIn(scope, mesh.getAttr())))
+        return meshOp;
+  return {};
+}
+
+LogicalResult mlir::loom::verifyShardingForType(
+    ShardingAttr sharding, Type type, MeshOp meshOp,
+    function_ref<InFlightDiagnostic()> emitError) {
+  auto tensorType = dyn_cast<RankedTensorType>(type);
+  if (!tensorType)
+    return emitError() << "a sharding can only describe a ranked tensor, not "
+                       << type;
+  if (tensorType.getRank() != static_cast<int64_t>(sharding.getRank()))
+    return emitError() << "sharding has " << sharding.getRank()
+                       << " dimensions but the value " << type << " has rank "
+                       << tensorType.getRank();
+  MeshAttr mesh = meshOp.getShape();
+  auto axisSize = [&](StringRef axis) -> std::optional<int64_t> {
+    if (std::optional<unsigned> index = mesh.findAxis(axis))
+      return mesh.getAxisSizes()[*index];
+    emitError() << "'" << axis << "' is not an axis of mesh @"
+                << meshOp.getSymName() << " (axes: "
+                << mesh.axisNamesForDiagnostic() << ")";
+    return std::nullopt;
+  };
+  for (unsigned dim = 0; dim < sharding.getRank(); ++dim) {
+    int64_t ways = 1;
+    for (StringRef axis : sharding.getDimAxes(dim)) {
+      std::optional<int64_t> size = axisSize(axis);
+      if (!size)
+        return failure();
+      ways *= *size;
+    }
+    int64_t extent = tensorType.getDimSize(dim);
+    if (extent % ways != 0)
+      return emitError() << "dimension " << dim << " of size " << extent
+                         << " cannot be split " << ways
+                         << " ways; choose axes whose sizes divide it";
+  }
+  for (StringRef axis : sharding.getPartialAxes())
+    if (!axisSize(axis))
+      return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Discardable attributes owned by the dialect
+//===----------------------------------------------------------------------===//
+
+/// Checks a sharding attached to a value of type `type` inside `op`.
+static LogicalResult verifyAttachedSharding(Operation *op, Attribute attr,
+                                            Type type, StringRef what) {
+  auto sharding = dyn_cast<ShardingAttr>(attr);
+  if (!sharding)
+    return op->emitOpError() << what << " must be a #loom.sharding";
+  MeshOp meshOp = lookupMesh(op, sharding.getMesh());
+  if (!meshOp)
+    return op->emitOpError()
+           << what << " refers to unknown mesh " << sharding.getMesh()
+           << "; declare it with `loom.mesh`";
+  return verifyShardingForType(sharding, type, meshOp, [&]() {
+    return op->emitOpError() << what << ": ";
+  });
+}
+
+LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
+                                                    unsigned regionIndex,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  std::string what = ("argument #" + Twine(argIndex)).str();
+  Region &region = op->getRegion(regionIndex);
+  if (region.empty() || argIndex >= region.getNumArguments())
+    return op->emitOpError() << what << " has attribute '"
+                             << attr.getName().getValue()
+                             << "' but the region has no such argument";
+  Type argType = region.getArgument(argIndex).getType();
+  DictionaryAttr argAttrs;
+  if (auto func = dyn_cast<FunctionOpInterface>(op))
+    argAttrs = func.getArgAttrDict(argIndex);
+
+  StringRef name = attr.getName().getValue();
+  if (name == kNameAttr) {
+    auto str = dyn_cast<StringAttr>(attr.getValue());
+    if (!str || str.getValue().empty())
+      return op->emitOpError() << what << ": loom.name must be a non-empty "
+                               << "string such as \"h.0.attn.c_attn.weight\"";
+    return success();
+  }
+  if (name == kRoleAttr) {
+    auto role = dyn_cast<RoleAttr>(attr.getValue());
+    if (!role)
+      return op->emitOpError()
+             << what << ": loom.role must be #loom.role<param|input|target>";
+    auto tensorType = dyn_cast<RankedTensorType>(argType);
+    if (!tensorType || !tensorType.hasStaticShape())
+      return op->emitOpError()
+             << what << " has a loom.role but type " << argType
+             << "; roles apply to statically shaped tensors";
+    if (role.getValue() == Role::Param) {
+      if (!isa<FloatType>(tensorType.getElementType()))
+        return op->emitOpError() << what << " is a param of type " << argType
+                                 << "; parameters must be float tensors";
+      if (!argAttrs || !argAttrs.get(kNameAttr))
+        return op->emitOpError() << what << " is a param without a loom.name";
+      if (!argAttrs.get(kInitAttr))
+        return op->emitOpError()
+               << what << " (" << argAttrs.get(kNameAttr)
+               << ") is a param without a loom.init initializer";
+    } else if (!tensorType.getElementType().isSignlessInteger(32)) {
+      return op->emitOpError()
+             << what << " is an " << stringifyRole(role.getValue())
+             << " of type " << argType << "; token ids must be i32 tensors";
+    }
+    return success();
+  }
+  if (name == kInitAttr) {
+    if (!isa<InitAttr>(attr.getValue()))
+      return op->emitOpError() << what << ": loom.init must be a #loom.init";
+    auto role = argAttrs ? argAttrs.getAs<RoleAttr>(kRoleAttr) : RoleAttr();
+    if (!role || role.getValue() != Role::Param)
+      return op->emitOpError()
+             << what << " has an initializer but is not a param";
+    return success();
+  }
+  if (name == kShardingAttr)
+    return verifyAttachedSharding(op, attr.getValue(), argType,
+                                  what + " sharding");
+  return op->emitOpError() << "unknown loom argument attribute '" << name
+                           << "'";
+}
+
+/// Checks that the parameter names of a model function are unique.
+static LogicalResult verifyModelFunction(Operation *op) {
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  if (!func)
+    return op->emitOpError() << "loom.model belongs on a function";
+  llvm::StringMap<unsigned> seen;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    if (!name)
+      continue;
+    auto [it, inserted] = seen.try_emplace(name.getValue(), i);
+    if (!inserted)
+      return op->emitOpError()
+             << "arguments #" << it->second << " and #" << i
+             << " have the same loom.name \"" << name.getValue() << "\"";
+  }
+  return success();
+}
+
+LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  StringRef name = attr.getName().getValue();
+  if (name == kModelAttr) {
+    if (!isa<DictionaryAttr>(attr.getValue()))
+      return op->emitOpError()
+             << "loom.model must be a dictionary of the model configuration";
+    return verifyModelFunction(op);
+  }
+  if (name == kShardingsAttr) {
+    auto shardings = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!shardings || shardings.size() != op->getNumResults())
+      return op->emitOpError()
+             << "loom.shardings must list one #loom.sharding per result ("
+             << op->getNumResults() << ")";
+    for (auto [i, sharding] : llvm::enumerate(shardings))
+      if (failed(verifyAttachedSharding(op, sharding,
+                                        op->getResult(i).getType(),
+                                        ("result #" + Twine(i)).str())))
+        return failure();
+    return success();
+  }
+  return op->emitOpError() << "unknown loom attribute '" << name << "'";
+}

@@ -1,0 +1,190 @@
+//===- LoomBase.td - Loom dialect, enums and attributes ----*- tablegen -*-===//
+//
+// The `loom` dialect holds a training graph (parameters, forward ops, loss)
+// and everything the partitioner needs to say about it: the device mesh,
+// per-value shardings, and the collectives it inserts.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_DIALECT_LOOM_IR_LOOMBASE_TD
+#define LOOM_DIALECT_LOOM_IR_LOOMBASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/EnumAttr.td"
+
+//===----------------------------------------------------------------------===//
+// Dialect
+//===----------------------------------------------------------------------===//
+
+def Loom_Dialect : Dialect {
+  let name = "loom";
+  let cppNamespace = "::mlir::loom";
+  let summary = "Training graphs and their partitioning over a device mesh";
+  let description = [{
+    A model is a `func.func` whose arguments are parameters, inputs and
+    targets (tagged with `loom.name`, `loom.role`, `loom.init`) and whose
+    result is the scalar loss. Transformer blocks are explicit `loom.block`
+    regions. A `loom.mesh` symbol names the device mesh; `loom.sharding`
+    attributes on values say how each is split over the mesh axes; the
+    collectives (`loom.all_reduce`, ...) name the axes they run over.
+
+    Discardable attributes the dialect verifies:
+    * on function arguments: `loom.name` (string), `loom.role`
+      (`#loom.role<param|input|target>`), `loom.init` (`#loom.init<...>`),
+      `loom.sharding` (`#loom.sharding<...>`);
+    * on functions: `loom.model` (dictionary of the model configuration);
+    * on ops: `loom.shardings` (one `#loom.sharding` per result).
+  }];
+  let dependentDialects = ["::mlir::func::FuncDialect"];
+  let useDefaultAttributePrinterParser = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasOperationAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Names of the discardable attributes this dialect owns.
+    static constexpr ::llvm::StringLiteral kNameAttr = "loom.name";
+    static constexpr ::llvm::StringLiteral kRoleAttr = "loom.role";
+    static constexpr ::llvm::StringLiteral kInitAttr = "loom.init";
+    static constexpr ::llvm::StringLiteral kShardingAttr = "loom.sharding";
+    static constexpr ::llvm::StringLiteral kShardingsAttr = "loom.shardings";
+    static constexpr ::llvm::StringLiteral kModelAttr = "loom.model";
+
+  private:
+    void registerAttributes();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Enums
+//===----------------------------------------------------------------------===//
+
+def Loom_Role : I32EnumAttr<"Role", "what a function argument is", [
+  I32EnumAttrCase<"Param", 0, "param">,
+  I32EnumAttrCase<"Input", 1, "input">,
+  I32EnumAttrCase<"Target", 2, "target">
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::loom";
+}
+
+def Loom_InitKind : I32EnumAttr<"InitKind", "parameter initializer", [
+  I32EnumAttrCase<"Normal", 0, "normal">,
+  I32EnumAttrCase<"Zeros", 1, "zeros">,
+  I32EnumAttrCase<"Ones", 2, "ones">
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::loom";
+}
+
+def Loom_ReductionKind : I32EnumAttr<"ReductionKind",
+    "how a collective combines the values of a group", [
+  I32EnumAttrCase<"Sum", 0, "sum">,
+  I32EnumAttrCase<"Max", 1, "max">,
+  I32EnumAttrCase<"Min", 2, "min">,
+  I32EnumAttrCase<"Avg", 3, "avg">
+]> {
+  let genSpecializedAttr = 0;
+  let cppNamespace = "::mlir::loom";
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes
+//===----------------------------------------------------------------------===//
+
+class Loom_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Loom_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+def Loom_RoleAttr : EnumAttr<Loom_Dialect, Loom_Role, "role"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Loom_ReductionKindAttr
+    : EnumAttr<Loom_Dialect, Loom_ReductionKind, "reduction"> {
+  let assemblyFormat = "$value";
+}
+
+def Loom_InitAttr : Loom_Attr<"Init", "init"> {
+  let summary = "How a parameter is initialized";
+  let description = [{
+    GPT-2 initialization: `normal` with a standard deviation (0.02, or
+    0.02/sqrt(2·n_layer) for residual projections), `zeros` for biases,
+    `ones` for layer-norm weights. Values depend only on the run seed, the
+    parameter name and the global element index, so every partitioning of
+    the same model starts from the same weights.
+
+    ```mlir
+    #loom.init<normal, std = 0.02>
+    #loom.init<zeros>
+    ```
+  }];
+  let parameters = (ins
+    EnumParameter<Loom_InitKind>:$kind,
+    APFloatParameter<"standard deviation (normal only)">:$std
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+}
+
+def Loom_MeshAttr : Loom_Attr<"Mesh", "mesh"> {
+  let summary = "The axes of a device mesh and their sizes";
+  let description = [{
+    An ordered list of named axes; the device count is the product of the
+    sizes. The first axis varies slowest in the rank order.
+
+    ```mlir
+    #loom.mesh<dp = 2, tp = 4, pp = 2>
+    ```
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"::mlir::StringAttr">:$axisNames,
+    ArrayRefParameter<"int64_t">:$axisSizes
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Number of devices in the mesh (product of the axis sizes).
+    int64_t getNumDevices() const;
+    /// Position of `axis` in the mesh, or std::nullopt when it is unknown.
+    std::optional<unsigned> findAxis(::llvm::StringRef axis) const;
+    /// Comma-separated axis names, for diagnostics.
+    std::string axisNamesForDiagnostic() const;
+  }];
+}
+
+def Loom_ShardingAttr : Loom_Attr<"Sharding", "sharding"> {
+  let summary = "How one tensor value is laid out over a mesh";
+  let description = [{
+    For each tensor dimension, the mesh axes that split it (majors first);
+    plus the axes over which the local values are partial sums still to be
+    reduced. An axis that appears nowhere means the value is replicated over
+    it.
+
+    ```mlir
+    // Column-parallel weight on tp, replicated on dp:
+    #loom.sharding<@mesh, [[], [tp]]>
+    // Row-parallel matmul output before its all-reduce:
+    #loom.sharding<@mesh, [[dp], [], []], partial = [tp]>
+    ```
+  }];
+  let parameters = (ins
+    "::mlir::FlatSymbolRefAttr":$mesh,
+    "::mlir::ArrayAttr":$dims,
+    "::mlir::ArrayAttr":$partial
+  );
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Rank of the tensor this sharding describes.
+    unsigned getRank() const { return getDims().size(); }
+    /// The mesh axes that split dimension `dim`, major first.
+    ::llvm::SmallVector<::llvm::StringRef> getDimAxes(unsigned dim) const;
+    /// The axes over which values are partial sums.
+    ::llvm::SmallVector<::llvm::StringRef> getPartialAxes() const;
+  }];
+}
+
+#endif // LOOM_DIALECT_LOOM_IR_LOOMBASE_TD

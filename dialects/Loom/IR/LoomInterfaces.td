@@ -1,0 +1,59 @@
+//===- LoomInterfaces.td - Per-op rules: gradient, sharding, cost -*- tablegen -*-===//
+//
+// Autodiff, sharding propagation, the pipeline balancer and the memory report
+// are written once against these interfaces, never per model (DESIGN.md §2).
+// An op implements an interface when the pass that uses it exists; an op
+// without an implementation gets a diagnostic naming it from that pass.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_DIALECT_LOOM_IR_LOOMINTERFACES_TD
+#define LOOM_DIALECT_LOOM_IR_LOOMINTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Loom_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::mlir::loom";
+  let description = [{
+    The forward cost of one execution of the op on the shapes it carries:
+    floating-point operations (a multiply-add counts 2) and bytes moved to
+    and from memory by a straightforward kernel (each operand read once,
+    each result written once; views move nothing). Used by the model
+    summary, the pipeline balancer and the roofline step-time estimate.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations of one forward execution.",
+      "int64_t", "getFlops">,
+    InterfaceMethod<"Bytes read plus bytes written by one forward execution.",
+      "int64_t", "getBytesAccessed">
+  ];
+}
+
+def Loom_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::mlir::loom";
+  let description = [{
+    The op's gradient rule: given the gradients of its results, build the
+    gradients of its differentiable operands at the builder's insertion
+    point (a null Value for an operand that has none, such as token ids).
+    Implemented by every differentiable op when `--loom-autodiff` lands.
+  }];
+  let methods = [
+    InterfaceMethod<"Build the operand gradients from the result gradients.",
+      "::llvm::LogicalResult", "buildGradient",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::mlir::ValueRange":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>
+  ];
+}
+
+def Loom_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let cppNamespace = "::mlir::loom";
+  let description = [{
+    The op's sharding rule: which dimensions of its operands and results
+    may be split together, and which splits leave partial sums (contracted
+    dimensions). Propagation and the partitioner read only this rule.
+    Implemented by every op when `--loom-propagate` lands.
+  }];
+}
+
+#endif // LOOM_DIALECT_LOOM_IR_LOOMINTERFACES_TD

@@ -1,0 +1,641 @@
+//===- LoomOps.cpp - Verifiers and costs of the loom ops -------*- C++ -*-===//
+//
+// Every verifier names what is wrong with the shapes it was given and what
+// was expected; costs follow the conventions in LoomInterfaces.td.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Loom/IR/LoomOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::loom;
+
+#include "dialects/Loom/IR/LoomInterfaces.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+/// A shape as `[4, 64, 768]`, for diagnostics.
+static std::string shapeStr(ArrayRef<int64_t> dims) {
+  std::string out = "[";
+  for (auto [i, d] : llvm::enumerate(dims))
+    out += (i ? ", " : "") + std::to_string(d);
+  return out + "]";
+}
+
+static ArrayRef<int64_t> shapeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getShape();
+}
+static std::string shapeRef(Value v) { return shapeStr(shapeOf(v)); }
+static Type elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+static int64_t numElements(Value v) {
+  return cast<RankedTensorType>(v.getType()).getNumElements();
+}
+/// Bytes of a tensor value (sub-byte types round up to a byte per element).
+static int64_t bytesOf(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  int64_t bits = type.getElementTypeBitWidth();
+  return type.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
+}
+
+/// All float operands and results of `op` share one element type.
+static LogicalResult verifySameFloatElementType(Operation *op) {
+  Type expected;
+  auto check = [&](Value v) -> LogicalResult {
+    Type elt = elementTypeOf(v);
+    if (!isa<FloatType>(elt))
+      return success();
+    if (!expected)
+      expected = elt;
+    else if (elt != expected)
+      return op->emitOpError() << "mixes element types " << expected
+                               << " and " << elt
+                               << "; cast explicitly before combining";
+    return success();
+  };
+  for (Value v : op->getOperands())
+    if (failed(check(v)))
+      return failure();
+  for (Value v : op->getResults())
+    if (failed(check(v)))
+      return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  if (shapeOf(getTable()).size() != 2)
+    return emitOpError() << "table must be [vocab, width], got "
+                         << shapeRef(getTable());
+  SmallVector<int64_t> expected(shapeOf(getIds()));
+  expected.push_back(shapeOf(getTable())[1]);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be the ids shape " << shapeRef(getIds())
+                         << " followed by the table width "
+                         << shapeOf(getTable())[1];
+  return verifySameFloatElementType(*this);
+}
+
+int64_t EmbeddingOp::getFlops() { return 0; }
+int64_t EmbeddingOp::getBytesAccessed() {
+  // Read the ids and one table row per id, write the result.
+  return bytesOf(getIds()) + 2 * bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// AddOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AddOp::verify() {
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  if (rhs.size() > lhs.size() || lhs.take_back(rhs.size()) != rhs)
+    return emitOpError() << "rhs shape " << shapeRef(getRhs())
+                         << " must equal the trailing dimensions of the lhs "
+                         << "shape " << shapeRef(getLhs());
+  return verifySameFloatElementType(*this);
+}
+
+int64_t AddOp::getFlops() { return numElements(getResult()); }
+int64_t AddOp::getBytesAccessed() {
+  return bytesOf(getLhs()) + bytesOf(getRhs()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// LinearOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), w = shapeOf(getWeight());
+  if (in.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (w.size() != 2)
+    return emitOpError() << "weight must be [in, out], got "
+                         << shapeRef(getWeight());
+  if (in.back() != w[0])
+    return emitOpError() << "input features " << in.back()
+                         << " do not match the weight's input dimension "
+                         << w[0] << " (weight is [in, out] as in HF Conv1D)";
+  if (Value bias = getBias())
+    if (shapeOf(bias) != ArrayRef<int64_t>{w[1]})
+      return emitOpError() << "bias shape " << shapeRef(bias)
+                           << " should be [" << w[1] << "]";
+  SmallVector<int64_t> expected(in.drop_back());
+  expected.push_back(w[1]);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be " << shapeStr(expected);
+  return verifySameFloatElementType(*this);
+}
+
+int64_t LinearOp::getFlops() {
+  ArrayRef<int64_t> w = shapeOf(getWeight());
+  int64_t rows = numElements(getInput()) / w[0];
+  return 2 * rows * w[0] * w[1] + (getBias() ? rows * w[1] : 0);
+}
+int64_t LinearOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getWeight()) +
+         (getBias() ? bytesOf(getBias()) : 0) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// MatmulOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MatmulOp::verify() {
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  if (lhs.size() < 2)
+    return emitOpError() << "lhs must be [..., M, K], got " << shapeRef(getLhs());
+  if (rhs.size() != 2)
+    return emitOpError() << "rhs must be a matrix, got " << shapeRef(getRhs());
+  int64_t k = getTransposeRhs() ? rhs[1] : rhs[0];
+  int64_t n = getTransposeRhs() ? rhs[0] : rhs[1];
+  if (lhs.back() != k)
+    return emitOpError() << "contracting dimensions differ: lhs "
+                         << shapeRef(getLhs()) << " has K = " << lhs.back()
+                         << ", rhs " << shapeRef(getRhs()) << " has K = " << k
+                         << (getTransposeRhs() ? " (rhs transposed)" : "");
+  SmallVector<int64_t> expected(lhs.drop_back());
+  expected.push_back(n);
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be " << shapeStr(expected);
+  return verifySameFloatElementType(*this);
+}
+
+int64_t MatmulOp::getFlops() {
+  int64_t k = shapeOf(getLhs()).back();
+  return 2 * k * numElements(getResult());
+}
+int64_t MatmulOp::getBytesAccessed() {
+  return bytesOf(getLhs()) + bytesOf(getRhs()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  if (in.empty())
+    return emitOpError() << "input must have rank >= 1";
+  for (Value v : {getWeight(), getBias()})
+    if (shapeOf(v) != ArrayRef<int64_t>{in.back()})
+      return emitOpError() << "weight and bias must be [" << in.back()
+                           << "] (the normalized dimension), got "
+                           << shapeRef(v);
+  double eps = getEpsilon().convertToDouble();
+  if (!(eps > 0.0 && eps < 1.0))
+    return emitOpError() << "epsilon must be in (0, 1), got " << eps;
+  return verifySameFloatElementType(*this);
+}
+
+// Per element: accumulate mean (1), subtract mean (1), square and
+// accumulate variance (2), normalize (1), scale (1), shift (1).
+int64_t LayerNormOp::getFlops() { return 7 * numElements(getInput()); }
+int64_t LayerNormOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getWeight()) + bytesOf(getBias()) +
+         bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// GeluOp, SoftmaxOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GeluOp::verify() { return success(); }
+// Per element: x³ (2), ·0.044715 and +x (2), ·sqrt(2/π) (1), tanh (1),
+// +1 (1), ·0.5·x (2).
+int64_t GeluOp::getFlops() { return 9 * numElements(getInput()); }
+int64_t GeluOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+LogicalResult SoftmaxOp::verify() {
+  if (shapeOf(getInput()).empty())
+    return emitOpError() << "input must have rank >= 1";
+  return success();
+}
+// Per element: running max (1), subtract (1), exp (1), sum (1), divide (1).
+int64_t SoftmaxOp::getFlops() { return 5 * numElements(getInput()); }
+int64_t SoftmaxOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::verify() {
+  ArrayRef<int64_t> qkv = shapeOf(getQkv());
+  if (qkv.size() != 3)
+    return emitOpError() << "qkv must be [batch, seq, 3 * channels], got "
+                         << shapeRef(getQkv());
+  if (qkv[2] % 3 != 0)
+    return emitOpError() << "qkv last dimension " << qkv[2]
+                         << " is not 3 * channels (q, k and v packed)";
+  int64_t channels = qkv[2] / 3;
+  int64_t heads = getNumHeads();
+  if (heads <= 0)
+    return emitOpError() << "num_heads must be positive, got " << heads;
+  if (channels % heads != 0)
+    return emitOpError() << "channels " << channels
+                         << " are not divisible by num_heads " << heads;
+  SmallVector<int64_t> expected{qkv[0], qkv[1], channels};
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be " << shapeStr(expected);
+  return verifySameFloatElementType(*this);
+}
+
+int64_t AttentionOp::getFlops() {
+  ArrayRef<int64_t> qkv = shapeOf(getQkv());
+  int64_t batch = qkv[0], seq = qkv[1], channels = qkv[2] / 3;
+  int64_t heads = getNumHeads(), headSize = channels / heads;
+  // Causal: query i sees keys 0..i, T(T+1)/2 pairs per head. Each pair costs
+  // a q·k dot product and a p·v accumulation (2·hs each) plus the softmax
+  // (scale, max, subtract, exp, sum, divide: 6).
+  int64_t pairs = seq * (seq + 1) / 2;
+  return batch * heads * pairs * (4 * headSize + 6);
+}
+int64_t AttentionOp::getBytesAccessed() {
+  return bytesOf(getQkv()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// CrossEntropyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CrossEntropyOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.size() < 2)
+    return emitOpError() << "logits must be [..., vocab], got "
+                         << shapeRef(getLogits());
+  if (logits.drop_back() != shapeOf(getTargets()))
+    return emitOpError() << "targets shape " << shapeRef(getTargets())
+                         << " should be the logits shape without the vocab "
+                         << "dimension " << shapeStr(logits.drop_back());
+  return verifySameFloatElementType(*this);
+}
+
+// Softmax (5 per logit) plus the log-likelihood and the mean per token.
+int64_t CrossEntropyOp::getFlops() {
+  return 5 * numElements(getLogits()) + 2 * numElements(getTargets());
+}
+int64_t CrossEntropyOp::getBytesAccessed() {
+  return bytesOf(getLogits()) + bytesOf(getTargets()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  if (numElements(getInput()) != numElements(getResult()))
+    return emitOpError() << "cannot reshape " << shapeRef(getInput()) << " ("
+                         << numElements(getInput()) << " elements) to "
+                         << shapeRef(getResult()) << " ("
+                         << numElements(getResult()) << " elements)";
+  return verifySameFloatElementType(*this);
+}
+int64_t ReshapeOp::getFlops() { return 0; }
+int64_t ReshapeOp::getBytesAccessed() { return 0; } // a view: nothing moves
+
+LogicalResult TransposeOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  ArrayRef<int64_t> perm = getPermutation();
+  if (perm.size() != in.size())
+    return emitOpError() << "permutation has " << perm.size()
+                         << " entries but the input has rank " << in.size();
+  SmallVector<bool> used(in.size(), false);
+  SmallVector<int64_t> expected;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(in.size()) || used[p])
+      return emitOpError() << "permutation " << shapeStr(perm)
+                           << " is not a permutation of 0.." << in.size() - 1;
+    used[p] = true;
+    expected.push_back(in[p]);
+  }
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be " << shapeStr(expected);
+  return verifySameFloatElementType(*this);
+}
+int64_t TransposeOp::getFlops() { return 0; }
+int64_t TransposeOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+LogicalResult SliceOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput()), out = shapeOf(getResult());
+  int64_t dim = getDim(), offset = getOffset();
+  if (in.size() != out.size())
+    return emitOpError() << "result rank " << out.size()
+                         << " differs from input rank " << in.size();
+  if (dim < 0 || dim >= static_cast<int64_t>(in.size()))
+    return emitOpError() << "dim " << dim << " is out of range for rank "
+                         << in.size();
+  if (offset < 0 || offset + out[dim] > in[dim])
+    return emitOpError() << "slice [" << offset << ", " << offset + out[dim]
+                         << ") of dimension " << dim
+                         << " is out of bounds for size " << in[dim];
+  for (size_t i = 0; i < in.size(); ++i)
+    if (static_cast<int64_t>(i) != dim && in[i] != out[i])
+      return emitOpError() << "result dimension " << i << " is " << out[i]
+                           << " but only dimension " << dim
+                           << " may change (input " << shapeRef(getInput())
+                           << ")";
+  return verifySameFloatElementType(*this);
+}
+int64_t SliceOp::getFlops() { return 0; }
+int64_t SliceOp::getBytesAccessed() { return 2 * bytesOf(getResult()); }
+
+LogicalResult ConcatOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input";
+  ArrayRef<int64_t> out = shapeOf(getResult());
+  int64_t dim = getDim();
+  if (dim < 0 || dim >= static_cast<int64_t>(out.size()))
+    return emitOpError() << "dim " << dim << " is out of range for rank "
+                         << out.size();
+  int64_t total = 0;
+  for (auto [i, input] : llvm::enumerate(getInputs())) {
+    ArrayRef<int64_t> in = shapeOf(input);
+    if (in.size() != out.size())
+      return emitOpError() << "input #" << i << " has rank " << in.size()
+                           << " but the result has rank " << out.size();
+    for (size_t d = 0; d < in.size(); ++d)
+      if (static_cast<int64_t>(d) != dim && in[d] != out[d])
+        return emitOpError() << "input #" << i << " " << shapeRef(input)
+                             << " differs from the result "
+                             << shapeRef(getResult()) << " in dimension " << d;
+    total += in[dim];
+  }
+  if (total != out[dim])
+    return emitOpError() << "inputs add up to " << total << " along dim "
+                         << dim << " but the result has " << out[dim];
+  return verifySameFloatElementType(*this);
+}
+int64_t ConcatOp::getFlops() { return 0; }
+int64_t ConcatOp::getBytesAccessed() { return 2 * bytesOf(getResult()); }
+
+//===----------------------------------------------------------------------===//
+// BlockOp
+//===----------------------------------------------------------------------===//
+
+YieldOp BlockOp::getYield() {
+  return cast<YieldOp>(getBody().front().getTerminator());
+}
+
+LogicalResult BlockOp::verifyRegions() {
+  Block &entry = getBody().front();
+  if (entry.getNumArguments() != getInputs().size())
+    return emitOpError() << "body has " << entry.getNumArguments()
+                         << " arguments but the block has "
+                         << getInputs().size() << " inputs";
+  for (auto [i, pair] :
+       llvm::enumerate(llvm::zip(entry.getArgumentTypes(), getInputs())))
+    if (std::get<0>(pair) != std::get<1>(pair).getType())
+      return emitOpError() << "body argument #" << i << " has type "
+                           << std::get<0>(pair) << " but input #" << i
+                           << " has type " << std::get<1>(pair).getType();
+  auto yield = dyn_cast<YieldOp>(entry.getTerminator());
+  if (!yield)
+    return emitOpError() << "body must end with loom.yield";
+  if (yield.getValues().getTypes() != getResultTypes())
+    return emitOpError() << "yields " << yield.getValues().size()
+                         << " values of types " << yield.getValues().getTypes()
+                         << " but the block returns " << getResultTypes();
+  if (getLabel().empty())
+    return emitOpError() << "needs a label such as \"h.0\"";
+  return success();
+}
+
+int64_t BlockOp::getFlops() {
+  int64_t total = 0;
+  getBody().walk([&](CostOpInterface op) {
+    if (op.getOperation() != getOperation())
+      total += op.getFlops();
+  });
+  return total;
+}
+int64_t BlockOp::getBytesAccessed() {
+  int64_t total = 0;
+  getBody().walk([&](CostOpInterface op) {
+    if (op.getOperation() != getOperation())
+      total += op.getBytesAccessed();
+  });
+  return total;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// `[dp, tp]` in the custom assembly of the collectives.
+static ParseResult parseMeshAxes(OpAsmParser &parser, ArrayAttr &axes) {
+  SmallVector<Attribute> names;
+  if (parser.parseCommaSeparatedList(
+          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+            std::string name;
+            if (parser.parseKeywordOrString(&name))
+              return failure();
+            names.push_back(parser.getBuilder().getStringAttr(name));
+            return success();
+          }))
+    return failure();
+  axes = parser.getBuilder().getArrayAttr(names);
+  return success();
+}
+
+static void printMeshAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axes) {
+  printer << '[';
+  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
+    printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
+  });
+  printer << ']';
+}
+
+/// Resolves the mesh and checks the axes of a collective; returns the
+/// group size (product of the axis sizes) or failure after a diagnostic.
+static FailureOr<int64_t> verifyCollectiveAxes(Operation *op,
+                                               SymbolTableCollection &symbols,
+                                               FlatSymbolRefAttr meshRef,
+                                               ArrayAttr axes) {
+  auto meshOp = symbols.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  if (!meshOp)
+    return op->emitOpError() << "refers to unknown mesh " << meshRef
+                             << "; declare it with `loom.mesh`";
+  if (axes.empty())
+    return op->emitOpError() << "must name at least one mesh axis";
+  MeshAttr mesh = meshOp.getShape();
+  llvm::StringSet<> seen;
+  int64_t groupSize = 1;
+  for (Attribute attr : axes) {
+    StringRef axis = cast<StringAttr>(attr).getValue();
+    std::optional<unsigned> index = mesh.findAxis(axis);
+    if (!index)
+      return op->emitOpError()
+             << "'" << axis << "' is not an axis of mesh @"
+             << meshOp.getSymName() << " (axes: "
+             << mesh.axisNamesForDiagnostic() << ")";
+    if (!seen.insert(axis).second)
+      return op->emitOpError() << "names mesh axis '" << axis << "' twice";
+    groupSize *= mesh.getAxisSizes()[*index];
+  }
+  return groupSize;
+}
+
+template <typename OpT>
+static std::optional<int64_t> groupSizeOf(OpT op) {
+  MeshOp meshOp = lookupMesh(op, op.getMeshAttr());
+  if (!meshOp)
+    return std::nullopt;
+  int64_t size = 1;
+  for (Attribute attr : op.getAxes()) {
+    std::optional<unsigned> index =
+        meshOp.getShape().findAxis(cast<StringAttr>(attr).getValue());
+    if (!index)
+      return std::nullopt;
+    size *= meshOp.getShape().getAxisSizes()[*index];
+  }
+  return size;
+}
+
+/// Checks `dim` is a dimension of `value`.
+static LogicalResult verifyDimInRange(Operation *op, StringRef what,
+                                      int64_t dim, Value value) {
+  int64_t rank = shapeOf(value).size();
+  if (dim < 0 || dim >= rank)
+    return op->emitOpError() << what << " " << dim
+                             << " is out of range for rank " << rank;
+  return success();
+}
+
+/// Checks that `result` equals `input` except in `dim`, where it is `size`.
+static LogicalResult verifyResizedDim(Operation *op, Value input, Value result,
+                                      int64_t dim, int64_t size) {
+  SmallVector<int64_t> expected(shapeOf(input));
+  expected[dim] = size;
+  if (shapeOf(result) != ArrayRef<int64_t>(expected))
+    return op->emitOpError() << "result shape " << shapeRef(result)
+                             << " should be " << shapeStr(expected);
+  return success();
+}
+
+// all_reduce
+LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
+}
+std::optional<int64_t> AllReduceOp::getGroupSize() { return groupSizeOf(*this); }
+
+// all_gather
+LogicalResult AllGatherOp::verify() {
+  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n =
+      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
+  if (failed(n))
+    return failure();
+  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
+                          shapeOf(getInput())[getDim()] * *n);
+}
+std::optional<int64_t> AllGatherOp::getGroupSize() { return groupSizeOf(*this); }
+
+// reduce_scatter
+LogicalResult ReduceScatterOp::verify() {
+  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+LogicalResult
+ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n =
+      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
+  if (failed(n))
+    return failure();
+  int64_t extent = shapeOf(getInput())[getDim()];
+  if (extent % *n != 0)
+    return emitOpError() << "dimension " << getDim() << " of size " << extent
+                         << " is not divisible by the group size " << *n;
+  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
+                          extent / *n);
+}
+std::optional<int64_t> ReduceScatterOp::getGroupSize() {
+  return groupSizeOf(*this);
+}
+
+// all_to_all
+LogicalResult AllToAllOp::verify() {
+  if (failed(verifyDimInRange(*this, "split dim", getSplitDim(), getInput())) ||
+      failed(verifyDimInRange(*this, "concat dim", getConcatDim(), getInput())))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n =
+      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
+  if (failed(n))
+    return failure();
+  int64_t split = getSplitDim(), concat = getConcatDim();
+  SmallVector<int64_t> expected(shapeOf(getInput()));
+  if (expected[split] % *n != 0)
+    return emitOpError() << "split dimension " << split << " of size "
+                         << expected[split]
+                         << " is not divisible by the group size " << *n;
+  expected[split] /= *n;
+  expected[concat] *= *n;
+  if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
+    return emitOpError() << "result shape " << shapeRef(getResult())
+                         << " should be " << shapeStr(expected);
+  return success();
+}
+std::optional<int64_t> AllToAllOp::getGroupSize() { return groupSizeOf(*this); }
+
+// send / recv
+/// Point-to-point ops name exactly one axis and a peer coordinate on it.
+static LogicalResult verifyPeer(Operation *op, SymbolTableCollection &symbols,
+                                FlatSymbolRefAttr meshRef, ArrayAttr axes,
+                                int64_t peer, int64_t tag) {
+  if (axes.size() != 1)
+    return op->emitOpError() << "names " << axes.size()
+                             << " mesh axes; point-to-point needs exactly one";
+  FailureOr<int64_t> n = verifyCollectiveAxes(op, symbols, meshRef, axes);
+  if (failed(n))
+    return failure();
+  if (peer < 0 || peer >= *n)
+    return op->emitOpError() << "peer " << peer << " is outside axis '"
+                             << cast<StringAttr>(axes[0]).getValue()
+                             << "' of size " << *n;
+  if (tag < 0)
+    return op->emitOpError() << "tag must be non-negative, got " << tag;
+  return success();
+}
+
+LogicalResult SendOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyPeer(*this, symbols, getMeshAttr(), getAxes(), getPeer(),
+                    getTag());
+}
+std::optional<int64_t> SendOp::getGroupSize() { return groupSizeOf(*this); }
+
+LogicalResult RecvOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  return verifyPeer(*this, symbols, getMeshAttr(), getAxes(), getPeer(),
+                    getTag());
+}
+std::optional<int64_t> RecvOp::getGroupSize() { return groupSizeOf(*this); }
+
+#define GET_OP_CLASSES
+#include "dialects/Loom/IR/LoomOps.cpp.inc"

@@ -1,0 +1,481 @@
+//===- LoomOps.td - Loom ops: graph, structure, collectives -*- tablegen -*-===//
+//
+// Three groups: the mesh symbol; the training-graph ops of a GPT model
+// (compute, shape, block structure); and the collectives the partitioner
+// inserts. Shapes are static: the buffer planner needs them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_DIALECT_LOOM_IR_LOOMOPS_TD
+#define LOOM_DIALECT_LOOM_IR_LOOMOPS_TD
+
+include "dialects/Loom/IR/LoomBase.td"
+include "dialects/Loom/IR/LoomInterfaces.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/IR/CommonTypeConstraints.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+class Loom_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Loom_Dialect, mnemonic, traits>;
+
+def Loom_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
+def Loom_IndexTensor : StaticShapeTensorOf<[I32]>;
+def Loom_ScalarFloatTensor : 0DTensorOf<[AnyFloat]>;
+
+/// A compute op of the training graph: pure, with a cost.
+class Loom_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Loom_Op<mnemonic, !listconcat(traits, [Pure,
+        DeclareOpInterfaceMethods<Loom_CostOpInterface>])> {
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+def Loom_MeshOp : Loom_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "A named device mesh";
+  let description = [{
+    Declares the mesh that shardings and collectives refer to by name.
+
+    ```mlir
+    loom.mesh @mesh <dp = 2, tp = 4, pp = 2>
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, Loom_MeshAttr:$shape);
+  let assemblyFormat = "$sym_name $shape attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Compute ops
+//===----------------------------------------------------------------------===//
+
+def Loom_EmbeddingOp : Loom_ComputeOp<"embedding"> {
+  let summary = "Row lookup in an embedding table";
+  let description = [{
+    `result[i..., :] = table[ids[i...], :]`. GPT-2 ties this table with the
+    LM head (`loom.matmul ... transpose_rhs`), so one parameter feeds both.
+
+    ```mlir
+    %x = loom.embedding %wte, %ids
+        : tensor<50257x768xf32>, tensor<4x64xi32> -> tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$table, Loom_IndexTensor:$ids);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
+  }];
+}
+
+def Loom_AddOp : Loom_ComputeOp<"add", [AllTypesMatch<["lhs", "result"]>]> {
+  let summary = "Elementwise addition with trailing broadcast of the rhs";
+  let description = [{
+    The rhs shape must equal a trailing part of the lhs shape (the rhs is
+    repeated over the leading dimensions), as when a `[T, C]` position
+    embedding is added to `[B, T, C]` token embeddings.
+
+    ```mlir
+    %y = loom.add %x, %pos : tensor<4x64x768xf32>, tensor<64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$lhs, Loom_FloatTensor:$rhs);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
+}
+
+def Loom_LinearOp : Loom_ComputeOp<"linear"> {
+  let summary = "x·W + b with W laid out [in, out] (HF GPT-2 Conv1D)";
+  let description = [{
+    Contracts the last dimension of the input with the first of the
+    weight; the optional bias is added along the output dimension.
+
+    ```mlir
+    %y = loom.linear %x, %w, %b : tensor<4x64x768xf32>, tensor<768x3072xf32>,
+        tensor<3072xf32> -> tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, Loom_FloatTensor:$weight,
+                       Optional<Loom_FloatTensor>:$bias);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` type($input) `,`
+    type($weight) (`,` type($bias)^)? `->` type($result)
+  }];
+}
+
+def Loom_MatmulOp : Loom_ComputeOp<"matmul"> {
+  let summary = "Matrix product, optionally with the rhs transposed";
+  let description = [{
+    `lhs` is `[..., M, K]`, `rhs` is `[K, N]` (or `[N, K]` with
+    `transpose_rhs`), the result `[..., M, N]`. GPT-2's LM head is
+    `matmul %h, %wte transpose_rhs` on the tied token embedding.
+
+    ```mlir
+    %logits = loom.matmul %h, %wte transpose_rhs
+        : tensor<4x64x768xf32>, tensor<50257x768xf32> -> tensor<4x64x50257xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$lhs, Loom_FloatTensor:$rhs,
+                       UnitAttr:$transpose_rhs);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $lhs `,` $rhs (`transpose_rhs` $transpose_rhs^)? attr-dict `:`
+    type($lhs) `,` type($rhs) `->` type($result)
+  }];
+}
+
+def Loom_LayerNormOp : Loom_ComputeOp<"layer_norm",
+    [AllTypesMatch<["input", "result"]>]> {
+  let summary = "Layer normalization over the last dimension";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * weight + bias`, with mean and
+    (biased) variance over the last dimension; weight and bias have the size
+    of that dimension.
+
+    ```mlir
+    %y = loom.layer_norm %x, %w, %b {epsilon = 1.0e-05 : f64}
+        : tensor<4x64x768xf32>, tensor<768xf32>, tensor<768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, Loom_FloatTensor:$weight,
+                       Loom_FloatTensor:$bias,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $bias attr-dict `:` type($input) `,`
+    type($weight) `,` type($bias)
+  }];
+}
+
+def Loom_GeluOp : Loom_ComputeOp<"gelu",
+    [SameOperandsAndResultType]> {
+  let summary = "GELU, tanh approximation (GPT-2)";
+  let description = [{
+    `0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³)))`.
+
+    ```mlir
+    %y = loom.gelu %x : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Loom_AttentionOp : Loom_ComputeOp<"attention"> {
+  let summary = "Causal multi-head self-attention on packed q|k|v";
+  let description = [{
+    The input is `[B, T, 3C]`: queries, keys and values of C channels each,
+    laid out as GPT-2's `c_attn` produces them; C is split into `num_heads`
+    heads. Each position attends to itself and earlier positions, scores
+    scaled by 1/sqrt(C/num_heads). The result is `[B, T, C]`.
+
+    ```mlir
+    %y = loom.attention %qkv {num_heads = 12 : i64}
+        : tensor<4x64x2304xf32> -> tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$qkv, I64Attr:$num_heads);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
+}
+
+def Loom_SoftmaxOp : Loom_ComputeOp<"softmax", [SameOperandsAndResultType]> {
+  let summary = "Softmax over the last dimension";
+  let description = [{
+    ```mlir
+    %p = loom.softmax %x : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def Loom_CrossEntropyOp : Loom_ComputeOp<"cross_entropy"> {
+  let summary = "Softmax cross-entropy, mean over all tokens";
+  let description = [{
+    `logits` is `[..., V]`, `targets` has the leading shape of `logits`;
+    the result is the scalar mean over all tokens of
+    `-log softmax(logits)[target]`.
+
+    ```mlir
+    %loss = loom.cross_entropy %logits, %targets
+        : tensor<4x64x50257xf32>, tensor<4x64xi32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$logits, Loom_IndexTensor:$targets);
+  let results = (outs Loom_ScalarFloatTensor:$result);
+  let assemblyFormat = [{
+    $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
+    `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Shape ops
+//===----------------------------------------------------------------------===//
+
+def Loom_ReshapeOp : Loom_ComputeOp<"reshape"> {
+  let summary = "Reinterpret a tensor with another shape of equal size";
+  let description = [{
+    ```mlir
+    %y = loom.reshape %x : tensor<4x64x768xf32> -> tensor<256x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Loom_TransposeOp : Loom_ComputeOp<"transpose"> {
+  let summary = "Permute the dimensions of a tensor";
+  let description = [{
+    Result dimension i is input dimension `permutation[i]`.
+
+    ```mlir
+    %y = loom.transpose %x [1, 0] : tensor<768x3072xf32> -> tensor<3072x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input,
+                       DenseI64ArrayAttr:$permutation);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input $permutation attr-dict `:` type($input) `->` type($result)
+  }];
+}
+
+def Loom_SliceOp : Loom_ComputeOp<"slice"> {
+  let summary = "A contiguous range of one dimension";
+  let description = [{
+    Takes `[offset, offset + n)` of dimension `dim`, n being the result's
+    size there; every other dimension is kept whole. GPT-2 uses it to take
+    the first T rows of the position embedding.
+
+    ```mlir
+    %p = loom.slice %wpe dim 0 offset 0
+        : tensor<1024x768xf32> -> tensor<64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, I64Attr:$dim,
+                       I64Attr:$offset);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `dim` $dim `offset` $offset attr-dict `:` type($input) `->`
+    type($result)
+  }];
+}
+
+def Loom_ConcatOp : Loom_ComputeOp<"concat"> {
+  let summary = "Concatenate tensors along one dimension";
+  let description = [{
+    ```mlir
+    %y = loom.concat %a, %b dim 1
+        : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x16xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Loom_FloatTensor>:$inputs, I64Attr:$dim);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $inputs `dim` $dim attr-dict `:` `(` type($inputs) `)` `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Loom_BlockOp : Loom_Op<"block", [IsolatedFromAbove, RecursiveMemoryEffects,
+    SingleBlock, DeclareOpInterfaceMethods<Loom_CostOpInterface>]> {
+  let summary = "A transformer block: unit of ZeRO-3 gather, pipeline cut, recompute";
+  let description = [{
+    An isolated region whose operands are everything the block reads: its
+    input activation(s) and the parameters it owns. The entry block's
+    arguments mirror the operands; `loom.yield` returns the results. ZeRO-3
+    gathers exactly the parameter operands before the block and frees them
+    after it; a pipeline stage is a range of blocks; recomputation re-runs a
+    block's body.
+
+    ```mlir
+    %y = loom.block "h.0" (%x, %w, %b) : (tensor<4x64x768xf32>,
+        tensor<768xf32>, tensor<768xf32>) -> tensor<4x64x768xf32> {
+    ^bb0(%ax: tensor<4x64x768xf32>, %aw: tensor<768xf32>, %ab: tensor<768xf32>):
+      %n = loom.layer_norm %ax, %aw, %ab : tensor<4x64x768xf32>,
+          tensor<768xf32>, tensor<768xf32>
+      loom.yield %n : tensor<4x64x768xf32>
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$label, Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = [{
+    $label `(` $inputs `)` attr-dict `:` functional-type($inputs, $results)
+    $body
+  }];
+  let hasRegionVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The terminator of the body.
+    YieldOp getYield();
+  }];
+}
+
+def Loom_YieldOp : Loom_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"BlockOp">]> {
+  let summary = "Returns the results of a loom.block";
+  let description = [{
+    ```mlir
+    loom.yield %y : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+/// A collective over the devices that differ only in the coordinates of
+/// `axes` on mesh `mesh`. `reason` records why the partitioner put it there.
+class Loom_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Loom_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  code extraCollectiveDeclaration = [{
+    /// Number of devices in the group (product of the sizes of `axes`),
+    /// or std::nullopt when the mesh or an axis cannot be found.
+    std::optional<int64_t> getGroupSize();
+  }];
+  let extraClassDeclaration = extraCollectiveDeclaration;
+}
+
+def Loom_AllReduceOp : Loom_CollectiveOp<"all_reduce",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "Reduce a value over a group; every member gets the result";
+  let description = [{
+    ```mlir
+    %y = loom.all_reduce %x on @mesh [tp] sum {reason = "row-parallel c_proj"}
+        : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes,
+                       Loom_ReductionKindAttr:$reduction,
+                       OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh custom<MeshAxes>($axes) $reduction attr-dict `:`
+    type($input)
+  }];
+}
+
+def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
+  let summary = "Concatenate the group's shards along one dimension";
+  let description = [{
+    The result's `dim` is the input's times the group size; the other
+    dimensions are equal.
+
+    ```mlir
+    %w = loom.all_gather %shard on @mesh [dp] dim 0
+        {reason = "zero-3: gather h.0.mlp.c_fc.weight for forward"}
+        : tensor<96x3072xf32> -> tensor<768x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim,
+                       OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
+  let summary = "Reduce over the group and leave each member one shard";
+  let description = [{
+    The input's `dim` must be divisible by the group size; the result has
+    that dimension divided by it.
+
+    ```mlir
+    %g = loom.reduce_scatter %grad on @mesh [dp] dim 0 sum
+        : tensor<768x3072xf32> -> tensor<96x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim,
+                       Loom_ReductionKindAttr:$reduction,
+                       OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim $reduction attr-dict
+    `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Loom_AllToAllOp : Loom_CollectiveOp<"all_to_all", [Pure]> {
+  let summary = "Split one dimension over the group and concatenate another";
+  let description = [{
+    Each member splits `split_dim` into group-size pieces, sends piece j to
+    member j, and concatenates what it receives along `concat_dim`.
+
+    ```mlir
+    %y = loom.all_to_all %x on @mesh [tp] split 1 concat 0
+        : tensor<16x64xf32> -> tensor<64x16xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$split_dim,
+                       I64Attr:$concat_dim, OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh custom<MeshAxes>($axes) `split` $split_dim `concat`
+    $concat_dim attr-dict `:` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Loom_SendOp : Loom_CollectiveOp<"send", [MemoryEffects<[MemWrite]>]> {
+  let summary = "Send a value to the device at another coordinate of one axis";
+  let description = [{
+    Point-to-point between pipeline stages: the peer is the device whose
+    coordinate on the single axis named is `peer`, all other coordinates
+    equal. A `loom.recv` with the same tag receives it.
+
+    ```mlir
+    loom.send %act to @mesh [pp] peer 1 tag 3 : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$peer, I64Attr:$tag,
+                       OptionalAttr<StrAttr>:$reason);
+  let assemblyFormat = [{
+    $input `to` $mesh custom<MeshAxes>($axes) `peer` $peer `tag` $tag
+    attr-dict `:` type($input)
+  }];
+}
+
+def Loom_RecvOp : Loom_CollectiveOp<"recv", [MemoryEffects<[MemRead]>]> {
+  let summary = "Receive a value sent by the device at another coordinate";
+  let description = [{
+    ```mlir
+    %act = loom.recv from @mesh [pp] peer 0 tag 3 : tensor<4x64x768xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$peer, I64Attr:$tag,
+                       OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    `from` $mesh custom<MeshAxes>($axes) `peer` $peer `tag` $tag attr-dict
+    `:` type($result)
+  }];
+}
+
+#endif // LOOM_DIALECT_LOOM_IR_LOOMOPS_TD

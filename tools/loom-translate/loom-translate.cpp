@@ -1,0 +1,18 @@
+//===- loom-translate.cpp - Into and out of Loom IR ------------*- C++ -*-===//
+//
+// MlirTranslateMain with Loom's translations:
+//   --import-gpt-config   HF GPT-2 config.json -> model IR
+//
+//===----------------------------------------------------------------------===//
+
+#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+
+namespace mlir::loom {
+void registerImportGPTConfig();
+} // namespace mlir::loom
+
+int main(int argc, char **argv) {
+  mlir::loom::registerImportGPTConfig();
+  return mlir::failed(
+      mlir::mlirTranslateMain(argc, argv, "Loom translation driver\n"));
+}
