@@ -15,6 +15,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::loom;
@@ -147,6 +148,7 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "mesh has " << names.size() << " axis names but "
                        << sizes.size() << " sizes";
   llvm::StringSet<> seen;
+  int64_t devices = 1;
   for (auto [name, size] : llvm::zip(names, sizes)) {
     if (!name || name.getValue().empty())
       return emitError() << "mesh axis names must be non-empty";
@@ -156,6 +158,10 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (size < 1)
       return emitError() << "mesh axis '" << name.getValue()
                          << "' has size " << size << "; sizes must be >= 1";
+    // Group sizes are products of axis sizes: keep them representable.
+    if (llvm::MulOverflow(devices, size, devices))
+      return emitError() << "mesh device count overflows 64 bits at axis '"
+                         << name.getValue() << "'";
   }
   return success();
 }
@@ -353,15 +359,23 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
                                                     unsigned argIndex,
                                                     NamedAttribute attr) {
   std::string what = ("argument #" + Twine(argIndex)).str();
-  Region &region = op->getRegion(regionIndex);
-  if (region.empty() || argIndex >= region.getNumArguments())
+  Type argType;
+  DictionaryAttr argAttrs;
+  if (auto func = dyn_cast<FunctionOpInterface>(op)) {
+    // A declaration has no body: its argument types are in the signature.
+    if (argIndex < func.getNumArguments()) {
+      argType = func.getArgumentTypes()[argIndex];
+      argAttrs = func.getArgAttrDict(argIndex);
+    }
+  } else {
+    Region &region = op->getRegion(regionIndex);
+    if (!region.empty() && argIndex < region.getNumArguments())
+      argType = region.getArgument(argIndex).getType();
+  }
+  if (!argType)
     return op->emitOpError() << what << " has attribute '"
                              << attr.getName().getValue()
                              << "' but the region has no such argument";
-  Type argType = region.getArgument(argIndex).getType();
-  DictionaryAttr argAttrs;
-  if (auto func = dyn_cast<FunctionOpInterface>(op))
-    argAttrs = func.getArgAttrDict(argIndex);
 
   StringRef name = attr.getName().getValue();
   if (name == kNameAttr) {

@@ -141,7 +141,11 @@ LogicalResult LinearOp::verify() {
 
 int64_t LinearOp::getFlops() {
   ArrayRef<int64_t> w = shapeOf(getWeight());
-  int64_t rows = numElements(getInput()) / w[0];
+  // Rows are the input's leading dimensions (not elements / w[0]: w[0] may be
+  // 0 in a zero-sized tensor).
+  int64_t rows = 1;
+  for (int64_t d : shapeOf(getInput()).drop_back())
+    rows *= d;
   return 2 * rows * w[0] * w[1] + (getBias() ? rows * w[1] : 0);
 }
 int64_t LinearOp::getBytesAccessed() {
@@ -345,7 +349,7 @@ LogicalResult SliceOp::verify() {
   if (dim < 0 || dim >= static_cast<int64_t>(in.size()))
     return emitOpError() << "dim " << dim << " is out of range for rank "
                          << in.size();
-  if (offset < 0 || offset + out[dim] > in[dim])
+  if (offset < 0 || offset > in[dim] - out[dim])
     return emitOpError() << "slice [" << offset << ", " << offset + out[dim]
                          << ") of dimension " << dim
                          << " is out of bounds for size " << in[dim];
@@ -464,6 +468,26 @@ static void printMeshAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axes) {
     printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
   });
   printer << ']';
+}
+
+/// `sum`, `max`, `min` or `avg` in the custom assembly of the reductions.
+static ParseResult parseReduction(OpAsmParser &parser,
+                                  ReductionKindAttr &reduction) {
+  SMLoc loc = parser.getCurrentLocation();
+  std::string name;
+  if (parser.parseKeywordOrString(&name))
+    return failure();
+  std::optional<ReductionKind> kind = symbolizeReductionKind(name);
+  if (!kind)
+    return parser.emitError(loc, "unknown reduction '")
+           << name << "' (expected sum, max, min or avg)";
+  reduction = ReductionKindAttr::get(parser.getContext(), *kind);
+  return success();
+}
+
+static void printReduction(OpAsmPrinter &printer, Operation *,
+                           ReductionKindAttr reduction) {
+  printer << stringifyReductionKind(reduction.getValue());
 }
 
 /// Resolves the mesh and checks the axes of a collective; returns the

@@ -368,7 +368,7 @@ def Loom_AllReduceOp : Loom_CollectiveOp<"all_reduce",
                        OptionalAttr<StrAttr>:$reason);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) $reduction attr-dict `:`
+    $input `on` $mesh custom<MeshAxes>($axes) custom<Reduction>($reduction) attr-dict `:`
     type($input)
   }];
 }
@@ -413,7 +413,8 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
                        OptionalAttr<StrAttr>:$reason);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim $reduction attr-dict
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
+    attr-dict
     `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;
