@@ -1,0 +1,187 @@
+//===- token_data.cpp - llm.c token file reader and writer ------*- C++ -*-===//
+//
+// The header is validated once at open; tokens are validated as they are read
+// so that a multi-gigabyte file does not have to be scanned before step 0.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/core/token_data.h"
+
+#include <cerrno>
+#include <cstring>
+#include <unistd.h>
+
+namespace loom {
+
+namespace {
+
+/// Writes little-endian bytes; the llm.c format is defined on little-endian
+/// hosts, which every supported target is.
+bool writeAll(std::FILE *f, const void *data, size_t bytes) {
+  return std::fwrite(data, 1, bytes, f) == bytes;
+}
+
+} // namespace
+
+Status writeTokenFile(const std::string &path,
+                      const std::vector<int32_t> &tokens) {
+  std::vector<uint16_t> packed(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    LOOM_CHECK(tokens[i] >= 0 && tokens[i] <= 65535,
+               "cannot write token file '"
+                   << path << "': token " << tokens[i] << " at position " << i
+                   << " does not fit in uint16 (llm.c format version 1 stores "
+                      "tokens as uint16; use a vocabulary below 65536)");
+    packed[i] = static_cast<uint16_t>(tokens[i]);
+  }
+  LOOM_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX),
+             "cannot write token file '"
+                 << path << "': " << tokens.size()
+                 << " tokens exceed the int32 count field; split the data");
+  int32_t header[kTokenFileHeaderInts] = {};
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE *f = std::fopen(tmp.c_str(), "wb");
+  LOOM_CHECK(f, "cannot create '" << tmp << "': " << std::strerror(errno)
+                                  << "; check that the directory exists and "
+                                     "is writable");
+  bool ok = writeAll(f, header, sizeof(header)) &&
+            writeAll(f, packed.data(), packed.size() * sizeof(uint16_t));
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    LOOM_ERROR("cannot write '" << tmp << "' (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    std::remove(tmp.c_str());
+    LOOM_ERROR("cannot rename '" << tmp << "' to '" << path
+                                 << "': " << std::strerror(err));
+  }
+  return Status::success();
+}
+
+Status TokenDataLoader::open(const std::string &path,
+                             const TokenDataConfig &config,
+                             std::unique_ptr<TokenDataLoader> &out) {
+  out.reset();
+  const int64_t B = config.batchSize, T = config.seqLen;
+  const int64_t D = config.dpSize;
+  LOOM_CHECK(B > 0 && T > 0, "token data '" << path << "': batch size (" << B
+                                            << ") and sequence length (" << T
+                                            << ") must be positive");
+  LOOM_CHECK(D > 0 && config.dpRank >= 0 && config.dpRank < D,
+             "token data '" << path << "': data-parallel rank " << config.dpRank
+                            << " is not in [0, " << D << ")");
+  LOOM_CHECK(B % D == 0, "token data '"
+                             << path << "': batch size " << B
+                             << " is not divisible by the data-parallel size "
+                             << D << "; choose a batch size that is a multiple "
+                             << "of " << D);
+  LOOM_CHECK(config.vocabSize >= 0,
+             "token data '" << path << "': negative vocab size");
+
+  std::unique_ptr<TokenDataLoader> loader(new TokenDataLoader());
+  loader->path = path;
+  loader->cfg = config;
+  loader->file = std::fopen(path.c_str(), "rb");
+  LOOM_CHECK(loader->file, "cannot open token file '"
+                               << path << "': " << std::strerror(errno)
+                               << "; pass an existing llm.c .bin file "
+                                  "(e.g. produced by a tokenizer script)");
+
+  // 1. Header.
+  int32_t header[kTokenFileHeaderInts];
+  size_t got =
+      std::fread(header, sizeof(int32_t), kTokenFileHeaderInts, loader->file);
+  LOOM_CHECK(got == static_cast<size_t>(kTokenFileHeaderInts),
+             "token file '" << path << "' is too short for its header: "
+                            << got * sizeof(int32_t) << " of "
+                            << kTokenFileHeaderInts * sizeof(int32_t)
+                            << " bytes; the file is truncated or not an llm.c "
+                               "token file");
+  LOOM_CHECK(header[0] == kTokenFileMagic,
+             "token file '" << path << "' has bad magic " << header[0]
+                            << " (expected " << kTokenFileMagic
+                            << "); it is not an llm.c token file, or was "
+                               "written in a different format");
+  LOOM_CHECK(header[1] == kTokenFileVersion,
+             "token file '" << path << "' has version " << header[1]
+                            << ", but only version " << kTokenFileVersion
+                            << " (uint16 tokens) is supported; re-export the "
+                               "data with version 1");
+  const int64_t count = header[2];
+  LOOM_CHECK(count >= 0, "token file '" << path << "' declares a negative "
+                                        << "token count " << count);
+
+  // 2. Declared count vs actual size.
+  LOOM_CHECK(std::fseek(loader->file, 0, SEEK_END) == 0,
+             "cannot seek in token file '" << path << "'");
+  long fileBytes = std::ftell(loader->file);
+  const int64_t headerBytes = kTokenFileHeaderInts * sizeof(int32_t);
+  const int64_t available = (fileBytes - headerBytes) / 2;
+  LOOM_CHECK(count <= available,
+             "token file '" << path << "' declares " << count
+                            << " tokens but holds only " << available
+                            << "; the file is truncated (re-create it)");
+
+  // 3. Enough tokens for one global batch (inputs plus the shifted target).
+  LOOM_CHECK(count - 1 >= B * T,
+             "token file '" << path << "' has " << count
+                            << " tokens, too few for one batch of " << B
+                            << " x " << T << " (needs " << B * T + 1
+                            << "); use a smaller batch or sequence length, "
+                               "or more data");
+  loader->count = count;
+  loader->batches = (count - 1) / (B * T);
+  loader->buffer.resize(static_cast<size_t>(loader->localRows() * T + 1));
+  out = std::move(loader);
+  return Status::success();
+}
+
+TokenDataLoader::~TokenDataLoader() {
+  if (file)
+    std::fclose(file);
+}
+
+Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
+                                  int32_t *targets) {
+  LOOM_CHECK(step >= 0, "token data '" << path << "': negative step " << step);
+  const int64_t T = cfg.seqLen;
+  const int64_t rows = localRows();
+  const int64_t batchOffset = (step % batches) * cfg.batchSize * T;
+  // This rank's rows are contiguous in the file, plus one token for the last
+  // target.
+  const int64_t first = batchOffset + firstRow() * T;
+  const int64_t n = rows * T + 1;
+  const int64_t headerBytes = kTokenFileHeaderInts * sizeof(int32_t);
+  LOOM_CHECK(std::fseek(file, static_cast<long>(headerBytes + first * 2),
+                        SEEK_SET) == 0,
+             "cannot seek to token " << first << " in '" << path << "'");
+  size_t got =
+      std::fread(buffer.data(), sizeof(uint16_t), static_cast<size_t>(n), file);
+  LOOM_CHECK(got == static_cast<size_t>(n),
+             "short read in token file '"
+                 << path << "': wanted " << n << " tokens at position " << first
+                 << ", got " << got << "; was the file modified while "
+                 << "training?");
+  if (cfg.vocabSize > 0) {
+    for (int64_t i = 0; i < n; ++i)
+      LOOM_CHECK(buffer[i] < cfg.vocabSize,
+                 "token file '" << path << "': token id " << buffer[i]
+                                << " at position " << first + i
+                                << " is >= vocab_size " << cfg.vocabSize
+                                << "; the data was tokenized for a different "
+                                   "vocabulary (check the tokenizer / model "
+                                   "config)");
+  }
+  for (int64_t i = 0; i < rows * T; ++i) {
+    inputs[i] = buffer[i];
+    targets[i] = buffer[i + 1];
+  }
+  return Status::success();
+}
+
+} // namespace loom

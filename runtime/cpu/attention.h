@@ -1,0 +1,36 @@
+//===- attention.h - Causal multi-head self-attention ----------*- C++ -*-===//
+//
+// Input is the packed qkv activation [B, T, 3C] of GPT-2's c_attn: for token
+// (b, t) the first C values are q, then k, then v; head h uses columns
+// [h*hs, (h+1)*hs) of each, hs = C/NH (llm.c `attention_forward` layout).
+// Scores are scaled by 1/sqrt(hs) and masked causally (query t sees keys
+// 0..t). The forward saves the softmax probabilities att[B, NH, T, T] (entries
+// above the diagonal are written as 0) for the backward, as llm.c does.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CPU_ATTENTION_H
+#define LOOM_RUNTIME_CPU_ATTENTION_H
+
+#include <cstdint>
+
+namespace loom::cpu {
+
+/// out[B,T,C] and att[B,NH,T,T] from qkv[B,T,3C]. C must be divisible by NH.
+void attentionForward(float *out, float *att, const float *qkv, int64_t B,
+                      int64_t T, int64_t C, int64_t NH);
+
+/// dqkv[B,T,3C] (overwritten) from dout[B,T,C], the forward's qkv and att.
+void attentionBackward(float *dqkv, const float *dout, const float *qkv,
+                       const float *att, int64_t B, int64_t T, int64_t C,
+                       int64_t NH);
+
+/// Reference versions (plain loops, double accumulation), same contracts.
+void attentionForwardReference(float *out, float *att, const float *qkv,
+                               int64_t B, int64_t T, int64_t C, int64_t NH);
+void attentionBackwardReference(float *dqkv, const float *dout,
+                                const float *qkv, const float *att, int64_t B,
+                                int64_t T, int64_t C, int64_t NH);
+
+} // namespace loom::cpu
+
+#endif // LOOM_RUNTIME_CPU_ATTENTION_H

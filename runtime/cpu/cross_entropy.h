@@ -1,0 +1,43 @@
+//===- cross_entropy.h - Fused softmax + cross entropy ---------*- C++ -*-===//
+//
+// loss = mean over N rows of -log softmax(logits[n, :validV])[target[n]].
+// Columns >= validV are vocabulary padding (Megatron pads V to a multiple of
+// the TP size times 128): they are excluded from the softmax and get a zero
+// gradient. The backward recomputes the softmax from the logits instead of
+// storing probabilities, as llm.c's fused classifier does.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CPU_CROSS_ENTROPY_H
+#define LOOM_RUNTIME_CPU_CROSS_ENTROPY_H
+
+#include "runtime/core/status.h"
+
+#include <cstdint>
+
+namespace loom::cpu {
+
+/// Computes the mean loss over N rows of logits[N, V] (row stride V) into
+/// `meanLoss`, and per-row losses into `losses[N]` when it is non-null.
+/// Errors when validV is not in [1, V] or a target is not in [0, validV).
+Status crossEntropyForward(float *meanLoss, float *losses, const float *logits,
+                           const int32_t *targets, int64_t N, int64_t V,
+                           int64_t validV);
+
+/// dlogits[N, V] = (softmax - onehot(target)) * dloss / N on valid columns,
+/// 0 on padding columns (overwritten). dlogits may alias logits, which lets
+/// the caller reuse the logits buffer as llm.c does. Same errors as forward.
+Status crossEntropyBackward(float *dlogits, const float *logits,
+                            const int32_t *targets, int64_t N, int64_t V,
+                            int64_t validV, float dloss);
+
+/// Reference versions in double precision, same contracts.
+Status crossEntropyForwardReference(float *meanLoss, float *losses,
+                                    const float *logits, const int32_t *targets,
+                                    int64_t N, int64_t V, int64_t validV);
+Status crossEntropyBackwardReference(float *dlogits, const float *logits,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t validV, float dloss);
+
+} // namespace loom::cpu
+
+#endif // LOOM_RUNTIME_CPU_CROSS_ENTROPY_H

@@ -1,0 +1,37 @@
+//===- GeluTest.cpp - GELU (tanh) tests ------------------------*- C++ -*-===//
+#include "runtime/cpu/gelu.h"
+
+#include "TestUtil.h"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+TEST(Gelu, ForwardMatchesReferenceAndKnownValues) {
+  auto x = randomVector(1000, 1, -6.0f, 6.0f);
+  std::vector<float> y(x.size()), yRef(x.size());
+  cpu::geluForward(y.data(), x.data(), x.size());
+  cpu::geluForwardReference(yRef.data(), x.data(), x.size());
+  expectClose(y, yRef, 1e-5, 1e-6, "gelu");
+  // torch.nn.functional.gelu(torch.tensor([1.0, -1.0]), approximate="tanh")
+  float in[2] = {1.0f, -1.0f}, out[2];
+  cpu::geluForward(out, in, 2);
+  EXPECT_NEAR(out[0], 0.8411920f, 1e-6);
+  EXPECT_NEAR(out[1], -0.1588080f, 1e-6);
+}
+
+TEST(Gelu, BackwardMatchesReferenceAndFiniteDifferences) {
+  auto x = randomVector(200, 2, -4.0f, 4.0f), dy = randomVector(200, 3);
+  std::vector<float> dx(x.size()), dxRef(x.size()), y(x.size());
+  cpu::geluBackward(dx.data(), x.data(), dy.data(), x.size());
+  cpu::geluBackwardReference(dxRef.data(), x.data(), dy.data(), x.size());
+  expectClose(dx, dxRef, 1e-5, 1e-6, "gelu backward");
+  auto loss = [&]() {
+    cpu::geluForward(y.data(), x.data(), x.size());
+    return weightedSum(y, dy);
+  };
+  expectGradientMatches(loss, x, dx, "gelu dinp");
+}
+
+} // namespace
