@@ -34,4 +34,35 @@ def LoomSummary : Pass<"loom-summary", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
+//===----------------------------------------------------------------------===//
+// Lowering
+//===----------------------------------------------------------------------===//
+
+def LoomPlanBuffers : Pass<"loom-plan-buffers", "::mlir::ModuleOp"> {
+  let summary = "Give every tensor a static offset in one arena per rank";
+  let description = [{
+    Linearizes each model function as the runtime will execute it (blocks
+    inlined; reshapes and block boundaries are views), computes each
+    storage's live range, and places it in one arena: parameters, inputs and
+    targets first and for the whole step, then every other tensor and
+    kernel scratch (attention probabilities, layer-norm statistics) by
+    greedy best-fit in decreasing size, reusing bytes whose previous tenant
+    is dead. Annotates:
+
+    * function arguments: `loom.offset` (bytes);
+    * ops: `loom.offsets` (one per result) and `loom.scratch_offsets`;
+    * the function: `loom.arena_bytes`, the arena size = predicted peak.
+
+    `loom-translate --loom-to-program` reads these annotations.
+
+    **Options:**
+    * `alignment`: byte alignment of every buffer (default 64).
+  }];
+  let options = [
+    Option<"alignment", "alignment", "int64_t", /*default=*/"64",
+           "Byte alignment of every buffer">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 #endif // LOOM_PASSES_PASSES_TD

@@ -1,6 +1,7 @@
 # -*- Python -*-
 # lit configuration for Loom's FileCheck suite.
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -15,12 +16,12 @@ config.test_exec_root = os.path.join(config.loom_obj_root, "test")
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%loom_src", config.loom_src_root))
-config.substitutions.append(("%python", config.python_executable))
+config.substitutions.append(("%python", sys.executable))
 
 llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.loom_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["loom-opt", "loom-translate"], tool_dirs)
+llvm_config.add_tool_substitutions(["loom-opt", "loom-translate", "loom", "loom-run"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.loom_tools_dir, append_path=True)

@@ -424,6 +424,13 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
   if (name == kShardingAttr)
     return verifyAttachedSharding(op, attr.getValue(), argType,
                                   what + " sharding");
+  if (name == kOffsetAttr) {
+    auto offset = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!offset || offset.getInt() < 0)
+      return op->emitOpError()
+             << what << ": loom.offset must be a non-negative byte offset";
+    return success();
+  }
   return op->emitOpError() << "unknown loom argument attribute '" << name
                            << "'";
 }
@@ -467,6 +474,26 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
                                         op->getResult(i).getType(),
                                         ("result #" + Twine(i)).str())))
         return failure();
+    return success();
+  }
+  if (name == kOffsetsAttr || name == kScratchOffsetsAttr) {
+    auto offsets = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!offsets || llvm::any_of(offsets.asArrayRef(),
+                                 [](int64_t o) { return o < 0; }))
+      return op->emitOpError() << name
+                               << " must be an array of non-negative byte "
+                                  "offsets";
+    if (name == kOffsetsAttr && offsets.size() != op->getNumResults())
+      return op->emitOpError()
+             << "loom.offsets has " << offsets.size() << " entries for "
+             << op->getNumResults() << " results";
+    return success();
+  }
+  if (name == kArenaBytesAttr) {
+    auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
+      return op->emitOpError() << "loom.arena_bytes must be a non-negative "
+                                  "integer on a function";
     return success();
   }
   return op->emitOpError() << "unknown loom attribute '" << name << "'";

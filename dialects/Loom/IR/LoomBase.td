@@ -37,6 +37,10 @@ def Loom_Dialect : Dialect {
       `loom.sharding` (`#loom.sharding<...>`);
     * on functions: `loom.model` (dictionary of the model configuration);
     * on ops: `loom.shardings` (one `#loom.sharding` per result).
+
+    Buffer planning (`--loom-plan-buffers`) adds `loom.offset` (arguments),
+    `loom.offsets` / `loom.scratch_offsets` (ops) and `loom.arena_bytes`
+    (functions): byte offsets in the rank's arena.
   }];
   let dependentDialects = ["::mlir::func::FuncDialect"];
   let useDefaultAttributePrinterParser = 1;
@@ -50,6 +54,12 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardingAttr = "loom.sharding";
     static constexpr ::llvm::StringLiteral kShardingsAttr = "loom.shardings";
     static constexpr ::llvm::StringLiteral kModelAttr = "loom.model";
+    // Written by --loom-plan-buffers, read by the program emitter.
+    static constexpr ::llvm::StringLiteral kOffsetAttr = "loom.offset";
+    static constexpr ::llvm::StringLiteral kOffsetsAttr = "loom.offsets";
+    static constexpr ::llvm::StringLiteral kScratchOffsetsAttr =
+        "loom.scratch_offsets";
+    static constexpr ::llvm::StringLiteral kArenaBytesAttr = "loom.arena_bytes";
 
   private:
     void registerAttributes();

@@ -350,8 +350,8 @@ LogicalResult SliceOp::verify() {
     return emitOpError() << "dim " << dim << " is out of range for rank "
                          << in.size();
   if (offset < 0 || offset > in[dim] - out[dim])
-    return emitOpError() << "slice [" << offset << ", " << offset + out[dim]
-                         << ") of dimension " << dim
+    return emitOpError() << "slice of " << out[dim] << " at offset " << offset
+                         << " of dimension " << dim
                          << " is out of bounds for size " << in[dim];
   for (size_t i = 0; i < in.size(); ++i)
     if (static_cast<int64_t>(i) != dim && in[i] != out[i])

@@ -1,0 +1,72 @@
+//===- ExecutionOrder.cpp - The op sequence a rank executes ----*- C++ -*-===//
+
+#include "passes/Lowering/ExecutionOrder.h"
+
+using namespace mlir;
+using namespace mlir::loom;
+
+bool mlir::loom::isView(Operation *op) { return isa<ReshapeOp>(op); }
+
+static LogicalResult appendOps(Block &block, ExecutionOrder &order) {
+  for (Operation &op : block) {
+    if (auto nested = dyn_cast<BlockOp>(op)) {
+      Block &body = nested.getBody().front();
+      for (auto [arg, input] :
+           llvm::zip(body.getArguments(), nested.getInputs()))
+      {
+        order.storageOf[arg] = order.storage(input);
+        order.sameAs[arg] = input;
+      }
+      if (failed(appendOps(body, order)))
+        return failure();
+      for (auto [result, yielded] :
+           llvm::zip(nested.getResults(), nested.getYield().getValues()))
+      {
+        order.storageOf[result] = order.storage(yielded);
+        order.sameAs[result] = yielded;
+      }
+      continue;
+    }
+    if (isa<YieldOp>(op))
+      continue;
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      llvm::append_range(order.returned, ret.getOperands());
+      continue;
+    }
+    if (!isa<LoomDialect>(op.getDialect()) || isa<MeshOp>(op))
+      return op.emitOpError()
+             << "cannot be executed by the Loom runtime; only loom compute "
+                "and collective ops lower to instructions";
+    if (isView(&op))
+      order.storageOf[op.getResult(0)] = order.storage(op.getOperand(0));
+    order.ops.push_back(&op);
+  }
+  return success();
+}
+
+FailureOr<ExecutionOrder> mlir::loom::linearize(func::FuncOp func) {
+  if (func.isExternal())
+    return func.emitOpError() << "has no body to lower";
+  ExecutionOrder order;
+  if (failed(appendOps(func.getBody().front(), order)))
+    return failure();
+  return order;
+}
+
+SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
+  auto f32 = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, Float32Type::get(op->getContext()));
+  };
+  if (auto att = dyn_cast<AttentionOp>(op)) {
+    // Softmax probabilities [B, NH, T, T], kept for the backward pass.
+    auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
+    return {f32({qkv[0], att.getNumHeads(), qkv[1], qkv[1]})};
+  }
+  if (auto ln = dyn_cast<LayerNormOp>(op)) {
+    // Per-row mean and reciprocal standard deviation.
+    auto type = cast<RankedTensorType>(ln.getInput().getType());
+    int64_t rows = type.getNumElements() / type.getShape().back();
+    return {f32({rows}), f32({rows})};
+  }
+  return {};
+}

@@ -1,0 +1,106 @@
+//===- executor.h - Runs one stage of a verified program -------*- C++ -*-===//
+//
+// The executor owns one rank's arena (a single 64-byte aligned allocation of
+// the stage's arena_bytes; buffers are views at the offsets the compiler's
+// buffer planner chose), initializes the parameters deterministically
+// (param_init.h: values depend only on seed + name + global index, so every
+// partitioning starts from the same model) and runs the instruction stream
+// with the fp32 CPU kernels. The program must have been loaded by
+// loadProgramFile / loadProgramBytes, which verified every index and shape the
+// executor relies on.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_EXECUTOR_H
+#define LOOM_RUNTIME_CORE_EXECUTOR_H
+
+#include "runtime/core/status.h"
+#include "runtime/program/program.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+/// When one instruction ran (steady clock, nanoseconds since its epoch).
+struct InstructionTiming {
+  uint32_t index = 0;
+  int64_t startNs = 0;
+  int64_t endNs = 0;
+};
+
+/// A parameter of the stage, as the executor holds it.
+struct ParamView {
+  std::string name;
+  std::vector<int64_t> globalShape;
+  std::vector<int64_t> sliceOffset;
+  std::vector<int64_t> localShape;
+  uint32_t buffer = 0;
+};
+
+/// Steady-clock nanoseconds (the time base of InstructionTiming).
+int64_t steadyNowNs();
+
+class Executor {
+public:
+  /// Allocates the arena of the stage whose index is `stageIndex`, zeroes it
+  /// and initializes every parameter from `seed`. Errors when the stage does
+  /// not exist or the arena cannot be allocated.
+  static Status create(const program::LoadedProgram &program,
+                       uint32_t stageIndex, uint64_t seed,
+                       std::unique_ptr<Executor> &out);
+  ~Executor();
+  Executor(const Executor &) = delete;
+  Executor &operator=(const Executor &) = delete;
+
+  /// Runs the instruction stream once. When `timings` is non-null, appends one
+  /// entry per instruction. Errors (naming the instruction) when a kernel
+  /// rejects its data, e.g. a token id outside the embedding table.
+  Status run(std::vector<InstructionTiming> *timings = nullptr);
+
+  const program::Stage &stage() const { return *stageTable; }
+  const program::ModelInfo &model() const { return *modelInfo; }
+  const std::vector<ParamView> &params() const { return paramViews; }
+
+  /// Raw bytes, shape, element count and dtype of buffer `index` (< number of
+  /// buffers in the stage).
+  void *bufferData(uint32_t index);
+  const void *bufferData(uint32_t index) const;
+  const std::vector<int64_t> &bufferShape(uint32_t index) const {
+    return shapes[index];
+  }
+  int64_t bufferNumel(uint32_t index) const;
+  program::DType bufferDType(uint32_t index) const;
+  uint32_t numBuffers() const { return static_cast<uint32_t>(shapes.size()); }
+
+  /// The scalar loss after run(). Errors when the stage has no loss buffer.
+  Status readLoss(float &loss) const;
+
+  /// Bytes of the arena.
+  uint64_t arenaBytes() const { return arenaSize; }
+  /// Bytes the runtime has held for tensors at peak: the arena plus the
+  /// temporaries it allocated (staging for in-place ops, kernel workspace the
+  /// program did not plan).
+  uint64_t peakTensorBytes() const;
+
+private:
+  Executor() = default;
+  Status runInstruction(uint32_t i);
+  float *temp(std::vector<float> &pool, int64_t count);
+
+  const program::Stage *stageTable = nullptr;
+  const program::ModelInfo *modelInfo = nullptr;
+  uint8_t *arena = nullptr;
+  uint64_t arenaSize = 0;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<ParamView> paramViews;
+  // Temporaries (grow only): staging for outputs that overlap inputs, and
+  // kernel workspace (mean/rstd, attention probabilities, per-token losses)
+  // when the program gives no scratch buffer.
+  std::vector<float> staging, workspace, workspace2;
+};
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_EXECUTOR_H

@@ -1,0 +1,47 @@
+//===- trace.h - Chrome / Perfetto trace writer ----------------*- C++ -*-===//
+//
+// Collects complete events ("ph": "X") and writes them as the Chrome trace
+// JSON object format, {"traceEvents": [...]}, which chrome://tracing and
+// ui.perfetto.dev open. Times are microseconds from the first event's origin;
+// pid is the rank, tid the stream (0 = compute).
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_TRACE_H
+#define LOOM_RUNTIME_CORE_TRACE_H
+
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+class TraceWriter {
+public:
+  /// `originNs` is the steady-clock time that becomes ts = 0.
+  explicit TraceWriter(int64_t originNs) : origin(originNs) {}
+
+  /// Records a complete event from steady-clock times in nanoseconds. `cat`
+  /// is "compute", "communication" or "data".
+  void addComplete(const std::string &name, const char *cat, int64_t startNs,
+                   int64_t endNs, int64_t pid, int64_t tid = 0);
+
+  size_t size() const { return events.size(); }
+
+  /// Writes the trace to `path` (temporary file, then rename).
+  Status write(const std::string &path) const;
+
+private:
+  struct Event {
+    std::string name;
+    const char *cat;
+    int64_t startNs, endNs, pid, tid;
+  };
+  int64_t origin;
+  std::vector<Event> events;
+};
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_TRACE_H

@@ -1,0 +1,742 @@
+//===- program.cpp - Program file loader and verifier ----------*- C++ -*-===//
+//
+// Three layers, each trusting only what the previous one established:
+//   1. the envelope (magic, version, size, checksum),
+//   2. the FlatBuffers verifier (every offset and vector inside the payload),
+//   3. semantic checks (buffers inside the arena, operand counts / dtypes /
+//      shapes per opcode, parameter slices, model info).
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/program/program.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <sys/stat.h>
+
+namespace loom::program {
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+int64_t dtypeBytes(DType dtype) {
+  switch (dtype) {
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::BF16:
+    return 2;
+  }
+  return 0;
+}
+
+static const char *dtypeLabel(DType dtype) {
+  const char *n = EnumNameDType(dtype);
+  return (n && *n) ? n : "unknown";
+}
+
+std::string opcodeName(Opcode opcode) {
+  const char *n = EnumNameOpcode(opcode);
+  if (n && *n)
+    return n;
+  return "opcode " + std::to_string(static_cast<unsigned>(opcode));
+}
+
+bool isCollective(Opcode opcode) {
+  return opcode >= Opcode::AllReduce && opcode <= Opcode::Recv;
+}
+
+std::string shapeString(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t shapeNumel(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+static std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
+  std::vector<int64_t> out;
+  if (v)
+    out.assign(v->begin(), v->end());
+  return out;
+}
+
+static std::vector<uint32_t> toVector(const flatbuffers::Vector<uint32_t> *v) {
+  std::vector<uint32_t> out;
+  if (v)
+    out.assign(v->begin(), v->end());
+  return out;
+}
+
+static std::string nameOf(const flatbuffers::String *s) {
+  return s ? s->str() : std::string();
+}
+
+std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index) {
+  return toVector(stage.buffers()->Get(index)->shape());
+}
+
+const Stage *LoadedProgram::stage(uint32_t index) const {
+  if (!program || !program->stages())
+    return nullptr;
+  for (const Stage *s : *program->stages())
+    if (s->index() == index)
+      return s;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The largest rank the runtime accepts (GPT-2 needs 4).
+constexpr size_t kMaxRank = 16;
+
+/// Per-stage facts established by the buffer checks, used by the
+/// instruction checks.
+struct StageFacts {
+  uint32_t stageIndex = 0;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DType> dtypes;
+  std::vector<uint64_t> offsets, bytes;
+};
+
+Status checkBuffers(const Stage &stage, StageFacts &facts) {
+  const uint32_t si = stage.index();
+  const uint64_t arena = stage.arena_bytes();
+  const auto *buffers = stage.buffers();
+  const uint32_t n = buffers ? buffers->size() : 0;
+  for (uint32_t j = 0; j < n; ++j) {
+    const Buffer *b = buffers->Get(j);
+    const std::string label = "stage " + std::to_string(si) + ", buffer #" +
+                              std::to_string(j) + " '" + nameOf(b->name()) +
+                              "'";
+    const int64_t esize = dtypeBytes(b->dtype());
+    LOOM_CHECK(esize > 0, label << ": unknown dtype "
+                                << static_cast<int>(b->dtype())
+                                << " (this runtime knows F32, I32, BF16)");
+    std::vector<int64_t> shape = toVector(b->shape());
+    LOOM_CHECK(shape.size() <= kMaxRank,
+               label << ": rank " << shape.size() << " exceeds " << kMaxRank);
+    int64_t numel = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      LOOM_CHECK(shape[d] > 0, label << ": dimension " << d << " of shape "
+                                     << shapeString(shape)
+                                     << " is not positive");
+      LOOM_CHECK(numel <= std::numeric_limits<int64_t>::max() / 8 / shape[d],
+                 label << ": shape " << shapeString(shape)
+                       << " has too many elements");
+      numel *= shape[d];
+    }
+    const uint64_t bytes = static_cast<uint64_t>(numel * esize);
+    const uint64_t offset = b->offset();
+    LOOM_CHECK(offset % kBufferAlignment == 0,
+               label << ": offset " << offset << " is not aligned to "
+                     << kBufferAlignment << " bytes");
+    LOOM_CHECK(offset <= arena && bytes <= arena - offset,
+               label << ": bytes [" << offset << ", " << offset << " + "
+                     << bytes << ") of shape " << shapeString(shape) << " "
+                     << dtypeLabel(b->dtype()) << " leave the arena of "
+                     << arena << " bytes");
+    facts.shapes.push_back(std::move(shape));
+    facts.dtypes.push_back(b->dtype());
+    facts.offsets.push_back(offset);
+    facts.bytes.push_back(bytes);
+  }
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Instructions
+//===----------------------------------------------------------------------===//
+
+/// Checks one instruction; `prefix` names stage, index and name.
+class InstructionChecker {
+public:
+  InstructionChecker(const StageFacts &facts, const Instruction &ins,
+                     std::string prefix)
+      : facts(facts), ins(ins), prefix(std::move(prefix)),
+        inputs(toVector(ins.inputs())), outputs(toVector(ins.outputs())),
+        scratch(toVector(ins.scratch())) {}
+
+  Status check();
+
+private:
+  const std::vector<int64_t> &shape(uint32_t b) const {
+    return facts.shapes[b];
+  }
+  Status counts(size_t minIn, size_t maxIn, size_t nOut, size_t maxScratch);
+  Status dtype(uint32_t b, DType want, const char *role);
+  Status sameShape(uint32_t b, const std::vector<int64_t> &want,
+                   const char *role);
+  Status numel(uint32_t b, int64_t want, const char *role);
+  Status checkCompute();
+  Status checkMovement();
+
+  const StageFacts &facts;
+  const Instruction &ins;
+  std::string prefix;
+  std::vector<uint32_t> inputs, outputs, scratch;
+};
+
+#define INSTR_CHECK(cond, streamExpr) LOOM_CHECK(cond, prefix << ": " << streamExpr)
+
+Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
+                                  size_t maxScratch) {
+  const std::string op = opcodeName(ins.opcode());
+  INSTR_CHECK(inputs.size() >= minIn && inputs.size() <= maxIn,
+              op << " takes " << minIn
+                 << (maxIn == minIn       ? ""
+                     : maxIn == SIZE_MAX ? " or more"
+                                         : " to " + std::to_string(maxIn))
+                 << " inputs, got " << inputs.size());
+  INSTR_CHECK(outputs.size() == nOut, op << " has " << nOut
+                                         << " output(s), got "
+                                         << outputs.size());
+  INSTR_CHECK(scratch.size() <= maxScratch,
+              op << " takes at most " << maxScratch << " scratch buffers, got "
+                 << scratch.size());
+  const size_t n = facts.shapes.size();
+  auto inRange = [&](const std::vector<uint32_t> &v,
+                     const char *what) -> Status {
+    for (size_t k = 0; k < v.size(); ++k)
+      INSTR_CHECK(v[k] < n, what << " #" << k << " is buffer " << v[k]
+                                 << ", but the stage has " << n
+                                 << " buffers");
+    return Status::success();
+  };
+  LOOM_RETURN_IF_ERROR(inRange(inputs, "input"));
+  LOOM_RETURN_IF_ERROR(inRange(outputs, "output"));
+  LOOM_RETURN_IF_ERROR(inRange(scratch, "scratch"));
+  // Scratch is the kernel's own memory: it may not share bytes with an
+  // operand (the kernel would overwrite its own input).
+  auto overlap = [&](uint32_t a, uint32_t b) {
+    return facts.offsets[a] < facts.offsets[b] + facts.bytes[b] &&
+           facts.offsets[b] < facts.offsets[a] + facts.bytes[a];
+  };
+  for (size_t k = 0; k < scratch.size(); ++k) {
+    for (uint32_t other : inputs)
+      INSTR_CHECK(!overlap(scratch[k], other),
+                  "scratch #" << k << " (buffer " << scratch[k]
+                              << ") overlaps input buffer " << other);
+    for (uint32_t other : outputs)
+      INSTR_CHECK(!overlap(scratch[k], other),
+                  "scratch #" << k << " (buffer " << scratch[k]
+                              << ") overlaps output buffer " << other);
+    for (size_t m = k + 1; m < scratch.size(); ++m)
+      INSTR_CHECK(!overlap(scratch[k], scratch[m]),
+                  "scratch #" << k << " overlaps scratch #" << m);
+  }
+  return Status::success();
+}
+
+Status InstructionChecker::dtype(uint32_t b, DType want, const char *role) {
+  INSTR_CHECK(facts.dtypes[b] == want,
+              role << " (buffer " << b << ") must be " << dtypeLabel(want)
+                   << ", got " << dtypeLabel(facts.dtypes[b]));
+  return Status::success();
+}
+
+Status InstructionChecker::sameShape(uint32_t b,
+                                     const std::vector<int64_t> &want,
+                                     const char *role) {
+  INSTR_CHECK(shape(b) == want, role << " (buffer " << b << ") has shape "
+                                     << shapeString(shape(b)) << ", expected "
+                                     << shapeString(want));
+  return Status::success();
+}
+
+Status InstructionChecker::numel(uint32_t b, int64_t want, const char *role) {
+  INSTR_CHECK(shapeNumel(shape(b)) == want,
+              role << " (buffer " << b << ") of shape "
+                   << shapeString(shape(b)) << " has " << shapeNumel(shape(b))
+                   << " elements, expected " << want);
+  return Status::success();
+}
+
+Status InstructionChecker::check() {
+  const Opcode op = ins.opcode();
+  if (op >= Opcode::Copy && op <= Opcode::Concat)
+    return checkMovement();
+  INSTR_CHECK(op <= Opcode::CrossEntropy,
+              "unknown opcode " << static_cast<unsigned>(op)
+                                << " (this runtime knows 0-12 and 32-37); "
+                                   "update the runtime or recompile");
+  return checkCompute();
+}
+
+Status InstructionChecker::checkCompute() {
+  const Opcode op = ins.opcode();
+  switch (op) {
+  case Opcode::Embedding: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    const uint32_t table = inputs[0], ids = inputs[1], out = outputs[0];
+    LOOM_RETURN_IF_ERROR(dtype(table, DType::F32, "table"));
+    LOOM_RETURN_IF_ERROR(dtype(ids, DType::I32, "ids"));
+    LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "result"));
+    INSTR_CHECK(shape(table).size() == 2,
+                "table must be [vocab, width], got "
+                    << shapeString(shape(table)));
+    std::vector<int64_t> want = shape(ids);
+    want.push_back(shape(table)[1]);
+    return sameShape(out, want, "result");
+  }
+  case Opcode::Add: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    const uint32_t lhs = inputs[0], rhs = inputs[1], out = outputs[0];
+    for (uint32_t b : {lhs, rhs, out})
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+    const auto &l = shape(lhs), &r = shape(rhs);
+    INSTR_CHECK(r.size() <= l.size() &&
+                    std::equal(r.begin(), r.end(), l.end() - r.size()),
+                "rhs shape " << shapeString(r)
+                             << " must equal the trailing dimensions of the "
+                                "lhs shape "
+                             << shapeString(l));
+    return sameShape(out, l, "result");
+  }
+  case Opcode::Linear: {
+    LOOM_RETURN_IF_ERROR(counts(2, 3, 1, 0));
+    for (uint32_t b : inputs)
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    const auto &x = shape(inputs[0]), &w = shape(inputs[1]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    INSTR_CHECK(w.size() == 2,
+                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(x.back() == w[0], "input features "
+                                      << x.back()
+                                      << " do not match the weight's input "
+                                         "dimension "
+                                      << w[0] << " (weight is [in, out])");
+    if (inputs.size() == 3)
+      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {w[1]}, "bias"));
+    std::vector<int64_t> want(x.begin(), x.end() - 1);
+    want.push_back(w[1]);
+    return sameShape(outputs[0], want, "result");
+  }
+  case Opcode::Matmul: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    for (uint32_t b : {inputs[0], inputs[1], outputs[0]})
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+    const auto &l = shape(inputs[0]), &r = shape(inputs[1]);
+    INSTR_CHECK(l.size() >= 2, "lhs must be [..., M, K], got "
+                                   << shapeString(l));
+    INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
+    const bool t = ins.transpose_rhs();
+    const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
+    INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
+                                   << shapeString(l) << " has K = " << l.back()
+                                   << ", rhs " << shapeString(r)
+                                   << " has K = " << k
+                                   << (t ? " (rhs transposed)" : ""));
+    std::vector<int64_t> want(l.begin(), l.end() - 1);
+    want.push_back(n);
+    return sameShape(outputs[0], want, "result");
+  }
+  case Opcode::LayerNorm: {
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 2));
+    for (uint32_t b : inputs)
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    const auto &x = shape(inputs[0]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], {x.back()}, "weight"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {x.back()}, "bias"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "result"));
+    const double eps = ins.epsilon();
+    INSTR_CHECK(eps > 0.0 && eps < 1.0,
+                "epsilon must be in (0, 1), got " << eps);
+    INSTR_CHECK(scratch.empty() || scratch.size() == 2,
+                "scratch must be empty or [mean, rstd], got "
+                    << scratch.size() << " buffers");
+    const int64_t rows = shapeNumel(x) / x.back();
+    for (uint32_t b : scratch) {
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
+      LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
+    }
+    return Status::success();
+  }
+  case Opcode::Gelu:
+  case Opcode::Softmax: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "input"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    if (op == Opcode::Softmax)
+      INSTR_CHECK(!shape(inputs[0]).empty(), "input must have rank >= 1");
+    return sameShape(outputs[0], shape(inputs[0]), "result");
+  }
+  case Opcode::Attention: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "qkv"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    const auto &q = shape(inputs[0]);
+    INSTR_CHECK(q.size() == 3, "qkv must be [batch, seq, 3 * channels], got "
+                                   << shapeString(q));
+    INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
+                                   << q[2]
+                                   << " is not 3 * channels (q, k, v packed)");
+    const int64_t C = q[2] / 3, NH = ins.num_heads();
+    INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
+    INSTR_CHECK(C % NH == 0, "channels " << C
+                                         << " are not divisible by num_heads "
+                                         << NH);
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], {q[0], q[1], C}, "result"));
+    if (!scratch.empty()) {
+      LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
+      // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
+      // may not; compare by division.
+      const int64_t s = shapeNumel(shape(scratch[0]));
+      const int64_t bnh = q[0] * NH;
+      INSTR_CHECK(s % bnh == 0 && s / bnh % q[1] == 0 && s / bnh / q[1] == q[1],
+                  "scratch (att) has " << s << " elements, expected B*NH*T*T = "
+                                       << q[0] << "*" << NH << "*" << q[1]
+                                       << "*" << q[1]);
+    }
+    return Status::success();
+  }
+  case Opcode::CrossEntropy: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "logits"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[1], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    const auto &l = shape(inputs[0]);
+    INSTR_CHECK(l.size() >= 2, "logits must be [..., vocab], got "
+                                   << shapeString(l));
+    std::vector<int64_t> rows(l.begin(), l.end() - 1);
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], rows, "targets"));
+    LOOM_RETURN_IF_ERROR(numel(outputs[0], 1, "result (scalar loss)"));
+    if (!scratch.empty()) {
+      LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (losses)"));
+      LOOM_RETURN_IF_ERROR(numel(scratch[0], shapeNumel(rows),
+                                 "scratch (per-token losses)"));
+    }
+    return Status::success();
+  }
+  default:
+    break;
+  }
+  INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op));
+  return Status::success();
+}
+
+Status InstructionChecker::checkMovement() {
+  const Opcode op = ins.opcode();
+  LOOM_RETURN_IF_ERROR(
+      counts(1, op == Opcode::Concat ? SIZE_MAX : 1, 1, 0));
+  // Data movement works on any dtype, but does not convert.
+  const uint32_t out = outputs[0];
+  for (uint32_t b : inputs)
+    INSTR_CHECK(facts.dtypes[b] == facts.dtypes[out],
+                "input buffer " << b << " is " << dtypeLabel(facts.dtypes[b])
+                                << " but the result is "
+                                << dtypeLabel(facts.dtypes[out])
+                                << " (no conversion)");
+  const auto &in = shape(inputs[0]), &o = shape(out);
+  switch (op) {
+  case Opcode::Copy:
+    return numel(out, shapeNumel(in), "result");
+  case Opcode::Transpose: {
+    std::vector<int64_t> perm = toVector(ins.permutation());
+    INSTR_CHECK(perm.size() == in.size(),
+                "permutation has " << perm.size()
+                                   << " entries but the input has rank "
+                                   << in.size());
+    std::vector<bool> used(in.size(), false);
+    std::vector<int64_t> want;
+    for (int64_t p : perm) {
+      INSTR_CHECK(p >= 0 && p < static_cast<int64_t>(in.size()) && !used[p],
+                  "permutation " << shapeString(perm)
+                                 << " is not a permutation of 0.."
+                                 << static_cast<int64_t>(in.size()) - 1);
+      used[p] = true;
+      want.push_back(in[p]);
+    }
+    return sameShape(out, want, "result");
+  }
+  case Opcode::Slice: {
+    const int64_t dim = ins.dim(), offset = ins.offset();
+    INSTR_CHECK(in.size() == o.size(), "result rank "
+                                           << o.size()
+                                           << " differs from input rank "
+                                           << in.size());
+    INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(in.size()),
+                "dim " << dim << " is out of range for rank " << in.size());
+    INSTR_CHECK(offset >= 0 && offset <= in[dim] - o[dim],
+                "slice of " << o[dim] << " at offset " << offset
+                            << " of dimension " << dim
+                            << " is out of bounds for size " << in[dim]);
+    for (size_t d = 0; d < in.size(); ++d)
+      INSTR_CHECK(static_cast<int64_t>(d) == dim || in[d] == o[d],
+                  "result dimension " << d << " is " << o[d]
+                                      << " but only dimension " << dim
+                                      << " may change (input "
+                                      << shapeString(in) << ")");
+    return Status::success();
+  }
+  case Opcode::Concat: {
+    const int64_t dim = ins.dim();
+    INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(o.size()),
+                "dim " << dim << " is out of range for rank " << o.size());
+    int64_t total = 0;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const auto &s = shape(inputs[k]);
+      INSTR_CHECK(s.size() == o.size(), "input #" << k << " has rank "
+                                                  << s.size()
+                                                  << " but the result has "
+                                                     "rank "
+                                                  << o.size());
+      for (size_t d = 0; d < s.size(); ++d)
+        INSTR_CHECK(static_cast<int64_t>(d) == dim || s[d] == o[d],
+                    "input #" << k << " " << shapeString(s)
+                              << " differs from the result " << shapeString(o)
+                              << " in dimension " << d);
+      total += s[dim]; // each <= arena size: no overflow
+    }
+    INSTR_CHECK(total == o[dim], "inputs add up to "
+                                     << total << " along dim " << dim
+                                     << " but the result has " << o[dim]);
+    return Status::success();
+  }
+  default:
+    break;
+  }
+  return Status::success();
+}
+
+#undef INSTR_CHECK
+
+//===----------------------------------------------------------------------===//
+// Params, special buffers, stages
+//===----------------------------------------------------------------------===//
+
+Status checkParams(const Stage &stage, const StageFacts &facts) {
+  const uint32_t si = stage.index();
+  const auto *params = stage.params();
+  if (!params)
+    return Status::success();
+  std::set<std::string> names;
+  for (uint32_t p = 0; p < params->size(); ++p) {
+    const Param *param = params->Get(p);
+    const std::string name = nameOf(param->name());
+    const std::string label = "stage " + std::to_string(si) + ", param #" +
+                              std::to_string(p) + " '" + name + "'";
+    LOOM_CHECK(!name.empty(), label << ": has no name");
+    LOOM_CHECK(names.insert(name).second,
+               label << ": the name appears twice in the parameter table");
+    const uint32_t b = param->buffer();
+    LOOM_CHECK(b < facts.shapes.size(),
+               label << ": buffer " << b << " is out of range (the stage has "
+                     << facts.shapes.size() << " buffers)");
+    LOOM_CHECK(facts.dtypes[b] == DType::F32,
+               label << ": buffer " << b << " must be F32, got "
+                     << dtypeLabel(facts.dtypes[b]));
+    const std::vector<int64_t> &local = facts.shapes[b];
+    const std::vector<int64_t> global = toVector(param->global_shape());
+    const std::vector<int64_t> offset = toVector(param->slice_offset());
+    LOOM_CHECK(global.size() == local.size(),
+               label << ": global shape " << shapeString(global)
+                     << " has rank " << global.size()
+                     << " but the local buffer " << shapeString(local)
+                     << " has rank " << local.size());
+    LOOM_CHECK(offset.size() == local.size(),
+               label << ": slice_offset " << shapeString(offset) << " has "
+                     << offset.size() << " entries, expected "
+                     << local.size());
+    int64_t gnumel = 1;
+    for (size_t d = 0; d < global.size(); ++d) {
+      LOOM_CHECK(global[d] > 0 &&
+                     gnumel <= std::numeric_limits<int64_t>::max() / global[d],
+                 label << ": global shape " << shapeString(global)
+                       << " is invalid (dimensions must be positive)");
+      gnumel *= global[d];
+      LOOM_CHECK(offset[d] >= 0 && offset[d] <= global[d] - local[d],
+                 label << ": slice at offset " << shapeString(offset)
+                       << " of size " << shapeString(local)
+                       << " leaves the global shape " << shapeString(global)
+                       << " in dimension " << d);
+    }
+    const auto kind = param->init();
+    LOOM_CHECK(kind == InitKind::Normal || kind == InitKind::Zeros ||
+                   kind == InitKind::Ones,
+               label << ": unknown init kind " << static_cast<int>(kind));
+    const double std = param->init_std();
+    LOOM_CHECK(kind != InitKind::Normal || (std >= 0.0 && std < 1e6),
+               label << ": init_std " << std << " is not a valid standard "
+                     << "deviation");
+  }
+  return Status::success();
+}
+
+Status checkSpecialBuffer(const Stage &stage, const StageFacts &facts,
+                          int32_t index, const char *what, DType want) {
+  if (index == -1)
+    return Status::success();
+  const uint32_t si = stage.index();
+  LOOM_CHECK(index >= 0 && static_cast<size_t>(index) < facts.shapes.size(),
+             "stage " << si << ": " << what << " buffer " << index
+                      << " is out of range (the stage has "
+                      << facts.shapes.size() << " buffers; -1 means none)");
+  LOOM_CHECK(facts.dtypes[index] == want,
+             "stage " << si << ": " << what << " buffer " << index
+                      << " must be " << dtypeLabel(want) << ", got "
+                      << dtypeLabel(facts.dtypes[index]));
+  return Status::success();
+}
+
+Status checkStage(const Stage &stage) {
+  StageFacts facts;
+  facts.stageIndex = stage.index();
+  const uint32_t si = stage.index();
+  LOOM_RETURN_IF_ERROR(checkBuffers(stage, facts));
+  LOOM_RETURN_IF_ERROR(checkParams(stage, facts));
+  LOOM_RETURN_IF_ERROR(
+      checkSpecialBuffer(stage, facts, stage.tokens(), "tokens", DType::I32));
+  LOOM_RETURN_IF_ERROR(checkSpecialBuffer(stage, facts, stage.targets(),
+                                          "targets", DType::I32));
+  LOOM_RETURN_IF_ERROR(
+      checkSpecialBuffer(stage, facts, stage.loss(), "loss", DType::F32));
+  if (stage.tokens() >= 0 && stage.targets() >= 0)
+    LOOM_CHECK(facts.shapes[stage.tokens()] == facts.shapes[stage.targets()],
+               "stage " << si << ": tokens shape "
+                        << shapeString(facts.shapes[stage.tokens()])
+                        << " differs from targets shape "
+                        << shapeString(facts.shapes[stage.targets()]));
+  if (stage.loss() >= 0)
+    LOOM_CHECK(shapeNumel(facts.shapes[stage.loss()]) == 1,
+               "stage " << si << ": loss buffer " << stage.loss()
+                        << " must be a scalar, got shape "
+                        << shapeString(facts.shapes[stage.loss()]));
+  if (const auto *instructions = stage.instructions()) {
+    for (uint32_t i = 0; i < instructions->size(); ++i) {
+      const Instruction *ins = instructions->Get(i);
+      LOOM_CHECK(!isCollective(ins->opcode()),
+                 "stage " << si << ": program uses "
+                          << opcodeName(ins->opcode()) << " (instruction #"
+                          << i << " '" << nameOf(ins->name())
+                          << "'); collectives need the multi-rank runtime "
+                             "(not in this build yet)");
+      std::string prefix = "stage " + std::to_string(si) + ", instruction #" +
+                           std::to_string(i) + " '" + nameOf(ins->name()) +
+                           "' (" + opcodeName(ins->opcode()) + ")";
+      LOOM_RETURN_IF_ERROR(
+          InstructionChecker(facts, *ins, std::move(prefix)).check());
+    }
+  }
+  return Status::success();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+Status verifyProgram(const Program &program) {
+  LOOM_CHECK(program.format_version() == 0 ||
+                 program.format_version() == kFormatVersion,
+             "program declares format_version "
+                 << program.format_version() << " but this runtime reads "
+                 << kFormatVersion << "; recompile the program");
+  const ModelInfo *model = program.model();
+  LOOM_CHECK(model, "program has no model info (n_layer, batch, ...)");
+  const std::pair<const char *, int64_t> fields[] = {
+      {"n_layer", model->n_layer()},     {"n_head", model->n_head()},
+      {"n_embd", model->n_embd()},       {"vocab_size", model->vocab_size()},
+      {"n_positions", model->n_positions()},
+      {"batch", model->batch()},         {"seq", model->seq()}};
+  for (const auto &[name, value] : fields)
+    LOOM_CHECK(value > 0, "program model info: " << name << " = " << value
+                                                 << " must be positive");
+  const auto *stages = program.stages();
+  LOOM_CHECK(stages && stages->size() > 0, "program has no stages");
+  std::set<uint32_t> seen;
+  for (uint32_t s = 0; s < stages->size(); ++s) {
+    const Stage *stage = stages->Get(s);
+    LOOM_CHECK(seen.insert(stage->index()).second,
+               "stage #" << s << " repeats stage index " << stage->index());
+    LOOM_RETURN_IF_ERROR(checkStage(*stage));
+  }
+  return Status::success();
+}
+
+Status loadProgramBytes(const std::string &fileBytes, const std::string &source,
+                        LoadedProgram &out) {
+  out.program = nullptr;
+  out.storage.clear();
+  out.name = source;
+  // 1. Envelope.
+  const uint8_t *payload = nullptr;
+  size_t size = 0;
+  std::string error;
+  if (!decodeProgramFile(fileBytes, &payload, &size, &error))
+    return Status::error("program '" + source + "': " + error);
+  LOOM_CHECK(size < FLATBUFFERS_MAX_BUFFER_SIZE,
+             "program '" << source << "': payload of " << size
+                         << " bytes exceeds the FlatBuffers limit");
+  // Copy into 8-byte aligned storage: the verifier checks alignment.
+  out.storage.assign((size + 7) / 8, 0);
+  if (size)
+    std::memcpy(out.storage.data(), payload, size);
+  const uint8_t *buf = reinterpret_cast<const uint8_t *>(out.storage.data());
+
+  // 2. FlatBuffers structure.
+  LOOM_CHECK(size >= 8 && ProgramBufferHasIdentifier(buf),
+             "program '" << source
+                         << "': payload is not a Loom program FlatBuffer "
+                            "(missing file identifier \"LOOM\"; the compiler "
+                            "must finish it with FinishProgramBuffer)");
+  flatbuffers::Verifier::Options options;
+  options.max_depth = 64;
+  options.max_tables = 1u << 24;
+  flatbuffers::Verifier verifier(buf, size, options);
+  LOOM_CHECK(VerifyProgramBuffer(verifier),
+             "program '" << source
+                         << "': the FlatBuffer payload is malformed (the "
+                            "verifier rejected an offset, vector or string); "
+                            "the file is corrupt or was written by an "
+                            "incompatible compiler");
+  const Program *program = GetProgram(buf);
+
+  // 3. Semantics.
+  Status s = verifyProgram(*program);
+  if (!s.ok())
+    return s.withContext("program '" + source + "'");
+  out.program = program;
+  return Status::success();
+}
+
+Status loadProgramFile(const std::string &path, LoadedProgram &out) {
+  out.program = nullptr;
+  struct stat st;
+  LOOM_CHECK(::stat(path.c_str(), &st) == 0,
+             "cannot open program '" << path << "': " << std::strerror(errno));
+  LOOM_CHECK(S_ISREG(st.st_mode),
+             "program '" << path << "' is not a regular file");
+  std::FILE *f = std::fopen(path.c_str(), "rb");
+  LOOM_CHECK(f, "cannot open program '" << path
+                                        << "': " << std::strerror(errno));
+  std::string bytes;
+  char chunk[1 << 16];
+  size_t got;
+  while ((got = std::fread(chunk, 1, sizeof(chunk), f)) > 0)
+    bytes.append(chunk, got);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  LOOM_CHECK(!failed, "cannot read program '" << path << "'");
+  return loadProgramBytes(bytes, path, out);
+}
+
+} // namespace loom::program

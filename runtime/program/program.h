@@ -1,0 +1,87 @@
+//===- program.h - Program file loader and verifier ------------*- C++ -*-===//
+//
+// Reads a program file (program_envelope.h + program.fbs), runs the
+// FlatBuffers verifier over the untrusted bytes, then checks what FlatBuffers
+// cannot: every buffer lies inside the arena, every instruction's operands
+// have the counts, dtypes and shapes its opcode needs (the same shape rules as
+// the compiler's op verifiers), every parameter slice fits its global shape.
+// After a successful load the executor can index buffers and run kernels
+// without further checks. Every error is a Status naming the stage, the
+// instruction index and its name; no input makes the loader crash.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_PROGRAM_PROGRAM_H
+#define LOOM_RUNTIME_PROGRAM_PROGRAM_H
+
+#include "runtime/core/status.h"
+#include "runtime/program/program_envelope.h"
+#include "runtime/program/program_generated.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::program {
+
+/// Bytes per element of `dtype` (0 for a value outside the enum).
+int64_t dtypeBytes(DType dtype);
+
+/// Opcode name as written in the schema ("Linear"), or "opcode <n>".
+std::string opcodeName(Opcode opcode);
+
+/// True for AllReduce .. Recv.
+bool isCollective(Opcode opcode);
+
+/// Alignment the verifier requires of every buffer offset.
+constexpr uint64_t kBufferAlignment = 64;
+
+/// A verified program: owns the payload bytes (8-byte aligned) and a pointer
+/// to the root table inside them. Move-only in spirit: the root points into
+/// `storage`, so it is not copyable.
+class LoadedProgram {
+public:
+  LoadedProgram() = default;
+  LoadedProgram(const LoadedProgram &) = delete;
+  LoadedProgram &operator=(const LoadedProgram &) = delete;
+
+  /// The root table (nullptr before a successful load).
+  const Program *root() const { return program; }
+  /// The stage whose `index` field is `index`, or nullptr.
+  const Stage *stage(uint32_t index) const;
+  /// Where the program came from (file path or caller-given name).
+  const std::string &source() const { return name; }
+
+private:
+  friend Status loadProgramBytes(const std::string &, const std::string &,
+                                 LoadedProgram &);
+  friend Status loadProgramFile(const std::string &, LoadedProgram &);
+  std::vector<uint64_t> storage;
+  const Program *program = nullptr;
+  std::string name;
+};
+
+/// Reads `path` and loads it as a program file. Errors name the file.
+Status loadProgramFile(const std::string &path, LoadedProgram &out);
+
+/// Loads a program file image (the bytes loadProgramFile reads); `source`
+/// names it in errors.
+Status loadProgramBytes(const std::string &fileBytes, const std::string &source,
+                        LoadedProgram &out);
+
+/// Semantic checks of an already FlatBuffers-verified program (what
+/// loadProgramBytes runs after the verifier). Exposed for tests.
+Status verifyProgram(const Program &program);
+
+/// Shape of buffer `index` of `stage` (empty for a scalar). The stage must
+/// have been verified.
+std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index);
+
+/// Element count of a shape (1 for a scalar); the shape must be verified.
+int64_t shapeNumel(const std::vector<int64_t> &shape);
+
+/// Shape as "[4, 64, 768]", for messages.
+std::string shapeString(const std::vector<int64_t> &shape);
+
+} // namespace loom::program
+
+#endif // LOOM_RUNTIME_PROGRAM_PROGRAM_H

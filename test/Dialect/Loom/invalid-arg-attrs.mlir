@@ -1,0 +1,161 @@
+// RUN: loom-opt %s -split-input-file -verify-diagnostics
+
+// Errors in the discardable attributes of function arguments: loom.name,
+// loom.role, loom.init, loom.sharding.
+
+// expected-error@+1 {{'func.func' op argument #0: loom.name must be a non-empty string such as "h.0.attn.c_attn.weight"}}
+func.func @name_not_string(%x: tensor<8xf32> {loom.name = 3 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #1: loom.name must be a non-empty string}}
+func.func @name_empty(%x: tensor<8xf32>, %y: tensor<8xf32> {loom.name = ""}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0: loom.role must be #loom.role<param|input|target>}}
+func.func @role_not_role(%x: tensor<8xf32> {loom.role = "param"}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has a loom.role but type 'tensor<?x8xf32>'; roles apply to statically shaped tensors}}
+func.func @role_dynamic(%x: tensor<?x8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has a loom.role but type 'i32'; roles apply to statically shaped tensors}}
+func.func @role_not_tensor(%x: i32 {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 is a param of type 'tensor<8xi32>'; parameters must be float tensors}}
+func.func @param_not_float(%x: tensor<8xi32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 is a param without a loom.name}}
+func.func @param_without_name(%x: tensor<8xf32> {loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 ("w") is a param without a loom.init initializer}}
+func.func @param_without_init(%x: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<param>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 is an input of type 'tensor<4x32xi64>'; token ids must be i32 tensors}}
+func.func @input_not_i32(%x: tensor<4x32xi64> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 is an target of type 'tensor<4x32xf32>'; token ids must be i32 tensors}}
+func.func @target_not_i32(%x: tensor<4x32xf32> {loom.name = "targets", loom.role = #loom.role<target>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0: loom.init must be a #loom.init}}
+func.func @init_not_init(%x: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = "zeros"}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has an initializer but is not a param}}
+func.func @init_without_role(%x: tensor<8xf32> {loom.init = #loom.init<ones>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has an initializer but is not a param}}
+func.func @init_on_input(%x: tensor<8xi32> {loom.name = "tokens", loom.role = #loom.role<input>, loom.init = #loom.init<zeros>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+// expected-error@+1 {{'func.func' op argument #0 sharding must be a #loom.sharding}}
+func.func @sharding_not_sharding(%x: tensor<8xf32> {loom.sharding = #loom.mesh<dp = 2>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 sharding refers to unknown mesh @mesh; declare it with `loom.mesh`}}
+func.func @sharding_unknown_mesh(%x: tensor<8xf32> {loom.sharding = #loom.sharding<@mesh, [[dp]]>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+// expected-error@+1 {{'func.func' op argument #0 sharding: a sharding can only describe a ranked tensor, not 'i32'}}
+func.func @sharding_not_tensor(%x: i32 {loom.sharding = #loom.sharding<@mesh, []>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+// expected-error@+1 {{'func.func' op argument #0 sharding: sharding has 1 dimensions but the value 'tensor<8x4xf32>' has rank 2}}
+func.func @sharding_rank(%x: tensor<8x4xf32> {loom.sharding = #loom.sharding<@mesh, [[dp]]>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+// expected-error@+1 {{'func.func' op argument #0 sharding: 'pp' is not an axis of mesh @mesh (axes: dp, tp)}}
+func.func @sharding_unknown_axis(%x: tensor<8x4xf32> {loom.sharding = #loom.sharding<@mesh, [[], [pp]]>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+// expected-error@+1 {{'func.func' op argument #0 sharding: 'pp' is not an axis of mesh @mesh (axes: dp, tp)}}
+func.func @sharding_unknown_partial_axis(%x: tensor<8x4xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], []], partial = [pp]>}) {
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+// expected-error@+1 {{'func.func' op argument #0 sharding: dimension 1 of size 6 cannot be split 8 ways; choose axes whose sizes divide it}}
+func.func @sharding_not_divisible(%x: tensor<8x6xf32> {loom.sharding = #loom.sharding<@mesh, [[], [dp, tp]]>}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op unknown loom argument attribute 'loom.weight'}}
+func.func @unknown_arg_attr(%x: tensor<8xf32> {loom.weight = 1 : i64}) {
+  return
+}
+
+// -----
+
+// Arguments of a declaration are checked against its signature.
+// expected-error@+1 {{'func.func' op argument #1 is a param of type 'tensor<4xi32>'; parameters must be float tensors}}
+func.func private @declaration(tensor<8xf32>, tensor<4xi32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})

@@ -1,0 +1,258 @@
+// RUN: loom-opt %s -split-input-file -verify-diagnostics
+
+// Verifier errors of loom.mesh and the collectives.
+
+func.func @mesh_in_function() {
+  // expected-error@+1 {{'loom.mesh' op expects parent op 'builtin.module'}}
+  loom.mesh @mesh <dp = 2>
+  return
+}
+
+// -----
+
+// expected-note@+1 {{see existing symbol definition here}}
+loom.mesh @mesh <dp = 2>
+// expected-error@+1 {{redefinition of symbol named 'mesh'}}
+loom.mesh @mesh <tp = 2>
+
+// -----
+
+func.func @unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.all_reduce' op refers to unknown mesh @nope; declare it with `loom.mesh`}}
+  %0 = loom.all_reduce %x on @nope [dp] sum : tensor<8xf32>
+  return
+}
+
+// -----
+
+// A symbol that is not a loom.mesh is no mesh.
+func.func private @not_a_mesh()
+func.func @symbol_not_a_mesh(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op refers to unknown mesh @not_a_mesh; declare it with `loom.mesh`}}
+  %0 = loom.all_gather %x on @not_a_mesh [dp] dim 0 : tensor<8xf32> -> tensor<16xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @no_axes(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.all_reduce' op must name at least one mesh axis}}
+  %0 = loom.all_reduce %x on @mesh [] sum : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+func.func @unknown_axis(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.all_reduce' op 'pp' is not an axis of mesh @mesh (axes: dp, tp)}}
+  %0 = loom.all_reduce %x on @mesh [pp] sum : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+func.func @axis_twice(%x: tensor<8x8xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op names mesh axis 'tp' twice}}
+  %0 = loom.reduce_scatter %x on @mesh [tp, dp, tp] dim 0 sum : tensor<8x8xf32> -> tensor<1x8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_reduce_type(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.all_reduce' op failed to verify that all of {input, result} have same type}}
+  %0 = "loom.all_reduce"(%x) <{axes = ["dp"], mesh = @mesh, reduction = #loom<reduction sum>}> : (tensor<8xf32>) -> tensor<8xf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @unknown_reduction(%x: tensor<8xf32>) {
+  // expected-error@+1 {{unknown reduction 'prod' (expected sum, max, min or avg)}}
+  %0 = loom.all_reduce %x on @mesh [dp] prod : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_dim(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op dim 2 is out of range for rank 2}}
+  %0 = loom.all_gather %x on @mesh [dp] dim 2 : tensor<8x4xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 4>
+func.func @all_gather_result(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op result shape [16, 4] should be [64, 4]}}
+  %0 = loom.all_gather %x on @mesh [dp, tp] dim 0 : tensor<8x4xf32> -> tensor<16x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_mixed_types(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op mixes element types 'f32' and 'f16'}}
+  %0 = loom.all_gather %x on @mesh [dp] dim 0 : tensor<8x4xf32> -> tensor<16x4xf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_dim(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op dim -1 is out of range for rank 2}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim -1 sum : tensor<8x4xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, tp = 3>
+func.func @reduce_scatter_divisible(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op dimension 1 of size 4 is not divisible by the group size 3}}
+  %0 = loom.reduce_scatter %x on @mesh [tp] dim 1 sum : tensor<8x4xf32> -> tensor<8x1xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_result(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op result shape [8, 2] should be [4, 4]}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim 0 sum : tensor<8x4xf32> -> tensor<8x2xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_mixed_types(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op mixes element types 'f32' and 'bf16'}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim 0 sum : tensor<8x4xf32> -> tensor<4x4xbf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @all_to_all_split_dim(%x: tensor<16x64xf32>) {
+  // expected-error@+1 {{'loom.all_to_all' op split dim 2 is out of range for rank 2}}
+  %0 = loom.all_to_all %x on @mesh [tp] split 2 concat 0 : tensor<16x64xf32> -> tensor<64x16xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @all_to_all_concat_dim(%x: tensor<16x64xf32>) {
+  // expected-error@+1 {{'loom.all_to_all' op concat dim -1 is out of range for rank 2}}
+  %0 = loom.all_to_all %x on @mesh [tp] split 1 concat -1 : tensor<16x64xf32> -> tensor<64x16xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @all_to_all_divisible(%x: tensor<16x6xf32>) {
+  // expected-error@+1 {{'loom.all_to_all' op split dimension 1 of size 6 is not divisible by the group size 4}}
+  %0 = loom.all_to_all %x on @mesh [tp] split 1 concat 0 : tensor<16x6xf32> -> tensor<64x1xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @all_to_all_result(%x: tensor<16x64xf32>) {
+  // expected-error@+1 {{'loom.all_to_all' op result shape [16, 64] should be [64, 16]}}
+  %0 = loom.all_to_all %x on @mesh [tp] split 1 concat 0 : tensor<16x64xf32> -> tensor<16x64xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @all_to_all_mixed_types(%x: tensor<16x64xf32>) {
+  // expected-error@+1 {{'loom.all_to_all' op mixes element types 'f32' and 'f16'}}
+  %0 = loom.all_to_all %x on @mesh [tp] split 1 concat 0 : tensor<16x64xf32> -> tensor<64x16xf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2, pp = 4>
+func.func @send_two_axes(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.send' op names 2 mesh axes; point-to-point needs exactly one}}
+  loom.send %x to @mesh [dp, pp] peer 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @recv_no_axes() {
+  // expected-error@+1 {{'loom.recv' op names 0 mesh axes; point-to-point needs exactly one}}
+  %0 = loom.recv from @mesh [] peer 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @send_unknown_mesh(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.send' op refers to unknown mesh @mesh; declare it with `loom.mesh`}}
+  loom.send %x to @mesh [pp] peer 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @recv_unknown_axis() {
+  // expected-error@+1 {{'loom.recv' op 'dp' is not an axis of mesh @mesh (axes: pp)}}
+  %0 = loom.recv from @mesh [dp] peer 1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @send_peer_too_large(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.send' op peer 4 is outside axis 'pp' of size 4}}
+  loom.send %x to @mesh [pp] peer 4 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @recv_negative_peer() {
+  // expected-error@+1 {{'loom.recv' op peer -1 is outside axis 'pp' of size 4}}
+  %0 = loom.recv from @mesh [pp] peer -1 tag 0 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @send_negative_tag(%x: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.send' op tag must be non-negative, got -3}}
+  loom.send %x to @mesh [pp] peer 1 tag -3 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <pp = 4>
+func.func @recv_negative_tag() {
+  // expected-error@+1 {{'loom.recv' op tag must be non-negative, got -1}}
+  %0 = loom.recv from @mesh [pp] peer 1 tag -1 : tensor<8xf32>
+  return
+}

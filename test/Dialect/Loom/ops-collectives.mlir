@@ -1,0 +1,67 @@
+// RUN: loom-opt %s | loom-opt | FileCheck %s
+
+// Round trip of the mesh and the collectives.
+
+// CHECK: loom.mesh @mesh <dp = 2, tp = 4, pp = 2>
+loom.mesh @mesh <dp = 2, tp = 4, pp = 2>
+
+// One all_reduce per reduction kind, over one and over two axes; `reason`
+// survives the round trip.
+// CHECK-LABEL: func.func @all_reduce
+// CHECK-SAME: (%[[X:.*]]: tensor<4x64x768xf32>)
+// CHECK: %[[S:.*]] = loom.all_reduce %[[X]] on @mesh [tp] sum {reason = "row-parallel c_proj"} : tensor<4x64x768xf32>
+// CHECK: %[[MX:.*]] = loom.all_reduce %[[S]] on @mesh [dp, tp] max : tensor<4x64x768xf32>
+// CHECK: %[[MN:.*]] = loom.all_reduce %[[MX]] on @mesh [dp] min : tensor<4x64x768xf32>
+// CHECK: %[[A:.*]] = loom.all_reduce %[[MN]] on @mesh [pp] avg {reason = "loss mean"} : tensor<4x64x768xf32>
+// CHECK: return %[[A]]
+func.func @all_reduce(%x: tensor<4x64x768xf32>) -> tensor<4x64x768xf32> {
+  %0 = loom.all_reduce %x on @mesh [tp] sum {reason = "row-parallel c_proj"} : tensor<4x64x768xf32>
+  %1 = loom.all_reduce %0 on @mesh [dp, tp] max : tensor<4x64x768xf32>
+  %2 = loom.all_reduce %1 on @mesh [dp] min : tensor<4x64x768xf32>
+  %3 = loom.all_reduce %2 on @mesh [pp] avg {reason = "loss mean"} : tensor<4x64x768xf32>
+  return %3 : tensor<4x64x768xf32>
+}
+
+// The gathered dimension grows by the group size: 96 * 2 (dp) and 96 * 8 (dp, tp).
+// CHECK-LABEL: func.func @all_gather
+// CHECK-SAME: (%[[S:.*]]: tensor<96x3072xf32>)
+// CHECK: loom.all_gather %[[S]] on @mesh [dp] dim 0 {reason = "zero-3: gather h.0.mlp.c_fc.weight for forward"} : tensor<96x3072xf32> -> tensor<192x3072xf32>
+// CHECK: loom.all_gather %[[S]] on @mesh [dp, tp] dim 0 : tensor<96x3072xf32> -> tensor<768x3072xf32>
+// CHECK: loom.all_gather %[[S]] on @mesh [tp] dim 1 : tensor<96x3072xf32> -> tensor<96x12288xf32>
+func.func @all_gather(%s: tensor<96x3072xf32>) -> (tensor<192x3072xf32>, tensor<768x3072xf32>, tensor<96x12288xf32>) {
+  %0 = loom.all_gather %s on @mesh [dp] dim 0 {reason = "zero-3: gather h.0.mlp.c_fc.weight for forward"} : tensor<96x3072xf32> -> tensor<192x3072xf32>
+  %1 = loom.all_gather %s on @mesh [dp, tp] dim 0 : tensor<96x3072xf32> -> tensor<768x3072xf32>
+  %2 = loom.all_gather %s on @mesh [tp] dim 1 : tensor<96x3072xf32> -> tensor<96x12288xf32>
+  return %0, %1, %2 : tensor<192x3072xf32>, tensor<768x3072xf32>, tensor<96x12288xf32>
+}
+
+// CHECK-LABEL: func.func @reduce_scatter
+// CHECK-SAME: (%[[G:.*]]: tensor<768x3072xf32>)
+// CHECK: loom.reduce_scatter %[[G]] on @mesh [dp] dim 0 sum {reason = "zero-2 gradient"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
+// CHECK: loom.reduce_scatter %[[G]] on @mesh [dp, tp] dim 1 avg : tensor<768x3072xf32> -> tensor<768x384xf32>
+func.func @reduce_scatter(%g: tensor<768x3072xf32>) -> (tensor<384x3072xf32>, tensor<768x384xf32>) {
+  %0 = loom.reduce_scatter %g on @mesh [dp] dim 0 sum {reason = "zero-2 gradient"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
+  %1 = loom.reduce_scatter %g on @mesh [dp, tp] dim 1 avg : tensor<768x3072xf32> -> tensor<768x384xf32>
+  return %0, %1 : tensor<384x3072xf32>, tensor<768x384xf32>
+}
+
+// CHECK-LABEL: func.func @all_to_all
+// CHECK-SAME: (%[[X:.*]]: tensor<16x64xf32>)
+// CHECK: loom.all_to_all %[[X]] on @mesh [tp] split 1 concat 0 : tensor<16x64xf32> -> tensor<64x16xf32>
+// CHECK: loom.all_to_all %[[X]] on @mesh [dp] split 0 concat 0 {reason = "identity shape"} : tensor<16x64xf32> -> tensor<16x64xf32>
+func.func @all_to_all(%x: tensor<16x64xf32>) -> (tensor<64x16xf32>, tensor<16x64xf32>) {
+  %0 = loom.all_to_all %x on @mesh [tp] split 1 concat 0 : tensor<16x64xf32> -> tensor<64x16xf32>
+  %1 = loom.all_to_all %x on @mesh [dp] split 0 concat 0 {reason = "identity shape"} : tensor<16x64xf32> -> tensor<16x64xf32>
+  return %0, %1 : tensor<64x16xf32>, tensor<16x64xf32>
+}
+
+// CHECK-LABEL: func.func @send_recv
+// CHECK-SAME: (%[[ACT:.*]]: tensor<4x64x768xf32>)
+// CHECK: loom.send %[[ACT]] to @mesh [pp] peer 1 tag 3 {reason = "stage 0 -> 1"} : tensor<4x64x768xf32>
+// CHECK: %[[R:.*]] = loom.recv from @mesh [pp] peer 0 tag 3 : tensor<4x64x768xf32>
+// CHECK: return %[[R]]
+func.func @send_recv(%act: tensor<4x64x768xf32>) -> tensor<4x64x768xf32> {
+  loom.send %act to @mesh [pp] peer 1 tag 3 {reason = "stage 0 -> 1"} : tensor<4x64x768xf32>
+  %0 = loom.recv from @mesh [pp] peer 0 tag 3 : tensor<4x64x768xf32>
+  return %0 : tensor<4x64x768xf32>
+}

@@ -1,0 +1,65 @@
+// RUN: loom-opt --loom-plan-buffers %s | FileCheck %s
+// RUN: loom-opt --loom-plan-buffers=alignment=256 %s | FileCheck %s --check-prefix=ALIGN
+
+// Arguments sit at the bottom for the whole step; a dead tensor's bytes are
+// reused (%c takes %a's slot); an op never writes over its own inputs; views
+// share their source's offset.
+// CHECK-LABEL: func.func @chain
+// CHECK-SAME: loom.offset = 0 : i64
+// CHECK-SAME: loom.arena_bytes = 768 : i64
+// CHECK: %[[A:.*]] = loom.gelu %{{.*}} {loom.offsets = array<i64: 256>}
+// CHECK: %[[B:.*]] = loom.gelu %[[A]] {loom.offsets = array<i64: 512>}
+// CHECK: %[[C:.*]] = loom.gelu %[[B]] {loom.offsets = array<i64: 256>}
+// CHECK: loom.reshape %[[C]] {loom.offsets = array<i64: 256>}
+// CHECK: loom.reshape %{{.*}} {loom.offsets = array<i64: 256>}
+// ALIGN-LABEL: func.func @chain
+// ALIGN-SAME: loom.arena_bytes = 768 : i64
+func.func @chain(%x: tensor<4x16xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) -> tensor<4x16xf32> {
+  %a = loom.gelu %x : tensor<4x16xf32>
+  %b = loom.gelu %a : tensor<4x16xf32>
+  %c = loom.gelu %b : tensor<4x16xf32>
+  %r = loom.reshape %c : tensor<4x16xf32> -> tensor<64xf32>
+  %d = loom.reshape %r : tensor<64xf32> -> tensor<4x16xf32>
+  return %d : tensor<4x16xf32>
+}
+
+// Alignment rounds every buffer up: 3 floats take 64 bytes, or 256.
+// CHECK-LABEL: func.func @aligned
+// CHECK-SAME: loom.offset = 0 : i64
+// CHECK-SAME: loom.offset = 64 : i64
+// CHECK-SAME: loom.arena_bytes = 192 : i64
+// CHECK: loom.add {{.*}} {loom.offsets = array<i64: 128>}
+// ALIGN-LABEL: func.func @aligned
+// ALIGN-SAME: loom.offset = 256 : i64
+// ALIGN-SAME: loom.arena_bytes = 768 : i64
+func.func @aligned(%x: tensor<3xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<ones>},
+                   %y: tensor<3xf32> {loom.name = "y", loom.role = #loom.role<param>, loom.init = #loom.init<ones>}) -> tensor<3xf32> {
+  %s = loom.add %x, %y : tensor<3xf32>, tensor<3xf32>
+  return %s : tensor<3xf32>
+}
+
+// Blocks are inlined: the block argument is its operand's storage, the
+// block result the yielded value's. Layer norm gets two scratch buffers
+// (mean, rstd: 4 rows each), attention one (probabilities [B, NH, T, T]).
+// CHECK-LABEL: func.func @block
+// CHECK: %[[IN:.*]] = loom.gelu %{{.*}} {loom.offsets = array<i64: [[INOFF:[0-9]+]]>}
+// CHECK: loom.block "h.0"(%[[IN]], %{{.*}}, %{{.*}})
+// CHECK: loom.layer_norm {{.*}}loom.scratch_offsets = array<i64: [[M:[0-9]+]], [[R:[0-9]+]]>
+// CHECK: loom.linear
+// CHECK: loom.attention {{.*}}loom.scratch_offsets = array<i64: [[P:[0-9]+]]>
+// CHECK: loom.yield
+// CHECK: loom.gelu %{{.*}} {loom.offsets
+func.func @block(%x: tensor<1x4x8xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                 %w: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<ones>},
+                 %qw: tensor<8x24xf32> {loom.name = "qw", loom.role = #loom.role<param>, loom.init = #loom.init<normal, std = 0.02>}) -> tensor<1x4x8xf32> {
+  %in = loom.gelu %x : tensor<1x4x8xf32>
+  %y = loom.block "h.0"(%in, %w, %qw) : (tensor<1x4x8xf32>, tensor<8xf32>, tensor<8x24xf32>) -> tensor<1x4x8xf32> {
+  ^bb0(%a: tensor<1x4x8xf32>, %aw: tensor<8xf32>, %aq: tensor<8x24xf32>):
+    %n = loom.layer_norm %a, %aw, %aw : tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+    %q = loom.linear %n, %aq : tensor<1x4x8xf32>, tensor<8x24xf32> -> tensor<1x4x24xf32>
+    %o = loom.attention %q {num_heads = 2 : i64} : tensor<1x4x24xf32> -> tensor<1x4x8xf32>
+    loom.yield %o : tensor<1x4x8xf32>
+  }
+  %z = loom.gelu %y : tensor<1x4x8xf32>
+  return %z : tensor<1x4x8xf32>
+}

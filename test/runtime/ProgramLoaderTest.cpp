@@ -1,0 +1,461 @@
+//===- ProgramLoaderTest.cpp - Envelope and verifier tests -----*- C++ -*-===//
+//
+// One test per family of verifier rules: each breaks one field of an
+// otherwise valid program and checks that loading fails with a message that
+// names what is wrong (and, for instructions, the stage, index and name).
+//
+//===----------------------------------------------------------------------===//
+#include "ProgramTestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+Status load(const fb::ProgramT &p) {
+  fb::LoadedProgram loaded;
+  return fb::loadProgramBytes(serialize(p), "test.loom", loaded);
+}
+
+/// Applies `edit` to a fresh mini GPT and expects a load error containing
+/// every string of `needles`.
+void expectRejected(const std::function<void(fb::ProgramT &)> &edit,
+                    const std::vector<std::string> &needles) {
+  auto p = miniGpt();
+  edit(*p);
+  Status s = load(*p);
+  ASSERT_FALSE(s.ok()) << "expected an error containing '" << needles[0]
+                       << "'";
+  for (const std::string &n : needles)
+    EXPECT_NE(s.message().find(n), std::string::npos)
+        << "message: " << s.message() << "\nmissing: " << n;
+}
+
+fb::StageT &stage0(fb::ProgramT &p) { return *p.stages[0]; }
+
+/// The instruction named `name` in stage 0.
+fb::InstructionT &instr(fb::ProgramT &p, const std::string &name) {
+  for (auto &i : stage0(p).instructions)
+    if (i->name == name)
+      return *i;
+  ADD_FAILURE() << "no instruction " << name;
+  return *stage0(p).instructions[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Envelope
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramEnvelope, RoundTrip) {
+  const uint8_t payload[] = {1, 2, 3, 4, 5};
+  std::string file = fb::encodeProgramFile(payload, sizeof(payload));
+  ASSERT_EQ(file.size(), 32u + 5u);
+  const uint8_t *out = nullptr;
+  size_t size = 0;
+  std::string error;
+  ASSERT_TRUE(fb::decodeProgramFile(file, &out, &size, &error)) << error;
+  ASSERT_EQ(size, 5u);
+  EXPECT_EQ(std::memcmp(out, payload, 5), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(out) -
+                reinterpret_cast<uintptr_t>(file.data()),
+            32u);
+}
+
+TEST(ProgramEnvelope, ClearErrors) {
+  const uint8_t payload[] = {9, 8, 7, 6, 5, 4, 3, 2};
+  const std::string good = fb::encodeProgramFile(payload, sizeof(payload));
+  auto error = [](const std::string &file) {
+    std::string e;
+    const uint8_t *p;
+    size_t n;
+    EXPECT_FALSE(fb::decodeProgramFile(file, &p, &n, &e));
+    return e;
+  };
+  EXPECT_NE(error("").find("not a Loom program"), std::string::npos);
+  EXPECT_NE(error("{\"json\": 1}").find("bad magic"), std::string::npos);
+  std::string v = good;
+  v[8] = 7;
+  EXPECT_NE(error(v).find("version 7 unsupported"), std::string::npos)
+      << error(v);
+  EXPECT_NE(error(v).find("recompile"), std::string::npos);
+  const std::string cut = error(good.substr(0, good.size() - 3));
+  EXPECT_NE(cut.find("truncated"), std::string::npos) << cut;
+  EXPECT_NE(cut.find("file has 37 bytes, header says 40"), std::string::npos)
+      << cut;
+  EXPECT_NE(error(good.substr(0, 20)).find("truncated"), std::string::npos);
+  EXPECT_NE(error(good + "x").find("trailing"), std::string::npos);
+  std::string flip = good;
+  flip[35] ^= 0x10;
+  EXPECT_NE(error(flip).find("checksum mismatch"), std::string::npos);
+  EXPECT_NE(error(flip).find("corrupt"), std::string::npos);
+}
+
+TEST(ProgramLoader, MissingFileAndNotAFlatBuffer) {
+  fb::LoadedProgram loaded;
+  Status s = fb::loadProgramFile("/nonexistent/prog.loom", loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/nonexistent/prog.loom"), std::string::npos);
+  s = fb::loadProgramFile("/tmp", loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos);
+
+  // A valid envelope around bytes that are not a Loom FlatBuffer.
+  const std::string junk(64, 'x');
+  s = fb::loadProgramBytes(
+      fb::encodeProgramFile(reinterpret_cast<const uint8_t *>(junk.data()),
+                            junk.size()),
+      "junk.loom", loaded);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not a Loom program FlatBuffer"),
+            std::string::npos)
+      << s.message();
+  EXPECT_EQ(loaded.root(), nullptr);
+}
+
+TEST(ProgramLoader, ValidProgramLoadsFromFile) {
+  auto p = miniGpt();
+  const std::string path = ::testing::TempDir() + "/loader_valid.loom";
+  std::string bytes = serialize(*p);
+  std::FILE *f = std::fopen(path.c_str(), "wb");
+  ASSERT_TRUE(f);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+  fb::LoadedProgram loaded;
+  Status s = fb::loadProgramFile(path, loaded);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  ASSERT_NE(loaded.root(), nullptr);
+  ASSERT_NE(loaded.stage(0), nullptr);
+  EXPECT_EQ(loaded.stage(1), nullptr);
+  EXPECT_EQ(loaded.stage(0)->instructions()->size(), 15u);
+  std::remove(path.c_str());
+}
+
+//===----------------------------------------------------------------------===//
+// Program-level rules
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramVerifier, ProgramLevel) {
+  expectRejected([](fb::ProgramT &p) { p.stages.clear(); }, {"no stages"});
+  expectRejected([](fb::ProgramT &p) { p.model.reset(); }, {"no model info"});
+  expectRejected([](fb::ProgramT &p) { p.model->batch = 0; },
+                 {"batch = 0", "positive"});
+  expectRejected([](fb::ProgramT &p) { p.model->vocab_size = -3; },
+                 {"vocab_size"});
+  expectRejected([](fb::ProgramT &p) { p.format_version = 9; },
+                 {"format_version 9"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        p.stages.push_back(std::make_unique<fb::StageT>());
+        p.stages[1]->index = 0;
+      },
+      {"repeats stage index 0"});
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramVerifier, Buffers) {
+  expectRejected([](fb::ProgramT &p) { stage0(p).arena_bytes -= 64; },
+                 {"stage 0, buffer #", "'loss'", "leave the arena"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).buffers[3]->offset += 32; },
+                 {"buffer #3", "not aligned to 64"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).buffers[2]->shape[0] = 0; },
+                 {"buffer #2", "not positive"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).buffers[2]->shape[0] = -4; },
+                 {"not positive"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[2]->shape = {1ll << 40, 1ll << 40};
+      },
+      {"too many elements"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[2]->dtype = static_cast<fb::DType>(9);
+      },
+      {"unknown dtype 9"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[0]->offset = 0xffffffffffffffc0ull;
+      },
+      {"leave the arena"});
+}
+
+//===----------------------------------------------------------------------===//
+// Instructions
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramVerifier, OperandIndicesAndCounts) {
+  expectRejected([](fb::ProgramT &p) { instr(p, "h.0.ln_1").inputs[0] = 999; },
+                 {"stage 0, instruction #2 'h.0.ln_1' (LayerNorm)",
+                  "input #0 is buffer 999"});
+  expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").outputs.clear(); },
+                 {"instruction #4 'h.0.attn'", "1 output(s), got 0"});
+  expectRejected(
+      [](fb::ProgramT &p) { instr(p, "h.0.mlp.gelu").inputs.push_back(0); },
+      {"Gelu takes 1 inputs, got 2"});
+  expectRejected(
+      [](fb::ProgramT &p) { instr(p, "h.0.attn").scratch.push_back(3); },
+      {"at most 1 scratch"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &ins = instr(p, "h.0.attn");
+        ins.scratch[0] = ins.inputs[0];
+      },
+      {"overlaps input"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).instructions[0]->opcode = static_cast<fb::Opcode>(20);
+      },
+      {"instruction #0", "unknown opcode 20"});
+}
+
+TEST(ProgramVerifier, Dtypes) {
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "wte").inputs[1]]->dtype = fb::DType::F32;
+      },
+      {"'wte' (Embedding)", "ids", "must be I32, got F32"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "h.0.mlp.gelu").outputs[0]]->dtype =
+            fb::DType::I32;
+      },
+      {"result", "must be F32, got I32"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "loss").inputs[1]]->dtype = fb::DType::F32;
+      },
+      {"targets", "must be I32"});
+}
+
+TEST(ProgramVerifier, ComputeShapes) {
+  // Embedding: table [V, C], out = ids.shape + [C].
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "wte").outputs[0]]->shape = {2, 8, 15};
+      },
+      {"'wte' (Embedding)", "expected [2, 8, 16]"});
+  // Add: rhs a trailing suffix of lhs.
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &a = instr(p, "wpe");
+        std::swap(a.inputs[0], a.inputs[1]);
+      },
+      {"'wpe' (Add)", "trailing dimensions"});
+  // Linear: K matches, bias [N], out [..., N].
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &l = instr(p, "h.0.mlp.c_fc");
+        l.inputs[0] = instr(p, "h.0.mlp.gelu").outputs[0];
+      },
+      {"'h.0.mlp.c_fc' (Linear)", "input features 64"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &l = instr(p, "h.0.mlp.c_fc");
+        l.inputs[2] = instr(p, "h.0.attn.c_proj").inputs[2];
+      },
+      {"bias", "expected [64]"});
+  // Matmul: K of the (transposed) rhs.
+  expectRejected(
+      [](fb::ProgramT &p) { instr(p, "lm_head").transpose_rhs = false; },
+      {"'lm_head' (Matmul)", "contracting dimensions differ"});
+  // LayerNorm: epsilon, weight, scratch rows.
+  expectRejected([](fb::ProgramT &p) { instr(p, "ln_f").epsilon = 0.0; },
+                 {"'ln_f' (LayerNorm)", "epsilon must be in (0, 1)"});
+  expectRejected([](fb::ProgramT &p) { instr(p, "ln_f").epsilon = 1.5; },
+                 {"epsilon"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &l = instr(p, "ln_f");
+        l.inputs[1] = instr(p, "h.0.mlp.c_fc").inputs[2];
+      },
+      {"weight", "expected [16]"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &l = instr(p, "h.0.ln_1");
+        l.scratch.pop_back();
+      },
+      {"scratch must be empty or [mean, rstd]"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &l = instr(p, "h.0.ln_1");
+        stage0(p).buffers[l.scratch[1]]->shape = {15};
+      },
+      {"scratch (mean / rstd)", "expected 16"});
+  // Gelu / softmax: out = in.
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "h.0.mlp.gelu").outputs[0]]->shape = {16,
+                                                                          64};
+      },
+      {"'h.0.mlp.gelu' (Gelu)", "expected [2, 8, 64]"});
+  // Attention: heads divide C, scratch B*NH*T*T.
+  expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 3; },
+                 {"'h.0.attn' (Attention)", "not divisible by num_heads 3"});
+  expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 0; },
+                 {"num_heads must be positive"});
+  expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 4; },
+                 {"scratch (att)", "B*NH*T*T"});
+  // Cross entropy: targets = logits minus last dim, scalar out, losses [N].
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "loss").inputs[1]]->shape = {16};
+      },
+      {"'loss' (CrossEntropy)", "targets", "expected [2, 8]"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "loss").outputs[0]]->shape = {2};
+      },
+      {"scalar loss"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "loss").scratch[0]]->shape = {8};
+      },
+      {"per-token losses", "expected 16"});
+}
+
+/// A program with one data-movement instruction from [2, 3, 4] to `outShape`.
+std::unique_ptr<fb::ProgramT> movement(fb::Opcode op,
+                                       std::vector<int64_t> outShape,
+                                       fb::DType outType = fb::DType::F32) {
+  auto p = emptyProgram(2, 3, 10);
+  StageBuilder s(*p->stages[0]);
+  const uint32_t a = s.buffer("a", {2, 3, 4});
+  const uint32_t b = s.buffer("b", outShape, outType);
+  s.op(op, "move", {a}, {b});
+  return p;
+}
+
+TEST(ProgramVerifier, MovementShapes) {
+  EXPECT_TRUE(load(*movement(fb::Opcode::Copy, {6, 4})).ok());
+  Status s = load(*movement(fb::Opcode::Copy, {6, 5}));
+  EXPECT_NE(s.message().find("'move' (Copy)"), std::string::npos)
+      << s.message();
+  s = load(*movement(fb::Opcode::Copy, {24}, fb::DType::I32));
+  EXPECT_NE(s.message().find("no conversion"), std::string::npos);
+
+  auto t = movement(fb::Opcode::Transpose, {4, 2, 3});
+  t->stages[0]->instructions[0]->permutation = {2, 0, 1};
+  EXPECT_TRUE(load(*t).ok()) << load(*t).toString();
+  t->stages[0]->instructions[0]->permutation = {2, 2, 1};
+  s = load(*t);
+  EXPECT_NE(s.message().find("not a permutation"), std::string::npos);
+  t->stages[0]->instructions[0]->permutation = {0, 2, 1};
+  s = load(*t);
+  EXPECT_NE(s.message().find("expected [2, 4, 3]"), std::string::npos)
+      << s.message();
+
+  auto sl = movement(fb::Opcode::Slice, {2, 2, 4});
+  sl->stages[0]->instructions[0]->dim = 1;
+  sl->stages[0]->instructions[0]->offset = 1;
+  EXPECT_TRUE(load(*sl).ok());
+  sl->stages[0]->instructions[0]->offset = 2;
+  s = load(*sl);
+  EXPECT_NE(s.message().find("out of bounds"), std::string::npos);
+  sl->stages[0]->instructions[0]->dim = 3;
+  s = load(*sl);
+  EXPECT_NE(s.message().find("dim 3 is out of range"), std::string::npos);
+
+  auto c = emptyProgram(2, 3, 10);
+  StageBuilder cs(*c->stages[0]);
+  const uint32_t a = cs.buffer("a", {2, 3});
+  const uint32_t b = cs.buffer("b", {2, 5});
+  const uint32_t o = cs.buffer("o", {2, 8});
+  cs.op(fb::Opcode::Concat, "cat", {a, b}, {o}).dim = 1;
+  EXPECT_TRUE(load(*c).ok());
+  c->stages[0]->buffers[o]->shape = {2, 9};
+  s = load(*c);
+  EXPECT_NE(s.message().find("inputs add up to 8"), std::string::npos);
+  c->stages[0]->buffers[o]->shape = {3, 8};
+  s = load(*c);
+  EXPECT_NE(s.message().find("differs from the result"), std::string::npos);
+}
+
+TEST(ProgramVerifier, CollectivesNeedMultiRank) {
+  for (fb::Opcode op : {fb::Opcode::AllReduce, fb::Opcode::AllGather,
+                        fb::Opcode::ReduceScatter, fb::Opcode::AllToAll,
+                        fb::Opcode::Send, fb::Opcode::Recv}) {
+    auto p = miniGpt();
+    auto &ins = stage0(*p).instructions[6];
+    ins->opcode = op;
+    ins->name = "grad.sync";
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("program uses " + fb::opcodeName(op) +
+                               " (instruction #6 'grad.sync'); collectives "
+                               "need the multi-rank runtime (not in this "
+                               "build yet)"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Params and special buffers
+//===----------------------------------------------------------------------===//
+
+TEST(ProgramVerifier, Params) {
+  expectRejected([](fb::ProgramT &p) { stage0(p).params[1]->buffer = 500; },
+                 {"param #1 'wpe.weight'", "buffer 500 is out of range"});
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).params[1]->global_shape = {8, 16, 1}; },
+      {"'wpe.weight'", "rank 3", "rank 2"});
+}
+
+TEST(ProgramVerifier, ParamSlices) {
+  // A [8, 16] local slice at offset [0, 8] of a [8, 20] tensor leaves it.
+  auto p = miniGpt();
+  stage0(*p).params[1]->global_shape = {8, 20};
+  stage0(*p).params[1]->slice_offset = {0, 8};
+  Status s = load(*p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("leaves the global shape [8, 20]"),
+            std::string::npos)
+      << s.message();
+  // The same slice at offset [0, 4] is inside.
+  stage0(*p).params[1]->slice_offset = {0, 4};
+  EXPECT_TRUE(load(*p).ok());
+  stage0(*p).params[1]->slice_offset = {0};
+  EXPECT_NE(load(*p).message().find("slice_offset"), std::string::npos);
+
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).params[2]->name = "wte.weight"; },
+      {"appears twice"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).params[2]->name = ""; },
+                 {"has no name"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->buffer = stage0(p).tokens;
+      },
+      {"'wte.weight'", "must be F32"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->init = static_cast<fb::InitKind>(7);
+      },
+      {"unknown init kind 7"});
+}
+
+TEST(ProgramVerifier, SpecialBuffers) {
+  expectRejected([](fb::ProgramT &p) { stage0(p).tokens = 1000; },
+                 {"tokens buffer 1000 is out of range"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).tokens = -2; },
+                 {"tokens buffer -2"});
+  expectRejected([](fb::ProgramT &p) { stage0(p).targets = 0; },
+                 {"targets buffer 0 must be I32"});
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).loss = stage0(p).targets; },
+      {"loss buffer", "must be F32"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).loss = static_cast<int32_t>(instr(p, "ln_f").outputs[0]);
+      },
+      {"must be a scalar"});
+}
+
+} // namespace

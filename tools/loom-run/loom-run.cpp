@@ -1,0 +1,381 @@
+//===- loom-run.cpp - Runs a compiled Loom program ---------------*- C++ -*-===//
+//
+// Loads a program file, initializes (or loads) the parameters, and evaluates
+// the loss for N steps of an llm.c token file:
+//
+//   loom-run PROGRAM --data F --steps N [--seed S] [--stage K]
+//            [--load-checkpoint F] [--save-checkpoint F] [--log-json F]
+//            [--trace F.json] [--quiet]
+//
+// Step s loads global batch s (TokenDataLoader, B = model.batch, T =
+// model.seq), fills the tokens/targets buffers, runs the stage's instruction
+// stream and reads the scalar loss. Any failure prints one line
+// `loom-run: error: ...` on stderr and exits with code 1.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/core/checkpoint.h"
+#include "runtime/core/executor.h"
+#include "runtime/core/json.h"
+#include "runtime/core/token_data.h"
+#include "runtime/core/trace.h"
+#include "runtime/program/program.h"
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <sys/resource.h>
+#include <vector>
+
+using namespace loom;
+
+namespace {
+
+const char *kUsage =
+    "usage: loom-run PROGRAM --data F --steps N [options]\n"
+    "\n"
+    "Evaluates the loss of a compiled Loom program on an llm.c token file.\n"
+    "\n"
+    "  PROGRAM                 program file written by loom-translate\n"
+    "  --data F                llm.c token file (.bin, uint16 tokens)\n"
+    "  --steps N               number of batches to evaluate (N >= 1)\n"
+    "  --seed S                parameter init seed (default 1337)\n"
+    "  --stage K               pipeline stage to run (default 0)\n"
+    "  --load-checkpoint F     load parameters from a safetensors file\n"
+    "  --save-checkpoint F     save parameters after the last step\n"
+    "  --log-json F            one JSON object per step, then a summary\n"
+    "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
+    "  --quiet                 no progress output\n"
+    "  --help                  show this message\n";
+
+struct Options {
+  std::string program, data, loadCheckpoint, saveCheckpoint, logJson, trace;
+  int64_t steps = -1;
+  uint64_t seed = 1337;
+  uint32_t stage = 0;
+  bool quiet = false;
+};
+
+/// An error that also shows the usage text.
+struct UsageError {
+  std::string message;
+};
+
+Status parseUnsigned(const std::string &flag, const std::string &text,
+                     uint64_t max, uint64_t &out) {
+  errno = 0;
+  char *end = nullptr;
+  const bool digits =
+      !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  unsigned long long v = digits ? std::strtoull(text.c_str(), &end, 10) : 0;
+  LOOM_CHECK(digits && errno == 0 && v <= max,
+             flag << " expects a non-negative integer"
+                  << (max < UINT64_MAX ? " <= " + std::to_string(max) : "")
+                  << ", got '" << text << "'");
+  out = v;
+  return Status::success();
+}
+
+/// Parses argv; a failure is a usage error.
+Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
+  help = false;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+      return Status::success();
+    }
+    if (arg == "--quiet") {
+      opts.quiet = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      if (arg == "--")
+        continue;
+      LOOM_CHECK(arg.empty() || arg[0] != '-' || arg == "-",
+                 "unknown flag '" << arg << "'");
+      positional.push_back(arg);
+      continue;
+    }
+    std::string flag = arg, value;
+    bool hasValue = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      hasValue = true;
+    }
+    static const char *kValued[] = {
+        "--data",     "--steps",     "--seed",           "--stage",
+        "--log-json", "--trace",     "--load-checkpoint", "--save-checkpoint"};
+    bool known = false;
+    for (const char *k : kValued)
+      known |= flag == k;
+    LOOM_CHECK(known, "unknown flag '" << flag << "'");
+    if (!hasValue) {
+      LOOM_CHECK(i + 1 < argc, flag << " needs a value");
+      value = argv[++i];
+    }
+    LOOM_CHECK(!value.empty(), flag << " needs a non-empty value");
+    uint64_t n = 0;
+    if (flag == "--data")
+      opts.data = value;
+    else if (flag == "--log-json")
+      opts.logJson = value;
+    else if (flag == "--trace")
+      opts.trace = value;
+    else if (flag == "--load-checkpoint")
+      opts.loadCheckpoint = value;
+    else if (flag == "--save-checkpoint")
+      opts.saveCheckpoint = value;
+    else if (flag == "--steps") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      LOOM_CHECK(n >= 1, "--steps must be at least 1, got " << value);
+      opts.steps = static_cast<int64_t>(n);
+    } else if (flag == "--seed") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT64_MAX, n));
+      opts.seed = n;
+    } else if (flag == "--stage") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT32_MAX, n));
+      opts.stage = static_cast<uint32_t>(n);
+    }
+  }
+  LOOM_CHECK(!positional.empty(), "missing PROGRAM (the program file)");
+  LOOM_CHECK(positional.size() == 1,
+             "expected one PROGRAM, got " << positional.size()
+                                          << " positional arguments");
+  opts.program = positional[0];
+  LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
+  LOOM_CHECK(opts.steps >= 1, "missing --steps (number of batches)");
+  return Status::success();
+}
+
+/// A line-oriented JSON log (one object per line, flushed each line).
+class JsonLog {
+public:
+  ~JsonLog() {
+    if (file)
+      std::fclose(file);
+  }
+  Status open(const std::string &path) {
+    file = std::fopen(path.c_str(), "w");
+    LOOM_CHECK(file, "cannot create --log-json file '"
+                         << path << "': " << std::strerror(errno));
+    name = path;
+    return Status::success();
+  }
+  Status write(const JsonValue &v) {
+    if (!file)
+      return Status::success();
+    const std::string line = writeJson(v) + "\n";
+    LOOM_CHECK(std::fwrite(line.data(), 1, line.size(), file) == line.size() &&
+                   std::fflush(file) == 0,
+               "cannot write --log-json file '" << name << "' (disk full?)");
+    return Status::success();
+  }
+  Status close() {
+    if (!file)
+      return Status::success();
+    const bool ok = std::fclose(file) == 0;
+    file = nullptr;
+    LOOM_CHECK(ok, "cannot write --log-json file '" << name << "'");
+    return Status::success();
+  }
+
+private:
+  std::FILE *file = nullptr;
+  std::string name;
+};
+
+std::string formatSeconds(double s) {
+  char buf[32];
+  if (s < 100)
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  return buf;
+}
+
+uint64_t rssPeakBytes() {
+  struct rusage ru;
+  if (::getrusage(RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
+}
+
+Status runProgram(const Options &opts) {
+  // 1. Program and executor.
+  program::LoadedProgram loaded;
+  LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
+  std::unique_ptr<Executor> ex;
+  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex));
+  const program::ModelInfo &model = ex->model();
+  const program::Stage &stage = ex->stage();
+  const int64_t B = model.batch(), T = model.seq();
+  LOOM_CHECK(stage.loss() >= 0,
+             "stage " << opts.stage
+                      << " has no loss buffer; loom-run evaluates the loss, "
+                         "which the last pipeline stage computes");
+  for (const auto &[index, what] :
+       {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
+        {stage.targets(), "targets"}})
+    if (index >= 0)
+      LOOM_CHECK(ex->bufferNumel(index) == B * T,
+                 "program '" << opts.program << "': the " << what
+                             << " buffer " << program::shapeString(
+                                                  ex->bufferShape(index))
+                             << " does not hold batch x seq = " << B << " x "
+                             << T << " tokens");
+  if (!opts.loadCheckpoint.empty())
+    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
+
+  // 2. Data.
+  TokenDataConfig dataConfig;
+  dataConfig.batchSize = B;
+  dataConfig.seqLen = T;
+  dataConfig.vocabSize = model.vocab_size();
+  std::unique_ptr<TokenDataLoader> data;
+  LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
+  std::vector<int32_t> spareInputs, spareTargets;
+  int32_t *inputs = nullptr, *targets = nullptr;
+  if (stage.tokens() >= 0)
+    inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
+  else
+    inputs = (spareInputs.resize(B * T), spareInputs.data());
+  if (stage.targets() >= 0)
+    targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
+  else
+    targets = (spareTargets.resize(B * T), spareTargets.data());
+
+  // 3. Outputs.
+  JsonLog log;
+  if (!opts.logJson.empty())
+    LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
+  const int64_t origin = steadyNowNs();
+  TraceWriter trace(origin);
+  std::vector<InstructionTiming> timings;
+  const auto *instructions = stage.instructions();
+  if (!opts.quiet) {
+    int64_t paramCount = 0;
+    for (const ParamView &p : ex->params())
+      paramCount += program::shapeNumel(p.localShape);
+    const auto *producer = loaded.root()->producer();
+    std::printf("loom-run: %s (%s), stage %u: %u instructions, %zu params "
+                "(%" PRId64 " values), arena %.1f MiB, batch %" PRId64
+                " x seq %" PRId64 "\n",
+                opts.program.c_str(),
+                producer ? producer->c_str() : "unknown producer", opts.stage,
+                instructions ? instructions->size() : 0u, ex->params().size(),
+                paramCount, ex->arenaBytes() / 1048576.0, B, T);
+    std::fflush(stdout);
+  }
+
+  // 4. Steps.
+  double lossSum = 0;
+  for (int64_t s = 0; s < opts.steps; ++s) {
+    const int64_t t0 = steadyNowNs();
+    LOOM_RETURN_IF_ERROR(data->loadBatch(s, inputs, targets));
+    const int64_t t1 = steadyNowNs();
+    timings.clear();
+    LOOM_RETURN_IF_ERROR(ex->run(opts.trace.empty() ? nullptr : &timings));
+    float loss = 0;
+    LOOM_RETURN_IF_ERROR(ex->readLoss(loss));
+    const int64_t t2 = steadyNowNs();
+    lossSum += loss;
+
+    if (!opts.trace.empty()) {
+      trace.addComplete("load batch " + std::to_string(s), "data", t0, t1, 0);
+      for (const InstructionTiming &t : timings) {
+        const program::Instruction *ins = instructions->Get(t.index);
+        std::string name = ins->name() && ins->name()->size()
+                               ? ins->name()->str()
+                               : program::opcodeName(ins->opcode());
+        trace.addComplete(name,
+                          program::isCollective(ins->opcode())
+                              ? "communication"
+                              : "compute",
+                          t.startNs, t.endNs, 0);
+      }
+    }
+    const double stepSec = (t2 - t0) * 1e-9;
+    const double tokPerSec = stepSec > 0 ? B * T / stepSec : 0.0;
+    JsonValue line = JsonValue::object();
+    line.set("step", JsonValue::integer(s));
+    line.set("loss", JsonValue::number(loss));
+    line.set("step_ms", JsonValue::number(stepSec * 1e3));
+    line.set("tokens_per_s", JsonValue::number(tokPerSec));
+    LOOM_RETURN_IF_ERROR(log.write(line));
+    if (!opts.quiet) {
+      const double elapsed = (t2 - origin) * 1e-9;
+      const double eta = elapsed / (s + 1) * (opts.steps - s - 1);
+      std::printf("step %" PRId64 "/%" PRId64
+                  " | loss %.9g | %.0f tok/s | elapsed %s | eta %s\n",
+                  s + 1, opts.steps, loss, tokPerSec,
+                  formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  // 5. Summary, checkpoint, trace.
+  const double meanLoss = lossSum / opts.steps;
+  JsonValue rank = JsonValue::object();
+  rank.set("rank", JsonValue::integer(0));
+  rank.set("peak_bytes",
+           JsonValue::integer(static_cast<int64_t>(ex->peakTensorBytes())));
+  rank.set("predicted_peak_bytes",
+           JsonValue::integer(static_cast<int64_t>(stage.arena_bytes())));
+  rank.set("rss_peak_bytes",
+           JsonValue::integer(static_cast<int64_t>(rssPeakBytes())));
+  JsonValue summary = JsonValue::object();
+  summary.set("summary", JsonValue::boolean(true));
+  summary.set("ranks", JsonValue::array({rank}));
+  summary.set("steps", JsonValue::integer(opts.steps));
+  summary.set("mean_loss", JsonValue::number(meanLoss));
+  LOOM_RETURN_IF_ERROR(log.write(summary));
+  LOOM_RETURN_IF_ERROR(log.close());
+  if (!opts.saveCheckpoint.empty())
+    LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint));
+  if (!opts.trace.empty())
+    LOOM_RETURN_IF_ERROR(trace.write(opts.trace));
+  if (!opts.quiet)
+    std::printf("done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
+                "%.1f MiB (planned arena %.1f MiB), peak RSS %.1f MiB\n",
+                opts.steps, meanLoss, ex->peakTensorBytes() / 1048576.0,
+                stage.arena_bytes() / 1048576.0, rssPeakBytes() / 1048576.0);
+  return Status::success();
+}
+
+int fail(const std::string &message, bool usage) {
+  std::fprintf(stderr, "loom-run: error: %s\n", message.c_str());
+  if (usage)
+    std::fprintf(stderr, "%s", kUsage);
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    Options opts;
+    bool help = false;
+    Status s = parseArgs(argc, argv, opts, help);
+    if (!s.ok())
+      return fail(s.message(), /*usage=*/true);
+    if (help) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    s = runProgram(opts);
+    if (!s.ok())
+      return fail(s.message(), /*usage=*/false);
+    return 0;
+  } catch (const std::exception &e) {
+    return fail(std::string("internal error: ") + e.what(), false);
+  } catch (...) {
+    return fail("internal error", false);
+  }
+}

@@ -1,0 +1,134 @@
+//===- StrategyFlags.cpp - Parallel strategy flags of `loom` ---*- C++ -*-===//
+
+#include "tools/loom/StrategyFlags.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringRef.h"
+
+using namespace loom::cli;
+
+int64_t Strategy::worldSize() const {
+  int64_t n = 1;
+  for (const auto &[axis, size] : mesh)
+    n *= size;
+  return n;
+}
+
+static bool parsePositive(llvm::StringRef text, int64_t &out) {
+  return !text.getAsInteger(10, out) && out >= 1;
+}
+
+bool loom::cli::parseStrategyFlag(const std::string &flag,
+                                  const std::string &value, Strategy &s,
+                                  std::string &error, bool &usedValue) {
+  usedValue = true;
+  if (flag == "--mesh") {
+    // dp=2,tp=2,pp=2 ; axes not named stay 1.
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(value).split(parts, ',', -1, /*KeepEmpty=*/false);
+    if (parts.empty()) {
+      error = "--mesh needs axis sizes such as dp=2,tp=2,pp=2";
+      return true;
+    }
+    for (llvm::StringRef part : parts) {
+      auto [axis, size] = part.split('=');
+      axis = axis.trim();
+      int64_t n;
+      if (!s.mesh.count(axis.str())) {
+        error = "--mesh: unknown axis '" + axis.str() +
+                "'; the axes are dp, tp and pp";
+        return true;
+      }
+      if (!parsePositive(size.trim(), n)) {
+        error = "--mesh: axis " + axis.str() + " needs a positive size, got '" +
+                size.str() + "'";
+        return true;
+      }
+      s.mesh[axis.str()] = n;
+    }
+    return true;
+  }
+  if (flag == "--zero") {
+    if (llvm::StringRef(value).getAsInteger(10, s.zero) || s.zero < 0 ||
+        s.zero > 3)
+      error = "--zero takes a ZeRO stage 0, 1, 2 or 3, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--microbatches") {
+    if (!parsePositive(value, s.microbatches))
+      error = "--microbatches needs a positive integer, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--virtual-stages") {
+    if (!parsePositive(value, s.virtualStages))
+      error = "--virtual-stages needs a positive integer, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--schedule") {
+    s.schedule = value;
+    if (value != "gpipe" && value != "1f1b" && value != "interleaved")
+      error = "--schedule is gpipe, 1f1b or interleaved, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--backend") {
+    s.backend = value;
+    if (value != "cpu" && value != "cuda")
+      error = "--backend is cpu or cuda, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--precision") {
+    s.precision = value;
+    if (value != "fp32" && value != "bf16")
+      error = "--precision is fp32 or bf16, got '" + value + "'";
+    return true;
+  }
+  usedValue = false;
+  if (flag == "--sequence-parallel") {
+    s.sequenceParallel = true;
+    return true;
+  }
+  return false;
+}
+
+bool loom::cli::checkStrategySupported(const Strategy &s, std::string &error) {
+  if (s.worldSize() != 1) {
+    error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
+            ",tp=" + std::to_string(s.mesh.at("tp")) +
+            ",pp=" + std::to_string(s.mesh.at("pp")) +
+            " needs the multi-rank runtime, which this build does not have "
+            "yet; use a single rank (dp=1,tp=1,pp=1)";
+    return false;
+  }
+  if (s.zero != 0) {
+    error = "--zero " + std::to_string(s.zero) +
+            " shards state over data-parallel ranks, which this build does "
+            "not support yet; use --zero 0";
+    return false;
+  }
+  if (s.microbatches != 1) {
+    error = "--microbatches " + std::to_string(s.microbatches) +
+            " is not supported yet; use --microbatches 1";
+    return false;
+  }
+  if (s.virtualStages != 1) {
+    error = "--virtual-stages needs pipeline parallelism, which this build "
+            "does not support yet";
+    return false;
+  }
+  if (s.sequenceParallel) {
+    error = "--sequence-parallel needs tensor parallelism, which this build "
+            "does not support yet";
+    return false;
+  }
+  if (s.backend != "cpu") {
+    error = "--backend " + s.backend +
+            " is not available in this build yet; use --backend cpu";
+    return false;
+  }
+  if (s.precision != "fp32") {
+    error = "--precision " + s.precision +
+            " is not supported yet; use --precision fp32";
+    return false;
+  }
+  return true;
+}

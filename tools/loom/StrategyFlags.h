@@ -1,0 +1,43 @@
+//===- StrategyFlags.h - Parallel strategy flags of `loom` -----*- C++ -*-===//
+//
+// The strategy flags every `loom` subcommand accepts (--mesh, --zero, ...),
+// parsed and checked in one place. Strategies that the compiler cannot yet
+// produce are rejected with a message naming the flag.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_TOOLS_LOOM_STRATEGYFLAGS_H
+#define LOOM_TOOLS_LOOM_STRATEGYFLAGS_H
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace loom::cli {
+
+struct Strategy {
+  /// Mesh axis sizes by name, in the order given (dp, tp, pp).
+  std::map<std::string, int64_t> mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}};
+  int64_t zero = 0;
+  int64_t microbatches = 1;
+  std::string schedule = "1f1b";
+  int64_t virtualStages = 1;
+  bool sequenceParallel = false;
+  std::string backend = "cpu";
+  std::string precision = "fp32";
+
+  int64_t worldSize() const;
+};
+
+/// Consumes `flag` (with `value`) if it is a strategy flag. Returns false
+/// if `flag` is not one; sets `error` when it is one with a bad value.
+bool parseStrategyFlag(const std::string &flag, const std::string &value,
+                       Strategy &strategy, std::string &error,
+                       bool &usedValue);
+
+/// Checks that this build can compile `strategy`; sets `error` otherwise.
+bool checkStrategySupported(const Strategy &strategy, std::string &error);
+
+} // namespace loom::cli
+
+#endif // LOOM_TOOLS_LOOM_STRATEGYFLAGS_H
