@@ -25,3 +25,17 @@ tool_dirs = [config.loom_tools_dir, config.llvm_tools_dir]
 llvm_config.add_tool_substitutions(["loom-opt", "loom-translate", "loom", "loom-run"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.loom_tools_dir, append_path=True)
+
+# End-to-end tests compare with PyTorch, which Debian's python3-torch provides
+# only for /usr/bin/python3 (the python3 on PATH may be another interpreter).
+import subprocess
+torch_python = "/usr/bin/python3"
+try:
+    subprocess.run([torch_python, "-c", "import torch, numpy"], check=True,
+                   capture_output=True, timeout=120)
+    config.available_features.add("torch")
+except (OSError, subprocess.SubprocessError):
+    lit_config.note("PyTorch not importable by /usr/bin/python3: "
+                    "end-to-end reference tests are unsupported")
+config.substitutions.append(("%torch_python", torch_python))
+config.substitutions.append(("%loom_bin", config.loom_tools_dir))

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <sys/mman.h>
 
 namespace loom {
@@ -170,14 +171,16 @@ Status Executor::run(std::vector<InstructionTiming> *timings) {
       s = runInstruction(i);
     } catch (const std::bad_alloc &) {
       s = Status::error("out of memory allocating a temporary");
+    } catch (const std::exception &e) {
+      s = Status::error(std::string("cannot allocate a temporary: ") +
+                        e.what());
     }
     if (!s.ok()) {
       const program::Instruction *ins = instructions->Get(i);
-      return s.withContext(
-          "stage " + std::to_string(stageTable->index()) + ", instruction #" +
-          std::to_string(i) + " '" +
-          (ins->name() ? ins->name()->str() : std::string()) + "' (" +
-          program::opcodeName(ins->opcode()) + ")");
+      return s.withContext("stage " + std::to_string(stageTable->index()) +
+                           ", instruction #" + std::to_string(i) + " '" +
+                           (ins->name() ? ins->name()->str() : std::string()) +
+                           "' (" + program::opcodeName(ins->opcode()) + ")");
     }
     if (timings)
       timings->push_back({i, start, steadyNowNs()});
@@ -209,9 +212,9 @@ Status Executor::runInstruction(uint32_t i) {
     scr.assign(ins.scratch()->begin(), ins.scratch()->end());
   auto range = [&](uint32_t b) {
     const uint64_t off = stageTable->buffers()->Get(b)->offset();
-    return Range{off, off + static_cast<uint64_t>(
-                                bufferNumel(b) *
-                                program::dtypeBytes(bufferDType(b)))};
+    return Range{
+        off, off + static_cast<uint64_t>(bufferNumel(b) *
+                                         program::dtypeBytes(bufferDType(b)))};
   };
   auto f32 = [&](uint32_t b) { return static_cast<float *>(bufferData(b)); };
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
@@ -236,14 +239,14 @@ Status Executor::runInstruction(uint32_t i) {
     staged = false; // memmove handles any overlap
   const int64_t outBytes = static_cast<int64_t>(outRange.end - outRange.begin);
   void *dst = staged ? static_cast<void *>(temp(staging, (outBytes + 3) / 4))
-                    : bufferData(o);
+                     : bufferData(o);
   float *dstF = static_cast<float *>(dst);
 
   switch (op) {
   case Opcode::Embedding: {
     const auto &t = shapes[in[0]];
-    LOOM_RETURN_IF_ERROR(cpu::embeddingForward(
-        dstF, i32(in[1]), f32(in[0]), bufferNumel(in[1]), t[0], t[1]));
+    LOOM_RETURN_IF_ERROR(cpu::embeddingForward(dstF, i32(in[1]), f32(in[0]),
+                                               bufferNumel(in[1]), t[0], t[1]));
     break;
   }
   case Opcode::Add: {

@@ -36,8 +36,8 @@ Status TraceWriter::write(const std::string &path) const {
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE *f = std::fopen(tmp.c_str(), "wb");
-  LOOM_CHECK(f, "cannot create trace '" << tmp
-                                        << "': " << std::strerror(errno));
+  LOOM_CHECK(f,
+             "cannot create trace '" << tmp << "': " << std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {

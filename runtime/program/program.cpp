@@ -191,20 +191,20 @@ private:
   std::vector<uint32_t> inputs, outputs, scratch;
 };
 
-#define INSTR_CHECK(cond, streamExpr) LOOM_CHECK(cond, prefix << ": " << streamExpr)
+#define INSTR_CHECK(cond, streamExpr)                                          \
+  LOOM_CHECK(cond, prefix << ": " << streamExpr)
 
 Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
                                   size_t maxScratch) {
   const std::string op = opcodeName(ins.opcode());
   INSTR_CHECK(inputs.size() >= minIn && inputs.size() <= maxIn,
               op << " takes " << minIn
-                 << (maxIn == minIn       ? ""
+                 << (maxIn == minIn      ? ""
                      : maxIn == SIZE_MAX ? " or more"
                                          : " to " + std::to_string(maxIn))
                  << " inputs, got " << inputs.size());
-  INSTR_CHECK(outputs.size() == nOut, op << " has " << nOut
-                                         << " output(s), got "
-                                         << outputs.size());
+  INSTR_CHECK(outputs.size() == nOut,
+              op << " has " << nOut << " output(s), got " << outputs.size());
   INSTR_CHECK(scratch.size() <= maxScratch,
               op << " takes at most " << maxScratch << " scratch buffers, got "
                  << scratch.size());
@@ -213,8 +213,7 @@ Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
                      const char *what) -> Status {
     for (size_t k = 0; k < v.size(); ++k)
       INSTR_CHECK(v[k] < n, what << " #" << k << " is buffer " << v[k]
-                                 << ", but the stage has " << n
-                                 << " buffers");
+                                 << ", but the stage has " << n << " buffers");
     return Status::success();
   };
   LOOM_RETURN_IF_ERROR(inRange(inputs, "input"));
@@ -243,9 +242,9 @@ Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
 }
 
 Status InstructionChecker::dtype(uint32_t b, DType want, const char *role) {
-  INSTR_CHECK(facts.dtypes[b] == want,
-              role << " (buffer " << b << ") must be " << dtypeLabel(want)
-                   << ", got " << dtypeLabel(facts.dtypes[b]));
+  INSTR_CHECK(facts.dtypes[b] == want, role << " (buffer " << b << ") must be "
+                                            << dtypeLabel(want) << ", got "
+                                            << dtypeLabel(facts.dtypes[b]));
   return Status::success();
 }
 
@@ -260,9 +259,9 @@ Status InstructionChecker::sameShape(uint32_t b,
 
 Status InstructionChecker::numel(uint32_t b, int64_t want, const char *role) {
   INSTR_CHECK(shapeNumel(shape(b)) == want,
-              role << " (buffer " << b << ") of shape "
-                   << shapeString(shape(b)) << " has " << shapeNumel(shape(b))
-                   << " elements, expected " << want);
+              role << " (buffer " << b << ") of shape " << shapeString(shape(b))
+                   << " has " << shapeNumel(shape(b)) << " elements, expected "
+                   << want);
   return Status::success();
 }
 
@@ -270,11 +269,18 @@ Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
-  INSTR_CHECK(op <= Opcode::CrossEntropy,
-              "unknown opcode " << static_cast<unsigned>(op)
-                                << " (this runtime knows 0-12 and 32-37); "
-                                   "update the runtime or recompile");
-  return checkCompute();
+  if (op <= Opcode::CrossEntropy)
+    return checkCompute();
+  const char *schemaName = EnumNameOpcode(op);
+  INSTR_CHECK(!(schemaName && *schemaName),
+              "program uses " << schemaName
+                              << ", which this runtime cannot run yet (it "
+                                 "executes forward compute and data "
+                                 "movement: opcodes 0-12)");
+  INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
+                                       << " (not in this runtime's schema); "
+                                          "update the runtime or recompile");
+  return Status::success();
 }
 
 Status InstructionChecker::checkCompute() {
@@ -286,9 +292,8 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(table, DType::F32, "table"));
     LOOM_RETURN_IF_ERROR(dtype(ids, DType::I32, "ids"));
     LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "result"));
-    INSTR_CHECK(shape(table).size() == 2,
-                "table must be [vocab, width], got "
-                    << shapeString(shape(table)));
+    INSTR_CHECK(shape(table).size() == 2, "table must be [vocab, width], got "
+                                              << shapeString(shape(table)));
     std::vector<int64_t> want = shape(ids);
     want.push_back(shape(table)[1]);
     return sameShape(out, want, "result");
@@ -332,16 +337,15 @@ Status InstructionChecker::checkCompute() {
     for (uint32_t b : {inputs[0], inputs[1], outputs[0]})
       LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
     const auto &l = shape(inputs[0]), &r = shape(inputs[1]);
-    INSTR_CHECK(l.size() >= 2, "lhs must be [..., M, K], got "
-                                   << shapeString(l));
+    INSTR_CHECK(l.size() >= 2,
+                "lhs must be [..., M, K], got " << shapeString(l));
     INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
     const bool t = ins.transpose_rhs();
     const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
     INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
                                    << shapeString(l) << " has K = " << l.back()
-                                   << ", rhs " << shapeString(r)
-                                   << " has K = " << k
-                                   << (t ? " (rhs transposed)" : ""));
+                                   << ", rhs " << shapeString(r) << " has K = "
+                                   << k << (t ? " (rhs transposed)" : ""));
     std::vector<int64_t> want(l.begin(), l.end() - 1);
     want.push_back(n);
     return sameShape(outputs[0], want, "result");
@@ -360,8 +364,8 @@ Status InstructionChecker::checkCompute() {
     INSTR_CHECK(eps > 0.0 && eps < 1.0,
                 "epsilon must be in (0, 1), got " << eps);
     INSTR_CHECK(scratch.empty() || scratch.size() == 2,
-                "scratch must be empty or [mean, rstd], got "
-                    << scratch.size() << " buffers");
+                "scratch must be empty or [mean, rstd], got " << scratch.size()
+                                                              << " buffers");
     const int64_t rows = shapeNumel(x) / x.back();
     for (uint32_t b : scratch) {
       LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
@@ -390,10 +394,18 @@ Status InstructionChecker::checkCompute() {
                                    << " is not 3 * channels (q, k, v packed)");
     const int64_t C = q[2] / 3, NH = ins.num_heads();
     INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
-    INSTR_CHECK(C % NH == 0, "channels " << C
-                                         << " are not divisible by num_heads "
-                                         << NH);
+    INSTR_CHECK(C % NH == 0,
+                "channels " << C << " are not divisible by num_heads " << NH);
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], {q[0], q[1], C}, "result"));
+    // The probabilities [B, NH, T, T] live in scratch or a runtime
+    // temporary; either way their count must be representable.
+    int64_t probs = 0;
+    INSTR_CHECK(!__builtin_mul_overflow(q[0] * NH, q[1], &probs) &&
+                    !__builtin_mul_overflow(probs, q[1], &probs) &&
+                    probs <= std::numeric_limits<int64_t>::max() / 8,
+                "attention probabilities B*NH*T*T = " << q[0] << "*" << NH
+                                                      << "*" << q[1] << "*"
+                                                      << q[1] << " overflow");
     if (!scratch.empty()) {
       LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
       // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
@@ -401,9 +413,9 @@ Status InstructionChecker::checkCompute() {
       const int64_t s = shapeNumel(shape(scratch[0]));
       const int64_t bnh = q[0] * NH;
       INSTR_CHECK(s % bnh == 0 && s / bnh % q[1] == 0 && s / bnh / q[1] == q[1],
-                  "scratch (att) has " << s << " elements, expected B*NH*T*T = "
-                                       << q[0] << "*" << NH << "*" << q[1]
-                                       << "*" << q[1]);
+                  "scratch (att) has "
+                      << s << " elements, expected B*NH*T*T = " << q[0] << "*"
+                      << NH << "*" << q[1] << "*" << q[1]);
     }
     return Status::success();
   }
@@ -413,15 +425,15 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(inputs[1], DType::I32, "targets"));
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
     const auto &l = shape(inputs[0]);
-    INSTR_CHECK(l.size() >= 2, "logits must be [..., vocab], got "
-                                   << shapeString(l));
+    INSTR_CHECK(l.size() >= 2,
+                "logits must be [..., vocab], got " << shapeString(l));
     std::vector<int64_t> rows(l.begin(), l.end() - 1);
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], rows, "targets"));
     LOOM_RETURN_IF_ERROR(numel(outputs[0], 1, "result (scalar loss)"));
     if (!scratch.empty()) {
       LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (losses)"));
-      LOOM_RETURN_IF_ERROR(numel(scratch[0], shapeNumel(rows),
-                                 "scratch (per-token losses)"));
+      LOOM_RETURN_IF_ERROR(
+          numel(scratch[0], shapeNumel(rows), "scratch (per-token losses)"));
     }
     return Status::success();
   }
@@ -434,8 +446,7 @@ Status InstructionChecker::checkCompute() {
 
 Status InstructionChecker::checkMovement() {
   const Opcode op = ins.opcode();
-  LOOM_RETURN_IF_ERROR(
-      counts(1, op == Opcode::Concat ? SIZE_MAX : 1, 1, 0));
+  LOOM_RETURN_IF_ERROR(counts(1, op == Opcode::Concat ? SIZE_MAX : 1, 1, 0));
   // Data movement works on any dtype, but does not convert.
   const uint32_t out = outputs[0];
   for (uint32_t b : inputs)
@@ -468,10 +479,9 @@ Status InstructionChecker::checkMovement() {
   }
   case Opcode::Slice: {
     const int64_t dim = ins.dim(), offset = ins.offset();
-    INSTR_CHECK(in.size() == o.size(), "result rank "
-                                           << o.size()
-                                           << " differs from input rank "
-                                           << in.size());
+    INSTR_CHECK(in.size() == o.size(),
+                "result rank " << o.size() << " differs from input rank "
+                               << in.size());
     INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(in.size()),
                 "dim " << dim << " is out of range for rank " << in.size());
     INSTR_CHECK(offset >= 0 && offset <= in[dim] - o[dim],
@@ -480,10 +490,9 @@ Status InstructionChecker::checkMovement() {
                             << " is out of bounds for size " << in[dim]);
     for (size_t d = 0; d < in.size(); ++d)
       INSTR_CHECK(static_cast<int64_t>(d) == dim || in[d] == o[d],
-                  "result dimension " << d << " is " << o[d]
-                                      << " but only dimension " << dim
-                                      << " may change (input "
-                                      << shapeString(in) << ")");
+                  "result dimension "
+                      << d << " is " << o[d] << " but only dimension " << dim
+                      << " may change (input " << shapeString(in) << ")");
     return Status::success();
   }
   case Opcode::Concat: {
@@ -547,14 +556,12 @@ Status checkParams(const Stage &stage, const StageFacts &facts) {
     const std::vector<int64_t> global = toVector(param->global_shape());
     const std::vector<int64_t> offset = toVector(param->slice_offset());
     LOOM_CHECK(global.size() == local.size(),
-               label << ": global shape " << shapeString(global)
-                     << " has rank " << global.size()
-                     << " but the local buffer " << shapeString(local)
-                     << " has rank " << local.size());
+               label << ": global shape " << shapeString(global) << " has rank "
+                     << global.size() << " but the local buffer "
+                     << shapeString(local) << " has rank " << local.size());
     LOOM_CHECK(offset.size() == local.size(),
                label << ": slice_offset " << shapeString(offset) << " has "
-                     << offset.size() << " entries, expected "
-                     << local.size());
+                     << offset.size() << " entries, expected " << local.size());
     int64_t gnumel = 1;
     for (size_t d = 0; d < global.size(); ++d) {
       LOOM_CHECK(global[d] > 0 &&
@@ -602,10 +609,27 @@ Status checkStage(const Stage &stage) {
   const uint32_t si = stage.index();
   LOOM_RETURN_IF_ERROR(checkBuffers(stage, facts));
   LOOM_RETURN_IF_ERROR(checkParams(stage, facts));
+  if (const auto *instructions = stage.instructions()) {
+    for (uint32_t i = 0; i < instructions->size(); ++i) {
+      const Instruction *ins = instructions->Get(i);
+      LOOM_CHECK(!isCollective(ins->opcode()),
+                 "stage " << si << ": program uses "
+                          << opcodeName(ins->opcode()) << " (instruction #" << i
+                          << " '" << nameOf(ins->name())
+                          << "'); collectives need the multi-rank runtime "
+                             "(not in this build yet)");
+      std::string prefix = "stage " + std::to_string(si) + ", instruction #" +
+                           std::to_string(i) + " '" + nameOf(ins->name()) +
+                           "' (" + opcodeName(ins->opcode()) + ")";
+      LOOM_RETURN_IF_ERROR(
+          InstructionChecker(facts, *ins, std::move(prefix)).check());
+    }
+  }
+  // After the instructions, whose messages are more specific.
   LOOM_RETURN_IF_ERROR(
       checkSpecialBuffer(stage, facts, stage.tokens(), "tokens", DType::I32));
-  LOOM_RETURN_IF_ERROR(checkSpecialBuffer(stage, facts, stage.targets(),
-                                          "targets", DType::I32));
+  LOOM_RETURN_IF_ERROR(
+      checkSpecialBuffer(stage, facts, stage.targets(), "targets", DType::I32));
   LOOM_RETURN_IF_ERROR(
       checkSpecialBuffer(stage, facts, stage.loss(), "loss", DType::F32));
   if (stage.tokens() >= 0 && stage.targets() >= 0)
@@ -619,22 +643,6 @@ Status checkStage(const Stage &stage) {
                "stage " << si << ": loss buffer " << stage.loss()
                         << " must be a scalar, got shape "
                         << shapeString(facts.shapes[stage.loss()]));
-  if (const auto *instructions = stage.instructions()) {
-    for (uint32_t i = 0; i < instructions->size(); ++i) {
-      const Instruction *ins = instructions->Get(i);
-      LOOM_CHECK(!isCollective(ins->opcode()),
-                 "stage " << si << ": program uses "
-                          << opcodeName(ins->opcode()) << " (instruction #"
-                          << i << " '" << nameOf(ins->name())
-                          << "'); collectives need the multi-rank runtime "
-                             "(not in this build yet)");
-      std::string prefix = "stage " + std::to_string(si) + ", instruction #" +
-                           std::to_string(i) + " '" + nameOf(ins->name()) +
-                           "' (" + opcodeName(ins->opcode()) + ")";
-      LOOM_RETURN_IF_ERROR(
-          InstructionChecker(facts, *ins, std::move(prefix)).check());
-    }
-  }
   return Status::success();
 }
 
@@ -653,10 +661,13 @@ Status verifyProgram(const Program &program) {
   const ModelInfo *model = program.model();
   LOOM_CHECK(model, "program has no model info (n_layer, batch, ...)");
   const std::pair<const char *, int64_t> fields[] = {
-      {"n_layer", model->n_layer()},     {"n_head", model->n_head()},
-      {"n_embd", model->n_embd()},       {"vocab_size", model->vocab_size()},
+      {"n_layer", model->n_layer()},
+      {"n_head", model->n_head()},
+      {"n_embd", model->n_embd()},
+      {"vocab_size", model->vocab_size()},
       {"n_positions", model->n_positions()},
-      {"batch", model->batch()},         {"seq", model->seq()}};
+      {"batch", model->batch()},
+      {"seq", model->seq()}};
   for (const auto &[name, value] : fields)
     LOOM_CHECK(value > 0, "program model info: " << name << " = " << value
                                                  << " must be positive");
@@ -726,8 +737,8 @@ Status loadProgramFile(const std::string &path, LoadedProgram &out) {
   LOOM_CHECK(S_ISREG(st.st_mode),
              "program '" << path << "' is not a regular file");
   std::FILE *f = std::fopen(path.c_str(), "rb");
-  LOOM_CHECK(f, "cannot open program '" << path
-                                        << "': " << std::strerror(errno));
+  LOOM_CHECK(f,
+             "cannot open program '" << path << "': " << std::strerror(errno));
   std::string bytes;
   char chunk[1 << 16];
   size_t got;

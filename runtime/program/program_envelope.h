@@ -91,7 +91,8 @@ inline bool decodeProgramFile(const std::string &file, const uint8_t **payload,
                 "with \"LOOMPROG\"); pass a file written by loom-translate");
   if (file.size() < kProgramHeaderBytes)
     return fail("truncated program file: file has " +
-                std::to_string(file.size()) + " bytes, the header alone needs " +
+                std::to_string(file.size()) +
+                " bytes, the header alone needs " +
                 std::to_string(kProgramHeaderBytes));
   const uint64_t version = detail::getLE(file, 8, 4);
   if (version != kFormatVersion)
@@ -110,10 +111,9 @@ inline bool decodeProgramFile(const std::string &file, const uint8_t **payload,
   if (declared != available) {
     // Compare sizes without overflowing on a corrupt 64-bit length.
     const bool over = declared > available;
-    std::string expected =
-        declared > UINT64_MAX - kProgramHeaderBytes
-            ? std::string("more than 2^64")
-            : std::to_string(declared + kProgramHeaderBytes);
+    std::string expected = declared > UINT64_MAX - kProgramHeaderBytes
+                               ? std::string("more than 2^64")
+                               : std::to_string(declared + kProgramHeaderBytes);
     return fail(std::string(over ? "truncated program file"
                                  : "program file has trailing bytes") +
                 ": file has " + std::to_string(file.size()) +

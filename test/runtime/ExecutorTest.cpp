@@ -1,4 +1,5 @@
-//===- ExecutorTest.cpp - Executor against the reference kernels -*- C++ -*-===//
+//===- ExecutorTest.cpp - Executor against the reference kernels -*- C++
+//-*-===//
 //
 // Runs hand-built programs through loadProgramBytes + Executor and compares
 // with the same computation done directly with the reference kernels; also
@@ -48,8 +49,8 @@ std::unique_ptr<Executor> makeExecutor(const fb::ProgramT &p,
 /// Random token ids in [0, vocab) for the tokens and targets buffers.
 void fillTokens(Executor &ex, int64_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab) -
-                                                     1);
+  std::uniform_int_distribution<int32_t> dist(0,
+                                              static_cast<int32_t>(vocab) - 1);
   for (int32_t b : {ex.stage().tokens(), ex.stage().targets()}) {
     auto *ids = static_cast<int32_t *>(ex.bufferData(b));
     for (int64_t i = 0; i < ex.bufferNumel(b); ++i)
@@ -65,9 +66,10 @@ std::vector<float> bufferValues(const Executor &ex, uint32_t b) {
 /// A parameter's values initialized directly (not through the executor).
 std::vector<float> initDirect(const fb::ParamT &param, uint64_t seed) {
   ParamInitializer init;
-  init.kind = param.init == fb::InitKind::Zeros  ? ParamInitializer::Kind::Zeros
-              : param.init == fb::InitKind::Ones ? ParamInitializer::Kind::Ones
-                                                 : ParamInitializer::Kind::Normal;
+  init.kind = param.init == fb::InitKind::Zeros ? ParamInitializer::Kind::Zeros
+              : param.init == fb::InitKind::Ones
+                  ? ParamInitializer::Kind::Ones
+                  : ParamInitializer::Kind::Normal;
   init.std = static_cast<float>(param.init_std);
   int64_t n = 1;
   for (int64_t d : param.global_shape)
@@ -111,22 +113,21 @@ TEST(Executor, MiniGptMatchesReferenceKernels) {
       static_cast<const int32_t *>(ex->bufferData(ex->stage().targets()));
   std::vector<float> emb(N * C), x(N * C), ln1(N * C), mean(N), rstd(N),
       qkv(N * 3 * C), att(N * C), probs(B * d.NH * T * T), proj(N * C),
-      h1(N * C), ln2(N * C), fc(N * 4 * C), gl(N * 4 * C), mp(N * C),
-      h2(N * C), lnf(N * C), logits(N * d.Vp);
+      h1(N * C), ln2(N * C), fc(N * 4 * C), gl(N * 4 * C), mp(N * C), h2(N * C),
+      lnf(N * C), logits(N * d.Vp);
   ASSERT_TRUE(cpu::embeddingForwardReference(emb.data(), ids,
-                                             w["wte.weight"].data(), N, d.Vp,
-                                             C)
+                                             w["wte.weight"].data(), N, d.Vp, C)
                   .ok());
   cpu::addBroadcastReference(x.data(), emb.data(), w["wpe.weight"].data(), B,
                              T * C);
-  cpu::layernormForwardReference(ln1.data(), mean.data(), rstd.data(),
-                                 x.data(), w["h.0.ln_1.weight"].data(),
+  cpu::layernormForwardReference(ln1.data(), mean.data(), rstd.data(), x.data(),
+                                 w["h.0.ln_1.weight"].data(),
                                  w["h.0.ln_1.bias"].data(), N, C, 1e-5f);
   cpu::linearForwardReference(qkv.data(), ln1.data(),
                               w["h.0.attn.c_attn.weight"].data(),
                               w["h.0.attn.c_attn.bias"].data(), N, C, 3 * C);
-  cpu::attentionForwardReference(att.data(), probs.data(), qkv.data(), B, T,
-                                 C, d.NH);
+  cpu::attentionForwardReference(att.data(), probs.data(), qkv.data(), B, T, C,
+                                 d.NH);
   cpu::linearForwardReference(proj.data(), att.data(),
                               w["h.0.attn.c_proj.weight"].data(),
                               w["h.0.attn.c_proj.bias"].data(), N, C, C);
@@ -151,9 +152,8 @@ TEST(Executor, MiniGptMatchesReferenceKernels) {
                      w["wte.weight"].data(), C, 0.0f, logits.data(), d.Vp);
   float refLoss = 0;
   std::vector<float> refLosses(N);
-  ASSERT_TRUE(cpu::crossEntropyForwardReference(&refLoss, refLosses.data(),
-                                                logits.data(), tgt, N, d.Vp,
-                                                d.V)
+  ASSERT_TRUE(cpu::crossEntropyForwardReference(
+                  &refLoss, refLosses.data(), logits.data(), tgt, N, d.Vp, d.V)
                   .ok());
 
   const auto &ins = p->stages[0]->instructions;
@@ -171,7 +171,9 @@ TEST(Executor, MiniGptMatchesReferenceKernels) {
   float again = 0;
   ASSERT_TRUE(ex->readLoss(again).ok());
   EXPECT_EQ(again, loss);
-  EXPECT_EQ(ex->peakTensorBytes(), ex->arenaBytes()); // all scratch planned
+  // ln_2 and ln_f have no planned scratch: mean and rstd come from the
+  // runtime's workspace (2 x 16 floats); everything else is in the arena.
+  EXPECT_EQ(ex->peakTensorBytes(), ex->arenaBytes() + 2 * 16 * sizeof(float));
 }
 
 TEST(Executor, UnplannedScratchUsesWorkspace) {
@@ -307,9 +309,9 @@ TEST(Executor, InPlaceOperands) {
     if (inPlace)
       for (uint32_t b : {y, z, r})
         p->stages[0]->buffers[b]->offset = p->stages[0]->buffers[x]->offset;
-    s.op(fb::Opcode::Linear, "lin", {x, w}, {y});  // staged
-    s.op(fb::Opcode::Gelu, "gelu", {y}, {z});      // exact alias
-    s.op(fb::Opcode::Add, "add", {z, bias}, {r});  // alias of lhs
+    s.op(fb::Opcode::Linear, "lin", {x, w}, {y}); // staged
+    s.op(fb::Opcode::Gelu, "gelu", {y}, {z});     // exact alias
+    s.op(fb::Opcode::Add, "add", {z, bias}, {r}); // alias of lhs
     return p;
   };
   std::vector<std::vector<float>> results;

@@ -15,17 +15,22 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
+#include <unistd.h>
 
 using namespace loom;
 using namespace loom::test;
 
 namespace {
 
+/// A per-test, per-process file name (CTest runs tests in parallel).
 std::string tempPath(const std::string &name) {
-  return ::testing::TempDir() + "/loomrun_" + name;
+  const auto *info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "/loomrun_" + std::to_string(::getpid()) + "_" +
+         (info ? info->name() : "none") + "_" + name;
 }
 
 std::string readText(const std::string &path) {
@@ -44,8 +49,8 @@ void writeText(const std::string &path, const std::string &text) {
 int runLoomRun(const std::string &args, std::string *out = nullptr,
                std::string *err = nullptr) {
   const std::string o = tempPath("stdout.txt"), e = tempPath("stderr.txt");
-  const std::string cmd = std::string(LOOM_RUN_PATH) + " " + args + " >" + o +
-                          " 2>" + e;
+  const std::string cmd =
+      std::string(LOOM_RUN_PATH) + " " + args + " >" + o + " 2>" + e;
   const int status = std::system(cmd.c_str());
   if (out)
     *out = readText(o);
@@ -64,6 +69,12 @@ protected:
     for (size_t i = 0; i < tokens.size(); ++i)
       tokens[i] = static_cast<int32_t>((i * 7 + i / 5) % 50);
     ASSERT_TRUE(writeTokenFile(data, tokens).ok());
+  }
+  void TearDown() override {
+    for (const char *name : {"mini.loom", "tokens.bin", "log.jsonl",
+                             "trace.json", "out.safetensors", "stdout.txt",
+                             "stderr.txt", "corrupt.loom", "wide.bin"})
+      std::remove(tempPath(name).c_str());
   }
   std::string program, data;
 };
@@ -94,13 +105,12 @@ TEST_F(LoomRun, LossesMatchTheExecutorAndOutputsAreWellFormed) {
   ASSERT_TRUE(TokenDataLoader::open(data, cfg, loader).ok());
   std::vector<double> expected;
   for (int s = 0; s < 3; ++s) {
-    ASSERT_TRUE(loader
-                    ->loadBatch(s,
-                                static_cast<int32_t *>(
-                                    ex->bufferData(ex->stage().tokens())),
-                                static_cast<int32_t *>(
-                                    ex->bufferData(ex->stage().targets())))
-                    .ok());
+    ASSERT_TRUE(
+        loader
+            ->loadBatch(
+                s, static_cast<int32_t *>(ex->bufferData(ex->stage().tokens())),
+                static_cast<int32_t *>(ex->bufferData(ex->stage().targets())))
+            .ok());
     ASSERT_TRUE(ex->run().ok());
     float loss;
     ASSERT_TRUE(ex->readLoss(loss).ok());
@@ -160,8 +170,8 @@ TEST_F(LoomRun, LossesMatchTheExecutorAndOutputsAreWellFormed) {
   ASSERT_TRUE(readSafetensors(ckpt, file).ok());
   EXPECT_EQ(file.tensors.size(), 16u);
   ASSERT_EQ(runLoomRun(program + " --data=" + data + " --steps=1 --seed 99 " +
-                           "--quiet --log-json " + log +
-                           " --load-checkpoint " + ckpt,
+                           "--quiet --log-json " + log + " --load-checkpoint " +
+                           ckpt,
                        &out, &err),
             0)
       << err;
@@ -218,8 +228,8 @@ TEST_F(LoomRun, UserErrors) {
   expectError(program + " --data " + wide + " --steps 1", "60");
   expectError(program + " --data " + data + " --steps 1 --stage 2",
               "has no stage 2");
-  expectError(program + " --data " + data +
-                  " --steps 1 --load-checkpoint " + tempPath("absent.st"),
+  expectError(program + " --data " + data + " --steps 1 --load-checkpoint " +
+                  tempPath("absent.st"),
               "absent.st");
   expectError(program + " --data " + data + " --steps 1 --log-json " +
                   "/nonexistent/dir/log.jsonl",

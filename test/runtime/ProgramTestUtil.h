@@ -1,4 +1,5 @@
-//===- ProgramTestUtil.h - Hand-built programs for runtime tests -*- C++ -*-===//
+//===- ProgramTestUtil.h - Hand-built programs for runtime tests -*- C++
+//-*-===//
 //
 // Builds program files without the compiler, through the FlatBuffers object
 // API: a test fills a ProgramT (buffers placed by a bump allocator at 64-byte
@@ -88,9 +89,10 @@ public:
 };
 
 /// An empty single-stage program with model info filled in.
-inline std::unique_ptr<fb::ProgramT>
-emptyProgram(int64_t batch, int64_t seq, int64_t vocab, int64_t embd = 16,
-             int64_t heads = 2) {
+inline std::unique_ptr<fb::ProgramT> emptyProgram(int64_t batch, int64_t seq,
+                                                  int64_t vocab,
+                                                  int64_t embd = 16,
+                                                  int64_t heads = 2) {
   auto p = std::make_unique<fb::ProgramT>();
   p->format_version = fb::kFormatVersion;
   p->producer = "loom runtime tests";

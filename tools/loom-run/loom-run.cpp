@@ -1,4 +1,5 @@
-//===- loom-run.cpp - Runs a compiled Loom program ---------------*- C++ -*-===//
+//===- loom-run.cpp - Runs a compiled Loom program ---------------*- C++
+//-*-===//
 //
 // Loads a program file, initializes (or loads) the parameters, and evaluates
 // the loss for N steps of an llm.c token file:
@@ -69,8 +70,8 @@ Status parseUnsigned(const std::string &flag, const std::string &text,
                      uint64_t max, uint64_t &out) {
   errno = 0;
   char *end = nullptr;
-  const bool digits =
-      !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  const bool digits = !text.empty() &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
   unsigned long long v = digits ? std::strtoull(text.c_str(), &end, 10) : 0;
   LOOM_CHECK(digits && errno == 0 && v <= max,
              flag << " expects a non-negative integer"
@@ -109,9 +110,14 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
       value = arg.substr(eq + 1);
       hasValue = true;
     }
-    static const char *kValued[] = {
-        "--data",     "--steps",     "--seed",           "--stage",
-        "--log-json", "--trace",     "--load-checkpoint", "--save-checkpoint"};
+    static const char *kValued[] = {"--data",
+                                    "--steps",
+                                    "--seed",
+                                    "--stage",
+                                    "--log-json",
+                                    "--trace",
+                                    "--load-checkpoint",
+                                    "--save-checkpoint"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -145,9 +151,9 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
     }
   }
   LOOM_CHECK(!positional.empty(), "missing PROGRAM (the program file)");
-  LOOM_CHECK(positional.size() == 1,
-             "expected one PROGRAM, got " << positional.size()
-                                          << " positional arguments");
+  LOOM_CHECK(positional.size() == 1, "expected one PROGRAM, got "
+                                         << positional.size()
+                                         << " positional arguments");
   opts.program = positional[0];
   LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
   LOOM_CHECK(opts.steps >= 1, "missing --steps (number of batches)");
@@ -200,6 +206,17 @@ std::string formatSeconds(double s) {
   return buf;
 }
 
+std::string formatBytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes < (1u << 20))
+    std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
+  else if (bytes < (1ull << 30))
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
+  return buf;
+}
+
 uint64_t rssPeakBytes() {
   struct rusage ru;
   if (::getrusage(RUSAGE_SELF, &ru) != 0)
@@ -225,9 +242,8 @@ Status runProgram(const Options &opts) {
         {stage.targets(), "targets"}})
     if (index >= 0)
       LOOM_CHECK(ex->bufferNumel(index) == B * T,
-                 "program '" << opts.program << "': the " << what
-                             << " buffer " << program::shapeString(
-                                                  ex->bufferShape(index))
+                 "program '" << opts.program << "': the " << what << " buffer "
+                             << program::shapeString(ex->bufferShape(index))
                              << " does not hold batch x seq = " << B << " x "
                              << T << " tokens");
   if (!opts.loadCheckpoint.empty())
@@ -265,12 +281,12 @@ Status runProgram(const Options &opts) {
       paramCount += program::shapeNumel(p.localShape);
     const auto *producer = loaded.root()->producer();
     std::printf("loom-run: %s (%s), stage %u: %u instructions, %zu params "
-                "(%" PRId64 " values), arena %.1f MiB, batch %" PRId64
+                "(%" PRId64 " values), arena %s, batch %" PRId64
                 " x seq %" PRId64 "\n",
                 opts.program.c_str(),
                 producer ? producer->c_str() : "unknown producer", opts.stage,
                 instructions ? instructions->size() : 0u, ex->params().size(),
-                paramCount, ex->arenaBytes() / 1048576.0, B, T);
+                paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
     std::fflush(stdout);
   }
 
@@ -295,9 +311,8 @@ Status runProgram(const Options &opts) {
                                ? ins->name()->str()
                                : program::opcodeName(ins->opcode());
         trace.addComplete(name,
-                          program::isCollective(ins->opcode())
-                              ? "communication"
-                              : "compute",
+                          program::isCollective(ins->opcode()) ? "communication"
+                                                               : "compute",
                           t.startNs, t.endNs, 0);
       }
     }
@@ -343,9 +358,11 @@ Status runProgram(const Options &opts) {
     LOOM_RETURN_IF_ERROR(trace.write(opts.trace));
   if (!opts.quiet)
     std::printf("done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
-                "%.1f MiB (planned arena %.1f MiB), peak RSS %.1f MiB\n",
-                opts.steps, meanLoss, ex->peakTensorBytes() / 1048576.0,
-                stage.arena_bytes() / 1048576.0, rssPeakBytes() / 1048576.0);
+                "%s (planned arena %s), peak RSS %s\n",
+                opts.steps, meanLoss,
+                formatBytes(ex->peakTensorBytes()).c_str(),
+                formatBytes(stage.arena_bytes()).c_str(),
+                formatBytes(rssPeakBytes()).c_str());
   return Status::success();
 }
 

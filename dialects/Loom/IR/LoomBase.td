@@ -60,6 +60,12 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kScratchOffsetsAttr =
         "loom.scratch_offsets";
     static constexpr ::llvm::StringLiteral kArenaBytesAttr = "loom.arena_bytes";
+    // Written by --loom-autodiff.
+    /// On a function result: the index of the argument whose storage it
+    /// updates in place (gradient accumulators, optimizer state).
+    static constexpr ::llvm::StringLiteral kUpdatesAttr = "loom.updates";
+    /// On a function: {phase = "microbatch"|"update", microbatches = M}.
+    static constexpr ::llvm::StringLiteral kTrainAttr = "loom.train";
 
   private:
     void registerAttributes();
@@ -73,7 +79,14 @@ def Loom_Dialect : Dialect {
 def Loom_Role : I32EnumAttr<"Role", "what a function argument is", [
   I32EnumAttrCase<"Param", 0, "param">,
   I32EnumAttrCase<"Input", 1, "input">,
-  I32EnumAttrCase<"Target", 2, "target">
+  I32EnumAttrCase<"Target", 2, "target">,
+  // Training state, named after the parameter it belongs to.
+  I32EnumAttrCase<"Grad", 3, "grad">,
+  I32EnumAttrCase<"AdamM", 4, "adam_m">,
+  I32EnumAttrCase<"AdamV", 5, "adam_v">,
+  // Scalars the runtime sets each step.
+  I32EnumAttrCase<"LearningRate", 6, "lr">,
+  I32EnumAttrCase<"Step", 7, "step">
 ]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::mlir::loom";

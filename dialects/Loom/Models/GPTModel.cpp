@@ -38,6 +38,13 @@ llvm::Error mlir::loom::validateGPTConfig(const GPTConfig &c) {
     if (f.value < 1)
       return configError(llvm::Twine("'") + f.name + "' must be >= 1, got " +
                          llvm::Twine(f.value));
+  // Guard against configs that would build millions of ops by mistake; the
+  // deepest published dense models have ~100-200 layers.
+  constexpr int64_t kMaxLayers = 4096;
+  if (c.nLayer > kMaxLayers)
+    return configError("n_layer " + llvm::Twine(c.nLayer) + " exceeds " +
+                       llvm::Twine(kMaxLayers) +
+                       "; is the config's n_layer a typo?");
   if (c.nEmbd % c.nHead != 0)
     return configError("n_embd " + llvm::Twine(c.nEmbd) +
                        " is not divisible by n_head " + llvm::Twine(c.nHead) +
