@@ -35,6 +35,51 @@ def LoomSummary : Pass<"loom-summary", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Autodiff
+//===----------------------------------------------------------------------===//
+
+def LoomAutodiff : Pass<"loom-autodiff", "::mlir::ModuleOp"> {
+  let summary = "Derive the training step: backward pass, accumulation, AdamW";
+  let description = [{
+    Replaces each model function `@f` (params, tokens, targets -> scalar
+    loss) by two functions that together are one training step:
+
+    * `@f_train`, run once per micro-batch: the forward, then the backward
+      built from every op's gradient rule (GradientOpInterface), seeded with
+      1/microbatches so accumulated gradients are those of the global-batch
+      mean. A parameter used twice (GPT-2's tied `wte`) gets the sum of its
+      gradients. Each transformer block gets a backward block `<label>.grad`.
+      New arguments `role = grad` are the gradient accumulators; the results
+      are the loss and the updated accumulators (`loom.updates`).
+    * `@f_update`, run once per step: `loom.clip_grad_norm` over all
+      gradients (PyTorch's clip_grad_norm_), then `loom.adamw` per parameter
+      with decoupled weight decay on parameters of rank >= 2 only (nanoGPT:
+      matmul weights and embeddings decay; biases and layer norms do not).
+      The learning rate and step count are arguments the runtime sets.
+
+    Model batch sizes are per micro-batch.
+
+    **Options:**
+    * `microbatches`: micro-batches per step (gradient accumulation).
+    * `max-norm`: global gradient-norm clip (<= 0: no clipping).
+    * `beta1`, `beta2`, `eps`, `weight-decay`: AdamW hyperparameters.
+  }];
+  let options = [
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"1",
+           "Micro-batches per step">,
+    Option<"maxNorm", "max-norm", "double", /*default=*/"1.0",
+           "Global gradient-norm clip; <= 0 disables clipping">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"eps", "eps", "double", /*default=*/"1e-8", "AdamW epsilon">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"0.01",
+           "Decoupled weight decay for parameters of rank >= 2">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//
 

@@ -5,6 +5,15 @@
 using namespace mlir;
 using namespace mlir::loom;
 
+std::string mlir::loom::storageKey(func::FuncOp func, BlockArgument arg) {
+  unsigned i = arg.getArgNumber();
+  auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+  auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+  if (role && name)
+    return (stringifyRole(role.getValue()) + ":" + name.getValue()).str();
+  return (func.getSymName() + "#" + Twine(i)).str();
+}
+
 bool mlir::loom::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
 static LogicalResult appendOps(Block &block, ExecutionOrder &order) {

@@ -47,6 +47,12 @@ struct ExecutionOrder {
 /// execute (anything outside the loom dialect but func.return).
 FailureOr<ExecutionOrder> linearize(func::FuncOp func);
 
+/// The key under which an argument's storage is shared by the functions of
+/// one program: "<role>:<name>" (the training step's micro-batch and update
+/// functions see the same parameters, gradients and moments), or a key
+/// unique to the argument when it has no role or name.
+std::string storageKey(func::FuncOp func, BlockArgument arg);
+
 /// True for ops that only reinterpret their input's storage.
 bool isView(Operation *op);
 

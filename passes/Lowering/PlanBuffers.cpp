@@ -12,6 +12,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/Debug.h"
 
+#include <map>
+
 #define DEBUG_TYPE "loom-plan-buffers"
 
 namespace mlir::loom {
@@ -86,82 +88,163 @@ struct LoomPlanBuffersPass
           << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }
-    for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal() && failed(plan(func)))
+    // The functions of a training step share one arena; any other function
+    // is a program of its own.
+    SmallVector<func::FuncOp> trainingStep;
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      if (func->hasAttr(LoomDialect::kTrainAttr))
+        trainingStep.push_back(func);
+      else if (failed(plan({func})))
         return signalPassFailure();
+    }
+    if (!trainingStep.empty() && failed(plan(trainingStep)))
+      return signalPassFailure();
   }
 
-  LogicalResult plan(func::FuncOp func) {
-    FailureOr<ExecutionOrder> order = linearize(func);
-    if (failed(order))
-      return failure();
-    const int64_t last = static_cast<int64_t>(order->ops.size());
+  /// Plans `funcs` into one arena: arguments (by storageKey) once, at the
+  /// bottom; each function's transients above them, reusing the same bytes
+  /// since the functions never run at the same time.
+  LogicalResult plan(ArrayRef<func::FuncOp> funcs) {
+    std::map<std::string, Allocation> persistent;
+    std::vector<std::string> persistentOrder;
+    struct FunctionPlan {
+      ExecutionOrder order;
+      llvm::MapVector<Value, Allocation> transient;
+      std::vector<SmallVector<Allocation>> scratch;
+      /// Values stored in an argument's storage (arguments, and results
+      /// returned as that argument's in-place update).
+      llvm::DenseMap<Value, std::string> inArgument;
+    };
+    std::vector<FunctionPlan> plans(funcs.size());
 
-    // 1. Live ranges: one allocation per storage-owning value, plus scratch.
-    llvm::MapVector<Value, Allocation> storage;
-    std::vector<SmallVector<Allocation>> scratch(order->ops.size());
-    for (BlockArgument arg : func.getArguments())
-      storage[arg] = {bytesOf(arg.getType()), -1, last, -1};
-    for (auto [pos, op] : llvm::enumerate(order->ops)) {
-      int64_t p = static_cast<int64_t>(pos);
-      for (Value operand : op->getOperands())
-        if (auto it = storage.find(order->storage(operand));
-            it != storage.end())
-          it->second.end = std::max(it->second.end, p);
-      if (isView(op))
-        continue;
-      for (Value result : op->getResults())
-        storage[result] = {bytesOf(result.getType()), p, p, -1};
-      for (RankedTensorType type : getScratchTypes(op))
-        scratch[pos].push_back({bytesOf(type), p, p, -1});
-    }
-    for (Value v : order->returned)
-      if (auto it = storage.find(order->storage(v)); it != storage.end())
-        it->second.end = last;
+    for (size_t f = 0; f < funcs.size(); ++f) {
+      func::FuncOp func = funcs[f];
+      FailureOr<ExecutionOrder> order = linearize(func);
+      if (failed(order))
+        return failure();
+      FunctionPlan &fp = plans[f];
+      fp.order = std::move(*order);
+      const int64_t last = static_cast<int64_t>(fp.order.ops.size());
 
-    // 2. Arguments (parameters, inputs, targets) live for the whole step and
-    //    sit at the bottom of the arena in argument order.
-    int64_t top = 0;
-    SmallVector<Allocation *> transient;
-    for (auto &[value, alloc] : storage) {
-      if (isa<BlockArgument>(value)) {
-        alloc.offset = top;
-        top = alignTo(top + alloc.bytes, alignment);
-      } else {
-        transient.push_back(&alloc);
+      // 1. Arguments and the results that update them in place.
+      for (BlockArgument arg : func.getArguments()) {
+        std::string key = storageKey(func, arg);
+        if (!persistent.count(key))
+          persistentOrder.push_back(key);
+        persistent[key] = {bytesOf(arg.getType()), -1, last, -1};
+        fp.inArgument[arg] = key;
       }
-    }
-    for (auto &allocs : scratch)
-      for (Allocation &alloc : allocs)
-        transient.push_back(&alloc);
-    int64_t argumentBytes = top;
-    int64_t naive = argumentBytes;
-    for (Allocation *alloc : transient)
-      naive += alignTo(alloc->bytes, alignment);
-    top = alignTo(placeBestFit(transient, top, alignment), alignment);
-    LLVM_DEBUG(llvm::dbgs() << func.getSymName() << ": arena " << top
-                            << " bytes (arguments " << argumentBytes
-                            << ", without reuse " << naive << ")\n");
+      for (auto [i, value] : llvm::enumerate(fp.order.returned)) {
+        auto updates =
+            func.getResultAttrOfType<IntegerAttr>(i, LoomDialect::kUpdatesAttr);
+        if (!updates)
+          continue;
+        Value root = fp.order.storage(value);
+        BlockArgument arg = func.getArgument(updates.getInt());
+        if (root == arg)
+          continue;
+        if (isa<BlockArgument>(root) || fp.inArgument.count(root))
+          return func.emitOpError()
+                 << "result #" << i << " updates argument #"
+                 << updates.getInt()
+                 << " in place but is another argument's storage";
+        fp.inArgument[root] = fp.inArgument[arg];
+      }
 
-    // 3. Annotate the IR.
-    Builder b(func.getContext());
-    for (BlockArgument arg : func.getArguments())
-      func.setArgAttr(arg.getArgNumber(), LoomDialect::kOffsetAttr,
-                      b.getI64IntegerAttr(storage[arg].offset));
-    for (auto [pos, op] : llvm::enumerate(order->ops)) {
-      SmallVector<int64_t> offsets;
-      for (Value result : op->getResults())
-        offsets.push_back(storage[order->storage(result)].offset);
-      op->setAttr(LoomDialect::kOffsetsAttr, b.getDenseI64ArrayAttr(offsets));
-      if (scratch[pos].empty())
-        continue;
-      SmallVector<int64_t> scratchOffsets;
-      for (const Allocation &alloc : scratch[pos])
-        scratchOffsets.push_back(alloc.offset);
-      op->setAttr(LoomDialect::kScratchOffsetsAttr,
-                  b.getDenseI64ArrayAttr(scratchOffsets));
+      // 2. Live ranges of everything else, plus scratch.
+      fp.scratch.resize(fp.order.ops.size());
+      llvm::DenseMap<Value, int64_t> lastRead;
+      for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
+        int64_t p = static_cast<int64_t>(pos);
+        for (Value operand : op->getOperands())
+          lastRead[fp.order.storage(operand)] = p;
+        if (isView(op))
+          continue;
+        for (Value result : op->getResults())
+          if (!fp.inArgument.count(result))
+            fp.transient[result] = {bytesOf(result.getType()), p, p, -1};
+        for (RankedTensorType type : getScratchTypes(op))
+          fp.scratch[pos].push_back({bytesOf(type), p, p, -1});
+      }
+      for (auto &[value, alloc] : fp.transient)
+        if (auto it = lastRead.find(value); it != lastRead.end())
+          alloc.end = std::max(alloc.end, it->second);
+      for (Value v : fp.order.returned)
+        if (auto it = fp.transient.find(fp.order.storage(v));
+            it != fp.transient.end())
+          it->second.end = last;
+
+      // 3. An in-place update must be the argument's last reader: nothing
+      //    may read the old value after the new one overwrote it.
+      for (auto [pos, op] : llvm::enumerate(fp.order.ops))
+        for (Value result : op->getResults()) {
+          auto it = fp.inArgument.find(result);
+          if (it == fp.inArgument.end() || isa<BlockArgument>(result))
+            continue;
+          for (auto [argValue, key] : fp.inArgument)
+            if (key == it->second && isa<BlockArgument>(argValue))
+              if (auto read = lastRead.find(argValue);
+                  read != lastRead.end() &&
+                  read->second > static_cast<int64_t>(pos))
+                return op->emitOpError()
+                       << "updates an argument in place that is read "
+                          "again later; the planner cannot reuse its storage";
+        }
     }
-    func->setAttr(LoomDialect::kArenaBytesAttr, b.getI64IntegerAttr(top));
+
+    // 4. Place arguments in first-seen order, then each function's
+    //    transients above them.
+    int64_t base = 0;
+    for (const std::string &key : persistentOrder) {
+      Allocation &alloc = persistent[key];
+      alloc.offset = base;
+      base = alignTo(base + alloc.bytes, alignment);
+    }
+    int64_t top = base;
+    for (FunctionPlan &fp : plans) {
+      SmallVector<Allocation *> transient;
+      for (auto &[value, alloc] : fp.transient)
+        transient.push_back(&alloc);
+      for (auto &allocs : fp.scratch)
+        for (Allocation &alloc : allocs)
+          transient.push_back(&alloc);
+      top = std::max(top, alignTo(placeBestFit(transient, base, alignment),
+                                  alignment));
+    }
+    LLVM_DEBUG(llvm::dbgs() << "arena " << top << " bytes (arguments " << base
+                            << ")\n");
+
+    // 5. Annotate the IR.
+    for (size_t f = 0; f < funcs.size(); ++f) {
+      func::FuncOp func = funcs[f];
+      FunctionPlan &fp = plans[f];
+      Builder b(func.getContext());
+      auto offsetOf = [&](Value v) -> int64_t {
+        Value root = fp.order.storage(v);
+        if (auto it = fp.inArgument.find(root); it != fp.inArgument.end())
+          return persistent[it->second].offset;
+        return fp.transient[root].offset;
+      };
+      for (BlockArgument arg : func.getArguments())
+        func.setArgAttr(arg.getArgNumber(), LoomDialect::kOffsetAttr,
+                        b.getI64IntegerAttr(offsetOf(arg)));
+      for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
+        SmallVector<int64_t> offsets;
+        for (Value result : op->getResults())
+          offsets.push_back(offsetOf(result));
+        op->setAttr(LoomDialect::kOffsetsAttr, b.getDenseI64ArrayAttr(offsets));
+        if (fp.scratch[pos].empty())
+          continue;
+        SmallVector<int64_t> scratchOffsets;
+        for (const Allocation &alloc : fp.scratch[pos])
+          scratchOffsets.push_back(alloc.offset);
+        op->setAttr(LoomDialect::kScratchOffsetsAttr,
+                    b.getDenseI64ArrayAttr(scratchOffsets));
+      }
+      func->setAttr(LoomDialect::kArenaBytesAttr, b.getI64IntegerAttr(top));
+    }
     return success();
   }
 };

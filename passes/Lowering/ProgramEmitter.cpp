@@ -16,6 +16,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::loom;
 namespace fb = ::loom::program;
@@ -28,7 +30,9 @@ public:
   StageEmitter(flatbuffers::FlatBufferBuilder &fbb, MeshOp mesh)
       : fbb(fbb), mesh(mesh) {}
 
-  FailureOr<flatbuffers::Offset<fb::Stage>> emit(func::FuncOp func,
+  /// Emits one stage from `funcs`: an eval program's single function, or
+  /// a training step's micro-batch and update functions (loom.train).
+  FailureOr<flatbuffers::Offset<fb::Stage>> emit(ArrayRef<func::FuncOp> funcs,
                                                  unsigned index);
 
 private:
@@ -47,6 +51,9 @@ private:
     return buffers.size() - 1;
   }
   FailureOr<unsigned> bufferOf(Value v, Operation *user);
+  LogicalResult addArguments(func::FuncOp func);
+  FailureOr<std::vector<flatbuffers::Offset<fb::Instruction>>>
+  emitBody(func::FuncOp func);
   FailureOr<flatbuffers::Offset<fb::Instruction>>
   emitInstruction(Operation *op);
   FailureOr<std::vector<uint32_t>> meshAxes(Operation *op, ArrayAttr axes);
@@ -56,6 +63,11 @@ private:
   ExecutionOrder order;
   std::vector<BufferDesc> buffers;
   llvm::DenseMap<Value, unsigned> bufferIndex;
+  /// Argument buffers by storageKey, shared by the functions of a stage.
+  std::map<std::string, unsigned> argumentBuffers;
+  /// Results that overwrite an argument in place (loom.updates) -> the
+  /// argument's buffer: the runtime sees the same buffer as in and out.
+  llvm::DenseMap<Value, unsigned> inPlace;
 };
 
 /// A readable name for an op: its NameLoc ("h.0.attn.c_attn") or op name.
@@ -73,8 +85,8 @@ std::string nameOf(Operation *op) {
   return op->getName().getStringRef().str();
 }
 
-fb::Opcode opcodeOf(Operation *op) {
-  return llvm::TypeSwitch<Operation *, fb::Opcode>(op)
+std::optional<fb::Opcode> opcodeOf(Operation *op) {
+  return llvm::TypeSwitch<Operation *, std::optional<fb::Opcode>>(op)
       .Case<EmbeddingOp>([](auto) { return fb::Opcode::Embedding; })
       .Case<AddOp>([](auto) { return fb::Opcode::Add; })
       .Case<LinearOp>([](auto) { return fb::Opcode::Linear; })
@@ -93,7 +105,22 @@ fb::Opcode opcodeOf(Operation *op) {
       .Case<ReduceScatterOp>([](auto) { return fb::Opcode::ReduceScatter; })
       .Case<AllToAllOp>([](auto) { return fb::Opcode::AllToAll; })
       .Case<SendOp>([](auto) { return fb::Opcode::Send; })
-      .Case<RecvOp>([](auto) { return fb::Opcode::Recv; });
+      .Case<RecvOp>([](auto) { return fb::Opcode::Recv; })
+      .Case<EmbeddingGradOp>([](auto) { return fb::Opcode::EmbeddingGrad; })
+      .Case<ReduceLeadingOp>([](auto) { return fb::Opcode::ReduceLeading; })
+      .Case<LinearGradOp>([](auto) { return fb::Opcode::LinearGrad; })
+      .Case<MatmulGradOp>([](auto) { return fb::Opcode::MatmulGrad; })
+      .Case<LayerNormGradOp>([](auto) { return fb::Opcode::LayerNormGrad; })
+      .Case<GeluGradOp>([](auto) { return fb::Opcode::GeluGrad; })
+      .Case<AttentionGradOp>([](auto) { return fb::Opcode::AttentionGrad; })
+      .Case<SoftmaxGradOp>([](auto) { return fb::Opcode::SoftmaxGrad; })
+      .Case<CrossEntropyGradOp>(
+          [](auto) { return fb::Opcode::CrossEntropyGrad; })
+      .Case<SliceGradOp>([](auto) { return fb::Opcode::SliceGrad; })
+      .Case<FillOp>([](auto) { return fb::Opcode::Fill; })
+      .Case<ClipGradNormOp>([](auto) { return fb::Opcode::ClipGradNorm; })
+      .Case<AdamWOp>([](auto) { return fb::Opcode::AdamW; })
+      .Default([](Operation *) { return std::nullopt; });
 }
 
 fb::Reduction reductionOf(ReductionKind kind) {
@@ -153,8 +180,11 @@ StageEmitter::emitInstruction(Operation *op) {
                                 "on the final IR";
   std::string name = nameOf(op);
   for (auto [result, offset] : llvm::zip(op->getResults(), offsets.asArrayRef())) {
+    auto it = inPlace.find(result);
     unsigned index =
-        addBuffer(name, offset, cast<RankedTensorType>(result.getType()));
+        it != inPlace.end()
+            ? it->second
+            : addBuffer(name, offset, cast<RankedTensorType>(result.getType()));
     bufferIndex[result] = index;
     outputs.push_back(index);
   }
@@ -170,8 +200,14 @@ StageEmitter::emitInstruction(Operation *op) {
     scratch.push_back(addBuffer(name + ".scratch" + std::to_string(i),
                                 scratchOffsets[i], type));
 
+  std::optional<fb::Opcode> opcode = opcodeOf(op);
+  if (!opcode)
+    return op->emitOpError() << "has no runtime instruction; the program "
+                                "format cannot express it";
+
   // Opcode-specific attributes.
-  double epsilon = 0.0;
+  double epsilon = 0.0, value = 0.0, maxNorm = 0.0, beta1 = 0.0, beta2 = 0.0,
+         adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
   bool transposeRhs = false;
   std::vector<int64_t> permutation;
@@ -189,16 +225,36 @@ StageEmitter::emitInstruction(Operation *op) {
   };
   LogicalResult ok =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
-          .Case([&](LayerNormOp ln) {
+          .Case<LayerNormOp, LayerNormGradOp>([&](auto ln) {
             epsilon = ln.getEpsilon().convertToDouble();
             return success();
           })
-          .Case([&](AttentionOp att) {
+          .Case<AttentionOp, AttentionGradOp>([&](auto att) {
             numHeads = att.getNumHeads();
             return success();
           })
-          .Case([&](MatmulOp mm) {
+          .Case<MatmulOp, MatmulGradOp>([&](auto mm) {
             transposeRhs = mm.getTransposeRhs();
+            return success();
+          })
+          .Case([&](SliceGradOp s) {
+            dim = s.getDim();
+            offset = s.getOffset();
+            return success();
+          })
+          .Case([&](FillOp fill) {
+            value = fill.getValue().convertToDouble();
+            return success();
+          })
+          .Case([&](ClipGradNormOp clip) {
+            maxNorm = clip.getMaxNorm().convertToDouble();
+            return success();
+          })
+          .Case([&](AdamWOp adamw) {
+            beta1 = adamw.getBeta1().convertToDouble();
+            beta2 = adamw.getBeta2().convertToDouble();
+            adamEps = adamw.getEps().convertToDouble();
+            weightDecay = adamw.getWeightDecay().convertToDouble();
             return success();
           })
           .Case([&](TransposeOp t) {
@@ -248,24 +304,15 @@ StageEmitter::emitInstruction(Operation *op) {
     return failure();
 
   return fb::CreateInstructionDirect(
-      fbb, opcodeOf(op), &inputs, &outputs, &scratch, name.c_str(), epsilon,
+      fbb, *opcode, &inputs, &outputs, &scratch, name.c_str(), epsilon,
       numHeads, transposeRhs, dim, dim2, offset,
       permutation.empty() ? nullptr : &permutation,
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
-      reason.empty() ? nullptr : reason.str().c_str());
+      reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
+      beta2, adamEps, weightDecay);
 }
 
-FailureOr<flatbuffers::Offset<fb::Stage>>
-StageEmitter::emit(func::FuncOp func, unsigned index) {
-  FailureOr<ExecutionOrder> linear = linearize(func);
-  if (failed(linear))
-    return failure();
-  order = std::move(*linear);
-  auto arena = func->getAttrOfType<IntegerAttr>(LoomDialect::kArenaBytesAttr);
-
-  // 1. Arguments: parameters, token ids, targets.
-  std::vector<flatbuffers::Offset<fb::Param>> params;
-  int32_t tokens = -1, targets = -1, loss = -1;
+LogicalResult StageEmitter::addArguments(func::FuncOp func) {
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto offset = func.getArgAttrOfType<IntegerAttr>(i, LoomDialect::kOffsetAttr);
@@ -276,39 +323,41 @@ StageEmitter::emit(func::FuncOp func, unsigned index) {
     auto type = dyn_cast<RankedTensorType>(arg.getType());
     if (!type)
       return func.emitOpError() << "argument #" << i << " is not a tensor";
-    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
-    std::string label = name ? name.str() : "arg" + std::to_string(i);
-    unsigned buffer = addBuffer(label, offset.getInt(), type);
-    bufferIndex[arg] = buffer;
-    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
-    if (!role)
+    if (!func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr))
       return func.emitOpError() << "argument #" << i
                                 << " has no loom.role (param, input or "
                                    "target); the runtime cannot feed it";
-    switch (role.getValue()) {
-    case Role::Param: {
-      auto init = func.getArgAttrOfType<InitAttr>(i, LoomDialect::kInitAttr);
-      fb::InitKind kind = init.getKind() == InitKind::Normal ? fb::InitKind::Normal
-                          : init.getKind() == InitKind::Zeros ? fb::InitKind::Zeros
-                                                              : fb::InitKind::Ones;
-      std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
-      std::vector<int64_t> sliceOffset(shape.size(), 0);
-      params.push_back(fb::CreateParamDirect(
-          fbb, label.c_str(), &shape, &sliceOffset, buffer, kind,
-          init.getStd().convertToDouble(),
-          /*decay=*/type.getRank() >= 2));
-      break;
+    std::string key = storageKey(func, arg);
+    auto it = argumentBuffers.find(key);
+    if (it == argumentBuffers.end()) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+      std::string label = name ? name.str() : "arg" + std::to_string(i);
+      Role role =
+          func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr).getValue();
+      if (role == Role::Grad || role == Role::AdamM || role == Role::AdamV)
+        label = key; // "grad:wte.weight", "adam_m:wte.weight", ...
+      it = argumentBuffers
+               .emplace(key, addBuffer(label, offset.getInt(), type))
+               .first;
     }
-    case Role::Input:
-      tokens = buffer;
-      break;
-    case Role::Target:
-      targets = buffer;
-      break;
-    }
+    bufferIndex[arg] = it->second;
   }
+  return success();
+}
 
-  // 2. Instructions, in execution order; views get a buffer, no instruction.
+FailureOr<std::vector<flatbuffers::Offset<fb::Instruction>>>
+StageEmitter::emitBody(func::FuncOp func) {
+  FailureOr<ExecutionOrder> linear = linearize(func);
+  if (failed(linear))
+    return failure();
+  order = std::move(*linear);
+  for (auto [i, value] : llvm::enumerate(order.returned))
+    if (auto updates = func.getResultAttrOfType<IntegerAttr>(
+            i, LoomDialect::kUpdatesAttr))
+      if (!isa<BlockArgument>(value))
+        inPlace[value] = bufferIndex.lookup(func.getArgument(updates.getInt()));
+
+  // Instructions in execution order; views get a buffer, no instruction.
   std::vector<flatbuffers::Offset<fb::Instruction>> instructions;
   for (Operation *op : order.ops) {
     if (isView(op)) {
@@ -325,22 +374,98 @@ StageEmitter::emit(func::FuncOp func, unsigned index) {
       return failure();
     instructions.push_back(*inst);
   }
-  if (order.returned.size() == 1) {
-    FailureOr<unsigned> index = bufferOf(order.returned.front(), func);
-    if (failed(index))
+  return instructions;
+}
+
+FailureOr<flatbuffers::Offset<fb::Stage>>
+StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
+  func::FuncOp step = funcs.front(), update;
+  int64_t microbatches = 1;
+  for (func::FuncOp func : funcs) {
+    auto train = func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
+    if (!train)
+      continue;
+    if (train.getAs<StringAttr>("phase").getValue() == "update") {
+      update = func;
+    } else {
+      step = func;
+      if (auto m = train.getAs<IntegerAttr>("microbatches"))
+        microbatches = m.getInt();
+    }
+  }
+  auto arena = step->getAttrOfType<IntegerAttr>(LoomDialect::kArenaBytesAttr);
+
+  // 1. Arguments of every function, then the instruction streams.
+  for (func::FuncOp func : funcs)
+    if (failed(addArguments(func)))
       return failure();
-    loss = *index;
+  auto instructions = emitBody(step);
+  if (failed(instructions))
+    return failure();
+  int32_t loss = -1;
+  if (!order.returned.empty()) {
+    FailureOr<unsigned> lossIndex = bufferOf(order.returned.front(), step);
+    if (failed(lossIndex))
+      return failure();
+    loss = *lossIndex;
+  }
+  std::vector<flatbuffers::Offset<fb::Instruction>> updateInstructions;
+  int32_t gradNorm = -1;
+  if (update) {
+    auto emitted = emitBody(update);
+    if (failed(emitted))
+      return failure();
+    updateInstructions = std::move(*emitted);
+    for (auto [i, value] : llvm::enumerate(order.returned))
+      if (!update.getResultAttr(i, LoomDialect::kUpdatesAttr))
+        gradNorm = bufferIndex.lookup(value);
   }
 
-  // 3. The buffer table (after instructions: they add buffers).
+  // 2. The parameter table, with each parameter's training state.
+  auto bufferFor = [&](Role role, StringRef name) -> int32_t {
+    auto it = argumentBuffers.find(
+        (stringifyRole(role) + ":" + name).str());
+    return it == argumentBuffers.end() ? -1 : static_cast<int32_t>(it->second);
+  };
+  std::vector<flatbuffers::Offset<fb::Param>> params;
+  int32_t tokens = -1, targets = -1;
+  for (BlockArgument arg : step.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    Role role =
+        step.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr).getValue();
+    if (role == Role::Input)
+      tokens = bufferIndex.lookup(arg);
+    if (role == Role::Target)
+      targets = bufferIndex.lookup(arg);
+    if (role != Role::Param)
+      continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    auto name = step.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    auto init = step.getArgAttrOfType<InitAttr>(i, LoomDialect::kInitAttr);
+    fb::InitKind kind = init.getKind() == InitKind::Normal ? fb::InitKind::Normal
+                        : init.getKind() == InitKind::Zeros ? fb::InitKind::Zeros
+                                                            : fb::InitKind::Ones;
+    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    std::vector<int64_t> sliceOffset(shape.size(), 0);
+    params.push_back(fb::CreateParamDirect(
+        fbb, name.str().c_str(), &shape, &sliceOffset, bufferIndex.lookup(arg),
+        kind, init.getStd().convertToDouble(), /*decay=*/type.getRank() >= 2,
+        bufferFor(Role::Grad, name), bufferFor(Role::AdamM, name),
+        bufferFor(Role::AdamV, name)));
+  }
+
+  // 3. The buffer table (last: instructions add buffers).
   std::vector<flatbuffers::Offset<fb::Buffer>> bufferTable;
   for (const BufferDesc &b : buffers) {
     std::vector<int64_t> shape(b.shape.begin(), b.shape.end());
     bufferTable.push_back(fb::CreateBufferDirect(fbb, b.name.c_str(), b.offset,
                                                  &shape, b.dtype));
   }
-  return fb::CreateStageDirect(fbb, index, arena.getInt(), &bufferTable,
-                               &params, tokens, targets, loss, &instructions);
+  return fb::CreateStageDirect(
+      fbb, index, arena.getInt(), &bufferTable, &params, tokens, targets, loss,
+      &*instructions, microbatches,
+      update ? &updateInstructions : nullptr, bufferFor(Role::LearningRate, "lr"),
+      bufferFor(Role::Step, "step"), gradNorm);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -358,21 +483,40 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
            << "is a second mesh; a program runs on exactly one mesh";
   MeshOp mesh = meshes.empty() ? MeshOp() : meshes.front();
 
+  // A training step (loom.train functions) is one stage; otherwise each
+  // planned function is one.
+  SmallVector<SmallVector<func::FuncOp>> groups;
+  SmallVector<func::FuncOp> trainingStep;
+  for (func::FuncOp func : planned) {
+    if (func->hasAttr(LoomDialect::kTrainAttr))
+      trainingStep.push_back(func);
+    else
+      groups.push_back({func});
+  }
+  if (!trainingStep.empty())
+    groups.push_back(trainingStep);
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<flatbuffers::Offset<fb::Stage>> stages;
-  for (auto [i, func] : llvm::enumerate(planned)) {
+  for (auto [i, group] : llvm::enumerate(groups)) {
     StageEmitter emitter(fbb, mesh);
-    FailureOr<flatbuffers::Offset<fb::Stage>> stage = emitter.emit(func, i);
+    FailureOr<flatbuffers::Offset<fb::Stage>> stage = emitter.emit(group, i);
     if (failed(stage))
       return failure();
     stages.push_back(*stage);
   }
 
   // Model and step shape, from the first stage's loom.model.
-  auto config =
-      planned.front()->getAttrOfType<DictionaryAttr>(LoomDialect::kModelAttr);
+  func::FuncOp modelFunc = groups.front().front();
+  for (func::FuncOp func : groups.front())
+    if (func->hasAttr(LoomDialect::kModelAttr))
+      modelFunc = func;
+  auto config = modelFunc->getAttrOfType<DictionaryAttr>(LoomDialect::kModelAttr);
+  int64_t microbatches = 1;
+  if (auto train = modelFunc->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr))
+    if (auto m = train.getAs<IntegerAttr>("microbatches"))
+      microbatches = m.getInt();
   if (!config)
-    return planned.front().emitOpError()
+    return modelFunc.emitOpError()
            << "has no loom.model configuration; import the model with "
               "loom-translate --import-gpt-config";
   auto get = [&](StringRef key) -> int64_t {
@@ -381,7 +525,8 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
   };
   auto model = fb::CreateModelInfo(fbb, get("n_layer"), get("n_head"),
                                    get("n_embd"), get("vocab_size"),
-                                   get("n_positions"), get("batch"), get("seq"));
+                                   get("n_positions"),
+                                   get("batch") * microbatches, get("seq"));
   std::vector<flatbuffers::Offset<fb::MeshAxis>> axes;
   if (mesh)
     for (auto [name, size] : llvm::zip(mesh.getShape().getAxisNames(),
@@ -409,6 +554,43 @@ static void printList(llvm::raw_ostream &os, const flatbuffers::Vector<T> *v,
     for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i)
       os << (i ? ", " : "") << prefix << v->Get(i);
   os << "]";
+}
+
+static void printInstructions(
+    llvm::raw_ostream &os,
+    const flatbuffers::Vector<flatbuffers::Offset<fb::Instruction>> *list,
+    StringRef prefix) {
+  if (!list)
+    return;
+  flatbuffers::uoffset_t i = 0;
+  for (const fb::Instruction *inst : *list) {
+    os << "  " << prefix << i++ << ": " << fb::EnumNameOpcode(inst->opcode())
+       << " ";
+    printList(os, inst->inputs(), "%");
+    os << " -> ";
+    printList(os, inst->outputs(), "%");
+    if (inst->scratch() && inst->scratch()->size()) {
+      os << " scratch ";
+      printList(os, inst->scratch(), "%");
+    }
+    os << " " << (inst->name() ? inst->name()->str() : "");
+    switch (inst->opcode()) {
+    case fb::Opcode::Fill:
+      os << " value=" << llvm::format("%g", inst->value());
+      break;
+    case fb::Opcode::ClipGradNorm:
+      os << " max_norm=" << llvm::format("%g", inst->max_norm());
+      break;
+    case fb::Opcode::AdamW:
+      os << " weight_decay=" << llvm::format("%g", inst->weight_decay());
+      break;
+    default:
+      break;
+    }
+    if (inst->reason())
+      os << " reason=\"" << inst->reason()->str() << "\"";
+    os << "\n";
+  }
 }
 
 bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
@@ -447,9 +629,17 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
        << " bytes, " << numBuffers << " buffers, "
        << (stage->params() ? stage->params()->size() : 0) << " params, "
        << (stage->instructions() ? stage->instructions()->size() : 0)
-       << " instructions\n";
+       << " instructions";
+    if (stage->update_instructions() && stage->update_instructions()->size())
+      os << " x " << stage->microbatches() << " microbatches, "
+         << stage->update_instructions()->size() << " update instructions";
+    os << "\n";
     os << "  tokens %" << stage->tokens() << " targets %" << stage->targets()
-       << " loss %" << stage->loss() << "\n";
+       << " loss %" << stage->loss();
+    if (stage->lr() >= 0)
+      os << " lr %" << stage->lr() << " step %" << stage->step()
+         << " grad_norm %" << stage->grad_norm();
+    os << "\n";
     for (flatbuffers::uoffset_t i = 0; i < numBuffers; ++i) {
       const fb::Buffer *b = stage->buffers()->Get(i);
       os << "  buffer %" << i << " @" << b->offset() << " "
@@ -466,25 +656,15 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
         os << " %" << p->buffer() << " " << fb::EnumNameInitKind(p->init());
         if (p->init() == fb::InitKind::Normal)
           os << "(std=" << llvm::format("%.6g", p->init_std()) << ")";
-        os << (p->decay() ? " decay" : "") << "\n";
-      }
-    if (stage->instructions()) {
-      flatbuffers::uoffset_t i = 0;
-      for (const fb::Instruction *inst : *stage->instructions()) {
-        os << "  " << i++ << ": " << fb::EnumNameOpcode(inst->opcode()) << " ";
-        printList(os, inst->inputs(), "%");
-        os << " -> ";
-        printList(os, inst->outputs(), "%");
-        if (inst->scratch() && inst->scratch()->size()) {
-          os << " scratch ";
-          printList(os, inst->scratch(), "%");
-        }
-        os << " " << (inst->name() ? inst->name()->str() : "");
-        if (inst->reason())
-          os << " reason=\"" << inst->reason()->str() << "\"";
+        os << (p->decay() ? " decay" : "");
+        if (p->grad_buffer() >= 0)
+          os << " grad %" << p->grad_buffer() << " m %" << p->m_buffer()
+             << " v %" << p->v_buffer();
         os << "\n";
       }
-    }
+    printInstructions(os, stage->instructions(), "");
+    if (stage->update_instructions() && stage->update_instructions()->size())
+      printInstructions(os, stage->update_instructions(), "update ");
   }
   return true;
 }

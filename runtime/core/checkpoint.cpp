@@ -3,6 +3,8 @@
 
 #include "runtime/core/safetensors.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace loom {
@@ -47,34 +49,110 @@ std::string shapeStr(const std::vector<int64_t> &s) {
 
 } // namespace
 
-Status loadCheckpoint(Executor &executor, const std::string &path) {
-  SafetensorsFile file;
-  LOOM_RETURN_IF_ERROR(readSafetensors(path, file));
-  std::vector<float> values;
-  for (const ParamView &p : executor.params()) {
-    const SafeTensor *t = file.find(p.name);
-    LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << p.name
-                                 << "' (the program's parameter); was it "
-                                    "saved from a different model?");
-    LOOM_CHECK(t->shape == p.globalShape,
-               "checkpoint '" << path << "': tensor '" << p.name
-                              << "' has shape " << shapeStr(t->shape)
-                              << " but the program expects "
-                              << shapeStr(p.globalShape));
-    Status s = toFloat32(*t, values);
-    if (!s.ok())
-      return s.withContext("checkpoint '" + path + "', tensor '" + p.name +
-                           "'");
-    copySlice(static_cast<float *>(executor.bufferData(p.buffer)),
-              values.data(), p.globalShape, p.sliceOffset, p.localShape);
-  }
+std::string expAvgName(const std::string &name) {
+  return "optimizer.exp_avg." + name;
+}
+
+std::string expAvgSqName(const std::string &name) {
+  return "optimizer.exp_avg_sq." + name;
+}
+
+namespace {
+
+/// Copies this rank's slice of tensor `tensorName` (global shape of `p`) into
+/// buffer `buffer`.
+Status loadTensor(Executor &executor, const SafetensorsFile &file,
+                  const std::string &path, const ParamView &p,
+                  const std::string &tensorName, uint32_t buffer,
+                  std::vector<float> &values) {
+  const SafeTensor *t = file.find(tensorName);
+  LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << tensorName
+                               << "' (the program's parameter); was it "
+                                  "saved from a different model?");
+  LOOM_CHECK(t->shape == p.globalShape,
+             "checkpoint '" << path << "': tensor '" << tensorName
+                            << "' has shape " << shapeStr(t->shape)
+                            << " but the program expects "
+                            << shapeStr(p.globalShape));
+  Status s = toFloat32(*t, values);
+  if (!s.ok())
+    return s.withContext("checkpoint '" + path + "', tensor '" + tensorName +
+                         "'");
+  copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
+            p.globalShape, p.sliceOffset, p.localShape);
   return Status::success();
 }
 
-Status saveCheckpoint(const Executor &executor, const std::string &path) {
+} // namespace
+
+Status loadCheckpoint(Executor &executor, const std::string &path,
+                      int64_t *completedSteps) {
+  if (completedSteps)
+    *completedSteps = 0;
+  SafetensorsFile file;
+  LOOM_RETURN_IF_ERROR(readSafetensors(path, file));
+  std::vector<float> values;
+  for (const ParamView &p : executor.params())
+    LOOM_RETURN_IF_ERROR(
+        loadTensor(executor, file, path, p, p.name, p.buffer, values));
+  if (!executor.isTraining())
+    return Status::success();
+
+  // Optimizer state: all of it or none (a weights-only checkpoint).
+  const ParamView *with = nullptr, *without = nullptr;
+  for (const ParamView &p : executor.params())
+    (file.find(expAvgName(p.name)) ? with : without) = &p;
+  if (!with) {
+    for (const ParamView &p : executor.params())
+      for (int32_t b : {p.mBuffer, p.vBuffer})
+        if (b >= 0)
+          std::memset(executor.bufferData(static_cast<uint32_t>(b)), 0,
+                      static_cast<size_t>(executor.bufferNumel(b)) *
+                          sizeof(float));
+    return Status::success();
+  }
+  LOOM_CHECK(!without, "checkpoint '"
+                           << path << "' has optimizer state for '"
+                           << with->name << "' but not for '" << without->name
+                           << "' (no tensor '" << expAvgName(without->name)
+                           << "'); it is incomplete");
+  for (const ParamView &p : executor.params()) {
+    if (p.mBuffer >= 0)
+      LOOM_RETURN_IF_ERROR(loadTensor(executor, file, path, p,
+                                      expAvgName(p.name),
+                                      static_cast<uint32_t>(p.mBuffer), values));
+    if (p.vBuffer >= 0)
+      LOOM_RETURN_IF_ERROR(loadTensor(
+          executor, file, path, p, expAvgSqName(p.name),
+          static_cast<uint32_t>(p.vBuffer), values));
+  }
+  auto it = file.metadata.find("step");
+  LOOM_CHECK(it != file.metadata.end(),
+             "checkpoint '" << path
+                            << "' has optimizer state but no \"step\" "
+                               "metadata (the number of completed steps)");
+  const std::string &text = it->second;
+  errno = 0;
+  char *end = nullptr;
+  const long long steps = std::strtoll(text.c_str(), &end, 10);
+  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 &&
+                 steps >= 0 && text.find_first_not_of("0123456789") ==
+                                   std::string::npos,
+             "checkpoint '" << path << "': metadata \"step\" = '" << text
+                            << "' is not a non-negative integer");
+  if (completedSteps)
+    *completedSteps = steps;
+  return Status::success();
+}
+
+Status saveCheckpoint(const Executor &executor, const std::string &path,
+                      int64_t completedSteps) {
   SafetensorsFile file;
   file.metadata["format"] = "pt";
   file.metadata["producer"] = "loom";
+  const bool training = executor.isTraining();
+  if (training)
+    file.metadata["step"] = std::to_string(completedSteps);
   for (const ParamView &p : executor.params()) {
     LOOM_CHECK(p.localShape == p.globalShape,
                "cannot save '" << path << "': parameter '" << p.name
@@ -86,6 +164,17 @@ Status saveCheckpoint(const Executor &executor, const std::string &path) {
     file.addF32(p.name, p.globalShape,
                 static_cast<const float *>(executor.bufferData(p.buffer)));
   }
+  if (training)
+    for (const ParamView &p : executor.params()) {
+      if (p.mBuffer >= 0)
+        file.addF32(expAvgName(p.name), p.globalShape,
+                    static_cast<const float *>(
+                        executor.bufferData(static_cast<uint32_t>(p.mBuffer))));
+      if (p.vBuffer >= 0)
+        file.addF32(expAvgSqName(p.name), p.globalShape,
+                    static_cast<const float *>(
+                        executor.bufferData(static_cast<uint32_t>(p.vBuffer))));
+    }
   return writeSafetensors(path, file);
 }
 

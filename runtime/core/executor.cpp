@@ -11,6 +11,7 @@
 #include "runtime/core/executor.h"
 
 #include "runtime/core/param_init.h"
+#include "runtime/cpu/adamw.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/cross_entropy.h"
 #include "runtime/cpu/elementwise.h"
@@ -23,6 +24,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -90,6 +93,9 @@ Status Executor::create(const program::LoadedProgram &program,
         v.sliceOffset.assign(p->slice_offset()->begin(),
                              p->slice_offset()->end());
       v.buffer = p->buffer();
+      v.gradBuffer = p->grad_buffer();
+      v.mBuffer = p->m_buffer();
+      v.vBuffer = p->v_buffer();
       v.localShape = ex->shapes[v.buffer];
       ParamInitializer init;
       switch (p->init()) {
@@ -145,9 +151,10 @@ Status Executor::readLoss(float &loss) const {
 }
 
 uint64_t Executor::peakTensorBytes() const {
-  return arenaSize +
-         (staging.capacity() + workspace.capacity() + workspace2.capacity()) *
-             sizeof(float);
+  uint64_t floats = workspace.capacity() + workspace2.capacity();
+  for (const std::vector<float> &pool : staging)
+    floats += pool.capacity();
+  return arenaSize + floats * sizeof(float);
 }
 
 float *Executor::temp(std::vector<float> &pool, int64_t count) {
@@ -161,32 +168,111 @@ float *Executor::temp(std::vector<float> &pool, int64_t count) {
 //===----------------------------------------------------------------------===//
 
 Status Executor::run(std::vector<InstructionTiming> *timings) {
-  const auto *instructions = stageTable->instructions();
-  if (!instructions)
+  return runList(stageTable->instructions(), false, 0, timings);
+}
+
+Status Executor::runList(
+    const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> *list,
+    bool update, uint32_t microbatch, std::vector<InstructionTiming> *timings) {
+  if (!list)
     return Status::success();
-  for (uint32_t i = 0; i < instructions->size(); ++i) {
+  for (uint32_t i = 0; i < list->size(); ++i) {
+    const program::Instruction *ins = list->Get(i);
     const int64_t start = timings ? steadyNowNs() : 0;
     Status s;
     try {
-      s = runInstruction(i);
+      s = runInstruction(*ins);
     } catch (const std::bad_alloc &) {
       s = Status::error("out of memory allocating a temporary");
     } catch (const std::exception &e) {
       s = Status::error(std::string("cannot allocate a temporary: ") +
                         e.what());
     }
-    if (!s.ok()) {
-      const program::Instruction *ins = instructions->Get(i);
-      return s.withContext("stage " + std::to_string(stageTable->index()) +
-                           ", instruction #" + std::to_string(i) + " '" +
-                           (ins->name() ? ins->name()->str() : std::string()) +
-                           "' (" + program::opcodeName(ins->opcode()) + ")");
-    }
+    if (!s.ok())
+      return s.withContext(
+          "stage " + std::to_string(stageTable->index()) + ", " +
+          (update ? "update instruction #" : "instruction #") +
+          std::to_string(i) + " '" +
+          (ins->name() ? ins->name()->str() : std::string()) + "' (" +
+          program::opcodeName(ins->opcode()) + ")");
     if (timings)
-      timings->push_back({i, start, steadyNowNs()});
+      timings->push_back({i, start, steadyNowNs(), microbatch, update});
   }
   return Status::success();
 }
+
+//===----------------------------------------------------------------------===//
+// Training
+//===----------------------------------------------------------------------===//
+
+bool Executor::isTraining() const {
+  const auto *update = stageTable->update_instructions();
+  return update && update->size() > 0;
+}
+
+void Executor::zeroGradients() {
+  for (const ParamView &p : paramViews)
+    if (p.gradBuffer >= 0)
+      std::memset(bufferData(static_cast<uint32_t>(p.gradBuffer)), 0,
+                  static_cast<size_t>(bufferNumel(p.gradBuffer)) *
+                      sizeof(float));
+}
+
+Status Executor::runUpdate(int64_t step, float lr,
+                           std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(step >= 1, "training step numbers are 1-based, got " << step);
+  const float stepValue = static_cast<float>(step);
+  if (stageTable->lr() >= 0)
+    std::memcpy(bufferData(static_cast<uint32_t>(stageTable->lr())), &lr,
+                sizeof(float));
+  if (stageTable->step() >= 0)
+    std::memcpy(bufferData(static_cast<uint32_t>(stageTable->step())),
+                &stepValue, sizeof(float));
+  return runList(stageTable->update_instructions(), true, 0, timings);
+}
+
+Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
+                           int64_t step, float lr, TrainStepResult &result,
+                           std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(isTraining(), "stage " << stageTable->index()
+                                    << " is not a training program (it has "
+                                       "no update_instructions)");
+  const int64_t M = stageTable->microbatches();
+  const int64_t rows = modelInfo->batch() / M, T = modelInfo->seq();
+  const size_t chunk = static_cast<size_t>(rows * T) * sizeof(int32_t);
+  // 1. Gradients accumulate over the micro-batches from zero.
+  zeroGradients();
+  double lossSum = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    // 2. Micro-batch i is rows [i*b, (i+1)*b) of the batch.
+    if (stageTable->tokens() >= 0)
+      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->tokens())),
+                  inputs + i * rows * T, chunk);
+    if (stageTable->targets() >= 0)
+      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->targets())),
+                  targets + i * rows * T, chunk);
+    LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
+                                 static_cast<uint32_t>(i), timings));
+    if (stageTable->loss() >= 0) {
+      float loss = 0;
+      LOOM_RETURN_IF_ERROR(readLoss(loss));
+      lossSum += loss;
+    }
+  }
+  result.loss = static_cast<float>(lossSum / static_cast<double>(M));
+  // 3. Clip and update once.
+  LOOM_RETURN_IF_ERROR(runUpdate(step, lr, timings));
+  result.gradNorm = std::numeric_limits<float>::quiet_NaN();
+  if (stageTable->grad_norm() >= 0)
+    std::memcpy(&result.gradNorm,
+                bufferData(static_cast<uint32_t>(stageTable->grad_norm())),
+                sizeof(float));
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// One instruction
+//===----------------------------------------------------------------------===//
 
 namespace {
 
@@ -199,10 +285,27 @@ struct Range {
   }
 };
 
+/// Whether `op`'s kernel may write its output over input `k` when both are
+/// the same bytes (element-wise kernels that read an element before writing
+/// it).
+bool mayAlias(Opcode op, size_t k) {
+  switch (op) {
+  case Opcode::Add: // the lhs, not the broadcast rhs
+    return k == 0;
+  case Opcode::Gelu:
+  case Opcode::Softmax:
+  case Opcode::GeluGrad:
+    return true;
+  case Opcode::CrossEntropyGrad: // dlogits over logits
+    return k == 1;
+  default:
+    return false;
+  }
+}
+
 } // namespace
 
-Status Executor::runInstruction(uint32_t i) {
-  const program::Instruction &ins = *stageTable->instructions()->Get(i);
+Status Executor::runInstruction(const program::Instruction &ins) {
   std::vector<uint32_t> in, out, scr;
   if (ins.inputs())
     in.assign(ins.inputs()->begin(), ins.inputs()->end());
@@ -220,28 +323,34 @@ Status Executor::runInstruction(uint32_t i) {
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
-  const uint32_t o = out[0];
-  const Range outRange = range(o);
-  // Kernels that may write their output over an identical input buffer.
-  const bool elementwise = op == Opcode::Gelu || op == Opcode::Softmax ||
-                           op == Opcode::Add || op == Opcode::Copy;
-  bool staged = false;
-  for (size_t k = 0; k < in.size(); ++k) {
-    const Range r = range(in[k]);
-    if (!r.overlaps(outRange))
-      continue;
-    // Add may alias its lhs, not its (broadcast) rhs.
-    const bool exact = r == outRange && (op != Opcode::Add || k == 0);
-    if (!(elementwise && exact))
-      staged = true;
+  // 1. Where each output is written: in place, or into a staging temporary
+  //    when it shares bytes with an input the kernel still reads. Copy uses
+  //    memmove; AdamW updates its state in place by contract.
+  std::vector<void *> dsts(out.size());
+  std::vector<bool> staged(out.size(), false);
+  if (staging.size() < out.size())
+    staging.resize(out.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    const Range r = range(out[k]);
+    if (op != Opcode::Copy && op != Opcode::AdamW)
+      for (size_t j = 0; j < in.size(); ++j) {
+        const Range ri = range(in[j]);
+        if (ri.overlaps(r) && !(ri == r && mayAlias(op, j)))
+          staged[k] = true;
+      }
+    const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
+    dsts[k] = staged[k] ? static_cast<void *>(temp(staging[k], (bytes + 3) / 4))
+                        : bufferData(out[k]);
   }
-  if (op == Opcode::Copy)
-    staged = false; // memmove handles any overlap
-  const int64_t outBytes = static_cast<int64_t>(outRange.end - outRange.begin);
-  void *dst = staged ? static_cast<void *>(temp(staging, (outBytes + 3) / 4))
-                     : bufferData(o);
+  const uint32_t o = out.empty() ? 0 : out[0];
+  void *dst = dsts.empty() ? nullptr : dsts[0];
   float *dstF = static_cast<float *>(dst);
+  auto outF = [&](size_t k) { return static_cast<float *>(dsts[k]); };
+  const int64_t outBytes =
+      out.empty() ? 0
+                  : static_cast<int64_t>(range(o).end - range(o).begin);
 
+  // 2. The kernel.
   switch (op) {
   case Opcode::Embedding: {
     const auto &t = shapes[in[0]];
@@ -335,12 +444,137 @@ Status Executor::runInstruction(uint32_t i) {
                    program::dtypeBytes(bufferDType(o)));
     break;
   }
+  case Opcode::EmbeddingGrad: {
+    const auto &t = shapes[o];
+    std::memset(dstF, 0, static_cast<size_t>(outBytes));
+    LOOM_RETURN_IF_ERROR(cpu::embeddingBackward(
+        dstF, f32(in[0]), i32(in[1]), bufferNumel(in[1]), t[0], t[1]));
+    break;
+  }
+  case Opcode::ReduceLeading: {
+    const int64_t inner = bufferNumel(o);
+    cpu::addBroadcastBackward(dstF, f32(in[0]), bufferNumel(in[0]) / inner,
+                              inner, /*accumulateInto=*/false);
+    break;
+  }
+  case Opcode::LinearGrad: {
+    const auto &w = shapes[in[2]];
+    const int64_t K = w[0], N = w[1], M = bufferNumel(in[1]) / K;
+    const float *dout = f32(in[0]);
+    // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
+    cpu::gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f,
+              outF(0), K);
+    cpu::gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout, N, 0.0f,
+              outF(1), N);
+    if (out.size() == 3) {
+      std::memset(outF(2), 0, static_cast<size_t>(N) * sizeof(float));
+      cpu::columnSumAccumulate(outF(2), dout, M, N);
+    }
+    break;
+  }
+  case Opcode::MatmulGrad: {
+    const auto &r = shapes[in[2]];
+    const bool t = ins.transpose_rhs();
+    const int64_t K = t ? r[1] : r[0], N = t ? r[0] : r[1];
+    const int64_t M = bufferNumel(in[1]) / K;
+    const float *dout = f32(in[0]), *lhs = f32(in[1]), *rhs = f32(in[2]);
+    // out[M,N] = lhs[M,K] op(rhs)[K,N], op(rhs) = rhs^T when transposed.
+    // dlhs = dout op(rhs)^T; drhs = lhs^T dout, or dout^T lhs transposed.
+    cpu::gemm(false, !t, M, K, N, 1.0f, dout, N, rhs, r[1], 0.0f, outF(0), K);
+    if (t)
+      cpu::gemm(true, false, N, K, M, 1.0f, dout, N, lhs, K, 0.0f, outF(1), K);
+    else
+      cpu::gemm(true, false, K, N, M, 1.0f, lhs, K, dout, N, 0.0f, outF(1), N);
+    break;
+  }
+  case Opcode::LayerNormGrad: {
+    const int64_t C = shapes[in[1]].back();
+    const int64_t N = bufferNumel(in[1]) / C;
+    float *mean = scr.empty() ? temp(workspace, N) : f32(scr[0]);
+    float *rstd = scr.empty() ? temp(workspace2, N) : f32(scr[1]);
+    cpu::layernormStats(mean, rstd, f32(in[1]), N, C,
+                        static_cast<float>(ins.epsilon()));
+    std::memset(outF(1), 0, static_cast<size_t>(C) * sizeof(float));
+    std::memset(outF(2), 0, static_cast<size_t>(C) * sizeof(float));
+    cpu::layernormBackward(outF(0), outF(1), outF(2), f32(in[0]), f32(in[1]),
+                           f32(in[2]), mean, rstd, N, C);
+    break;
+  }
+  case Opcode::GeluGrad:
+    cpu::geluBackward(dstF, f32(in[1]), f32(in[0]), bufferNumel(in[1]));
+    break;
+  case Opcode::SoftmaxGrad: {
+    const int64_t C = shapes[in[1]].back();
+    cpu::softmaxBackward(dstF, f32(in[0]), f32(in[1]), bufferNumel(in[1]) / C,
+                         C);
+    break;
+  }
+  case Opcode::AttentionGrad: {
+    const auto &q = shapes[in[1]];
+    const int64_t B = q[0], T = q[1], C = q[2] / 3, NH = ins.num_heads();
+    float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
+    cpu::attentionProbs(att, f32(in[1]), B, T, C, NH);
+    cpu::attentionBackward(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH);
+    break;
+  }
+  case Opcode::CrossEntropyGrad: {
+    const int64_t V = shapes[in[1]].back();
+    const int64_t N = bufferNumel(in[1]) / V;
+    const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
+    LOOM_RETURN_IF_ERROR(cpu::crossEntropyBackward(
+        dstF, f32(in[1]), i32(in[2]), N, V, validV, *f32(in[0])));
+    break;
+  }
+  case Opcode::SliceGrad:
+    cpu::sliceDimGrad(dst, bufferData(in[0]), shapes[o], ins.dim(),
+                      ins.offset(), shapes[in[0]][ins.dim()],
+                      program::dtypeBytes(bufferDType(o)));
+    break;
+  case Opcode::Fill: {
+    const int64_t n = bufferNumel(o);
+    if (bufferDType(o) == DType::I32)
+      std::fill(static_cast<int32_t *>(dst), static_cast<int32_t *>(dst) + n,
+                static_cast<int32_t>(ins.value()));
+    else
+      std::fill(dstF, dstF + n, static_cast<float>(ins.value()));
+    break;
+  }
+  case Opcode::ClipGradNorm: {
+    double sumSquares = 0;
+    for (uint32_t b : in)
+      sumSquares += cpu::gradNormSquared(f32(b), bufferNumel(b));
+    const double norm = std::sqrt(sumSquares);
+    *outF(0) = static_cast<float>(norm);
+    *outF(1) = cpu::clipCoefficient(norm, ins.max_norm());
+    break;
+  }
+  case Opcode::AdamW: {
+    const float step = *f32(in[5]);
+    LOOM_CHECK(step >= 1.0f && step == std::floor(step),
+               "the step scalar holds " << step
+                                        << "; AdamW needs the 1-based step "
+                                           "number the runtime writes");
+    cpu::AdamWConfig cfg;
+    cfg.lr = *f32(in[4]);
+    cfg.step = static_cast<int64_t>(step);
+    cfg.gradScale = *f32(in[6]);
+    cfg.beta1 = ins.beta1();
+    cfg.beta2 = ins.beta2();
+    cfg.eps = ins.adam_eps();
+    cfg.weightDecay = ins.weight_decay();
+    cpu::adamwStep(f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]),
+                   bufferNumel(in[0]), cfg);
+    break;
+  }
   default:
     LOOM_ERROR("opcode " << program::opcodeName(op)
                          << " cannot run on this runtime");
   }
-  if (staged)
-    std::memcpy(bufferData(o), dst, static_cast<size_t>(outBytes));
+  // 3. Staged outputs to their buffers.
+  for (size_t k = 0; k < out.size(); ++k)
+    if (staged[k])
+      std::memcpy(bufferData(out[k]), dsts[k],
+                  static_cast<size_t>(range(out[k]).end - range(out[k]).begin));
   return Status::success();
 }
 

@@ -25,9 +25,22 @@ namespace loom {
 
 /// When one instruction ran (steady clock, nanoseconds since its epoch).
 struct InstructionTiming {
+  /// Index into Stage.instructions, or Stage.update_instructions when
+  /// `update` is set.
   uint32_t index = 0;
   int64_t startNs = 0;
   int64_t endNs = 0;
+  /// The micro-batch (0-based) whose pass ran it (instructions only).
+  uint32_t microbatch = 0;
+  bool update = false;
+};
+
+/// What one training step reports.
+struct TrainStepResult {
+  /// Mean of the micro-batch losses (the forward before the update).
+  float loss = 0;
+  /// Global gradient norm before clipping (Stage.grad_norm; NaN if absent).
+  float gradNorm = 0;
 };
 
 /// A parameter of the stage, as the executor holds it.
@@ -37,6 +50,10 @@ struct ParamView {
   std::vector<int64_t> sliceOffset;
   std::vector<int64_t> localShape;
   uint32_t buffer = 0;
+  /// Training buffers (Param.grad_buffer / m_buffer / v_buffer), -1 if none.
+  int32_t gradBuffer = -1;
+  int32_t mBuffer = -1;
+  int32_t vBuffer = -1;
 };
 
 /// Steady-clock nanoseconds (the time base of InstructionTiming).
@@ -56,8 +73,30 @@ public:
 
   /// Runs the instruction stream once. When `timings` is non-null, appends one
   /// entry per instruction. Errors (naming the instruction) when a kernel
-  /// rejects its data, e.g. a token id outside the embedding table.
+  /// rejects its data, e.g. a token id outside the embedding table. For a
+  /// training program this is one micro-batch's forward + backward +
+  /// gradient accumulation (the caller zeroes the gradients).
   Status run(std::vector<InstructionTiming> *timings = nullptr);
+
+  /// True when the stage has update_instructions (a training program).
+  bool isTraining() const;
+
+  /// Sets every Param.grad_buffer to zero.
+  void zeroGradients();
+
+  /// Writes `lr` and the 1-based `step` (as f32) into the stage's lr / step
+  /// scalars and runs update_instructions once.
+  Status runUpdate(int64_t step, float lr,
+                   std::vector<InstructionTiming> *timings = nullptr);
+
+  /// One training step (DESIGN.md §5): zero the gradients; for micro-batch i
+  /// of M = Stage.microbatches copy rows [i*b, (i+1)*b) of `inputs` and
+  /// `targets` (this rank's model.batch x model.seq tokens, b = batch / M)
+  /// into the tokens / targets buffers, run the instructions and add up the
+  /// loss; then runUpdate(step, lr). `step` is 1-based (AdamW's t).
+  Status trainStep(const int32_t *inputs, const int32_t *targets, int64_t step,
+                   float lr, TrainStepResult &result,
+                   std::vector<InstructionTiming> *timings = nullptr);
 
   const program::Stage &stage() const { return *stageTable; }
   const program::ModelInfo &model() const { return *modelInfo; }
@@ -86,7 +125,11 @@ public:
 
 private:
   Executor() = default;
-  Status runInstruction(uint32_t i);
+  Status runList(const flatbuffers::Vector<
+                     flatbuffers::Offset<program::Instruction>> *list,
+                 bool update, uint32_t microbatch,
+                 std::vector<InstructionTiming> *timings);
+  Status runInstruction(const program::Instruction &ins);
   float *temp(std::vector<float> &pool, int64_t count);
 
   const program::Stage *stageTable = nullptr;
@@ -98,7 +141,9 @@ private:
   // Temporaries (grow only): staging for outputs that overlap inputs, and
   // kernel workspace (mean/rstd, attention probabilities, per-token losses)
   // when the program gives no scratch buffer.
-  std::vector<float> staging, workspace, workspace2;
+  // One staging pool per output position (multi-output gradient ops).
+  std::vector<std::vector<float>> staging;
+  std::vector<float> workspace, workspace2;
 };
 
 } // namespace loom

@@ -85,4 +85,10 @@ float clipScale(double normSquared, float maxNorm) {
   return norm > maxNorm ? static_cast<float>(maxNorm / norm) : 1.0f;
 }
 
+float clipCoefficient(double norm, double maxNorm) {
+  if (!(maxNorm > 0.0))
+    return 1.0f;
+  return static_cast<float>(std::min(1.0, maxNorm / (norm + 1e-6)));
+}
+
 } // namespace loom::cpu

@@ -51,6 +51,10 @@ double gradNormSquaredReference(const float *x, int64_t n);
 /// given the global squared norm (1 when maxNorm <= 0, i.e. clipping off).
 float clipScale(double normSquared, float maxNorm);
 
+/// The ClipGradNorm coefficient (torch.nn.utils.clip_grad_norm_):
+/// min(1, maxNorm / (norm + 1e-6)), or 1 when maxNorm <= 0 (no clipping).
+float clipCoefficient(double norm, double maxNorm);
+
 } // namespace loom::cpu
 
 #endif // LOOM_RUNTIME_CPU_ADAMW_H

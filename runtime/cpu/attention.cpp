@@ -13,6 +13,42 @@
 
 namespace loom::cpu {
 
+namespace {
+
+/// Softmax probabilities of query t of (b, h) against keys 0..t into
+/// a[0..T) (masked positions exactly zero). Shared by the forward and
+/// attentionProbs so both agree bitwise.
+inline void probabilityRow(float *a, const float *qkv, int64_t b, int64_t h,
+                           int64_t t, int64_t T, int64_t C, int64_t hs,
+                           float scale) {
+  const int64_t C3 = 3 * C;
+  const float *q = qkv + (b * T + t) * C3 + h * hs;
+  // 1. Scaled scores against keys 0..t, tracking the max for stability.
+  float maxv = -INFINITY;
+  for (int64_t t2 = 0; t2 <= t; ++t2) {
+    const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
+    float s = 0.0f;
+    for (int64_t i = 0; i < hs; ++i)
+      s += q[i] * k[i];
+    s *= scale;
+    a[t2] = s;
+    maxv = std::fmax(maxv, s);
+  }
+  // 2. Softmax; masked positions are exactly zero.
+  float sum = 0.0f;
+  for (int64_t t2 = 0; t2 <= t; ++t2) {
+    a[t2] = std::exp(a[t2] - maxv);
+    sum += a[t2];
+  }
+  float inv = 1.0f / sum;
+  for (int64_t t2 = 0; t2 <= t; ++t2)
+    a[t2] *= inv;
+  for (int64_t t2 = t + 1; t2 < T; ++t2)
+    a[t2] = 0.0f;
+}
+
+} // namespace
+
 void attentionForward(float *out, float *att, const float *qkv, int64_t B,
                       int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
@@ -21,30 +57,8 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
       for (int64_t t = 0; t < T; ++t) {
-        const float *q = qkv + (b * T + t) * C3 + h * hs;
         float *a = att + ((b * NH + h) * T + t) * T;
-        // 1. Scaled scores against keys 0..t, tracking the max for stability.
-        float maxv = -INFINITY;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
-          float s = 0.0f;
-          for (int64_t i = 0; i < hs; ++i)
-            s += q[i] * k[i];
-          s *= scale;
-          a[t2] = s;
-          maxv = std::fmax(maxv, s);
-        }
-        // 2. Softmax; masked positions are exactly zero.
-        float sum = 0.0f;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          a[t2] = std::exp(a[t2] - maxv);
-          sum += a[t2];
-        }
-        float inv = 1.0f / sum;
-        for (int64_t t2 = 0; t2 <= t; ++t2)
-          a[t2] *= inv;
-        for (int64_t t2 = t + 1; t2 < T; ++t2)
-          a[t2] = 0.0f;
+        probabilityRow(a, qkv, b, h, t, T, C, hs, scale);
         // 3. Weighted sum of values.
         float *o = out + (b * T + t) * C + h * hs;
         for (int64_t i = 0; i < hs; ++i)
@@ -56,6 +70,18 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
             o[i] += w * v[i];
         }
       }
+}
+
+void attentionProbs(float *att, const float *qkv, int64_t B, int64_t T,
+                    int64_t C, int64_t NH) {
+  const int64_t hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        probabilityRow(att + ((b * NH + h) * T + t) * T, qkv, b, h, t, T, C, hs,
+                       scale);
 }
 
 void attentionBackward(float *dqkv, const float *dout, const float *qkv,

@@ -19,6 +19,12 @@ namespace loom::cpu {
 void attentionForward(float *out, float *att, const float *qkv, int64_t B,
                       int64_t T, int64_t C, int64_t NH);
 
+/// Only the probabilities att[B,NH,T,T] of attentionForward (bitwise equal
+/// to the forward's): the gradient instruction recomputes them instead of
+/// keeping the forward's alive.
+void attentionProbs(float *att, const float *qkv, int64_t B, int64_t T,
+                    int64_t C, int64_t NH);
+
 /// dqkv[B,T,3C] (overwritten) from dout[B,T,C], the forward's qkv and att.
 void attentionBackward(float *dqkv, const float *dout, const float *qkv,
                        const float *att, int64_t B, int64_t T, int64_t C,

@@ -13,6 +13,29 @@
 
 namespace loom::cpu {
 
+namespace {
+
+/// Mean and reciprocal standard deviation of one row. Two passes (mean, then
+/// centred variance) avoid the cancellation of E[x^2] - E[x]^2 when the mean
+/// is large. Shared by the forward and layernormStats so both agree bitwise.
+inline void rowStats(const float *x, int64_t C, float eps, float &mean,
+                     float &rstd) {
+  float m = 0.0f;
+  for (int64_t c = 0; c < C; ++c)
+    m += x[c];
+  m /= static_cast<float>(C);
+  float v = 0.0f;
+  for (int64_t c = 0; c < C; ++c) {
+    float d = x[c] - m;
+    v += d * d;
+  }
+  v /= static_cast<float>(C);
+  mean = m;
+  rstd = 1.0f / std::sqrt(v + eps);
+}
+
+} // namespace
+
 void layernormForward(float *out, float *mean, float *rstd, const float *inp,
                       const float *weight, const float *bias, int64_t N,
                       int64_t C, float eps) {
@@ -20,24 +43,20 @@ void layernormForward(float *out, float *mean, float *rstd, const float *inp,
   for (int64_t i = 0; i < N; ++i) {
     const float *x = inp + i * C;
     float *y = out + i * C;
-    // Two passes (mean, then centred variance) avoid the cancellation of
-    // E[x^2] - E[x]^2 when the mean is large.
-    float m = 0.0f;
-    for (int64_t c = 0; c < C; ++c)
-      m += x[c];
-    m /= static_cast<float>(C);
-    float v = 0.0f;
-    for (int64_t c = 0; c < C; ++c) {
-      float d = x[c] - m;
-      v += d * d;
-    }
-    v /= static_cast<float>(C);
-    float s = 1.0f / std::sqrt(v + eps);
+    float m, s;
+    rowStats(x, C, eps, m, s);
     for (int64_t c = 0; c < C; ++c)
       y[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[i] = m;
     rstd[i] = s;
   }
+}
+
+void layernormStats(float *mean, float *rstd, const float *inp, int64_t N,
+                    int64_t C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i)
+    rowStats(inp + i * C, C, eps, mean[i], rstd[i]);
 }
 
 void layernormBackward(float *dinp, float *dweight, float *dbias,

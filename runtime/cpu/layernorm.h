@@ -17,6 +17,12 @@ void layernormForward(float *out, float *mean, float *rstd, const float *inp,
                       const float *weight, const float *bias, int64_t N,
                       int64_t C, float eps = 1e-5f);
 
+/// The mean and rstd layernormForward writes, without the normalized output
+/// (bitwise equal to the forward's): gradient instructions recompute them
+/// instead of keeping the forward's statistics alive.
+void layernormStats(float *mean, float *rstd, const float *inp, int64_t N,
+                    int64_t C, float eps = 1e-5f);
+
 /// dinp[N,C] is overwritten; dweight[C] and dbias[C] are accumulated (+=).
 /// Any of the three may be null to skip it.
 void layernormBackward(float *dinp, float *dweight, float *dbias,

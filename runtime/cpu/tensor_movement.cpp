@@ -79,6 +79,23 @@ void sliceDim(void *out, const void *in, const std::vector<int64_t> &inShape,
     std::memcpy(dst + o * outRow, src + o * inRow, outRow);
 }
 
+void sliceDimGrad(void *out, const void *in,
+                  const std::vector<int64_t> &outShape, int64_t dim,
+                  int64_t offset, int64_t inExtent, int64_t elemBytes) {
+  const int64_t outer = product(outShape, 0, dim);
+  const int64_t inner = product(outShape, dim + 1, outShape.size()) * elemBytes;
+  const int64_t outRow = outShape[dim] * inner, inRow = inExtent * inner;
+  const int64_t before = offset * inner, after = outRow - before - inRow;
+  auto *dst = static_cast<char *>(out);
+  const auto *src = static_cast<const char *>(in);
+  for (int64_t o = 0; o < outer; ++o) {
+    char *row = dst + o * outRow;
+    std::memset(row, 0, before);
+    std::memcpy(row + before, src + o * inRow, inRow);
+    std::memset(row + before + inRow, 0, after);
+  }
+}
+
 void concatDim(void *out, const std::vector<const void *> &inputs,
                const std::vector<int64_t> &extents,
                const std::vector<int64_t> &outShape, int64_t dim,

@@ -28,6 +28,13 @@ void sliceDim(void *out, const void *in, const std::vector<int64_t> &inShape,
               int64_t dim, int64_t offset, int64_t outExtent,
               int64_t elemBytes);
 
+/// Backward of sliceDim: out (shape outShape) is zero except the block
+/// [offset, offset + inExtent) of `dim`, which holds `in` (outShape with
+/// inExtent in `dim`). `in` and `out` must not overlap.
+void sliceDimGrad(void *out, const void *in,
+                  const std::vector<int64_t> &outShape, int64_t dim,
+                  int64_t offset, int64_t inExtent, int64_t elemBytes);
+
 /// out = concat(inputs, dim): input k contributes extents[k] along `dim`;
 /// `outShape` is the result shape (other dimensions shared by all inputs).
 void concatDim(void *out, const std::vector<const void *> &inputs,

@@ -10,6 +10,7 @@
 #include "runtime/program/program.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -177,13 +178,24 @@ private:
   const std::vector<int64_t> &shape(uint32_t b) const {
     return facts.shapes[b];
   }
-  Status counts(size_t minIn, size_t maxIn, size_t nOut, size_t maxScratch);
+  /// Operand counts (outputs: nOut, or nOut to maxOut when maxOut > nOut),
+  /// indices in range, scratch and outputs disjoint from the other operands.
+  Status counts(size_t minIn, size_t maxIn, size_t nOut, size_t maxScratch,
+                size_t maxOut = 0);
+  bool overlaps(uint32_t a, uint32_t b) const {
+    return facts.offsets[a] < facts.offsets[b] + facts.bytes[b] &&
+           facts.offsets[b] < facts.offsets[a] + facts.bytes[a];
+  }
+  Status scalar(uint32_t b, const char *role);
   Status dtype(uint32_t b, DType want, const char *role);
   Status sameShape(uint32_t b, const std::vector<int64_t> &want,
                    const char *role);
   Status numel(uint32_t b, int64_t want, const char *role);
   Status checkCompute();
   Status checkMovement();
+  Status checkTraining();
+  Status checkAttentionShape(const std::vector<int64_t> &q,
+                             const std::vector<int64_t> &out, const char *role);
 
   const StageFacts &facts;
   const Instruction &ins;
@@ -195,7 +207,7 @@ private:
   LOOM_CHECK(cond, prefix << ": " << streamExpr)
 
 Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
-                                  size_t maxScratch) {
+                                  size_t maxScratch, size_t maxOut) {
   const std::string op = opcodeName(ins.opcode());
   INSTR_CHECK(inputs.size() >= minIn && inputs.size() <= maxIn,
               op << " takes " << minIn
@@ -203,8 +215,13 @@ Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
                      : maxIn == SIZE_MAX ? " or more"
                                          : " to " + std::to_string(maxIn))
                  << " inputs, got " << inputs.size());
-  INSTR_CHECK(outputs.size() == nOut,
-              op << " has " << nOut << " output(s), got " << outputs.size());
+  if (maxOut <= nOut)
+    INSTR_CHECK(outputs.size() == nOut,
+                op << " has " << nOut << " output(s), got " << outputs.size());
+  else
+    INSTR_CHECK(outputs.size() >= nOut && outputs.size() <= maxOut,
+                op << " has " << nOut << " to " << maxOut << " outputs, got "
+                   << outputs.size());
   INSTR_CHECK(scratch.size() <= maxScratch,
               op << " takes at most " << maxScratch << " scratch buffers, got "
                  << scratch.size());
@@ -238,6 +255,13 @@ Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
       INSTR_CHECK(!overlap(scratch[k], scratch[m]),
                   "scratch #" << k << " overlaps scratch #" << m);
   }
+  // Several outputs are written independently: they may not share bytes.
+  for (size_t k = 0; k < outputs.size(); ++k)
+    for (size_t m = k + 1; m < outputs.size(); ++m)
+      INSTR_CHECK(!overlap(outputs[k], outputs[m]),
+                  "output #" << k << " (buffer " << outputs[k]
+                             << ") overlaps output #" << m << " (buffer "
+                             << outputs[m] << ")");
   return Status::success();
 }
 
@@ -265,18 +289,25 @@ Status InstructionChecker::numel(uint32_t b, int64_t want, const char *role) {
   return Status::success();
 }
 
+Status InstructionChecker::scalar(uint32_t b, const char *role) {
+  LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+  return numel(b, 1, role);
+}
+
 Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
     return checkCompute();
+  if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
+    return checkTraining();
   const char *schemaName = EnumNameOpcode(op);
   INSTR_CHECK(!(schemaName && *schemaName),
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
-                                 "executes forward compute and data "
-                                 "movement: opcodes 0-12)");
+                                 "executes compute, data movement, gradient "
+                                 "and optimizer opcodes 0-25)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -386,38 +417,8 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
     LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "qkv"));
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
-    const auto &q = shape(inputs[0]);
-    INSTR_CHECK(q.size() == 3, "qkv must be [batch, seq, 3 * channels], got "
-                                   << shapeString(q));
-    INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
-                                   << q[2]
-                                   << " is not 3 * channels (q, k, v packed)");
-    const int64_t C = q[2] / 3, NH = ins.num_heads();
-    INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
-    INSTR_CHECK(C % NH == 0,
-                "channels " << C << " are not divisible by num_heads " << NH);
-    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], {q[0], q[1], C}, "result"));
-    // The probabilities [B, NH, T, T] live in scratch or a runtime
-    // temporary; either way their count must be representable.
-    int64_t probs = 0;
-    INSTR_CHECK(!__builtin_mul_overflow(q[0] * NH, q[1], &probs) &&
-                    !__builtin_mul_overflow(probs, q[1], &probs) &&
-                    probs <= std::numeric_limits<int64_t>::max() / 8,
-                "attention probabilities B*NH*T*T = " << q[0] << "*" << NH
-                                                      << "*" << q[1] << "*"
-                                                      << q[1] << " overflow");
-    if (!scratch.empty()) {
-      LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
-      // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
-      // may not; compare by division.
-      const int64_t s = shapeNumel(shape(scratch[0]));
-      const int64_t bnh = q[0] * NH;
-      INSTR_CHECK(s % bnh == 0 && s / bnh % q[1] == 0 && s / bnh / q[1] == q[1],
-                  "scratch (att) has "
-                      << s << " elements, expected B*NH*T*T = " << q[0] << "*"
-                      << NH << "*" << q[1] << "*" << q[1]);
-    }
-    return Status::success();
+    return checkAttentionShape(shape(inputs[0]), shape(outputs[0]),
+                               "result");
   }
   case Opcode::CrossEntropy: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
@@ -441,6 +442,266 @@ Status InstructionChecker::checkCompute() {
     break;
   }
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op));
+  return Status::success();
+}
+
+Status InstructionChecker::checkTraining() {
+  const Opcode op = ins.opcode();
+  auto allF32 = [&](const std::vector<uint32_t> &v,
+                    const char *role) -> Status {
+    for (uint32_t b : v)
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+    return Status::success();
+  };
+  switch (op) {
+  case Opcode::EmbeddingGrad: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    const uint32_t dout = inputs[0], ids = inputs[1], out = outputs[0];
+    LOOM_RETURN_IF_ERROR(dtype(dout, DType::F32, "dout"));
+    LOOM_RETURN_IF_ERROR(dtype(ids, DType::I32, "ids"));
+    LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "dtable"));
+    INSTR_CHECK(shape(out).size() == 2, "dtable must be [vocab, width], got "
+                                            << shapeString(shape(out)));
+    std::vector<int64_t> want = shape(ids);
+    want.push_back(shape(out)[1]);
+    return sameShape(dout, want, "dout");
+  }
+  case Opcode::ReduceLeading: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[0], outputs[0]}, "operand"));
+    const auto &x = shape(inputs[0]), &o = shape(outputs[0]);
+    INSTR_CHECK(o.size() <= x.size() &&
+                    std::equal(o.begin(), o.end(), x.end() - o.size()),
+                "result shape " << shapeString(o)
+                                << " must equal the trailing dimensions of the "
+                                   "input shape "
+                                << shapeString(x));
+    return Status::success();
+  }
+  case Opcode::LinearGrad: {
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0, 3));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    const auto &dy = shape(inputs[0]), &x = shape(inputs[1]),
+               &w = shape(inputs[2]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    INSTR_CHECK(w.size() == 2,
+                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(x.back() == w[0], "input features "
+                                      << x.back()
+                                      << " do not match the weight's input "
+                                         "dimension "
+                                      << w[0] << " (weight is [in, out])");
+    std::vector<int64_t> want(x.begin(), x.end() - 1);
+    want.push_back(w[1]);
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[0], want, "dout"));
+    (void)dy;
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "dinput"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[1], w, "dweight"));
+    if (outputs.size() == 3)
+      LOOM_RETURN_IF_ERROR(sameShape(outputs[2], {w[1]}, "dbias"));
+    return Status::success();
+  }
+  case Opcode::MatmulGrad: {
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    const auto &l = shape(inputs[1]), &r = shape(inputs[2]);
+    INSTR_CHECK(l.size() >= 2,
+                "lhs must be [..., M, K], got " << shapeString(l));
+    INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
+    const bool t = ins.transpose_rhs();
+    const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
+    INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
+                                   << shapeString(l) << " has K = " << l.back()
+                                   << ", rhs " << shapeString(r) << " has K = "
+                                   << k << (t ? " (rhs transposed)" : ""));
+    std::vector<int64_t> want(l.begin(), l.end() - 1);
+    want.push_back(n);
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[0], want, "dout"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], l, "dlhs"));
+    return sameShape(outputs[1], r, "drhs");
+  }
+  case Opcode::LayerNormGrad: {
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 3, 2));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    const auto &x = shape(inputs[1]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[0], x, "dout"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {x.back()}, "weight"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "dinput"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[1], {x.back()}, "dweight"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[2], {x.back()}, "dbias"));
+    const double eps = ins.epsilon();
+    INSTR_CHECK(eps > 0.0 && eps < 1.0,
+                "epsilon must be in (0, 1), got " << eps);
+    INSTR_CHECK(scratch.empty() || scratch.size() == 2,
+                "scratch must be empty or [mean, rstd], got " << scratch.size()
+                                                              << " buffers");
+    const int64_t rows = shapeNumel(x) / x.back();
+    for (uint32_t b : scratch) {
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
+      LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
+    }
+    return Status::success();
+  }
+  case Opcode::GeluGrad:
+  case Opcode::SoftmaxGrad: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dinput"));
+    const auto &x = shape(inputs[1]);
+    if (op == Opcode::SoftmaxGrad)
+      INSTR_CHECK(!x.empty(), "result must have rank >= 1");
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[0], x, "dout"));
+    return sameShape(outputs[0], x, "dinput");
+  }
+  case Opcode::AttentionGrad: {
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dqkv"));
+    LOOM_RETURN_IF_ERROR(
+        checkAttentionShape(shape(inputs[1]), shape(inputs[0]), "dout"));
+    return sameShape(outputs[0], shape(inputs[1]), "dqkv");
+  }
+  case Opcode::CrossEntropyGrad: {
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[1], DType::F32, "logits"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[2], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dlogits"));
+    const auto &l = shape(inputs[1]);
+    INSTR_CHECK(l.size() >= 2,
+                "logits must be [..., vocab], got " << shapeString(l));
+    std::vector<int64_t> rows(l.begin(), l.end() - 1);
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], rows, "targets"));
+    return sameShape(outputs[0], l, "dlogits");
+  }
+  case Opcode::SliceGrad: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    const uint32_t in = inputs[0], out = outputs[0];
+    INSTR_CHECK(facts.dtypes[in] == facts.dtypes[out],
+                "dout is " << dtypeLabel(facts.dtypes[in])
+                           << " but the result is "
+                           << dtypeLabel(facts.dtypes[out])
+                           << " (no conversion)");
+    const auto &d = shape(in), &o = shape(out);
+    const int64_t dim = ins.dim(), offset = ins.offset();
+    INSTR_CHECK(d.size() == o.size(), "result rank " << o.size()
+                                                     << " differs from dout "
+                                                        "rank "
+                                                     << d.size());
+    INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(o.size()),
+                "dim " << dim << " is out of range for rank " << o.size());
+    INSTR_CHECK(offset >= 0 && offset <= o[dim] - d[dim],
+                "dout of " << d[dim] << " at offset " << offset
+                           << " of dimension " << dim
+                           << " is out of bounds for size " << o[dim]);
+    for (size_t k = 0; k < o.size(); ++k)
+      INSTR_CHECK(static_cast<int64_t>(k) == dim || d[k] == o[k],
+                  "result dimension " << k << " is " << o[k]
+                                      << " but only dimension " << dim
+                                      << " may differ from dout "
+                                      << shapeString(d));
+    return Status::success();
+  }
+  case Opcode::Fill: {
+    LOOM_RETURN_IF_ERROR(counts(0, 0, 1, 0));
+    const DType t = facts.dtypes[outputs[0]];
+    const double v = ins.value();
+    INSTR_CHECK(t == DType::F32 || t == DType::I32,
+                "result (buffer " << outputs[0] << ") must be F32 or I32, got "
+                                  << dtypeLabel(t));
+    INSTR_CHECK(t != DType::I32 || (v == std::floor(v) && v >= INT32_MIN &&
+                                    v <= INT32_MAX),
+                "value " << v << " is not an int32 (the result is I32)");
+    return Status::success();
+  }
+  case Opcode::ClipGradNorm: {
+    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 2, 0));
+    LOOM_RETURN_IF_ERROR(allF32(inputs, "gradient"));
+    LOOM_RETURN_IF_ERROR(scalar(outputs[0], "norm (scalar)"));
+    LOOM_RETURN_IF_ERROR(scalar(outputs[1], "coef (scalar)"));
+    INSTR_CHECK(std::isfinite(ins.max_norm()),
+                "max_norm " << ins.max_norm() << " is not finite");
+    return Status::success();
+  }
+  case Opcode::AdamW: {
+    LOOM_RETURN_IF_ERROR(counts(7, 7, 3, 0));
+    const uint32_t p = inputs[0], g = inputs[1], m = inputs[2], v = inputs[3];
+    LOOM_RETURN_IF_ERROR(allF32({p, g, m, v}, "operand"));
+    LOOM_RETURN_IF_ERROR(sameShape(g, shape(p), "grad"));
+    LOOM_RETURN_IF_ERROR(sameShape(m, shape(p), "m"));
+    LOOM_RETURN_IF_ERROR(sameShape(v, shape(p), "v"));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[4], "lr (scalar)"));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[5], "step (scalar)"));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[6], "coef (scalar)"));
+    INSTR_CHECK(outputs[0] == p && outputs[1] == m && outputs[2] == v,
+                "outputs must be the param, m and v inputs (buffers "
+                    << p << ", " << m << ", " << v << "; updated in place), got "
+                    << outputs[0] << ", " << outputs[1] << ", "
+                    << outputs[2]);
+    const uint32_t state[] = {p, g, m, v};
+    const char *names[] = {"param", "grad", "m", "v"};
+    for (int a = 0; a < 4; ++a)
+      for (int b = a + 1; b < 4; ++b)
+        INSTR_CHECK(!overlaps(state[a], state[b]),
+                    names[a] << " (buffer " << state[a] << ") overlaps "
+                             << names[b] << " (buffer " << state[b] << ")");
+    for (const auto &[name, value] :
+         {std::pair<const char *, double>{"beta1", ins.beta1()},
+          {"beta2", ins.beta2()}})
+      INSTR_CHECK(value >= 0.0 && value < 1.0,
+                  name << " must be in [0, 1), got " << value);
+    INSTR_CHECK(ins.adam_eps() > 0.0 && std::isfinite(ins.adam_eps()),
+                "adam_eps must be positive, got " << ins.adam_eps());
+    INSTR_CHECK(ins.weight_decay() >= 0.0 && std::isfinite(ins.weight_decay()),
+                "weight_decay must be >= 0, got " << ins.weight_decay());
+    return Status::success();
+  }
+  default:
+    break;
+  }
+  INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op));
+  return Status::success();
+}
+
+Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
+                                               const std::vector<int64_t> &out,
+                                               const char *role) {
+  INSTR_CHECK(q.size() == 3, "qkv must be [batch, seq, 3 * channels], got "
+                                 << shapeString(q));
+  INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
+                                 << q[2]
+                                 << " is not 3 * channels (q, k, v packed)");
+  const int64_t C = q[2] / 3, NH = ins.num_heads();
+  INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
+  INSTR_CHECK(C % NH == 0,
+              "channels " << C << " are not divisible by num_heads " << NH);
+  INSTR_CHECK(out == std::vector<int64_t>({q[0], q[1], C}),
+              role << " has shape " << shapeString(out) << ", expected "
+                   << shapeString({q[0], q[1], C}));
+  // The probabilities [B, NH, T, T] live in scratch or a runtime
+  // temporary; either way their count must be representable.
+  int64_t probs = 0;
+  INSTR_CHECK(!__builtin_mul_overflow(q[0] * NH, q[1], &probs) &&
+                  !__builtin_mul_overflow(probs, q[1], &probs) &&
+                  probs <= std::numeric_limits<int64_t>::max() / 8,
+              "attention probabilities B*NH*T*T = " << q[0] << "*" << NH
+                                                    << "*" << q[1] << "*"
+                                                    << q[1] << " overflow");
+  if (!scratch.empty()) {
+    LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
+    // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
+    // may not; compare by division.
+    const int64_t s = shapeNumel(shape(scratch[0]));
+    const int64_t bnh = q[0] * NH;
+    INSTR_CHECK(s % bnh == 0 && s / bnh % q[1] == 0 && s / bnh / q[1] == q[1],
+                "scratch (att) has "
+                    << s << " elements, expected B*NH*T*T = " << q[0] << "*"
+                    << NH << "*" << q[1] << "*" << q[1]);
+  }
   return Status::success();
 }
 
@@ -531,7 +792,8 @@ Status InstructionChecker::checkMovement() {
 // Params, special buffers, stages
 //===----------------------------------------------------------------------===//
 
-Status checkParams(const Stage &stage, const StageFacts &facts) {
+Status checkParams(const Stage &stage, const StageFacts &facts,
+                   bool training) {
   const uint32_t si = stage.index();
   const auto *params = stage.params();
   if (!params)
@@ -575,6 +837,44 @@ Status checkParams(const Stage &stage, const StageFacts &facts) {
                        << " leaves the global shape " << shapeString(global)
                        << " in dimension " << d);
     }
+    // Training buffers: the gradient accumulator and the AdamW moments have
+    // the parameter's local shape, are F32 and share no bytes with it or
+    // each other (the update reads the gradient while writing the rest).
+    const std::pair<int32_t, const char *> extra[] = {
+        {param->grad_buffer(), "grad_buffer"},
+        {param->m_buffer(), "m_buffer"},
+        {param->v_buffer(), "v_buffer"}};
+    std::vector<uint32_t> owned = {b};
+    for (const auto &[index, what] : extra) {
+      if (index == -1)
+        continue;
+      LOOM_CHECK(index >= 0 && static_cast<size_t>(index) < facts.shapes.size(),
+                 label << ": " << what << " " << index
+                       << " is out of range (the stage has "
+                       << facts.shapes.size() << " buffers; -1 means none)");
+      LOOM_CHECK(facts.dtypes[index] == DType::F32 &&
+                     facts.shapes[index] == local,
+                 label << ": " << what << " " << index << " is "
+                       << shapeString(facts.shapes[index]) << " "
+                       << dtypeLabel(facts.dtypes[index])
+                       << ", expected the parameter's "
+                       << shapeString(local) << " F32");
+      for (uint32_t other : owned)
+        LOOM_CHECK(facts.offsets[index] >= facts.offsets[other] +
+                           facts.bytes[other] ||
+                       facts.offsets[other] >=
+                           facts.offsets[index] + facts.bytes[index],
+                   label << ": " << what << " " << index
+                         << " overlaps buffer " << other
+                         << " of the same parameter");
+      owned.push_back(static_cast<uint32_t>(index));
+    }
+    if (training)
+      LOOM_CHECK(param->grad_buffer() >= 0 && param->m_buffer() >= 0 &&
+                     param->v_buffer() >= 0,
+                 label << ": a training program (update_instructions is not "
+                          "empty) needs grad_buffer, m_buffer and v_buffer "
+                          "for every parameter");
     const auto kind = param->init();
     LOOM_CHECK(kind == InitKind::Normal || kind == InitKind::Zeros ||
                    kind == InitKind::Ones,
@@ -603,28 +903,48 @@ Status checkSpecialBuffer(const Stage &stage, const StageFacts &facts,
   return Status::success();
 }
 
-Status checkStage(const Stage &stage) {
+/// Checks one instruction list ("instruction" or "update instruction").
+Status checkInstructionList(
+    const Stage &stage, const StageFacts &facts,
+    const flatbuffers::Vector<flatbuffers::Offset<Instruction>> *list,
+    bool update) {
+  if (!list)
+    return Status::success();
+  const uint32_t si = stage.index();
+  const char *kind = update ? "update instruction" : "instruction";
+  for (uint32_t i = 0; i < list->size(); ++i) {
+    const Instruction *ins = list->Get(i);
+    const Opcode op = ins->opcode();
+    std::string prefix = "stage " + std::to_string(si) + ", " + kind + " #" +
+                         std::to_string(i) + " '" + nameOf(ins->name()) +
+                         "' (" + opcodeName(op) + ")";
+    LOOM_CHECK(!isCollective(op),
+               "stage " << si << ": program uses " << opcodeName(op) << " ("
+                        << kind << " #" << i << " '" << nameOf(ins->name())
+                        << "'); collectives need the multi-rank runtime "
+                           "(not in this build yet)");
+    LOOM_CHECK(update ||
+                   !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
+               prefix << ": the optimizer runs once per step, after all "
+                         "micro-batches; it belongs in update_instructions");
+    LOOM_RETURN_IF_ERROR(
+        InstructionChecker(facts, *ins, std::move(prefix)).check());
+  }
+  return Status::success();
+}
+
+Status checkStage(const Stage &stage, const ModelInfo &model, bool singleRank) {
   StageFacts facts;
   facts.stageIndex = stage.index();
   const uint32_t si = stage.index();
+  const bool training =
+      stage.update_instructions() && stage.update_instructions()->size() > 0;
   LOOM_RETURN_IF_ERROR(checkBuffers(stage, facts));
-  LOOM_RETURN_IF_ERROR(checkParams(stage, facts));
-  if (const auto *instructions = stage.instructions()) {
-    for (uint32_t i = 0; i < instructions->size(); ++i) {
-      const Instruction *ins = instructions->Get(i);
-      LOOM_CHECK(!isCollective(ins->opcode()),
-                 "stage " << si << ": program uses "
-                          << opcodeName(ins->opcode()) << " (instruction #" << i
-                          << " '" << nameOf(ins->name())
-                          << "'); collectives need the multi-rank runtime "
-                             "(not in this build yet)");
-      std::string prefix = "stage " + std::to_string(si) + ", instruction #" +
-                           std::to_string(i) + " '" + nameOf(ins->name()) +
-                           "' (" + opcodeName(ins->opcode()) + ")";
-      LOOM_RETURN_IF_ERROR(
-          InstructionChecker(facts, *ins, std::move(prefix)).check());
-    }
-  }
+  LOOM_RETURN_IF_ERROR(checkParams(stage, facts, training));
+  LOOM_RETURN_IF_ERROR(
+      checkInstructionList(stage, facts, stage.instructions(), false));
+  LOOM_RETURN_IF_ERROR(
+      checkInstructionList(stage, facts, stage.update_instructions(), true));
   // After the instructions, whose messages are more specific.
   LOOM_RETURN_IF_ERROR(
       checkSpecialBuffer(stage, facts, stage.tokens(), "tokens", DType::I32));
@@ -638,11 +958,54 @@ Status checkStage(const Stage &stage) {
                         << shapeString(facts.shapes[stage.tokens()])
                         << " differs from targets shape "
                         << shapeString(facts.shapes[stage.targets()]));
-  if (stage.loss() >= 0)
-    LOOM_CHECK(shapeNumel(facts.shapes[stage.loss()]) == 1,
-               "stage " << si << ": loss buffer " << stage.loss()
-                        << " must be a scalar, got shape "
-                        << shapeString(facts.shapes[stage.loss()]));
+  // Scalars: the loss, and the training step's lr / step / grad_norm.
+  const std::pair<int32_t, const char *> scalars[] = {
+      {stage.loss(), "loss"},
+      {stage.lr(), "lr"},
+      {stage.step(), "step"},
+      {stage.grad_norm(), "grad_norm"}};
+  for (const auto &[index, what] : scalars) {
+    if (index == stage.loss()) {
+      if (index >= 0)
+        LOOM_CHECK(shapeNumel(facts.shapes[index]) == 1,
+                   "stage " << si << ": loss buffer " << index
+                            << " must be a scalar, got shape "
+                            << shapeString(facts.shapes[index]));
+      continue;
+    }
+    LOOM_RETURN_IF_ERROR(
+        checkSpecialBuffer(stage, facts, index, what, DType::F32));
+    if (index >= 0)
+      LOOM_CHECK(shapeNumel(facts.shapes[index]) == 1,
+                 "stage " << si << ": " << what << " buffer " << index
+                          << " must be a scalar, got shape "
+                          << shapeString(facts.shapes[index]));
+  }
+  // Micro-batches split the global batch evenly.
+  const int64_t mb = stage.microbatches();
+  LOOM_CHECK(mb >= 1 && model.batch() % mb == 0,
+             "stage " << si << ": microbatches = " << mb
+                      << " must be >= 1 and divide the batch of "
+                      << model.batch() << " rows");
+  if (singleRank) {
+    const int64_t want = model.batch() / mb * model.seq();
+    for (const auto &[index, what] :
+         {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
+          {stage.targets(), "targets"}})
+      LOOM_CHECK(index < 0 || shapeNumel(facts.shapes[index]) == want,
+                 "stage " << si << ": the " << what << " buffer "
+                          << shapeString(facts.shapes[index])
+                          << " does not hold one micro-batch of batch / "
+                             "microbatches x seq = "
+                          << model.batch() << " / " << mb << " x "
+                          << model.seq() << " = " << want << " tokens");
+  }
+  if (training) {
+    LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
+               "stage " << si << ": a training program (update_instructions "
+                                 "is not empty) needs the lr and step scalar "
+                                 "buffers the runtime sets each step");
+  }
   return Status::success();
 }
 
@@ -678,7 +1041,8 @@ Status verifyProgram(const Program &program) {
     const Stage *stage = stages->Get(s);
     LOOM_CHECK(seen.insert(stage->index()).second,
                "stage #" << s << " repeats stage index " << stage->index());
-    LOOM_RETURN_IF_ERROR(checkStage(*stage));
+    LOOM_RETURN_IF_ERROR(checkStage(
+        *stage, *model, !program.mesh() || program.mesh()->size() == 0));
   }
   return Status::success();
 }

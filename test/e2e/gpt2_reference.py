@@ -17,6 +17,30 @@ Run with Debian's torch interpreter:
 
 Step s evaluates the batch loomfmt.get_batch(tokens, B, T, s) with the
 weights of the checkpoint (no update) and prints {"step": s, "loss": L}.
+
+--train trains from the checkpoint's weights with the semantics of
+`loom train` and prints {"step", "loss", "lr", "grad_norm"} per step:
+  ... --train --steps N [--microbatches M] [--lr 1e-3] [--min-lr 0]
+      [--warmup 0] [--lr-schedule cosine|constant] [--schedule-steps S]
+      [--wd 0.01] [--clip 1.0] [--beta1 0.9] [--beta2 0.999] [--eps 1e-8]
+      [--resume] [--save-checkpoint F] [--compare LOG.jsonl --rtol 1e-4]
+* step s uses global batch s; the B rows are split into M micro-batches of
+  B/M consecutive rows, each loss a mean over its tokens, backpropagated
+  scaled by 1/M; the logged loss is the mean of the micro-batch losses,
+  from the forward before the update.
+* grad_norm = sqrt(sum g^2) over all parameters (tied wte once), logged
+  before clipping; clip_grad_norm_(params, clip) when clip > 0.
+* torch.optim.AdamW, two groups: weight decay wd for every parameter of
+  >= 2 dims (matmul weights, wte, wpe), 0 for biases and layer norms.
+* lr_s = lr*(s+1)/W for s < W (warmup), else lr (constant) or
+  min_lr + 0.5*(1+cos(pi*p))*(lr-min_lr), p = clamp((s-W)/max(1, S-W)),
+  S = --schedule-steps (default --steps).
+* --steps N is the run's total: steps 0..N-1, or k..N-1 with --resume,
+  which also loads optimizer.exp_avg.<name> / optimizer.exp_avg_sq.<name>
+  and metadata "step" = k (updates done) from the checkpoint.
+* --save-checkpoint writes the final weights (HF names, float32) plus the
+  optimizer moments and metadata step, as Loom does.
+--compare checks loss (rtol), lr (1e-6 relative) and grad_norm (10*rtol).
 """
 import argparse
 import json
@@ -243,6 +267,46 @@ class GPT2:
         return (logz - picked).mean()
 
 
+class GPT2Builtin(GPT2):
+    """The same model from torch's fused built-ins (F.layer_norm, F.gelu,
+    softmax, F.cross_entropy): faster, for benchmarks (bench/train_cpu
+    --torch-model builtin). The tests check it against GPT2."""
+
+    def hidden(self, idx):
+        F = torch.nn.functional
+        cfg, w = self.cfg, self.w
+        B, T = idx.shape
+        C, nh = cfg.n_embd, cfg.n_head
+        eps = cfg.layer_norm_epsilon
+        future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+        x = F.embedding(idx, w["wte.weight"]) + w["wpe.weight"][:T]
+        for i in range(cfg.n_layer):
+            h = f"h.{i}."
+            a = F.layer_norm(x, (C,), w[h + "ln_1.weight"], w[h + "ln_1.bias"],
+                             eps)
+            qkv = torch.addmm(w[h + "attn.c_attn.bias"], a.view(B * T, C),
+                              w[h + "attn.c_attn.weight"])
+            q, k, v = qkv.view(B, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // nh))
+            att = att.masked_fill(future, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B * T, C)
+            x = x + torch.addmm(w[h + "attn.c_proj.bias"], y,
+                                w[h + "attn.c_proj.weight"]).view(B, T, C)
+            m = F.layer_norm(x, (C,), w[h + "ln_2.weight"], w[h + "ln_2.bias"],
+                             eps).view(B * T, C)
+            m = F.gelu(torch.addmm(w[h + "mlp.c_fc.bias"], m,
+                                   w[h + "mlp.c_fc.weight"]),
+                       approximate="tanh")
+            x = x + torch.addmm(w[h + "mlp.c_proj.bias"], m,
+                                w[h + "mlp.c_proj.weight"]).view(B, T, C)
+        return F.layer_norm(x, (C,), w["ln_f.weight"], w["ln_f.bias"], eps)
+
+    def loss(self, idx, targets):
+        logits = self.logits(idx)
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
 #===----------------------------------------------------------------------===#
 # Runs
 #===----------------------------------------------------------------------===#
@@ -281,6 +345,270 @@ def compare(loom_records, torch_losses, rtol, stream=None):
     return ok
 
 
+#===----------------------------------------------------------------------===#
+# Training
+#===----------------------------------------------------------------------===#
+
+OPT_EXP_AVG = "optimizer.exp_avg."
+OPT_EXP_AVG_SQ = "optimizer.exp_avg_sq."
+
+
+class TrainConfig:
+    """The hyper-parameters of a training run (defaults as `loom train`)."""
+
+    def __init__(self, batch=4, seq=64, steps=1, microbatches=1, lr=1e-3,
+                 min_lr=0.0, warmup=0, lr_schedule="cosine",
+                 schedule_steps=None, wd=0.01, clip=1.0, beta1=0.9,
+                 beta2=0.999, eps=1e-8):
+        self.batch, self.seq, self.steps = batch, seq, steps
+        self.microbatches = microbatches
+        self.lr, self.min_lr, self.warmup = lr, min_lr, warmup
+        self.lr_schedule = lr_schedule
+        self.schedule_steps = steps if schedule_steps is None \
+            else schedule_steps
+        self.wd, self.clip = wd, clip
+        self.beta1, self.beta2, self.eps = beta1, beta2, eps
+        if batch < 1 or seq < 1 or steps < 1 or microbatches < 1:
+            raise FormatError("batch, seq, steps and microbatches must be "
+                              "positive")
+        if batch % microbatches:
+            raise FormatError(f"batch {batch} is not divisible by "
+                              f"microbatches {microbatches}")
+        if warmup < 0 or self.schedule_steps < 0:
+            raise FormatError("warmup and schedule steps must be >= 0")
+        if lr_schedule not in ("constant", "cosine"):
+            raise FormatError(f"unknown lr schedule {lr_schedule!r}")
+
+    def lr_at(self, step):
+        return lr_at(step, self.lr, self.min_lr, self.warmup,
+                     self.lr_schedule, self.schedule_steps)
+
+
+def lr_at(step, lr, min_lr=0.0, warmup=0, schedule="cosine",
+          schedule_steps=1):
+    """Learning rate of 0-based step `step` (see the module docstring)."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    if schedule == "constant":
+        return lr
+    p = (step - warmup) / max(1, schedule_steps - warmup)
+    p = min(max(p, 0.0), 1.0)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * p)) * (lr - min_lr)
+
+
+def decays(name, value):
+    """nanoGPT's rule: weight decay for every parameter of >= 2 dims."""
+    return value.dim() >= 2
+
+
+class Trainer:
+    """GPT-2 training with torch.optim.AdamW, as `loom train` does it.
+
+    `weights` is {HF name: tensor}; the trainer keeps its own leaf copies
+    (requires_grad) in self.params, which the GPT2 model reads directly.
+    """
+
+    def __init__(self, cfg, weights, tc, model_cls=GPT2):
+        self.cfg, self.tc = cfg, tc
+        self.params = {k: v.detach().clone().requires_grad_(True)
+                       for k, v in weights.items()}
+        self.model = model_cls(cfg, self.params)
+        decay = [p for k, p in self.params.items() if decays(k, p)]
+        no_decay = [p for k, p in self.params.items() if not decays(k, p)]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": tc.wd},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
+        self.updates = 0  # optimizer steps taken (the checkpoint's "step")
+
+    def load_optimizer_state(self, tensors, step, where="checkpoint"):
+        """Loads Loom's optimizer.exp_avg/exp_avg_sq.<name> moments and the
+        number of updates already taken into the torch optimizer."""
+        missing = [k for k in self.params
+                   if OPT_EXP_AVG + k not in tensors
+                   or OPT_EXP_AVG_SQ + k not in tensors]
+        if missing:
+            raise FormatError(f"{where}: --resume needs optimizer moments; "
+                              f"{len(missing)} parameter(s) lack them, e.g. "
+                              f"{OPT_EXP_AVG}{missing[0]}")
+        if step < 0:
+            raise FormatError(f"{where}: negative step {step}")
+        for name, p in self.params.items():
+            state = self.optimizer.state[p]
+            state["step"] = torch.tensor(float(step))
+            for prefix, key in ((OPT_EXP_AVG, "exp_avg"),
+                                (OPT_EXP_AVG_SQ, "exp_avg_sq")):
+                value = tensors[prefix + name]
+                if list(value.shape) != list(p.shape):
+                    raise FormatError(f"{where}: {prefix}{name} has shape "
+                                      f"{list(value.shape)}, the parameter "
+                                      f"{list(p.shape)}")
+                state[key] = torch.from_numpy(np.array(value)).to(p.dtype)
+        self.updates = step
+
+    def step(self, tokens, s):
+        """Trains on global batch s; returns {"step","loss","lr","grad_norm"}."""
+        tc = self.tc
+        lr = tc.lr_at(s)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        x, y = (torch.from_numpy(a)
+                for a in loomfmt.get_batch(tokens, tc.batch, tc.seq, s))
+        rows = tc.batch // tc.microbatches
+        total = 0.0
+        for m in range(tc.microbatches):
+            part = slice(m * rows, (m + 1) * rows)
+            loss = self.model.loss(x[part], y[part])
+            (loss / tc.microbatches).backward()
+            total += float(loss)
+        params = list(self.params.values())
+        if tc.clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(params, tc.clip)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack(
+                [torch.linalg.vector_norm(p.grad) for p in params]))
+        self.optimizer.step()
+        self.updates += 1
+        return {"step": s, "loss": total / tc.microbatches, "lr": lr,
+                "grad_norm": float(norm)}
+
+    def checkpoint_tensors(self):
+        """{name: float32 array}: weights and optimizer moments, HF names."""
+        out = {}
+        for name, p in self.params.items():
+            out[name] = p.detach().float().numpy()
+            state = self.optimizer.state.get(p, {})
+            if "exp_avg" in state:
+                out[OPT_EXP_AVG + name] = state["exp_avg"].float().numpy()
+                out[OPT_EXP_AVG_SQ + name] = \
+                    state["exp_avg_sq"].float().numpy()
+        return out
+
+    def save(self, path):
+        loomfmt.write_safetensors(path, self.checkpoint_tensors(),
+                                  metadata={"format": "pt",
+                                            "step": self.updates})
+
+
+def train_records(cfg, weights, tokens, tc, start_step=0, trainer=None):
+    """Yields the step records of steps start_step..tc.steps-1."""
+    trainer = trainer or Trainer(cfg, weights, tc)
+    for s in range(start_step, tc.steps):
+        yield trainer.step(tokens, s)
+
+
+def compare_train(loom_records, ours, rtol, stream=None):
+    """Per step: loss (rtol), lr (1e-6 rel) and grad_norm (10*rtol).
+    Prints a table; returns True when everything agrees."""
+    stream = stream or sys.stdout
+    ours = {r["step"]: r for r in ours}
+    lr_rtol, norm_rtol = 1e-6, 10 * rtol
+    ok = True
+
+    def rel(a, b):
+        return abs(a - b) / max(abs(a), abs(b), 1e-30)
+
+    print(f"{'step':>5}  {'loom loss':>12}  {'torch loss':>12}  "
+          f"{'rel':>8}  {'lr rel':>8}  {'loom gnorm':>11}  "
+          f"{'torch gnorm':>11}  {'rel':>8}", file=stream)
+    for s in sorted(set(ours) | set(loom_records)):
+        if s not in loom_records or s not in ours:
+            side = "loom log" if s not in loom_records else "reference"
+            print(f"{s:>5}  missing from the {side}", file=stream)
+            ok = False
+            continue
+        mine, theirs = ours[s], loom_records[s]
+        absent = [k for k in ("lr", "grad_norm")
+                  if not isinstance(theirs.get(k), (int, float))]
+        if absent:
+            print(f"{s:>5}  loom log lacks {', '.join(absent)}", file=stream)
+            ok = False
+            continue
+        loss_rel = rel(float(theirs["loss"]), mine["loss"])
+        lr_rel = 0.0 if theirs["lr"] == mine["lr"] \
+            else rel(float(theirs["lr"]), mine["lr"])
+        norm_rel = rel(float(theirs["grad_norm"]), mine["grad_norm"])
+        bad = [what for what, r, tol in (("loss", loss_rel, rtol),
+                                         ("lr", lr_rel, lr_rtol),
+                                         ("grad_norm", norm_rel, norm_rtol))
+               if not r <= tol]  # NaN counts as bad
+        ok &= not bad
+        print(f"{s:>5}  {float(theirs['loss']):>12.7f}  {mine['loss']:>12.7f}  "
+              f"{loss_rel:>8.1e}  {lr_rel:>8.1e}  "
+              f"{float(theirs['grad_norm']):>11.6f}  {mine['grad_norm']:>11.6f}"
+              f"  {norm_rel:>8.1e}"
+              + (f"  > tol: {', '.join(bad)}" if bad else ""), file=stream)
+    return ok
+
+
+def run_train(args, cfg, dtype, loom_records):
+    """--train: returns the exit code."""
+    if args.steps is not None:
+        steps = args.steps
+    elif loom_records is not None:
+        steps = max(loom_records) + 1
+    else:
+        steps = 1
+    tc = TrainConfig(batch=args.batch, seq=args.seq, steps=steps,
+                     microbatches=args.microbatches, lr=args.lr,
+                     min_lr=args.min_lr, warmup=args.warmup,
+                     lr_schedule=args.lr_schedule,
+                     schedule_steps=args.schedule_steps, wd=args.wd,
+                     clip=args.clip, beta1=args.beta1, beta2=args.beta2,
+                     eps=args.eps)
+    tokens = loomfmt.read_token_file(args.data)
+    tensors, metadata = loomfmt.read_safetensors(args.checkpoint)
+    weights = {k: torch.from_numpy(np.array(v)).to(dtype) for k, v in
+               select_weights(cfg, tensors, where=args.checkpoint).items()}
+    trainer = Trainer(cfg, weights, tc)
+    start = 0
+    if args.resume:
+        try:
+            start = int(metadata.get("step", ""))
+        except ValueError:
+            raise FormatError(f"{args.checkpoint}: --resume needs an integer "
+                              f"metadata \"step\", got "
+                              f"{metadata.get('step')!r}")
+        trainer.load_optimizer_state(tensors, start, where=args.checkpoint)
+        if start >= steps:
+            raise FormatError(f"{args.checkpoint} is at step {start}; "
+                              f"--steps {steps} leaves nothing to train")
+    del tensors
+
+    out = None
+    if args.out:
+        out = open(args.out, "w", encoding="utf-8")
+    elif loom_records is None:
+        out = sys.stdout
+    records = []
+    try:
+        for record in train_records(cfg, None, tokens, tc, start, trainer):
+            records.append(record)
+            if out is not None:
+                out.write(json.dumps(record) + "\n")
+                out.flush()
+    finally:
+        if out is not None and out is not sys.stdout:
+            out.close()
+    if args.save_checkpoint:
+        trainer.save(args.save_checkpoint)
+    if loom_records is None:
+        return 0
+    if start:
+        earlier = [k for k in loom_records if k < start]
+        if earlier:
+            print(f"note: resumed at step {start}; ignoring {len(earlier)} "
+                  f"earlier step(s) of {args.compare}")
+            loom_records = {k: v for k, v in loom_records.items()
+                            if k >= start}
+    ok = compare_train(loom_records, records, args.rtol)
+    print(f"{'PASS' if ok else 'FAIL'}: {len(records)} reference step(s), "
+          f"{len(loom_records)} loom step(s); loss rtol {args.rtol:g}, "
+          f"lr rtol 1e-06, grad_norm rtol {10 * args.rtol:g}")
+    return 0 if ok else 1
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--config", required=True, help="HF GPT-2 config.json")
@@ -302,6 +630,28 @@ def parse_args(argv):
                          "and with --data the loss of a seeded init model")
     ap.add_argument("--seed", type=int, default=0,
                     help="init seed for --init-check")
+    tr = ap.add_argument_group("training (--train)")
+    tr.add_argument("--train", action="store_true",
+                    help="train from --checkpoint as `loom train` does")
+    tr.add_argument("--microbatches", type=int, default=1)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--min-lr", type=float, default=0.0)
+    tr.add_argument("--warmup", type=int, default=0)
+    tr.add_argument("--lr-schedule", choices=("constant", "cosine"),
+                    default="cosine")
+    tr.add_argument("--schedule-steps", type=int,
+                    help="S of the cosine schedule (default --steps)")
+    tr.add_argument("--wd", type=float, default=0.01)
+    tr.add_argument("--clip", type=float, default=1.0,
+                    help="global-norm clip; <= 0 disables")
+    tr.add_argument("--beta1", type=float, default=0.9)
+    tr.add_argument("--beta2", type=float, default=0.999)
+    tr.add_argument("--eps", type=float, default=1e-8)
+    tr.add_argument("--resume", action="store_true",
+                    help="load the optimizer moments and step from "
+                         "--checkpoint")
+    tr.add_argument("--save-checkpoint", metavar="F",
+                    help="write the final weights and optimizer state")
     args = ap.parse_args(argv)
     if args.batch < 1 or args.seq < 1:
         ap.error("--batch and --seq must be positive")
@@ -309,6 +659,16 @@ def parse_args(argv):
         ap.error("--steps must be positive")
     if not args.init_check and not (args.checkpoint and args.data):
         ap.error("--checkpoint and --data are required (or --init-check)")
+    if args.train:
+        if args.init_check:
+            ap.error("--train and --init-check do not mix")
+        if args.microbatches < 1 or args.warmup < 0:
+            ap.error("--microbatches must be positive, --warmup >= 0")
+        if args.batch % args.microbatches:
+            ap.error(f"--batch {args.batch} is not divisible by "
+                     f"--microbatches {args.microbatches}")
+    elif args.resume or args.save_checkpoint:
+        ap.error("--resume and --save-checkpoint need --train")
     return args
 
 
@@ -336,6 +696,8 @@ def run(args):
         if not loom_records:
             raise FormatError(f"{args.compare}: no lines with \"step\" and "
                               "\"loss\"")
+    if args.train:
+        return run_train(args, cfg, dtype, loom_records)
     if args.steps is not None:
         steps = range(args.steps)
     elif loom_records is not None:

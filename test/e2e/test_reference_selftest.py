@@ -9,6 +9,12 @@ explicit masked softmax). Also checks the batch layout, the CLI (JSON lines,
 --compare pass/fail), and that corrupt checkpoints, token files and logs give
 a clear error rather than a traceback.
 
+The --train mode is checked against a training loop written here from the
+definitions (F.cross_entropy, autograd.grad per micro-batch, name-based
+weight-decay groups, a hand-written AdamW and global-norm clip), plus
+micro-batching == full batch, clipping on/off, schedule values, resume,
+the --compare checks, and test/e2e/compare_weights.py.
+
 Run: /usr/bin/python3 test/e2e/test_reference_selftest.py
 Prints "N passed, N failed" and exits 1 when anything failed. ~10 s.
 """
@@ -62,8 +68,9 @@ def random_weights(cfg, seed=1):
     return weights
 
 
-def independent_forward(cfg, w, idx):
-    """Logits [B, T, V] from torch built-ins, one head at a time."""
+def independent_forward(cfg, w, idx, head=None):
+    """Logits [B, T, V] from torch built-ins, one head at a time; `head`
+    replaces wte in the LM head (default: tied)."""
     Bn, Tn = idx.shape
     C, nh = cfg.n_embd, cfg.n_head
     hs = C // nh
@@ -90,7 +97,7 @@ def independent_forward(cfg, w, idx):
                    approximate="tanh")
         x = x + F.linear(m, w[p + "mlp.c_proj.weight"].t(), w[p + "mlp.c_proj.bias"])
     x = F.layer_norm(x, (C,), w["ln_f.weight"], w["ln_f.bias"], eps)
-    return F.linear(x, w["wte.weight"])
+    return F.linear(x, w["wte.weight"] if head is None else head)
 
 
 def independent_loss(cfg, w, idx, targets):
@@ -453,6 +460,387 @@ def test_tokenize_script(wd):
             f.write(broken)
         proc = run_cli([PYTHON, TOKENIZE, "--inspect", path], 1)
         assert words in proc.stderr, proc.stderr
+
+
+#===----------------------------------------------------------------------===#
+# Training (--train)
+#===----------------------------------------------------------------------===#
+
+TB = 4  # batch for the training tests: divisible by 2 and 4 micro-batches
+NO_DECAY_SUFFIXES = ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias",
+                     "ln_f.weight", "ln_f.bias")
+
+
+def independent_lr(s, lr, min_lr, warmup, schedule, S):
+    if warmup > 0 and s < warmup:
+        return lr * (s + 1) / warmup
+    if schedule == "constant":
+        return lr
+    progress = min(1.0, max(0.0, (s - warmup) / max(1, S - warmup)))
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def independent_train(cfg, w0, tokens, steps, B_, T_, M=1, lr=1e-3,
+                      min_lr=0.0, warmup=0, schedule="cosine", S=None,
+                      wd=0.01, clip=1.0, b1=0.9, b2=0.999, eps=1e-8,
+                      dtype=torch.float64):
+    """Training written from the definitions: F.cross_entropy losses,
+    torch.autograd.grad per micro-batch, weight-decay groups chosen by
+    name, a hand-written AdamW and clip. Returns (records, final weights)."""
+    S = steps if S is None else S
+    w = {k: v.to(dtype).clone().requires_grad_(True) for k, v in w0.items()}
+    names = list(w)
+    no_decay = {k for k in names
+                if k.endswith(".bias") or k.endswith(NO_DECAY_SUFFIXES)}
+    m = {k: torch.zeros_like(w[k]) for k in names}
+    v = {k: torch.zeros_like(w[k]) for k in names}
+    nb = (len(tokens) - 1) // (B_ * T_)
+    records = []
+    for s in range(steps):
+        lr_s = independent_lr(s, lr, min_lr, warmup, schedule, S)
+        off = (s % nb) * B_ * T_
+        rows = [np.asarray(tokens[off + r * T_: off + r * T_ + T_ + 1],
+                           dtype=np.int64) for r in range(B_)]
+        x = torch.tensor(np.stack([r[:-1] for r in rows]))
+        y = torch.tensor(np.stack([r[1:] for r in rows]))
+        grads = {k: torch.zeros_like(w[k]) for k in names}
+        losses = []
+        per = B_ // M
+        for i in range(M):
+            xs, ys = x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
+            logits = independent_forward(cfg, w, xs)
+            loss = F.cross_entropy(logits.reshape(-1, cfg.vocab_size),
+                                   ys.reshape(-1))
+            for k, g in zip(names, torch.autograd.grad(loss, [w[k] for k in names])):
+                grads[k] += g / M
+            losses.append(float(loss))
+        norm = math.sqrt(sum(float((g.double() ** 2).sum())
+                             for g in grads.values()))
+        if clip > 0 and clip / (norm + 1e-6) < 1:
+            for k in names:
+                grads[k] = grads[k] * (clip / (norm + 1e-6))
+        t = s + 1
+        with torch.no_grad():
+            for k in names:
+                g = grads[k]
+                if k not in no_decay:
+                    w[k] -= lr_s * wd * w[k]
+                m[k] = b1 * m[k] + (1 - b1) * g
+                v[k] = b2 * v[k] + (1 - b2) * g * g
+                m_hat = m[k] / (1 - b1 ** t)
+                v_hat = v[k] / (1 - b2 ** t)
+                w[k] -= lr_s * m_hat / (v_hat.sqrt() + eps)
+        records.append({"step": s, "loss": sum(losses) / M, "lr": lr_s,
+                        "grad_norm": norm})
+    return records, {k: t.detach() for k, t in w.items()}
+
+
+def reference_train(cfg, w0, tokens, steps, B_, T_, dtype=torch.float64,
+                    **hp):
+    tc = ref.TrainConfig(batch=B_, seq=T_, steps=steps, **hp)
+    trainer = ref.Trainer(cfg, {k: v.to(dtype) for k, v in w0.items()}, tc)
+    records = list(ref.train_records(cfg, None, tokens, tc, 0, trainer))
+    return records, trainer
+
+
+def assert_records_close(a, b, rtol, what=""):
+    assert [r["step"] for r in a] == [r["step"] for r in b], (what, a, b)
+    for x, y in zip(a, b):
+        for key in ("loss", "lr", "grad_norm"):
+            d = abs(x[key] - y[key]) / max(abs(y[key]), 1e-30)
+            assert d <= rtol, (what, key, x, y, d)
+
+
+def test_train_matches_independent_loop(wd):
+    tokens = loomfmt.read_token_file(wd.data)
+    # Clipping active (random weights have |g| ~ 3): a large eps makes
+    # Adam's step depend on the clip coefficient, so it is really checked.
+    cases = [dict(lr=3e-3, min_lr=1e-4, warmup=2, lr_schedule="cosine",
+                  schedule_steps=5, wd=0.1, clip=1.0, eps=1e-3),
+             dict(microbatches=2, lr=2e-3, lr_schedule="constant", wd=0.01,
+                  clip=0.0, beta1=0.8, beta2=0.95, eps=1e-6),
+             dict(microbatches=4, lr=1e-3, warmup=1, wd=0.05, clip=2.5)]
+    for hp in cases:
+        got, trainer = reference_train(CFG, wd.weights, tokens, 6, TB, T, **hp)
+        want, w_want = independent_train(
+            CFG, wd.weights, tokens, 6, TB, T, M=hp.get("microbatches", 1),
+            lr=hp["lr"], min_lr=hp.get("min_lr", 0.0),
+            warmup=hp.get("warmup", 0),
+            schedule=hp.get("lr_schedule", "cosine"),
+            S=hp.get("schedule_steps"), wd=hp["wd"], clip=hp["clip"],
+            b1=hp.get("beta1", 0.9), b2=hp.get("beta2", 0.999),
+            eps=hp["eps"] if "eps" in hp else 1e-8)
+        assert_records_close(got, want, 1e-9, hp)
+        # bench/train_cpu's fused-op variant trains the same way.
+        tc = ref.TrainConfig(batch=TB, seq=T, steps=6, **hp)
+        fast = ref.Trainer(CFG, {k: v.double() for k, v in wd.weights.items()},
+                           tc, model_cls=ref.GPT2Builtin)
+        assert_records_close(list(ref.train_records(CFG, None, tokens, tc, 0,
+                                                    fast)), want, 1e-9, hp)
+        for k, value in w_want.items():
+            assert torch.allclose(trainer.params[k].detach(), value,
+                                  rtol=0, atol=1e-10), (hp, k)
+        if hp is cases[0]:  # clipping was active at every step
+            assert min(r["grad_norm"] for r in got) > hp["clip"], got
+
+
+def test_train_microbatches_equal_full_batch(wd):
+    tokens = loomfmt.read_token_file(wd.data)
+    hp = dict(lr=3e-3, warmup=1, clip=1.0)
+    full, _ = reference_train(CFG, wd.weights, tokens, 5, TB, T, **hp)
+    for M in (2, 4):
+        part, _ = reference_train(CFG, wd.weights, tokens, 5, TB, T,
+                                  microbatches=M, **hp)
+        assert_records_close(part, full, 1e-10, f"M={M} float64")
+    f32, _ = reference_train(CFG, wd.weights, tokens, 5, TB, T,
+                             dtype=torch.float32, **hp)
+    f32m, _ = reference_train(CFG, wd.weights, tokens, 5, TB, T,
+                              dtype=torch.float32, microbatches=2, **hp)
+    assert_records_close(f32m, f32, 1e-6, "M=2 float32")
+    assert_records_close(f32, full, 1e-5, "float32 vs float64")
+
+
+def test_train_clipping(wd):
+    tokens = loomfmt.read_token_file(wd.data)
+    off, _ = reference_train(CFG, wd.weights, tokens, 4, TB, T, clip=0.0)
+    huge, _ = reference_train(CFG, wd.weights, tokens, 4, TB, T, clip=1e9)
+    assert off == huge, (off, huge)  # inactive clip: bit-identical
+    norm0 = off[0]["grad_norm"]
+    assert norm0 > 1.0, norm0
+    # Active: the logged norm is the pre-clip one; the grads the optimizer
+    # saw (still in .grad after the step) have norm clip*norm/(norm+1e-6).
+    clip = 0.25 * norm0
+    tc = ref.TrainConfig(batch=TB, seq=T, steps=1, clip=clip, eps=1e-3)
+    trainer = ref.Trainer(CFG, {k: v.double() for k, v in wd.weights.items()},
+                          tc)
+    rec = trainer.step(tokens, 0)
+    assert abs(rec["grad_norm"] - norm0) <= 1e-12 * norm0, (rec, norm0)
+    after = math.sqrt(sum(float((p.grad ** 2).sum())
+                          for p in trainer.params.values()))
+    assert abs(after - clip * norm0 / (norm0 + 1e-6)) <= 1e-9 * clip, after
+    # Inactive: .grad keeps the full norm.
+    tc = ref.TrainConfig(batch=TB, seq=T, steps=1, clip=10 * norm0)
+    trainer = ref.Trainer(CFG, {k: v.double() for k, v in wd.weights.items()},
+                          tc)
+    trainer.step(tokens, 0)
+    after = math.sqrt(sum(float((p.grad ** 2).sum())
+                          for p in trainer.params.values()))
+    assert abs(after - norm0) <= 1e-12 * norm0, (after, norm0)
+    # With a large eps the clipped trajectory differs from the unclipped.
+    a, _ = reference_train(CFG, wd.weights, tokens, 3, TB, T, clip=0.0, eps=1e-3)
+    b, _ = reference_train(CFG, wd.weights, tokens, 3, TB, T, clip=clip, eps=1e-3)
+    assert a[0]["loss"] == b[0]["loss"]
+    assert abs(a[2]["loss"] - b[2]["loss"]) > 1e-6 * abs(a[2]["loss"]), (a, b)
+
+
+def test_lr_schedule_values(wd):
+    lr = ref.lr_at
+    cases = [
+        # (step, lr, min_lr, warmup, schedule, S) -> value
+        ((0, 1e-3, 0.0, 4, "cosine", 10), 2.5e-4),
+        ((1, 1e-3, 0.0, 4, "cosine", 10), 5e-4),
+        ((3, 1e-3, 0.0, 4, "cosine", 10), 1e-3),
+        ((4, 1e-3, 0.0, 4, "cosine", 10), 1e-3),          # p = 0
+        ((7, 1e-3, 0.0, 4, "cosine", 10), 5e-4),          # p = 1/2
+        ((10, 1e-3, 0.0, 4, "cosine", 10), 0.0),          # p = 1
+        ((0, 1e-3, 1e-4, 0, "cosine", 10), 1e-3),
+        ((5, 1e-3, 1e-4, 0, "cosine", 10), 5.5e-4),
+        ((10, 1e-3, 1e-4, 0, "cosine", 10), 1e-4),
+        ((25, 1e-3, 1e-4, 0, "cosine", 10), 1e-4),        # clamped
+        ((2, 1.0, 0.0, 0, "cosine", 8), 0.5 + 0.5 * math.cos(math.pi / 4)),
+        ((0, 6e-4, 0.0, 3, "constant", 10), 2e-4),
+        ((2, 6e-4, 0.0, 3, "constant", 10), 6e-4),
+        ((99, 6e-4, 0.0, 3, "constant", 10), 6e-4),
+        ((2, 1.0, 0.0, 2, "cosine", 2), 1.0),             # S = W: p = 0
+        ((3, 1.0, 0.0, 2, "cosine", 2), 0.0),             #        p = 1
+        ((0, 1.0, 0.0, 0, "cosine", 0), 1.0),             # S = 0
+    ]
+    for (s, *rest), want in cases:
+        got = lr(s, *rest)
+        assert abs(got - want) <= 1e-15 + 1e-12 * abs(want), (s, rest, got, want)
+        assert abs(independent_lr(s, *rest) - want) <= 1e-15 + 1e-12 * abs(want)
+    # The CLI logs those values; S defaults to --steps.
+    base = ["--config", wd.config, "--checkpoint", wd.checkpoint, "--data",
+            wd.data, "--batch", str(TB), "--seq", str(T), "--train"]
+    proc = run_reference(base + ["--steps", "6", "--warmup", "2", "--lr",
+                                 "0.01", "--min-lr", "0.001"], 0)
+    lrs = [json.loads(line)["lr"] for line in proc.stdout.splitlines()]
+    want = [lr(s, 0.01, 0.001, 2, "cosine", 6) for s in range(6)]
+    assert lrs == want, (lrs, want)
+    for s, value in ((0, 0.005), (1, 0.01), (2, 0.01), (4, 0.0055)):
+        assert abs(lrs[s] - value) <= 1e-15, lrs
+
+
+def test_train_param_groups(wd):
+    tc = ref.TrainConfig(batch=TB, seq=T, steps=1, wd=0.2)
+    trainer = ref.Trainer(CFG, wd.weights, tc)
+    decay, no_decay = trainer.optimizer.param_groups
+    assert decay["weight_decay"] == 0.2 and no_decay["weight_decay"] == 0.0
+    by_id = {id(p): k for k, p in trainer.params.items()}
+    decay_names = {by_id[id(p)] for p in decay["params"]}
+    no_decay_names = {by_id[id(p)] for p in no_decay["params"]}
+    want_decay = {"wte.weight", "wpe.weight"} | {
+        f"h.{i}.{m}.weight" for i in range(CFG.n_layer)
+        for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}
+    assert decay_names == want_decay, decay_names ^ want_decay
+    assert no_decay_names == set(ref.weight_shapes(CFG)) - want_decay
+    # One wte parameter: 2 + 12 * n_layer + 2 tensors, no lm_head copy.
+    assert len(decay["params"]) + len(no_decay["params"]) == 2 + 12 * 2 + 2
+    # wte is one parameter: its gradient is the embedding's plus the LM
+    # head's, computed here with two separate leaves (clip off, M = 2).
+    tokens = loomfmt.read_token_file(wd.data)
+    tc = ref.TrainConfig(batch=TB, seq=T, steps=1, clip=0.0, microbatches=2)
+    trainer = ref.Trainer(CFG, {k: v.double() for k, v in wd.weights.items()},
+                          tc)
+    trainer.step(tokens, 0)
+    x, y = (torch.from_numpy(a) for a in loomfmt.get_batch(tokens, TB, T, 0))
+    w = {k: v.double().requires_grad_(True) for k, v in wd.weights.items()}
+    head = wd.weights["wte.weight"].double().requires_grad_(True)
+    loss = F.cross_entropy(independent_forward(CFG, w, x, head=head)
+                           .reshape(-1, 256), y.reshape(-1))
+    g_emb, g_head = torch.autograd.grad(loss, [w["wte.weight"], head])
+    assert float(g_emb.abs().sum()) > 0 and float(g_head.abs().sum()) > 0
+    assert torch.allclose(trainer.params["wte.weight"].grad, g_emb + g_head,
+                          rtol=0, atol=1e-12)
+    assert not torch.allclose(g_emb + g_head, g_head, rtol=0, atol=1e-6)
+
+
+def test_train_resume_and_checkpoint(wd):
+    base = ["--config", wd.config, "--data", wd.data, "--batch", str(TB),
+            "--seq", str(T), "--train", "--warmup", "1", "--lr", "3e-3"]
+    full, part1, part2 = (wd.path(n) for n in ("full.jsonl", "p1.jsonl",
+                                               "p2.jsonl"))
+    ckpt_full, ckpt_half, ckpt_end = (wd.path(n) for n in (
+        "full.safetensors", "half.safetensors", "end.safetensors"))
+    run_reference(base + ["--checkpoint", wd.checkpoint, "--steps", "6",
+                          "--out", full, "--save-checkpoint", ckpt_full], 0)
+    run_reference(base + ["--checkpoint", wd.checkpoint, "--steps", "3",
+                          "--schedule-steps", "6", "--out", part1,
+                          "--save-checkpoint", ckpt_half], 0)
+    tensors, meta = loomfmt.read_safetensors(ckpt_half)
+    assert meta["step"] == "3", meta
+    assert len(tensors) == 3 * len(ref.weight_shapes(CFG))
+    assert "optimizer.exp_avg.wte.weight" in tensors
+    assert "optimizer.exp_avg_sq.h.1.ln_2.bias" in tensors
+    run_reference(base + ["--checkpoint", ckpt_half, "--resume", "--steps",
+                          "6", "--out", part2, "--save-checkpoint",
+                          ckpt_end], 0)
+
+    def read(path):
+        with open(path) as f:
+            return [json.loads(line) for line in f]
+    assert read(part1) + read(part2) == read(full)  # bit-identical
+    a, _ = loomfmt.read_safetensors(ckpt_full)
+    b, meta = loomfmt.read_safetensors(ckpt_end)
+    assert meta["step"] == "6" and set(a) == set(b)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    # The saved weights are the trainer's; they load for eval.
+    ref.load_weights(CFG, ckpt_end)
+    # Compare against a resumed log that also has the earlier steps.
+    proc = run_reference(base + ["--checkpoint", ckpt_half, "--resume",
+                                 "--steps", "6", "--compare", full], 0)
+    assert "ignoring 3 earlier" in proc.stdout and "PASS" in proc.stdout
+    # Errors: no moments, nothing left to do, --resume without --train.
+    proc = run_reference(base + ["--checkpoint", wd.checkpoint, "--resume",
+                                 "--steps", "6"], 1)
+    assert "metadata \"step\"" in proc.stderr, proc.stderr
+    proc = run_reference(base + ["--checkpoint", ckpt_end, "--resume",
+                                 "--steps", "6"], 1)
+    assert "leaves nothing" in proc.stderr, proc.stderr
+    stripped = wd.path("stripped.safetensors")
+    loomfmt.write_safetensors(stripped, {k: v for k, v in a.items()
+                                         if "exp_avg_sq.wpe" not in k},
+                              metadata={"step": 6})
+    proc = run_reference(base + ["--checkpoint", stripped, "--resume",
+                                 "--steps", "8"], 1)
+    assert "optimizer.exp_avg.wpe.weight" in proc.stderr, proc.stderr
+    run_reference(["--config", wd.config, "--checkpoint", wd.checkpoint,
+                   "--data", wd.data, "--resume"], 2)
+    proc = run_reference(base + ["--checkpoint", wd.checkpoint,
+                                 "--microbatches", "3"], 2)
+    assert "not divisible" in proc.stderr, proc.stderr
+
+
+def test_train_cli_compare(wd):
+    base = ["--config", wd.config, "--checkpoint", wd.checkpoint, "--data",
+            wd.data, "--batch", str(TB), "--seq", str(T), "--train",
+            "--microbatches", "2", "--warmup", "2", "--clip", "0.5"]
+    # One real subprocess run: JSON lines on stdout, no traceback.
+    proc = run_cli([PYTHON, REFERENCE] + base + ["--steps", "5"], 0)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [sorted(r) for r in lines] == [["grad_norm", "loss", "lr", "step"]] * 5
+    assert [r["step"] for r in lines] == list(range(5))
+
+    def write_log(name, edit=lambda r: r):
+        path = wd.path(name)
+        with open(path, "w") as f:
+            for r in lines:
+                r = dict(r, loss=float(np.float32(r["loss"]) * np.float32(1 + 3e-7)),
+                         grad_norm=float(np.float32(r["grad_norm"])),
+                         step_ms=2.5, tokens_per_s=1e4)
+                r = edit(r)
+                if r is not None:
+                    f.write(json.dumps(r) + "\n")
+            f.write(json.dumps({"summary": True, "ranks": [{"rss_peak_bytes": 1}]})
+                    + "\n")
+        return path
+
+    good = write_log("train-good.jsonl")
+    proc = run_reference(base + ["--compare", good], 0)  # steps from the log
+    assert "PASS: 5 reference step(s), 5 loom step(s)" in proc.stdout, proc.stdout
+    assert "gnorm" in proc.stdout
+    bad_cases = [
+        ("loss", lambda r: dict(r, loss=r["loss"] * (1.001 if r["step"] == 2 else 1))),
+        ("lr", lambda r: dict(r, lr=r["lr"] * (1 + 1e-5 if r["step"] == 3 else 1))),
+        ("grad_norm", lambda r: dict(r, grad_norm=r["grad_norm"] * (1.01 if r["step"] == 1 else 1))),
+        ("lacks grad_norm", lambda r: {k: v for k, v in r.items() if k != "grad_norm"}),
+        ("missing from the loom log", lambda r: None if r["step"] == 4 else r),
+    ]
+    for word, edit in bad_cases:
+        path = write_log("train-bad.jsonl", edit)
+        proc = run_reference(base + ["--steps", "5", "--compare", path], 1)
+        assert "FAIL" in proc.stdout and word in proc.stdout, (word, proc.stdout)
+
+
+def test_compare_weights_cli(wd):
+    import compare_weights as cw
+
+    def run(args, expect_rc):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = cw.main(args)
+            except SystemExit as e:
+                rc = e.code
+        assert rc == expect_rc, (args, rc, out.getvalue(), err.getvalue())
+        return out.getvalue(), err.getvalue()
+
+    tensors, _ = loomfmt.read_safetensors(wd.checkpoint)
+    tensors = {k: np.array(v) for k, v in tensors.items()}
+    same = wd.path("cw-same.safetensors")
+    # Same weights under "transformer.", different optimizer state: PASS.
+    loomfmt.write_safetensors(same, {
+        ("transformer." + k if not k.startswith("optimizer.") else k):
+        (v + 1 if k.startswith("optimizer.") else v) for k, v in tensors.items()})
+    out, _ = run([wd.checkpoint, same, "--rtol", "0"], 0)
+    assert out.splitlines()[-1].startswith("PASS") and "max rel 0.000e+00" in out
+    run([wd.checkpoint, same, "--include-optimizer"], 1)
+    moved = dict(tensors)
+    scale = float(np.abs(tensors["h.0.mlp.c_fc.weight"]).max())
+    moved["h.0.mlp.c_fc.weight"] = tensors["h.0.mlp.c_fc.weight"].copy()
+    moved["h.0.mlp.c_fc.weight"][3, 5] += 2e-3 * scale
+    path = wd.path("cw-moved.safetensors")
+    loomfmt.write_safetensors(path, moved)
+    out, _ = run([path, wd.checkpoint, "--rtol", "1e-3"], 1)
+    line = [x for x in out.splitlines() if x.startswith("h.0.mlp.c_fc.weight")][0]
+    assert "> rtol" in line and abs(float(line.split()[2]) - 2e-3) < 1e-5, line
+    run([path, wd.checkpoint, "--rtol", "3e-3"], 0)
+    del moved["ln_f.bias"]
+    loomfmt.write_safetensors(path, moved)
+    out, _ = run([path, wd.checkpoint, "--rtol", "1"], 1)
+    assert "ln_f.bias" in out and "only in B" in out, out
+    _, err = run([wd.path("nope.safetensors"), wd.checkpoint], 1)
+    assert err.startswith("compare_weights: error:"), err
 
 
 #===----------------------------------------------------------------------===#

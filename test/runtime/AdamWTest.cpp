@@ -67,4 +67,13 @@ TEST(GradNorm, MatchesReferenceAndClipScale) {
   EXPECT_FLOAT_EQ(cpu::clipScale(25.0, 0.0f), 1.0f);
 }
 
+TEST(GradNorm, ClipCoefficientFollowsTorch) {
+  // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), <= 1.
+  EXPECT_FLOAT_EQ(cpu::clipCoefficient(5.0, 1.0), 1.0f / (5.0f + 1e-6f));
+  EXPECT_EQ(cpu::clipCoefficient(0.5, 1.0), 1.0f);
+  EXPECT_EQ(cpu::clipCoefficient(0.0, 1.0), 1.0f);
+  EXPECT_EQ(cpu::clipCoefficient(1e9, 0.0), 1.0f); // clipping off
+  EXPECT_EQ(cpu::clipCoefficient(1e9, -1.0), 1.0f);
+}
+
 } // namespace

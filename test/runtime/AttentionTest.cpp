@@ -95,4 +95,14 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
                         1000);
 }
 
+TEST(Attention, ProbsEqualTheForwardsBitwise) {
+  const int64_t B = 2, T = 7, C = 12, NH = 3;
+  auto qkv = randomVector(B * T * 3 * C, 31);
+  std::vector<float> out(B * T * C), att(B * NH * T * T),
+      att2(B * NH * T * T, 5.0f);
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attentionProbs(att2.data(), qkv.data(), B, T, C, NH);
+  EXPECT_EQ(att, att2);
+}
+
 } // namespace

@@ -80,4 +80,16 @@ TEST(LayerNorm, OutputIsNormalized) {
   }
 }
 
+TEST(LayerNorm, StatsEqualTheForwardsBitwise) {
+  const int64_t N = 11, C = 70;
+  auto x = randomVector(N * C, 21, -2.0f, 6.0f), w = randomVector(C, 22),
+       b = randomVector(C, 23);
+  std::vector<float> y(N * C), m(N), r(N), m2(N), r2(N);
+  cpu::layernormForward(y.data(), m.data(), r.data(), x.data(), w.data(),
+                        b.data(), N, C, 1e-5f);
+  cpu::layernormStats(m2.data(), r2.data(), x.data(), N, C, 1e-5f);
+  EXPECT_EQ(m, m2);
+  EXPECT_EQ(r, r2);
+}
+
 } // namespace

@@ -5,13 +5,16 @@
 // API: a test fills a ProgramT (buffers placed by a bump allocator at 64-byte
 // aligned offsets), mutates whatever field it wants to break, and serializes
 // with the envelope. miniGpt() is a 1-layer GPT-2 forward with every compute
-// opcode the executor knows.
+// opcode the executor knows; miniGptTrain() adds the backward, gradient
+// accumulation and the AdamW update in the form the compiler emits.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_TEST_RUNTIME_PROGRAMTESTUTIL_H
 #define LOOM_TEST_RUNTIME_PROGRAMTESTUTIL_H
 
 #include "runtime/program/program.h"
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +28,9 @@ namespace fb = ::loom::program;
 /// A stage under construction.
 class StageBuilder {
 public:
-  explicit StageBuilder(fb::StageT &stage) : stage(stage) {}
+  /// Continues after the buffers `stage` already has.
+  explicit StageBuilder(fb::StageT &stage)
+      : stage(stage), cursor(stage.arena_bytes) {}
 
   /// Adds a buffer at the next free 64-byte aligned offset.
   uint32_t buffer(const std::string &name, std::vector<int64_t> shape,
@@ -84,9 +89,67 @@ public:
     return *stage.instructions.back();
   }
 
+  /// Appends an instruction to update_instructions.
+  fb::InstructionT &updateOp(fb::Opcode opcode, const std::string &name,
+                             std::vector<uint32_t> inputs,
+                             std::vector<uint32_t> outputs) {
+    op(opcode, name, inputs, outputs);
+    stage.update_instructions.push_back(std::move(stage.instructions.back()));
+    stage.instructions.pop_back();
+    return *stage.update_instructions.back();
+  }
+
+  /// The buffer named `name` (aborts the test when absent).
+  uint32_t find(const std::string &name) const {
+    for (size_t i = 0; i < stage.buffers.size(); ++i)
+      if (stage.buffers[i]->name == name)
+        return static_cast<uint32_t>(i);
+    ADD_FAILURE() << "no buffer named " << name;
+    return 0;
+  }
+
   fb::StageT &stage;
   uint64_t cursor = 0;
 };
+
+/// Gives every parameter of `s` grad / m / v buffers ("grad.<name>", ...).
+inline void addTrainingBuffers(StageBuilder &s) {
+  for (auto &param : s.stage.params) {
+    const std::vector<int64_t> shape = s.stage.buffers[param->buffer]->shape;
+    param->grad_buffer =
+        static_cast<int32_t>(s.buffer("grad." + param->name, shape));
+    param->m_buffer = static_cast<int32_t>(s.buffer("m." + param->name, shape));
+    param->v_buffer = static_cast<int32_t>(s.buffer("v." + param->name, shape));
+  }
+}
+
+/// Appends the optimizer the compiler emits: one ClipGradNorm over every
+/// gradient, then one in-place AdamW per parameter (weight decay on the
+/// parameters marked `decay`); sets Stage.lr / step / grad_norm.
+inline void addOptimizer(StageBuilder &s, double maxNorm,
+                         double weightDecay = 0.1) {
+  const uint32_t lr = s.buffer("lr", {}), step = s.buffer("step", {});
+  const uint32_t norm = s.buffer("grad_norm", {}),
+                 coef = s.buffer("clip_coef", {});
+  std::vector<uint32_t> grads;
+  for (auto &param : s.stage.params)
+    grads.push_back(static_cast<uint32_t>(param->grad_buffer));
+  s.updateOp(fb::Opcode::ClipGradNorm, "clip", grads, {norm, coef}).max_norm =
+      maxNorm;
+  for (auto &param : s.stage.params) {
+    const uint32_t p = param->buffer, g = param->grad_buffer,
+                   m = param->m_buffer, v = param->v_buffer;
+    auto &ins = s.updateOp(fb::Opcode::AdamW, "adamw." + param->name,
+                           {p, g, m, v, lr, step, coef}, {p, m, v});
+    ins.beta1 = 0.9;
+    ins.beta2 = 0.95;
+    ins.adam_eps = 1e-8;
+    ins.weight_decay = param->decay ? weightDecay : 0.0;
+  }
+  s.stage.lr = static_cast<int32_t>(lr);
+  s.stage.step = static_cast<int32_t>(step);
+  s.stage.grad_norm = static_cast<int32_t>(norm);
+}
 
 /// An empty single-stage program with model info filled in.
 inline std::unique_ptr<fb::ProgramT> emptyProgram(int64_t batch, int64_t seq,
@@ -190,6 +253,124 @@ inline std::unique_ptr<fb::ProgramT> miniGpt(const MiniGptDims &d = {}) {
   s.stage.tokens = static_cast<int32_t>(ids);
   s.stage.targets = static_cast<int32_t>(tgt);
   s.stage.loss = static_cast<int32_t>(loss);
+  return p;
+}
+
+/// Options of miniGptTrain().
+struct MiniGptTrainOptions {
+  /// Stage.microbatches; the tokens buffer holds batch / microbatches rows.
+  int64_t microbatches = 1;
+  /// ClipGradNorm max_norm (<= 0: no clipping).
+  double maxNorm = 1.0;
+  /// The backward seed dloss; < 0 means 1 / microbatches (what the compiler
+  /// emits). Rows x 1 gives the gradient of the summed per-token losses.
+  double seed = -1.0;
+};
+
+/// miniGpt() trained: per micro-batch the forward, the backward with every
+/// gradient opcode the GPT needs (Fill seed, CrossEntropyGrad, MatmulGrad of
+/// the tied head, LayerNormGrad, LinearGrad, GeluGrad, AttentionGrad,
+/// ReduceLeading for wpe, EmbeddingGrad) and in-place Add accumulation into
+/// the parameters' grad buffers; then ClipGradNorm + AdamW. Gradient buffers
+/// are named "d.<activation>" and "d<op>.<param>".
+inline std::unique_ptr<fb::ProgramT>
+miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
+  MiniGptDims local = d;
+  local.B = d.B / o.microbatches;
+  auto p = miniGpt(local);
+  p->model->batch = d.B;
+  fb::StageT &st = *p->stages[0];
+  st.microbatches = static_cast<uint32_t>(o.microbatches);
+  StageBuilder s(st);
+  addTrainingBuffers(s);
+  const int64_t b = local.B, T = d.T, C = d.C;
+  auto grad = [&](const std::string &name) {
+    for (auto &param : st.params)
+      if (param->name == name)
+        return static_cast<uint32_t>(param->grad_buffer);
+    ADD_FAILURE() << "no param " << name;
+    return 0u;
+  };
+  // Accumulates a parameter gradient in place: grad += tmp.
+  auto acc = [&](const std::string &name, uint32_t tmp) {
+    s.op(fb::Opcode::Add, "acc." + name, {grad(name), tmp}, {grad(name)});
+  };
+  auto act = [&](const std::string &name, std::vector<int64_t> shape) {
+    return s.buffer("d." + name, shape);
+  };
+  // dinput, dweight, dbias of a Linear; accumulates the parameter grads.
+  auto linearGrad = [&](const std::string &layer, uint32_t dout,
+                        const std::string &input, uint32_t dinput) {
+    const std::string w = layer + ".weight", bias = layer + ".bias";
+    const auto wShape = st.buffers[s.find(w)]->shape;
+    const uint32_t dw = s.buffer("dlinear." + w, wShape);
+    const uint32_t db = s.buffer("dlinear." + bias, {wShape[1]});
+    s.op(fb::Opcode::LinearGrad, layer + ".grad", {dout, s.find(input), s.find(w)},
+         {dinput, dw, db});
+    acc(w, dw);
+    acc(bias, db);
+  };
+  auto layerNormGrad = [&](const std::string &layer, uint32_t dout,
+                           const std::string &input, uint32_t dinput) {
+    const std::string w = layer + ".weight", bias = layer + ".bias";
+    const uint32_t dw = s.buffer("dln." + w, {C}), db = s.buffer("dln." + bias, {C});
+    const uint32_t mean = s.buffer(layer + ".grad.mean", {b * T});
+    const uint32_t rstd = s.buffer(layer + ".grad.rstd", {b * T});
+    s.op(fb::Opcode::LayerNormGrad, layer + ".grad",
+         {dout, s.find(input), s.find(w)}, {dinput, dw, db}, {mean, rstd})
+        .epsilon = 1e-5;
+    acc(w, dw);
+    acc(bias, db);
+  };
+
+  // 1. Seed and loss head.
+  const uint32_t dloss = s.buffer("d.loss", {});
+  s.op(fb::Opcode::Fill, "loss.seed", {}, {dloss}).value =
+      o.seed >= 0 ? o.seed : 1.0 / static_cast<double>(o.microbatches);
+  const uint32_t dlogits = act("logits", {b, T, d.Vp});
+  s.op(fb::Opcode::CrossEntropyGrad, "loss.grad",
+       {dloss, s.find("logits"), s.find("targets")}, {dlogits});
+  const uint32_t dlnf = act("lnf", {b, T, C});
+  const uint32_t dwteHead = s.buffer("dmatmul.wte.weight", {d.Vp, C});
+  s.op(fb::Opcode::MatmulGrad, "lm_head.grad",
+       {dlogits, s.find("lnf"), s.find("wte.weight")}, {dlnf, dwteHead})
+      .transpose_rhs = true;
+  acc("wte.weight", dwteHead);
+  const uint32_t dh2 = act("h2", {b, T, C});
+  layerNormGrad("ln_f", dlnf, "h2", dh2);
+  // 2. MLP (h2 = h1 + mlp).
+  const uint32_t dgl = act("gelu", {b, T, 4 * C});
+  linearGrad("h.0.mlp.c_proj", dh2, "gelu", dgl);
+  const uint32_t dfc = act("fc", {b, T, 4 * C});
+  s.op(fb::Opcode::GeluGrad, "h.0.mlp.gelu.grad", {dgl, s.find("fc")}, {dfc});
+  const uint32_t dln2 = act("ln2", {b, T, C});
+  linearGrad("h.0.mlp.c_fc", dfc, "ln2", dln2);
+  const uint32_t dh1 = act("h1", {b, T, C});
+  layerNormGrad("h.0.ln_2", dln2, "h1", dh1);
+  s.op(fb::Opcode::Add, "h.0.res2.grad", {dh1, dh2}, {dh1});
+  // 3. Attention (h1 = x + proj).
+  const uint32_t datt = act("att", {b, T, C});
+  linearGrad("h.0.attn.c_proj", dh1, "att", datt);
+  const uint32_t dqkv = act("qkv", {b, T, 3 * C});
+  const uint32_t probs = s.buffer("att.grad.probs", {b, d.NH, T, T});
+  s.op(fb::Opcode::AttentionGrad, "h.0.attn.grad", {datt, s.find("qkv")},
+       {dqkv}, {probs})
+      .num_heads = d.NH;
+  const uint32_t dln1 = act("ln1", {b, T, C});
+  linearGrad("h.0.attn.c_attn", dqkv, "ln1", dln1);
+  const uint32_t dx = act("x", {b, T, C});
+  layerNormGrad("h.0.ln_1", dln1, "x", dx);
+  s.op(fb::Opcode::Add, "h.0.res1.grad", {dx, dh1}, {dx});
+  // 4. Embeddings (x = wte[ids] + wpe).
+  const uint32_t dwpe = s.buffer("dreduce.wpe.weight", {T, C});
+  s.op(fb::Opcode::ReduceLeading, "wpe.grad", {dx}, {dwpe});
+  acc("wpe.weight", dwpe);
+  const uint32_t dwteEmb = s.buffer("dembedding.wte.weight", {d.Vp, C});
+  s.op(fb::Opcode::EmbeddingGrad, "wte.grad", {dx, s.find("tokens")},
+       {dwteEmb});
+  acc("wte.weight", dwteEmb);
+  // 5. Optimizer.
+  addOptimizer(s, o.maxNorm);
   return p;
 }
 

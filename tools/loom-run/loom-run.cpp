@@ -1,28 +1,37 @@
 //===- loom-run.cpp - Runs a compiled Loom program ---------------*- C++
 //-*-===//
 //
-// Loads a program file, initializes (or loads) the parameters, and evaluates
-// the loss for N steps of an llm.c token file:
+// Loads a program file, initializes (or loads) the parameters, and runs N
+// steps on an llm.c token file:
 //
 //   loom-run PROGRAM --data F --steps N [--seed S] [--stage K]
 //            [--load-checkpoint F] [--save-checkpoint F] [--log-json F]
 //            [--trace F.json] [--quiet]
+//            [--lr F] [--min-lr F] [--warmup W] [--lr-schedule constant|cosine]
+//            [--schedule-steps N]                       (training programs)
 //
 // Step s loads global batch s (TokenDataLoader, B = model.batch, T =
-// model.seq), fills the tokens/targets buffers, runs the stage's instruction
-// stream and reads the scalar loss. Any failure prints one line
-// `loom-run: error: ...` on stderr and exits with code 1.
+// model.seq). An evaluation program fills the tokens/targets buffers, runs
+// the stage's instruction stream and reads the scalar loss. A training
+// program (one with update_instructions) runs Executor::trainStep: every
+// micro-batch's forward + backward, then clipping and AdamW with this step's
+// learning rate. Its checkpoints carry the AdamW moments and the step count,
+// and loading one continues the step numbering (and the data) where it
+// stopped. Any failure prints one line `loom-run: error: ...` on stderr and
+// exits with code 1.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
+#include "runtime/core/lr_schedule.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
 #include "runtime/program/program.h"
 
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,11 +48,13 @@ namespace {
 const char *kUsage =
     "usage: loom-run PROGRAM --data F --steps N [options]\n"
     "\n"
-    "Evaluates the loss of a compiled Loom program on an llm.c token file.\n"
+    "Runs a compiled Loom program on an llm.c token file: evaluates the loss,\n"
+    "or trains when the program has an optimizer update.\n"
     "\n"
     "  PROGRAM                 program file written by loom-translate\n"
     "  --data F                llm.c token file (.bin, uint16 tokens)\n"
-    "  --steps N               number of batches to evaluate (N >= 1)\n"
+    "  --steps N               number of batches (evaluation: N >= 1;\n"
+    "                          training: N >= 0, 0 only initializes)\n"
     "  --seed S                parameter init seed (default 1337)\n"
     "  --stage K               pipeline stage to run (default 0)\n"
     "  --load-checkpoint F     load parameters from a safetensors file\n"
@@ -51,11 +62,22 @@ const char *kUsage =
     "  --log-json F            one JSON object per step, then a summary\n"
     "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
     "  --quiet                 no progress output\n"
+    "Training programs:\n"
+    "  --lr F                  peak learning rate (default 1e-3)\n"
+    "  --min-lr F              cosine floor (default 0)\n"
+    "  --warmup W              linear warmup steps (default 0)\n"
+    "  --lr-schedule K         constant | cosine (default cosine)\n"
+    "  --schedule-steps N      steps the cosine spans (default: the start\n"
+    "                          step + --steps)\n"
     "  --help                  show this message\n";
 
 struct Options {
   std::string program, data, loadCheckpoint, saveCheckpoint, logJson, trace;
   int64_t steps = -1;
+  double lr = 1e-3, minLr = 0.0;
+  int64_t warmup = 0;
+  LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
+  int64_t scheduleSteps = -1; // -1: start step + steps
   uint64_t seed = 1337;
   uint32_t stage = 0;
   bool quiet = false;
@@ -77,6 +99,18 @@ Status parseUnsigned(const std::string &flag, const std::string &text,
              flag << " expects a non-negative integer"
                   << (max < UINT64_MAX ? " <= " + std::to_string(max) : "")
                   << ", got '" << text << "'");
+  out = v;
+  return Status::success();
+}
+
+Status parseNonNegative(const std::string &flag, const std::string &text,
+                        double &out) {
+  errno = 0;
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 &&
+                 std::isfinite(v) && v >= 0.0,
+             flag << " expects a non-negative number, got '" << text << "'");
   out = v;
   return Status::success();
 }
@@ -117,7 +151,12 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
                                     "--log-json",
                                     "--trace",
                                     "--load-checkpoint",
-                                    "--save-checkpoint"};
+                                    "--save-checkpoint",
+                                    "--lr",
+                                    "--min-lr",
+                                    "--warmup",
+                                    "--lr-schedule",
+                                    "--schedule-steps"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -140,11 +179,26 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
       opts.saveCheckpoint = value;
     else if (flag == "--steps") {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
-      LOOM_CHECK(n >= 1, "--steps must be at least 1, got " << value);
       opts.steps = static_cast<int64_t>(n);
     } else if (flag == "--seed") {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT64_MAX, n));
       opts.seed = n;
+    } else if (flag == "--lr") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.lr));
+    } else if (flag == "--min-lr") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.minLr));
+    } else if (flag == "--warmup") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.warmup = static_cast<int64_t>(n);
+    } else if (flag == "--schedule-steps") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.scheduleSteps = static_cast<int64_t>(n);
+    } else if (flag == "--lr-schedule") {
+      LOOM_CHECK(value == "constant" || value == "cosine",
+                 "--lr-schedule expects constant or cosine, got '" << value
+                                                                    << "'");
+      opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
+                                          : LrSchedule::Kind::Cosine;
     } else if (flag == "--stage") {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT32_MAX, n));
       opts.stage = static_cast<uint32_t>(n);
@@ -156,7 +210,7 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
                                          << " positional arguments");
   opts.program = positional[0];
   LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
-  LOOM_CHECK(opts.steps >= 1, "missing --steps (number of batches)");
+  LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
   return Status::success();
 }
 
@@ -232,24 +286,42 @@ Status runProgram(const Options &opts) {
   LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex));
   const program::ModelInfo &model = ex->model();
   const program::Stage &stage = ex->stage();
+  const bool training = ex->isTraining();
   const int64_t B = model.batch(), T = model.seq();
+  LOOM_CHECK(training || opts.steps >= 1,
+             "--steps must be at least 1 for an evaluation program (0 only "
+             "initializes a training program)");
   LOOM_CHECK(stage.loss() >= 0,
              "stage " << opts.stage
                       << " has no loss buffer; loom-run evaluates the loss, "
                          "which the last pipeline stage computes");
+  // A training stage's tokens hold one micro-batch of the global batch.
+  const int64_t M = training ? stage.microbatches() : 1;
   for (const auto &[index, what] :
        {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
         {stage.targets(), "targets"}})
     if (index >= 0)
-      LOOM_CHECK(ex->bufferNumel(index) == B * T,
+      LOOM_CHECK(ex->bufferNumel(index) == B / M * T,
                  "program '" << opts.program << "': the " << what << " buffer "
                              << program::shapeString(ex->bufferShape(index))
-                             << " does not hold batch x seq = " << B << " x "
-                             << T << " tokens");
+                             << " does not hold batch"
+                             << (M > 1 ? " / microbatches" : "")
+                             << " x seq = " << B / M << " x " << T
+                             << " tokens");
+  int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
+    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
+  LrSchedule schedule;
+  schedule.lr = opts.lr;
+  schedule.minLr = opts.minLr;
+  schedule.warmup = opts.warmup;
+  schedule.kind = opts.schedule;
+  schedule.totalSteps =
+      opts.scheduleSteps >= 0 ? opts.scheduleSteps : startStep + opts.steps;
 
-  // 2. Data.
+  // 2. Data. Evaluation reads straight into the tokens / targets buffers;
+  //    training reads the global batch, which trainStep splits into
+  //    micro-batches.
   TokenDataConfig dataConfig;
   dataConfig.batchSize = B;
   dataConfig.seqLen = T;
@@ -258,11 +330,11 @@ Status runProgram(const Options &opts) {
   LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
   std::vector<int32_t> spareInputs, spareTargets;
   int32_t *inputs = nullptr, *targets = nullptr;
-  if (stage.tokens() >= 0)
+  if (stage.tokens() >= 0 && !training)
     inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
   else
     inputs = (spareInputs.resize(B * T), spareInputs.data());
-  if (stage.targets() >= 0)
+  if (stage.targets() >= 0 && !training)
     targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
   else
     targets = (spareTargets.resize(B * T), spareTargets.data());
@@ -275,6 +347,7 @@ Status runProgram(const Options &opts) {
   TraceWriter trace(origin);
   std::vector<InstructionTiming> timings;
   const auto *instructions = stage.instructions();
+  const auto *updates = stage.update_instructions();
   if (!opts.quiet) {
     int64_t paramCount = 0;
     for (const ParamView &p : ex->params())
@@ -287,31 +360,55 @@ Status runProgram(const Options &opts) {
                 producer ? producer->c_str() : "unknown producer", opts.stage,
                 instructions ? instructions->size() : 0u, ex->params().size(),
                 paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
+    if (training)
+      std::printf("training: %" PRId64 " micro-batch(es) of %" PRId64
+                  " rows, %u update instructions, steps %" PRId64
+                  "..%" PRId64 ", lr %g (%s, warmup %" PRId64
+                  ", min %g, over %" PRId64 " steps)\n",
+                  M, B / M, updates ? updates->size() : 0u, startStep,
+                  startStep + opts.steps, opts.lr,
+                  opts.schedule == LrSchedule::Kind::Cosine ? "cosine"
+                                                            : "constant",
+                  opts.warmup, opts.minLr, schedule.totalSteps);
     std::fflush(stdout);
   }
 
-  // 4. Steps.
+  // 4. Steps (numbered from the checkpoint's step count when resuming).
   double lossSum = 0;
-  for (int64_t s = 0; s < opts.steps; ++s) {
+  const int64_t lastStep = startStep + opts.steps;
+  for (int64_t s = startStep; s < lastStep; ++s) {
     const int64_t t0 = steadyNowNs();
     LOOM_RETURN_IF_ERROR(data->loadBatch(s, inputs, targets));
     const int64_t t1 = steadyNowNs();
     timings.clear();
-    LOOM_RETURN_IF_ERROR(ex->run(opts.trace.empty() ? nullptr : &timings));
+    std::vector<InstructionTiming> *timed =
+        opts.trace.empty() ? nullptr : &timings;
     float loss = 0;
-    LOOM_RETURN_IF_ERROR(ex->readLoss(loss));
+    TrainStepResult result;
+    const double lr = schedule.at(s);
+    if (training) {
+      LOOM_RETURN_IF_ERROR(ex->trainStep(inputs, targets, s + 1,
+                                         static_cast<float>(lr), result,
+                                         timed));
+      loss = result.loss;
+    } else {
+      LOOM_RETURN_IF_ERROR(ex->run(timed));
+      LOOM_RETURN_IF_ERROR(ex->readLoss(loss));
+    }
     const int64_t t2 = steadyNowNs();
     lossSum += loss;
 
     if (!opts.trace.empty()) {
       trace.addComplete("load batch " + std::to_string(s), "data", t0, t1, 0);
       for (const InstructionTiming &t : timings) {
-        const program::Instruction *ins = instructions->Get(t.index);
+        const program::Instruction *ins =
+            (t.update ? updates : instructions)->Get(t.index);
         std::string name = ins->name() && ins->name()->size()
                                ? ins->name()->str()
                                : program::opcodeName(ins->opcode());
         trace.addComplete(name,
                           program::isCollective(ins->opcode()) ? "communication"
+                          : t.update                           ? "optimizer"
                                                                : "compute",
                           t.startNs, t.endNs, 0);
       }
@@ -321,22 +418,35 @@ Status runProgram(const Options &opts) {
     JsonValue line = JsonValue::object();
     line.set("step", JsonValue::integer(s));
     line.set("loss", JsonValue::number(loss));
+    if (training) {
+      line.set("lr", JsonValue::number(lr));
+      line.set("grad_norm", JsonValue::number(result.gradNorm));
+    }
     line.set("step_ms", JsonValue::number(stepSec * 1e3));
     line.set("tokens_per_s", JsonValue::number(tokPerSec));
     LOOM_RETURN_IF_ERROR(log.write(line));
     if (!opts.quiet) {
       const double elapsed = (t2 - origin) * 1e-9;
-      const double eta = elapsed / (s + 1) * (opts.steps - s - 1);
-      std::printf("step %" PRId64 "/%" PRId64
-                  " | loss %.9g | %.0f tok/s | elapsed %s | eta %s\n",
-                  s + 1, opts.steps, loss, tokPerSec,
-                  formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
+      const int64_t done = s - startStep + 1;
+      const double eta = elapsed / done * (lastStep - s - 1);
+      if (training)
+        std::printf("step %" PRId64 "/%" PRId64
+                    " | loss %.9g | lr %.4e | grad norm %.4g | %.0f tok/s | "
+                    "elapsed %s | eta %s\n",
+                    s + 1, lastStep, loss, lr, result.gradNorm, tokPerSec,
+                    formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
+      else
+        std::printf("step %" PRId64 "/%" PRId64
+                    " | loss %.9g | %.0f tok/s | elapsed %s | eta %s\n",
+                    s + 1, lastStep, loss, tokPerSec,
+                    formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
       std::fflush(stdout);
     }
   }
 
   // 5. Summary, checkpoint, trace.
-  const double meanLoss = lossSum / opts.steps;
+  const double meanLoss =
+      opts.steps > 0 ? lossSum / opts.steps : std::nan("");
   JsonValue rank = JsonValue::object();
   rank.set("rank", JsonValue::integer(0));
   rank.set("peak_bytes",
@@ -353,7 +463,7 @@ Status runProgram(const Options &opts) {
   LOOM_RETURN_IF_ERROR(log.write(summary));
   LOOM_RETURN_IF_ERROR(log.close());
   if (!opts.saveCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint));
+    LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint, lastStep));
   if (!opts.trace.empty())
     LOOM_RETURN_IF_ERROR(trace.write(opts.trace));
   if (!opts.quiet)

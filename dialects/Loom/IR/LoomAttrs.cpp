@@ -405,10 +405,36 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
         return op->emitOpError()
                << what << " (" << argAttrs.get(kNameAttr)
                << ") is a param without a loom.init initializer";
-    } else if (!tensorType.getElementType().isSignlessInteger(32)) {
-      return op->emitOpError()
-             << what << " is an " << stringifyRole(role.getValue())
-             << " of type " << argType << "; token ids must be i32 tensors";
+      return success();
+    }
+    switch (role.getValue()) {
+    case Role::Input:
+    case Role::Target:
+      if (!tensorType.getElementType().isSignlessInteger(32))
+        return op->emitOpError()
+               << what << " is an " << stringifyRole(role.getValue())
+               << " of type " << argType << "; token ids must be i32 tensors";
+      return success();
+    case Role::Grad:
+    case Role::AdamM:
+    case Role::AdamV:
+      if (!isa<FloatType>(tensorType.getElementType()) || !argAttrs ||
+          !argAttrs.get(kNameAttr))
+        return op->emitOpError()
+               << what << " is " << stringifyRole(role.getValue())
+               << " state; it must be a float tensor named after its "
+                  "parameter (loom.name)";
+      return success();
+    case Role::LearningRate:
+    case Role::Step:
+      if (tensorType.getRank() != 0 ||
+          !isa<FloatType>(tensorType.getElementType()))
+        return op->emitOpError()
+               << what << " is the " << stringifyRole(role.getValue())
+               << " scalar; it must be tensor<f32>, not " << argType;
+      return success();
+    case Role::Param:
+      break;
     }
     return success();
   }
@@ -435,6 +461,27 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
                            << "'";
 }
 
+LogicalResult LoomDialect::verifyRegionResultAttribute(Operation *op,
+                                                       unsigned regionIndex,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  if (attr.getName().getValue() != kUpdatesAttr)
+    return op->emitOpError() << "unknown loom result attribute '"
+                             << attr.getName().getValue() << "'";
+  auto func = dyn_cast<FunctionOpInterface>(op);
+  auto index = dyn_cast<IntegerAttr>(attr.getValue());
+  if (!func || !index || index.getInt() < 0 ||
+      index.getInt() >= static_cast<int64_t>(func.getNumArguments()))
+    return op->emitOpError() << "result #" << resultIndex
+                             << ": loom.updates must name an argument index";
+  if (func.getResultTypes()[resultIndex] !=
+      func.getArgumentTypes()[index.getInt()])
+    return op->emitOpError() << "result #" << resultIndex
+                             << " updates argument #" << index.getInt()
+                             << " in place but their types differ";
+  return success();
+}
+
 /// Checks that the parameter names of a model function are unique.
 static LogicalResult verifyModelFunction(Operation *op) {
   auto func = dyn_cast<FunctionOpInterface>(op);
@@ -445,7 +492,11 @@ static LogicalResult verifyModelFunction(Operation *op) {
     auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
     if (!name)
       continue;
-    auto [it, inserted] = seen.try_emplace(name.getValue(), i);
+    // Training state shares its parameter's name; names are unique per role.
+    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+    std::string key = (role ? stringifyRole(role.getValue()).str() : "") +
+                      ":" + name.getValue().str();
+    auto [it, inserted] = seen.try_emplace(key, i);
     if (!inserted)
       return op->emitOpError()
              << "arguments #" << it->second << " and #" << i
@@ -494,6 +545,22 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
     if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
       return op->emitOpError() << "loom.arena_bytes must be a non-negative "
                                   "integer on a function";
+    return success();
+  }
+  if (name == kTrainAttr) {
+    auto train = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
+    if (!isa<FunctionOpInterface>(op) || !phase ||
+        (phase.getValue() != "microbatch" && phase.getValue() != "update"))
+      return op->emitOpError() << "loom.train must be a dictionary on a "
+                                  "function with phase = \"microbatch\" or "
+                                  "\"update\"";
+    if (auto m = train.get("microbatches")) {
+      auto count = dyn_cast<IntegerAttr>(m);
+      if (!count || count.getInt() < 1)
+        return op->emitOpError() << "loom.train microbatches must be a "
+                                    "positive integer";
+    }
     return success();
   }
   return op->emitOpError() << "unknown loom attribute '" << name << "'";

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/Loom/IR/LoomOps.h"
+#include "dialects/Loom/IR/OpShapes.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -16,59 +17,6 @@ using namespace mlir;
 using namespace mlir::loom;
 
 #include "dialects/Loom/IR/LoomInterfaces.cpp.inc"
-
-//===----------------------------------------------------------------------===//
-// Shape helpers
-//===----------------------------------------------------------------------===//
-
-/// A shape as `[4, 64, 768]`, for diagnostics.
-static std::string shapeStr(ArrayRef<int64_t> dims) {
-  std::string out = "[";
-  for (auto [i, d] : llvm::enumerate(dims))
-    out += (i ? ", " : "") + std::to_string(d);
-  return out + "]";
-}
-
-static ArrayRef<int64_t> shapeOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getShape();
-}
-static std::string shapeRef(Value v) { return shapeStr(shapeOf(v)); }
-static Type elementTypeOf(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType();
-}
-static int64_t numElements(Value v) {
-  return cast<RankedTensorType>(v.getType()).getNumElements();
-}
-/// Bytes of a tensor value (sub-byte types round up to a byte per element).
-static int64_t bytesOf(Value v) {
-  auto type = cast<RankedTensorType>(v.getType());
-  int64_t bits = type.getElementTypeBitWidth();
-  return type.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
-}
-
-/// All float operands and results of `op` share one element type.
-static LogicalResult verifySameFloatElementType(Operation *op) {
-  Type expected;
-  auto check = [&](Value v) -> LogicalResult {
-    Type elt = elementTypeOf(v);
-    if (!isa<FloatType>(elt))
-      return success();
-    if (!expected)
-      expected = elt;
-    else if (elt != expected)
-      return op->emitOpError() << "mixes element types " << expected
-                               << " and " << elt
-                               << "; cast explicitly before combining";
-    return success();
-  };
-  for (Value v : op->getOperands())
-    if (failed(check(v)))
-      return failure();
-  for (Value v : op->getResults())
-    if (failed(check(v)))
-      return failure();
-  return success();
-}
 
 //===----------------------------------------------------------------------===//
 // EmbeddingOp

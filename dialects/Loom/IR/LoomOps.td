@@ -32,6 +32,11 @@ class Loom_ComputeOp<string mnemonic, list<Trait> traits = []>
   let hasVerifier = 1;
 }
 
+/// A forward compute op with a gradient rule (GradientOpInterface).
+class Loom_DifferentiableOp<string mnemonic, list<Trait> traits = []>
+    : Loom_ComputeOp<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Loom_GradientOpInterface>])>;
+
 //===----------------------------------------------------------------------===//
 // Mesh
 //===----------------------------------------------------------------------===//
@@ -53,7 +58,7 @@ def Loom_MeshOp : Loom_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 // Compute ops
 //===----------------------------------------------------------------------===//
 
-def Loom_EmbeddingOp : Loom_ComputeOp<"embedding"> {
+def Loom_EmbeddingOp : Loom_DifferentiableOp<"embedding"> {
   let summary = "Row lookup in an embedding table";
   let description = [{
     `result[i..., :] = table[ids[i...], :]`. GPT-2 ties this table with the
@@ -71,7 +76,7 @@ def Loom_EmbeddingOp : Loom_ComputeOp<"embedding"> {
   }];
 }
 
-def Loom_AddOp : Loom_ComputeOp<"add", [AllTypesMatch<["lhs", "result"]>]> {
+def Loom_AddOp : Loom_DifferentiableOp<"add", [AllTypesMatch<["lhs", "result"]>]> {
   let summary = "Elementwise addition with trailing broadcast of the rhs";
   let description = [{
     The rhs shape must equal a trailing part of the lhs shape (the rhs is
@@ -87,7 +92,7 @@ def Loom_AddOp : Loom_ComputeOp<"add", [AllTypesMatch<["lhs", "result"]>]> {
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
 }
 
-def Loom_LinearOp : Loom_ComputeOp<"linear"> {
+def Loom_LinearOp : Loom_DifferentiableOp<"linear"> {
   let summary = "x·W + b with W laid out [in, out] (HF GPT-2 Conv1D)";
   let description = [{
     Contracts the last dimension of the input with the first of the
@@ -107,7 +112,7 @@ def Loom_LinearOp : Loom_ComputeOp<"linear"> {
   }];
 }
 
-def Loom_MatmulOp : Loom_ComputeOp<"matmul"> {
+def Loom_MatmulOp : Loom_DifferentiableOp<"matmul"> {
   let summary = "Matrix product, optionally with the rhs transposed";
   let description = [{
     `lhs` is `[..., M, K]`, `rhs` is `[K, N]` (or `[N, K]` with
@@ -128,7 +133,7 @@ def Loom_MatmulOp : Loom_ComputeOp<"matmul"> {
   }];
 }
 
-def Loom_LayerNormOp : Loom_ComputeOp<"layer_norm",
+def Loom_LayerNormOp : Loom_DifferentiableOp<"layer_norm",
     [AllTypesMatch<["input", "result"]>]> {
   let summary = "Layer normalization over the last dimension";
   let description = [{
@@ -151,7 +156,7 @@ def Loom_LayerNormOp : Loom_ComputeOp<"layer_norm",
   }];
 }
 
-def Loom_GeluOp : Loom_ComputeOp<"gelu",
+def Loom_GeluOp : Loom_DifferentiableOp<"gelu",
     [SameOperandsAndResultType]> {
   let summary = "GELU, tanh approximation (GPT-2)";
   let description = [{
@@ -166,7 +171,7 @@ def Loom_GeluOp : Loom_ComputeOp<"gelu",
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Loom_AttentionOp : Loom_ComputeOp<"attention"> {
+def Loom_AttentionOp : Loom_DifferentiableOp<"attention"> {
   let summary = "Causal multi-head self-attention on packed q|k|v";
   let description = [{
     The input is `[B, T, 3C]`: queries, keys and values of C channels each,
@@ -184,7 +189,7 @@ def Loom_AttentionOp : Loom_ComputeOp<"attention"> {
   let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
 }
 
-def Loom_SoftmaxOp : Loom_ComputeOp<"softmax", [SameOperandsAndResultType]> {
+def Loom_SoftmaxOp : Loom_DifferentiableOp<"softmax", [SameOperandsAndResultType]> {
   let summary = "Softmax over the last dimension";
   let description = [{
     ```mlir
@@ -196,7 +201,7 @@ def Loom_SoftmaxOp : Loom_ComputeOp<"softmax", [SameOperandsAndResultType]> {
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Loom_CrossEntropyOp : Loom_ComputeOp<"cross_entropy"> {
+def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
   let summary = "Softmax cross-entropy, mean over all tokens";
   let description = [{
     `logits` is `[..., V]`, `targets` has the leading shape of `logits`;
@@ -220,7 +225,7 @@ def Loom_CrossEntropyOp : Loom_ComputeOp<"cross_entropy"> {
 // Shape ops
 //===----------------------------------------------------------------------===//
 
-def Loom_ReshapeOp : Loom_ComputeOp<"reshape"> {
+def Loom_ReshapeOp : Loom_DifferentiableOp<"reshape"> {
   let summary = "Reinterpret a tensor with another shape of equal size";
   let description = [{
     ```mlir
@@ -232,7 +237,7 @@ def Loom_ReshapeOp : Loom_ComputeOp<"reshape"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Loom_TransposeOp : Loom_ComputeOp<"transpose"> {
+def Loom_TransposeOp : Loom_DifferentiableOp<"transpose"> {
   let summary = "Permute the dimensions of a tensor";
   let description = [{
     Result dimension i is input dimension `permutation[i]`.
@@ -249,7 +254,7 @@ def Loom_TransposeOp : Loom_ComputeOp<"transpose"> {
   }];
 }
 
-def Loom_SliceOp : Loom_ComputeOp<"slice"> {
+def Loom_SliceOp : Loom_DifferentiableOp<"slice"> {
   let summary = "A contiguous range of one dimension";
   let description = [{
     Takes `[offset, offset + n)` of dimension `dim`, n being the result's
@@ -270,7 +275,7 @@ def Loom_SliceOp : Loom_ComputeOp<"slice"> {
   }];
 }
 
-def Loom_ConcatOp : Loom_ComputeOp<"concat"> {
+def Loom_ConcatOp : Loom_DifferentiableOp<"concat"> {
   let summary = "Concatenate tensors along one dimension";
   let description = [{
     ```mlir
@@ -478,5 +483,7 @@ def Loom_RecvOp : Loom_CollectiveOp<"recv", [MemoryEffects<[MemRead]>]> {
     `:` type($result)
   }];
 }
+
+include "dialects/Loom/IR/LoomTrainingOps.td"
 
 #endif // LOOM_DIALECT_LOOM_IR_LOOMOPS_TD

@@ -1,0 +1,284 @@
+//===- LoomTrainingOps.td - Backward and optimizer ops ------*- tablegen -*-===//
+//
+// What --loom-autodiff writes: one gradient op per forward op kind (each
+// forward op's GradientOpInterface builds them), gradient-norm clipping and
+// AdamW. Included from LoomOps.td.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_DIALECT_LOOM_IR_LOOMTRAININGOPS_TD
+#define LOOM_DIALECT_LOOM_IR_LOOMTRAININGOPS_TD
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+def Loom_EmbeddingGradOp : Loom_ComputeOp<"embedding_grad"> {
+  let summary = "Gradient of an embedding table: scatter-add rows";
+  let description = [{
+    `result[v, :] = sum of dout[i..., :] over positions where ids[i...] = v`;
+    the result has the table's shape.
+
+    ```mlir
+    %dwte = loom.embedding_grad %dx, %ids
+        : tensor<4x64x768xf32>, tensor<4x64xi32> -> tensor<50257x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_IndexTensor:$ids);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dout `,` $ids attr-dict `:` type($dout) `,` type($ids) `->` type($result)
+  }];
+}
+
+def Loom_ReduceLeadingOp : Loom_ComputeOp<"reduce_leading"> {
+  let summary = "Sum over leading dimensions down to a trailing shape";
+  let description = [{
+    The gradient of a broadcast add's rhs: the result shape is a trailing
+    part of the input shape, each element the sum over the leading ones.
+
+    ```mlir
+    %dpos = loom.reduce_leading %dx : tensor<4x64x768xf32> -> tensor<64x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Loom_LinearGradOp : Loom_ComputeOp<"linear_grad"> {
+  let summary = "Gradients of x·W + b";
+  let description = [{
+    `dinput = dout·Wᵀ`, `dweight = xᵀ·dout` (over all leading dims),
+    `dbias = Σ dout` when the forward op had a bias.
+
+    ```mlir
+    %dx, %dw, %db = loom.linear_grad %dy, %x, %w
+        : tensor<4x64x3072xf32>, tensor<4x64x768xf32>, tensor<768x3072xf32>
+        -> tensor<4x64x768xf32>, tensor<768x3072xf32>, tensor<3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$input,
+                       Loom_FloatTensor:$weight);
+  let results = (outs Loom_FloatTensor:$input_grad,
+                      Loom_FloatTensor:$weight_grad,
+                      Optional<Loom_FloatTensor>:$bias_grad);
+  let assemblyFormat = [{
+    $dout `,` $input `,` $weight attr-dict `:` type($dout) `,` type($input) `,`
+    type($weight) `->` type($input_grad) `,` type($weight_grad)
+    (`,` type($bias_grad)^)?
+  }];
+}
+
+def Loom_MatmulGradOp : Loom_ComputeOp<"matmul_grad"> {
+  let summary = "Gradients of a matrix product";
+  let description = [{
+    ```mlir
+    %dh, %dwte = loom.matmul_grad %dlogits, %h, %wte transpose_rhs
+        : tensor<4x64x50257xf32>, tensor<4x64x768xf32>, tensor<50257x768xf32>
+        -> tensor<4x64x768xf32>, tensor<50257x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$lhs,
+                       Loom_FloatTensor:$rhs, UnitAttr:$transpose_rhs);
+  let results = (outs Loom_FloatTensor:$lhs_grad, Loom_FloatTensor:$rhs_grad);
+  let assemblyFormat = [{
+    $dout `,` $lhs `,` $rhs (`transpose_rhs` $transpose_rhs^)? attr-dict `:`
+    type($dout) `,` type($lhs) `,` type($rhs) `->` type($lhs_grad) `,`
+    type($rhs_grad)
+  }];
+}
+
+def Loom_LayerNormGradOp : Loom_ComputeOp<"layer_norm_grad"> {
+  let summary = "Gradients of layer normalization";
+  let description = [{
+    Recomputes the row statistics from the input (cheap, O(N·C)) rather than
+    keeping them alive from the forward pass.
+
+    ```mlir
+    %dx, %dw, %db = loom.layer_norm_grad %dy, %x, %w {epsilon = 1.0e-05 : f64}
+        : tensor<4x64x768xf32>, tensor<4x64x768xf32>, tensor<768xf32>
+        -> tensor<4x64x768xf32>, tensor<768xf32>, tensor<768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$input,
+                       Loom_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Loom_FloatTensor:$input_grad,
+                      Loom_FloatTensor:$weight_grad,
+                      Loom_FloatTensor:$bias_grad);
+  let assemblyFormat = [{
+    $dout `,` $input `,` $weight attr-dict `:` type($dout) `,` type($input) `,`
+    type($weight) `->` type($input_grad) `,` type($weight_grad) `,`
+    type($bias_grad)
+  }];
+}
+
+def Loom_GeluGradOp : Loom_ComputeOp<"gelu_grad",
+    [AllTypesMatch<["dout", "input", "result"]>]> {
+  let summary = "Gradient of the tanh GELU";
+  let description = [{
+    ```mlir
+    %dx = loom.gelu_grad %dy, %x : tensor<4x64x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$dout `,` $input attr-dict `:` type($dout)";
+}
+
+def Loom_AttentionGradOp : Loom_ComputeOp<"attention_grad"> {
+  let summary = "Gradient of causal multi-head attention";
+  let description = [{
+    Recomputes the attention probabilities from `qkv` (as flash attention
+    does) instead of keeping the `[B, NH, T, T]` tensor from the forward.
+
+    ```mlir
+    %dqkv = loom.attention_grad %dy, %qkv {num_heads = 12 : i64}
+        : tensor<4x64x768xf32>, tensor<4x64x2304xf32> -> tensor<4x64x2304xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$qkv,
+                       I64Attr:$num_heads);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dout `,` $qkv attr-dict `:` type($dout) `,` type($qkv) `->` type($result)
+  }];
+}
+
+def Loom_SoftmaxGradOp : Loom_ComputeOp<"softmax_grad",
+    [AllTypesMatch<["dout", "output", "result"]>]> {
+  let summary = "Gradient of softmax, from its output";
+  let description = [{
+    `dx = y ⊙ (dy − Σ dy ⊙ y)` over the last dimension.
+
+    ```mlir
+    %dx = loom.softmax_grad %dy, %y : tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$output);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$dout `,` $output attr-dict `:` type($dout)";
+}
+
+def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
+  let summary = "Gradient of the mean cross-entropy with respect to logits";
+  let description = [{
+    `dlogits = (softmax(logits) − onehot(targets)) · dloss / N`, N the
+    number of tokens.
+
+    ```mlir
+    %dl = loom.cross_entropy_grad %seed, %logits, %targets
+        : tensor<f32>, tensor<4x64x256xf32>, tensor<4x64xi32> -> tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Loom_ScalarFloatTensor:$dloss, Loom_FloatTensor:$logits,
+                       Loom_IndexTensor:$targets);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dloss `,` $logits `,` $targets attr-dict `:` type($dloss) `,`
+    type($logits) `,` type($targets) `->` type($result)
+  }];
+}
+
+def Loom_SliceGradOp : Loom_ComputeOp<"slice_grad"> {
+  let summary = "Gradient of a slice: zeros with the slice written back";
+  let description = [{
+    ```mlir
+    %dwpe = loom.slice_grad %dpos dim 0 offset 0
+        : tensor<64x768xf32> -> tensor<1024x768xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$dout, I64Attr:$dim, I64Attr:$offset);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dout `dim` $dim `offset` $offset attr-dict `:` type($dout) `->`
+    type($result)
+  }];
+}
+
+def Loom_FillOp : Loom_ComputeOp<"fill"> {
+  let summary = "A tensor with every element equal to one value";
+  let description = [{
+    Seeds the backward pass: the loss gradient of one micro-batch is
+    1/microbatches, so gradients accumulate to those of the global mean.
+
+    ```mlir
+    %seed = loom.fill 2.500000e-01 : tensor<f32>
+    ```
+  }];
+  let arguments = (ins F64Attr:$value);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+def Loom_ClipGradNormOp : Loom_ComputeOp<"clip_grad_norm"> {
+  let summary = "Global gradient norm and PyTorch's clipping coefficient";
+  let description = [{
+    `norm = sqrt(Σ over all gradients of g²)`;
+    `coef = min(1, max_norm / (norm + 1e-6))` as `clip_grad_norm_`, or 1
+    when `max_norm` <= 0 (no clipping). The gradients are not modified;
+    AdamW scales by `coef` as it reads them.
+
+    ```mlir
+    %norm, %coef = loom.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
+        : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<f32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Loom_FloatTensor>:$grads, F64Attr:$max_norm);
+  let results = (outs Loom_ScalarFloatTensor:$norm,
+                      Loom_ScalarFloatTensor:$coef);
+  let assemblyFormat = [{
+    $grads attr-dict `:` type($grads) `->` type($norm) `,` type($coef)
+  }];
+}
+
+def Loom_AdamWOp : Loom_ComputeOp<"adamw", [
+    AllTypesMatch<["param", "grad", "m", "v", "new_param", "new_m", "new_v"]>,
+    AllTypesMatch<["lr", "step", "coef"]>]> {
+  let summary = "One AdamW update of a parameter (PyTorch torch.optim.AdamW)";
+  let description = [{
+    With g = grad·coef, t = step, lr from the runtime's schedule:
+    `p -= lr·weight_decay·p` (decoupled; weight_decay is 0 for biases and
+    layer-norm parameters), `m = β1·m + (1−β1)·g`, `v = β2·v + (1−β2)·g²`,
+    `p -= lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + eps)`.
+
+    ```mlir
+    %p1, %m1, %v1 = loom.adamw %p, %g, %m, %v, %lr, %step, %coef
+        {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64,
+         weight_decay = 0.01 : f64}
+        : tensor<768x3072xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$param, Loom_FloatTensor:$grad,
+                       Loom_FloatTensor:$m, Loom_FloatTensor:$v,
+                       Loom_ScalarFloatTensor:$lr,
+                       Loom_ScalarFloatTensor:$step,
+                       Loom_ScalarFloatTensor:$coef,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       F64Attr:$weight_decay);
+  let results = (outs Loom_FloatTensor:$new_param, Loom_FloatTensor:$new_m,
+                      Loom_FloatTensor:$new_v);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $m `,` $v `,` $lr `,` $step `,` $coef attr-dict `:`
+    type($param) `,` type($lr)
+  }];
+  let builders = [
+    OpBuilder<(ins "::mlir::Value":$param, "::mlir::Value":$grad,
+      "::mlir::Value":$m, "::mlir::Value":$v, "::mlir::Value":$lr,
+      "::mlir::Value":$step, "::mlir::Value":$coef, "double":$beta1,
+      "double":$beta2, "double":$eps, "double":$weightDecay), [{
+      build($_builder, $_state, param.getType(), param.getType(),
+            param.getType(), param, grad, m, v, lr, step, coef,
+            $_builder.getF64FloatAttr(beta1), $_builder.getF64FloatAttr(beta2),
+            $_builder.getF64FloatAttr(eps),
+            $_builder.getF64FloatAttr(weightDecay));
+    }]>
+  ];
+}
+
+#endif // LOOM_DIALECT_LOOM_IR_LOOMTRAININGOPS_TD
