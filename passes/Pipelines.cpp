@@ -10,6 +10,16 @@ using namespace mlir::loom;
 
 void mlir::loom::buildCompilePipeline(OpPassManager &pm,
                                       const CompilePipelineOptions &options) {
+  if (options.train) {
+    LoomAutodiffOptions autodiff;
+    autodiff.microbatches = options.microbatches;
+    autodiff.maxNorm = options.maxNorm;
+    autodiff.beta1 = options.beta1;
+    autodiff.beta2 = options.beta2;
+    autodiff.eps = options.eps;
+    autodiff.weightDecay = options.weightDecay;
+    pm.addPass(createLoomAutodiff(autodiff));
+  }
   LoomPlanBuffersOptions plan;
   plan.alignment = options.alignment;
   pm.addPass(createLoomPlanBuffers(plan));
@@ -18,7 +28,7 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
 void mlir::loom::registerLoomPipelines() {
   PassPipelineRegistration<CompilePipelineOptions>(
       "loom-compile-pipeline",
-      "Model IR to runtime-ready IR (buffer planning), as `loom compile` "
-      "runs it",
+      "Model IR to runtime-ready IR (optionally the training step, then "
+      "buffer planning), as `loom compile` runs it",
       buildCompilePipeline);
 }

@@ -20,10 +20,29 @@ struct CompilePipelineOptions
   Option<int64_t> alignment{*this, "alignment",
                             llvm::cl::desc("Byte alignment of every buffer"),
                             llvm::cl::init(64)};
+  Option<bool> train{*this, "train",
+                     llvm::cl::desc("Derive the training step (autodiff + "
+                                    "AdamW) before lowering"),
+                     llvm::cl::init(false)};
+  Option<int64_t> microbatches{*this, "microbatches",
+                               llvm::cl::desc("Micro-batches per step"),
+                               llvm::cl::init(1)};
+  Option<double> maxNorm{*this, "max-norm",
+                         llvm::cl::desc("Gradient-norm clip (<= 0: none)"),
+                         llvm::cl::init(1.0)};
+  Option<double> beta1{*this, "beta1", llvm::cl::desc("AdamW beta1"),
+                       llvm::cl::init(0.9)};
+  Option<double> beta2{*this, "beta2", llvm::cl::desc("AdamW beta2"),
+                       llvm::cl::init(0.999)};
+  Option<double> eps{*this, "eps", llvm::cl::desc("AdamW epsilon"),
+                     llvm::cl::init(1e-8)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("AdamW decoupled weight decay"),
+                             llvm::cl::init(0.01)};
 };
 
-/// Model IR -> IR that `--loom-to-program` can serialize: today buffer
-/// planning; later issues insert autodiff and partitioning in front.
+/// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
+/// training step is derived first (--loom-autodiff); then buffer planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

@@ -111,20 +111,20 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
                           sizeof(float));
     return Status::success();
   }
-  LOOM_CHECK(!without, "checkpoint '"
-                           << path << "' has optimizer state for '"
-                           << with->name << "' but not for '" << without->name
-                           << "' (no tensor '" << expAvgName(without->name)
-                           << "'); it is incomplete");
+  LOOM_CHECK(!without, "checkpoint '" << path << "' has optimizer state for '"
+                                      << with->name << "' but not for '"
+                                      << without->name << "' (no tensor '"
+                                      << expAvgName(without->name)
+                                      << "'); it is incomplete");
   for (const ParamView &p : executor.params()) {
     if (p.mBuffer >= 0)
-      LOOM_RETURN_IF_ERROR(loadTensor(executor, file, path, p,
-                                      expAvgName(p.name),
-                                      static_cast<uint32_t>(p.mBuffer), values));
+      LOOM_RETURN_IF_ERROR(
+          loadTensor(executor, file, path, p, expAvgName(p.name),
+                     static_cast<uint32_t>(p.mBuffer), values));
     if (p.vBuffer >= 0)
-      LOOM_RETURN_IF_ERROR(loadTensor(
-          executor, file, path, p, expAvgSqName(p.name),
-          static_cast<uint32_t>(p.vBuffer), values));
+      LOOM_RETURN_IF_ERROR(
+          loadTensor(executor, file, path, p, expAvgSqName(p.name),
+                     static_cast<uint32_t>(p.vBuffer), values));
   }
   auto it = file.metadata.find("step");
   LOOM_CHECK(it != file.metadata.end(),
@@ -135,9 +135,8 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
   errno = 0;
   char *end = nullptr;
   const long long steps = std::strtoll(text.c_str(), &end, 10);
-  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 &&
-                 steps >= 0 && text.find_first_not_of("0123456789") ==
-                                   std::string::npos,
+  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 && steps >= 0 &&
+                 text.find_first_not_of("0123456789") == std::string::npos,
              "checkpoint '" << path << "': metadata \"step\" = '" << text
                             << "' is not a non-negative integer");
   if (completedSteps)

@@ -5,7 +5,11 @@
 // instruction maps to one CPU kernel call; when an output shares bytes with an
 // input and the kernel cannot run in place, the result is computed into a
 // staging temporary and copied (the memory this costs is reported by
-// peakTensorBytes).
+// peakTensorBytes). Gradient kernels overwrite their outputs (parameter
+// gradients that the CPU kernels accumulate are zeroed first) and recompute
+// LayerNorm statistics / attention probabilities into their scratch, so the
+// backward never depends on what the forward left in the arena besides its
+// named activations.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
@@ -25,8 +29,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <stdexcept>
 #include <sys/mman.h>
@@ -189,12 +193,12 @@ Status Executor::runList(
                         e.what());
     }
     if (!s.ok())
-      return s.withContext(
-          "stage " + std::to_string(stageTable->index()) + ", " +
-          (update ? "update instruction #" : "instruction #") +
-          std::to_string(i) + " '" +
-          (ins->name() ? ins->name()->str() : std::string()) + "' (" +
-          program::opcodeName(ins->opcode()) + ")");
+      return s.withContext("stage " + std::to_string(stageTable->index()) +
+                           ", " +
+                           (update ? "update instruction #" : "instruction #") +
+                           std::to_string(i) + " '" +
+                           (ins->name() ? ins->name()->str() : std::string()) +
+                           "' (" + program::opcodeName(ins->opcode()) + ")");
     if (timings)
       timings->push_back({i, start, steadyNowNs(), microbatch, update});
   }
@@ -240,6 +244,12 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
   const int64_t M = stageTable->microbatches();
   const int64_t rows = modelInfo->batch() / M, T = modelInfo->seq();
   const size_t chunk = static_cast<size_t>(rows * T) * sizeof(int32_t);
+  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
+    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
+               "stage " << stageTable->index() << ": buffer "
+                        << program::shapeString(shapes[b])
+                        << " does not hold one micro-batch of " << rows << " x "
+                        << T << " tokens");
   // 1. Gradients accumulate over the micro-batches from zero.
   zeroGradients();
   double lossSum = 0;
@@ -347,8 +357,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   float *dstF = static_cast<float *>(dst);
   auto outF = [&](size_t k) { return static_cast<float *>(dsts[k]); };
   const int64_t outBytes =
-      out.empty() ? 0
-                  : static_cast<int64_t>(range(o).end - range(o).begin);
+      out.empty() ? 0 : static_cast<int64_t>(range(o).end - range(o).begin);
 
   // 2. The kernel.
   switch (op) {
@@ -462,10 +471,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t K = w[0], N = w[1], M = bufferNumel(in[1]) / K;
     const float *dout = f32(in[0]);
     // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
-    cpu::gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f,
-              outF(0), K);
-    cpu::gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout, N, 0.0f,
-              outF(1), N);
+    cpu::gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f, outF(0),
+              K);
+    cpu::gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout, N, 0.0f, outF(1),
+              N);
     if (out.size() == 3) {
       std::memset(outF(2), 0, static_cast<size_t>(N) * sizeof(float));
       cpu::columnSumAccumulate(outF(2), dout, M, N);
@@ -521,8 +530,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t V = shapes[in[1]].back();
     const int64_t N = bufferNumel(in[1]) / V;
     const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
-    LOOM_RETURN_IF_ERROR(cpu::crossEntropyBackward(
-        dstF, f32(in[1]), i32(in[2]), N, V, validV, *f32(in[0])));
+    LOOM_RETURN_IF_ERROR(cpu::crossEntropyBackward(dstF, f32(in[1]), i32(in[2]),
+                                                   N, V, validV, *f32(in[0])));
     break;
   }
   case Opcode::SliceGrad:

@@ -5,7 +5,8 @@
 // buffer planner chose), initializes the parameters deterministically
 // (param_init.h: values depend only on seed + name + global index, so every
 // partitioning starts from the same model) and runs the instruction stream
-// with the fp32 CPU kernels. The program must have been loaded by
+// with the fp32 CPU kernels; for a training program, trainStep() runs the
+// micro-batches and the optimizer update. The program must have been loaded by
 // loadProgramFile / loadProgramBytes, which verified every index and shape the
 // executor relies on.
 //
@@ -125,10 +126,11 @@ public:
 
 private:
   Executor() = default;
-  Status runList(const flatbuffers::Vector<
-                     flatbuffers::Offset<program::Instruction>> *list,
-                 bool update, uint32_t microbatch,
-                 std::vector<InstructionTiming> *timings);
+  Status
+  runList(const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
+              *list,
+          bool update, uint32_t microbatch,
+          std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
   float *temp(std::vector<float> &pool, int64_t count);
 

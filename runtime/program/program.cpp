@@ -10,8 +10,8 @@
 #include "runtime/program/program.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -417,8 +417,7 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
     LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "qkv"));
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
-    return checkAttentionShape(shape(inputs[0]), shape(outputs[0]),
-                               "result");
+    return checkAttentionShape(shape(inputs[0]), shape(outputs[0]), "result");
   }
   case Opcode::CrossEntropy: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
@@ -581,11 +580,10 @@ Status InstructionChecker::checkTraining() {
   case Opcode::SliceGrad: {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
     const uint32_t in = inputs[0], out = outputs[0];
-    INSTR_CHECK(facts.dtypes[in] == facts.dtypes[out],
-                "dout is " << dtypeLabel(facts.dtypes[in])
-                           << " but the result is "
-                           << dtypeLabel(facts.dtypes[out])
-                           << " (no conversion)");
+    INSTR_CHECK(
+        facts.dtypes[in] == facts.dtypes[out],
+        "dout is " << dtypeLabel(facts.dtypes[in]) << " but the result is "
+                   << dtypeLabel(facts.dtypes[out]) << " (no conversion)");
     const auto &d = shape(in), &o = shape(out);
     const int64_t dim = ins.dim(), offset = ins.offset();
     INSTR_CHECK(d.size() == o.size(), "result rank " << o.size()
@@ -600,10 +598,9 @@ Status InstructionChecker::checkTraining() {
                            << " is out of bounds for size " << o[dim]);
     for (size_t k = 0; k < o.size(); ++k)
       INSTR_CHECK(static_cast<int64_t>(k) == dim || d[k] == o[k],
-                  "result dimension " << k << " is " << o[k]
-                                      << " but only dimension " << dim
-                                      << " may differ from dout "
-                                      << shapeString(d));
+                  "result dimension "
+                      << k << " is " << o[k] << " but only dimension " << dim
+                      << " may differ from dout " << shapeString(d));
     return Status::success();
   }
   case Opcode::Fill: {
@@ -613,8 +610,8 @@ Status InstructionChecker::checkTraining() {
     INSTR_CHECK(t == DType::F32 || t == DType::I32,
                 "result (buffer " << outputs[0] << ") must be F32 or I32, got "
                                   << dtypeLabel(t));
-    INSTR_CHECK(t != DType::I32 || (v == std::floor(v) && v >= INT32_MIN &&
-                                    v <= INT32_MAX),
+    INSTR_CHECK(t != DType::I32 ||
+                    (v == std::floor(v) && v >= INT32_MIN && v <= INT32_MAX),
                 "value " << v << " is not an int32 (the result is I32)");
     return Status::success();
   }
@@ -639,9 +636,9 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(scalar(inputs[6], "coef (scalar)"));
     INSTR_CHECK(outputs[0] == p && outputs[1] == m && outputs[2] == v,
                 "outputs must be the param, m and v inputs (buffers "
-                    << p << ", " << m << ", " << v << "; updated in place), got "
-                    << outputs[0] << ", " << outputs[1] << ", "
-                    << outputs[2]);
+                    << p << ", " << m << ", " << v
+                    << "; updated in place), got " << outputs[0] << ", "
+                    << outputs[1] << ", " << outputs[2]);
     const uint32_t state[] = {p, g, m, v};
     const char *names[] = {"param", "grad", "m", "v"};
     for (int a = 0; a < 4; ++a)
@@ -670,8 +667,8 @@ Status InstructionChecker::checkTraining() {
 Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                                                const std::vector<int64_t> &out,
                                                const char *role) {
-  INSTR_CHECK(q.size() == 3, "qkv must be [batch, seq, 3 * channels], got "
-                                 << shapeString(q));
+  INSTR_CHECK(q.size() == 3,
+              "qkv must be [batch, seq, 3 * channels], got " << shapeString(q));
   INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
                                  << q[2]
                                  << " is not 3 * channels (q, k, v packed)");
@@ -688,9 +685,9 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
   INSTR_CHECK(!__builtin_mul_overflow(q[0] * NH, q[1], &probs) &&
                   !__builtin_mul_overflow(probs, q[1], &probs) &&
                   probs <= std::numeric_limits<int64_t>::max() / 8,
-              "attention probabilities B*NH*T*T = " << q[0] << "*" << NH
-                                                    << "*" << q[1] << "*"
-                                                    << q[1] << " overflow");
+              "attention probabilities B*NH*T*T = " << q[0] << "*" << NH << "*"
+                                                    << q[1] << "*" << q[1]
+                                                    << " overflow");
   if (!scratch.empty()) {
     LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
     // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
@@ -792,8 +789,7 @@ Status InstructionChecker::checkMovement() {
 // Params, special buffers, stages
 //===----------------------------------------------------------------------===//
 
-Status checkParams(const Stage &stage, const StageFacts &facts,
-                   bool training) {
+Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
   const uint32_t si = stage.index();
   const auto *params = stage.params();
   if (!params)
@@ -857,16 +853,15 @@ Status checkParams(const Stage &stage, const StageFacts &facts,
                  label << ": " << what << " " << index << " is "
                        << shapeString(facts.shapes[index]) << " "
                        << dtypeLabel(facts.dtypes[index])
-                       << ", expected the parameter's "
-                       << shapeString(local) << " F32");
+                       << ", expected the parameter's " << shapeString(local)
+                       << " F32");
       for (uint32_t other : owned)
-        LOOM_CHECK(facts.offsets[index] >= facts.offsets[other] +
-                           facts.bytes[other] ||
+        LOOM_CHECK(facts.offsets[index] >=
+                           facts.offsets[other] + facts.bytes[other] ||
                        facts.offsets[other] >=
                            facts.offsets[index] + facts.bytes[index],
-                   label << ": " << what << " " << index
-                         << " overlaps buffer " << other
-                         << " of the same parameter");
+                   label << ": " << what << " " << index << " overlaps buffer "
+                         << other << " of the same parameter");
       owned.push_back(static_cast<uint32_t>(index));
     }
     if (training)
@@ -923,8 +918,7 @@ Status checkInstructionList(
                         << kind << " #" << i << " '" << nameOf(ins->name())
                         << "'); collectives need the multi-rank runtime "
                            "(not in this build yet)");
-    LOOM_CHECK(update ||
-                   !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
+    LOOM_CHECK(update || !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
     LOOM_RETURN_IF_ERROR(
@@ -1002,9 +996,10 @@ Status checkStage(const Stage &stage, const ModelInfo &model, bool singleRank) {
   }
   if (training) {
     LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
-               "stage " << si << ": a training program (update_instructions "
-                                 "is not empty) needs the lr and step scalar "
-                                 "buffers the runtime sets each step");
+               "stage " << si
+                        << ": a training program (update_instructions "
+                           "is not empty) needs the lr and step scalar "
+                           "buffers the runtime sets each step");
   }
   return Status::success();
 }

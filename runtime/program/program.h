@@ -5,6 +5,11 @@
 // cannot: every buffer lies inside the arena, every instruction's operands
 // have the counts, dtypes and shapes its opcode needs (the same shape rules as
 // the compiler's op verifiers), every parameter slice fits its global shape.
+// Training programs (non-empty update_instructions) are checked too: the
+// gradient and optimizer opcodes 13-25 (optimizer only in
+// update_instructions, AdamW strictly in place), each parameter's grad / m / v
+// buffers, the lr / step / grad_norm scalars and microbatches (dividing the
+// batch; tokens hold one micro-batch).
 // After a successful load the executor can index buffers and run kernels
 // without further checks. Every error is a Status naming the stage, the
 // instruction index and its name; no input makes the loader crash.

@@ -10,12 +10,15 @@
 
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
+#include "runtime/core/lr_schedule.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/core/token_data.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
@@ -71,9 +74,12 @@ protected:
     ASSERT_TRUE(writeTokenFile(data, tokens).ok());
   }
   void TearDown() override {
-    for (const char *name : {"mini.loom", "tokens.bin", "log.jsonl",
-                             "trace.json", "out.safetensors", "stdout.txt",
-                             "stderr.txt", "corrupt.loom", "wide.bin"})
+    for (const char *name :
+         {"mini.loom", "tokens.bin", "log.jsonl", "trace.json",
+          "out.safetensors", "stdout.txt", "stderr.txt", "corrupt.loom",
+          "wide.bin", "train.loom", "l1.jsonl", "l2.jsonl", "l3.jsonl",
+          "l4.jsonl", "a.safetensors", "b.safetensors", "c.safetensors",
+          "w.safetensors", "z.safetensors"})
       std::remove(tempPath(name).c_str());
   }
   std::string program, data;
@@ -202,7 +208,15 @@ TEST_F(LoomRun, UserErrors) {
   expectError(program + " --data " + data + " --steps zero",
               "--steps expects a non-negative integer", true);
   expectError(program + " --data " + data + " --steps 0",
-              "--steps must be at least 1", true);
+              "--steps must be at least 1 for an evaluation program");
+  expectError(program + " --data " + data + " --steps 1 --lr fast",
+              "--lr expects a non-negative number", true);
+  expectError(program + " --data " + data + " --steps 1 --min-lr -1",
+              "--min-lr expects a non-negative number", true);
+  expectError(program + " --data " + data + " --steps 1 --lr-schedule linear",
+              "--lr-schedule expects constant or cosine", true);
+  expectError(program + " --data " + data + " --steps 1 --warmup x",
+              "--warmup expects", true);
   expectError(program + " --data " + data + " --steps 1 --bogus",
               "unknown flag '--bogus'", true);
   expectError(program + " --data", "--data needs a value", true);
@@ -241,6 +255,199 @@ TEST_F(LoomRun, UserErrors) {
   writeText(corrupt, serialize(*p));
   expectError(corrupt + " --data " + data + " --steps 1",
               "program uses AllReduce (instruction #6 'h.0.res1')");
+}
+
+//===----------------------------------------------------------------------===//
+// Training programs
+//===----------------------------------------------------------------------===//
+
+/// The JSON objects of a log file, one per line.
+std::vector<JsonValue> readLog(const std::string &path) {
+  std::istringstream lines(readText(path));
+  std::string line;
+  std::vector<JsonValue> objects;
+  while (std::getline(lines, line)) {
+    JsonValue v;
+    Status s = parseJson(line, v);
+    EXPECT_TRUE(s.ok()) << s.toString() << ": " << line;
+    objects.push_back(v);
+  }
+  return objects;
+}
+
+TEST_F(LoomRun, TrainingLogsScheduleAndResumesBitwise) {
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  const std::string train = tempPath("train.loom");
+  writeText(train, serialize(*miniGptTrain({}, o)));
+  const std::string common = " --data " + data +
+                             " --lr 1e-2 --min-lr 1e-3 --warmup 1 "
+                             "--schedule-steps 4 --quiet --log-json ";
+  const std::string l1 = tempPath("l1.jsonl"), l2 = tempPath("l2.jsonl"),
+                    l3 = tempPath("l3.jsonl"), a = tempPath("a.safetensors"),
+                    b = tempPath("b.safetensors"),
+                    c = tempPath("c.safetensors");
+  std::string out, err;
+  // 4 uninterrupted steps; 2 steps, save, load (another seed), 2 more.
+  ASSERT_EQ(runLoomRun(train + " --steps 4 --seed 3" + common + l1 +
+                           " --save-checkpoint " + a,
+                       &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(runLoomRun(train + " --steps 2 --seed 3" + common + l2 +
+                           " --save-checkpoint " + b,
+                       &out, &err),
+            0)
+      << err;
+  ASSERT_EQ(runLoomRun(train + " --steps 2 --seed 99" + common + l3 +
+                           " --load-checkpoint " + b + " --save-checkpoint " +
+                           c,
+                       &out, &err),
+            0)
+      << err;
+  const auto log1 = readLog(l1), log2 = readLog(l2), log3 = readLog(l3);
+  ASSERT_EQ(log1.size(), 5u);
+  ASSERT_EQ(log2.size(), 3u);
+  ASSERT_EQ(log3.size(), 3u);
+  LrSchedule schedule;
+  schedule.lr = 1e-2;
+  schedule.minLr = 1e-3;
+  schedule.warmup = 1;
+  schedule.totalSteps = 4;
+  for (int s = 0; s < 4; ++s) {
+    const JsonValue &line = log1[s];
+    const JsonValue &again = s < 2 ? log2[s] : log3[s - 2];
+    EXPECT_EQ(line.find("step")->asInt(), s);
+    EXPECT_EQ(again.find("step")->asInt(), s);
+    EXPECT_EQ(line.find("lr")->asDouble(), schedule.at(s)) << s;
+    EXPECT_EQ(again.find("lr")->asDouble(), schedule.at(s)) << s;
+    EXPECT_EQ(again.find("loss")->asDouble(), line.find("loss")->asDouble())
+        << s;
+    EXPECT_EQ(again.find("grad_norm")->asDouble(),
+              line.find("grad_norm")->asDouble())
+        << s;
+    EXPECT_GT(line.find("grad_norm")->asDouble(), 0.0);
+    EXPECT_GE(line.find("step_ms")->asDouble(), 0.0);
+    EXPECT_GT(line.find("tokens_per_s")->asDouble(), 0.0);
+  }
+  EXPECT_LT(log1[3].find("loss")->asDouble(), log1[0].find("loss")->asDouble());
+  EXPECT_EQ(log1[4].find("steps")->asInt(), 4);
+
+  // The same steps in process: identical losses.
+  {
+    fb::LoadedProgram loaded;
+    ASSERT_TRUE(fb::loadProgramFile(train, loaded).ok());
+    std::unique_ptr<Executor> ex;
+    ASSERT_TRUE(Executor::create(loaded, 0, 3, ex).ok());
+    TokenDataConfig cfg;
+    cfg.batchSize = 2;
+    cfg.seqLen = 8;
+    cfg.vocabSize = 50;
+    std::unique_ptr<TokenDataLoader> loader;
+    ASSERT_TRUE(TokenDataLoader::open(data, cfg, loader).ok());
+    std::vector<int32_t> in(16), tg(16);
+    for (int s = 0; s < 4; ++s) {
+      ASSERT_TRUE(loader->loadBatch(s, in.data(), tg.data()).ok());
+      TrainStepResult r;
+      ASSERT_TRUE(ex->trainStep(in.data(), tg.data(), s + 1,
+                                static_cast<float>(schedule.at(s)), r)
+                      .ok());
+      EXPECT_EQ(log1[s].find("loss")->asDouble(), r.loss) << s;
+      EXPECT_EQ(log1[s].find("grad_norm")->asDouble(), r.gradNorm) << s;
+    }
+  }
+
+  // Checkpoints: weights + moments, the step count; resumed == uninterrupted.
+  SafetensorsFile fa, fb_, fc;
+  ASSERT_TRUE(readSafetensors(a, fa).ok());
+  ASSERT_TRUE(readSafetensors(b, fb_).ok());
+  ASSERT_TRUE(readSafetensors(c, fc).ok());
+  EXPECT_EQ(fa.tensors.size(), 48u);
+  EXPECT_EQ(fa.metadata["step"], "4");
+  EXPECT_EQ(fb_.metadata["step"], "2");
+  EXPECT_EQ(fc.metadata["step"], "4");
+  EXPECT_EQ(fa.metadata["producer"], "loom");
+  EXPECT_EQ(fa.metadata["format"], "pt");
+  ASSERT_TRUE(fa.find("optimizer.exp_avg.h.0.mlp.c_fc.weight"));
+  ASSERT_TRUE(fa.find("optimizer.exp_avg_sq.wte.weight"));
+  ASSERT_EQ(fc.tensors.size(), fa.tensors.size());
+  for (const SafeTensor &t : fa.tensors) {
+    const SafeTensor *u = fc.find(t.name);
+    ASSERT_TRUE(u) << t.name;
+    EXPECT_EQ(u->shape, t.shape) << t.name;
+    EXPECT_TRUE(u->data == t.data) << t.name << " differs after resuming";
+  }
+
+  // A weights-only checkpoint starts at step 0 with zero moments.
+  SafetensorsFile weights;
+  for (const SafeTensor &t : fb_.tensors)
+    if (t.name.rfind("optimizer.", 0) != 0)
+      weights.tensors.push_back(t);
+  const std::string w = tempPath("w.safetensors"), l4 = tempPath("l4.jsonl");
+  ASSERT_TRUE(writeSafetensors(w, weights).ok());
+  ASSERT_EQ(
+      runLoomRun(train + " --steps 1" + common + l4 + " --load-checkpoint " + w,
+                 &out, &err),
+      0)
+      << err;
+  EXPECT_EQ(readLog(l4)[0].find("step")->asInt(), 0);
+
+  // An evaluation program reads a training checkpoint's weights.
+  ASSERT_EQ(runLoomRun(program + " --data " + data + " --steps 1 --quiet " +
+                           "--load-checkpoint " + a,
+                       &out, &err),
+            0)
+      << err;
+
+  // Optimizer state for only some parameters is an error.
+  SafetensorsFile partial = fa;
+  partial.tensors.erase(partial.tensors.begin() + 20);
+  ASSERT_TRUE(writeSafetensors(w, partial).ok());
+  expectError(train + " --data " + data + " --steps 1 --load-checkpoint " + w,
+              "incomplete");
+}
+
+TEST_F(LoomRun, TrainingStepsZeroSavesTheInitialModel) {
+  const std::string train = tempPath("train.loom"),
+                    z = tempPath("z.safetensors");
+  writeText(train, serialize(*miniGptTrain()));
+  std::string out, err;
+  ASSERT_EQ(runLoomRun(train + " --data " + data +
+                           " --steps 0 --seed 5 --save-checkpoint " + z,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("done: 0 steps"), std::string::npos) << out;
+  SafetensorsFile f;
+  ASSERT_TRUE(readSafetensors(z, f).ok());
+  EXPECT_EQ(f.metadata["step"], "0");
+  fb::LoadedProgram loaded;
+  ASSERT_TRUE(fb::loadProgramFile(train, loaded).ok());
+  std::unique_ptr<Executor> ex;
+  ASSERT_TRUE(Executor::create(loaded, 0, 5, ex).ok());
+  for (const ParamView &p : ex->params()) {
+    const SafeTensor *t = f.find(p.name);
+    ASSERT_TRUE(t) << p.name;
+    ASSERT_EQ(t->data.size(), ex->bufferNumel(p.buffer) * sizeof(float));
+    EXPECT_EQ(
+        std::memcmp(t->data.data(), ex->bufferData(p.buffer), t->data.size()),
+        0)
+        << p.name;
+    const SafeTensor *m = f.find("optimizer.exp_avg." + p.name);
+    ASSERT_TRUE(m) << p.name;
+    EXPECT_TRUE(std::all_of(m->data.begin(), m->data.end(),
+                            [](uint8_t byte) { return byte == 0; }));
+  }
+
+  // Human progress lines of a training run show the lr and grad norm.
+  ASSERT_EQ(runLoomRun(train + " --data " + data +
+                           " --steps 2 --lr-schedule constant --lr 0.5",
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("step 2/2 | loss "), std::string::npos) << out;
+  EXPECT_NE(out.find(" | lr 5.0000e-01 | grad norm "), std::string::npos)
+      << out;
 }
 
 } // namespace

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <functional>
 
@@ -222,10 +223,10 @@ TEST(ProgramVerifier, OpcodesThisRuntimeCannotRun) {
     Status s = load(*p);
     ASSERT_FALSE(s.ok()) << v;
     const char *name = fb::EnumNameOpcode(static_cast<fb::Opcode>(v));
-    const std::string want =
-        (name && *name) ? std::string("program uses ") + name +
-                              ", which this runtime cannot run yet"
-                        : "unknown opcode " + std::to_string(v);
+    const std::string want = (name && *name)
+                                 ? std::string("program uses ") + name +
+                                       ", which this runtime cannot run yet"
+                                 : "unknown opcode " + std::to_string(v);
     EXPECT_NE(s.message().find(want), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("instruction #3 'h.0.attn.c_attn'"),
               std::string::npos)
@@ -475,6 +476,295 @@ TEST(ProgramVerifier, SpecialBuffers) {
         stage0(p).loss = static_cast<int32_t>(instr(p, "ln_f").outputs[0]);
       },
       {"must be a scalar"});
+}
+
+//===----------------------------------------------------------------------===//
+// Training programs
+//===----------------------------------------------------------------------===//
+
+/// Applies `edit` to a fresh mini GPT training program (M micro-batches) and
+/// expects a load error containing every string of `needles`.
+void expectTrainRejected(const std::function<void(fb::ProgramT &)> &edit,
+                         const std::vector<std::string> &needles,
+                         int64_t microbatches = 1) {
+  MiniGptTrainOptions o;
+  o.microbatches = microbatches;
+  auto p = miniGptTrain({}, o);
+  edit(*p);
+  Status s = load(*p);
+  ASSERT_FALSE(s.ok()) << "expected an error containing '" << needles[0] << "'";
+  for (const std::string &n : needles)
+    EXPECT_NE(s.message().find(n), std::string::npos)
+        << "message: " << s.message() << "\nmissing: " << n;
+}
+
+/// The update instruction named `name` in stage 0.
+fb::InstructionT &update(fb::ProgramT &p, const std::string &name) {
+  for (auto &i : stage0(p).update_instructions)
+    if (i->name == name)
+      return *i;
+  ADD_FAILURE() << "no update instruction " << name;
+  return *stage0(p).update_instructions[0];
+}
+
+/// Shape of the buffer named `name` in stage 0.
+std::vector<int64_t> &shapeOf(fb::ProgramT &p, const std::string &name) {
+  for (auto &b : stage0(p).buffers)
+    if (b->name == name)
+      return b->shape;
+  ADD_FAILURE() << "no buffer " << name;
+  return stage0(p).buffers[0]->shape;
+}
+
+uint32_t bufferIndex(fb::ProgramT &p, const std::string &name) {
+  for (size_t k = 0; k < stage0(p).buffers.size(); ++k)
+    if (stage0(p).buffers[k]->name == name)
+      return static_cast<uint32_t>(k);
+  ADD_FAILURE() << "no buffer " << name;
+  return 0;
+}
+
+TEST(ProgramVerifier, TrainingProgramsLoad) {
+  for (int64_t m : {1, 2}) {
+    MiniGptTrainOptions o;
+    o.microbatches = m;
+    Status s = load(*miniGptTrain({}, o));
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+}
+
+TEST(ProgramVerifier, GradientShapes) {
+  // LinearGrad: dweight like the weight, dbias [N], dout [..., N].
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "dlinear.h.0.mlp.c_fc.weight") = {64, 16};
+      },
+      {"'h.0.mlp.c_fc.grad' (LinearGrad)", "dweight", "expected [16, 64]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { shapeOf(p, "dlinear.h.0.mlp.c_fc.bias") = {16}; },
+      {"dbias", "expected [64]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { instr(p, "h.0.mlp.c_fc.grad").outputs.resize(1); },
+      {"LinearGrad has 2 to 3 outputs, got 1"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        auto &ins = instr(p, "h.0.mlp.c_fc.grad");
+        ins.outputs[1] = ins.outputs[0];
+      },
+      {"output #0", "overlaps output #1"});
+  // MatmulGrad: drhs like rhs, dout [..., N].
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "dmatmul.wte.weight") = {16, 64};
+      },
+      {"(MatmulGrad)", "drhs", "expected [64, 16]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { instr(p, "lm_head.grad").transpose_rhs = false; },
+      {"(MatmulGrad)", "contracting dimensions differ"});
+  // LayerNormGrad: dweight / dbias [C], epsilon, scratch.
+  expectTrainRejected(
+      [](fb::ProgramT &p) { shapeOf(p, "dln.ln_f.bias") = {8}; },
+      {"'ln_f.grad' (LayerNormGrad)", "dbias", "expected [16]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { instr(p, "ln_f.grad").epsilon = 0; },
+      {"epsilon must be in (0, 1)"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { instr(p, "ln_f.grad").scratch.pop_back(); },
+      {"scratch must be empty or [mean, rstd]"});
+  // GeluGrad: dout like the input.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        instr(p, "h.0.mlp.gelu.grad").inputs[0] = bufferIndex(p, "d.h2");
+      },
+      {"(GeluGrad)", "dout", "expected [2, 8, 64]"});
+  // AttentionGrad: dqkv like qkv, dout [B, T, C], heads, probabilities.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        instr(p, "h.0.attn.grad").outputs[0] = bufferIndex(p, "d.att");
+      },
+      {"(AttentionGrad)", "dqkv", "expected [2, 8, 48]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        instr(p, "h.0.attn.grad").inputs[0] = bufferIndex(p, "d.gelu");
+      },
+      {"(AttentionGrad)", "dout has shape [2, 8, 64], expected [2, 8, 16]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { instr(p, "h.0.attn.grad").num_heads = 5; },
+      {"not divisible by num_heads 5"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "att.grad.probs") = {2, 2, 8, 7};
+      },
+      {"scratch (att)", "B*NH*T*T"});
+  // CrossEntropyGrad: scalar dloss, I32 targets, dlogits like logits.
+  expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "d.loss") = {2}; },
+                      {"(CrossEntropyGrad)", "dloss (scalar)", "expected 1"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        instr(p, "loss.grad").inputs[2] = bufferIndex(p, "logits");
+      },
+      {"targets", "must be I32"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "d.logits") = {2, 8, 50};
+      },
+      {"dlogits", "expected [2, 8, 64]"});
+  // EmbeddingGrad: dout [..., C] with ids' leading shape, dtable [V, C].
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "dembedding.wte.weight") = {64, 8};
+      },
+      {"(EmbeddingGrad)", "dout", "expected [2, 8, 8]"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        instr(p, "wte.grad").inputs[1] = bufferIndex(p, "x");
+      },
+      {"(EmbeddingGrad)", "ids", "must be I32"});
+  // ReduceLeading: the result is a trailing suffix of the input shape.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        shapeOf(p, "dreduce.wpe.weight") = {2, 8};
+      },
+      {"(ReduceLeading)", "must equal the trailing dimensions"});
+  // Fill: F32 / I32 result, integral value for I32.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[bufferIndex(p, "d.loss")]->dtype = fb::DType::BF16;
+      },
+      {"(Fill)", "must be F32 or I32"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        auto &fill = instr(p, "loss.seed");
+        fill.outputs[0] = bufferIndex(p, "tokens");
+        fill.value = 0.5;
+      },
+      {"(Fill)", "value 0.5 is not an int32"});
+}
+
+TEST(ProgramVerifier, SliceGradShapes) {
+  auto make = [](int64_t offset, std::vector<int64_t> outShape, int64_t dim) {
+    auto p = emptyProgram(1, 1, 2);
+    StageBuilder s(*p->stages[0]);
+    const uint32_t d = s.buffer("dout", {2, 3, 4});
+    const uint32_t o = s.buffer("out", outShape);
+    auto &ins = s.op(fb::Opcode::SliceGrad, "slice.grad", {d}, {o});
+    ins.dim = dim;
+    ins.offset = offset;
+    return load(*p);
+  };
+  EXPECT_TRUE(make(2, {2, 5, 4}, 1).ok());
+  auto expectError = [](const Status &s, const std::string &needle) {
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expectError(
+      make(3, {2, 5, 4}, 1),
+      "dout of 3 at offset 3 of dimension 1 is out of bounds for size 5");
+  expectError(make(-1, {2, 5, 4}, 1), "out of bounds");
+  expectError(make(0, {2, 5, 5}, 1), "only dimension 1 may differ");
+  expectError(make(0, {2, 5}, 1), "differs from dout rank");
+  expectError(make(0, {2, 5, 4}, 3), "dim 3 is out of range");
+}
+
+TEST(ProgramVerifier, OptimizerInstructions) {
+  // ClipGradNorm: gradients in, two scalars out.
+  expectTrainRejected([](fb::ProgramT &p) { update(p, "clip").inputs.clear(); },
+                      {"update instruction #0 'clip' (ClipGradNorm)",
+                       "takes 1 or more inputs, got 0"});
+  expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "clip_coef") = {2}; },
+                      {"(ClipGradNorm)", "coef (scalar)"});
+  expectTrainRejected([](fb::ProgramT &p) { update(p, "clip").max_norm = NAN; },
+                      {"max_norm"});
+  // AdamW: 7 inputs, outputs are the param / m / v inputs, hyper-parameters.
+  const std::string w = "adamw.h.0.mlp.c_fc.weight";
+  expectTrainRejected([&](fb::ProgramT &p) { update(p, w).inputs.pop_back(); },
+                      {"(AdamW)", "AdamW takes 7 inputs, got 6"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        auto &ins = update(p, w);
+        ins.outputs[1] = bufferIndex(p, "d.fc");
+      },
+      {"outputs must be the param, m and v inputs"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        update(p, w).inputs[1] = bufferIndex(p, "grad.h.0.mlp.c_proj.weight");
+      },
+      {"grad (buffer", "expected [16, 64]"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        auto &ins = update(p, w);
+        ins.inputs[2] = ins.inputs[1]; // m is the gradient
+        ins.outputs[1] = ins.inputs[1];
+      },
+      {"grad (buffer", "overlaps m"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) { update(p, w).inputs[5] = bufferIndex(p, "x"); },
+      {"step (scalar)"});
+  expectTrainRejected([&](fb::ProgramT &p) { update(p, w).beta1 = 1.0; },
+                      {"beta1 must be in [0, 1), got 1"});
+  expectTrainRejected([&](fb::ProgramT &p) { update(p, w).beta2 = -0.1; },
+                      {"beta2 must be in [0, 1)"});
+  expectTrainRejected([&](fb::ProgramT &p) { update(p, w).adam_eps = 0; },
+                      {"adam_eps must be positive"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) { update(p, w).weight_decay = -1e-2; },
+      {"weight_decay must be >= 0"});
+  // The optimizer belongs in update_instructions.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        auto &st = stage0(p);
+        st.instructions.push_back(std::move(st.update_instructions.back()));
+        st.update_instructions.pop_back();
+      },
+      {"(AdamW)", "it belongs in update_instructions"});
+}
+
+TEST(ProgramVerifier, TrainingParamsAndStage) {
+  // Param training buffers: in range, the param's shape, F32, disjoint.
+  expectTrainRejected(
+      [](fb::ProgramT &p) { stage0(p).params[2]->grad_buffer = 9999; },
+      {"param #2 'h.0.ln_1.weight'", "grad_buffer 9999 is out of range"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->m_buffer =
+            static_cast<int32_t>(bufferIndex(p, "x"));
+      },
+      {"param #0 'wte.weight'", "m_buffer",
+       "expected the parameter's [64, 16] F32"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[3]->v_buffer =
+            static_cast<int32_t>(stage0(p).params[3]->buffer);
+      },
+      {"v_buffer", "overlaps buffer"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { stage0(p).params[4]->v_buffer = -1; },
+      {"needs grad_buffer, m_buffer and v_buffer for every parameter"});
+  // Stage scalars and micro-batches.
+  expectTrainRejected([](fb::ProgramT &p) { stage0(p).lr = -1; },
+                      {"needs the lr and step scalar buffers"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).step = static_cast<int32_t>(bufferIndex(p, "x"));
+      },
+      {"step buffer", "must be a scalar"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).grad_norm = static_cast<int32_t>(bufferIndex(p, "tokens"));
+      },
+      {"grad_norm buffer", "must be F32"});
+  expectTrainRejected([](fb::ProgramT &p) { stage0(p).microbatches = 0; },
+                      {"microbatches = 0 must be >= 1"});
+  expectTrainRejected([](fb::ProgramT &p) { stage0(p).microbatches = 3; },
+                      {"microbatches = 3", "divide the batch of 2 rows"});
+  // The tokens hold one micro-batch: batch / microbatches x seq.
+  expectTrainRejected([](fb::ProgramT &p) { stage0(p).microbatches = 1; },
+                      {"tokens buffer [1, 8]", "2 / 1 x 8 = 16 tokens"}, 2);
+  // An evaluation program may carry grad buffers (it never updates).
+  auto p = miniGptTrain();
+  stage0(*p).update_instructions.clear();
+  Status s = load(*p);
+  EXPECT_TRUE(s.ok()) << s.toString();
 }
 
 } // namespace

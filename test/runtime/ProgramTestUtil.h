@@ -305,15 +305,16 @@ miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
     const auto wShape = st.buffers[s.find(w)]->shape;
     const uint32_t dw = s.buffer("dlinear." + w, wShape);
     const uint32_t db = s.buffer("dlinear." + bias, {wShape[1]});
-    s.op(fb::Opcode::LinearGrad, layer + ".grad", {dout, s.find(input), s.find(w)},
-         {dinput, dw, db});
+    s.op(fb::Opcode::LinearGrad, layer + ".grad",
+         {dout, s.find(input), s.find(w)}, {dinput, dw, db});
     acc(w, dw);
     acc(bias, db);
   };
   auto layerNormGrad = [&](const std::string &layer, uint32_t dout,
                            const std::string &input, uint32_t dinput) {
     const std::string w = layer + ".weight", bias = layer + ".bias";
-    const uint32_t dw = s.buffer("dln." + w, {C}), db = s.buffer("dln." + bias, {C});
+    const uint32_t dw = s.buffer("dln." + w, {C}),
+                   db = s.buffer("dln." + bias, {C});
     const uint32_t mean = s.buffer(layer + ".grad.mean", {b * T});
     const uint32_t rstd = s.buffer(layer + ".grad.rstd", {b * T});
     s.op(fb::Opcode::LayerNormGrad, layer + ".grad",

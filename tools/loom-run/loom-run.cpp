@@ -196,7 +196,7 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
     } else if (flag == "--lr-schedule") {
       LOOM_CHECK(value == "constant" || value == "cosine",
                  "--lr-schedule expects constant or cosine, got '" << value
-                                                                    << "'");
+                                                                   << "'");
       opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
                                           : LrSchedule::Kind::Cosine;
     } else if (flag == "--stage") {
@@ -305,9 +305,8 @@ Status runProgram(const Options &opts) {
                  "program '" << opts.program << "': the " << what << " buffer "
                              << program::shapeString(ex->bufferShape(index))
                              << " does not hold batch"
-                             << (M > 1 ? " / microbatches" : "")
-                             << " x seq = " << B / M << " x " << T
-                             << " tokens");
+                             << (M > 1 ? " / microbatches" : "") << " x seq = "
+                             << B / M << " x " << T << " tokens");
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -361,15 +360,14 @@ Status runProgram(const Options &opts) {
                 instructions ? instructions->size() : 0u, ex->params().size(),
                 paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
     if (training)
-      std::printf("training: %" PRId64 " micro-batch(es) of %" PRId64
-                  " rows, %u update instructions, steps %" PRId64
-                  "..%" PRId64 ", lr %g (%s, warmup %" PRId64
-                  ", min %g, over %" PRId64 " steps)\n",
-                  M, B / M, updates ? updates->size() : 0u, startStep,
-                  startStep + opts.steps, opts.lr,
-                  opts.schedule == LrSchedule::Kind::Cosine ? "cosine"
-                                                            : "constant",
-                  opts.warmup, opts.minLr, schedule.totalSteps);
+      std::printf(
+          "training: %" PRId64 " micro-batch(es) of %" PRId64
+          " rows, %u update instructions, steps %" PRId64 "..%" PRId64
+          ", lr %g (%s, warmup %" PRId64 ", min %g, over %" PRId64 " steps)\n",
+          M, B / M, updates ? updates->size() : 0u, startStep,
+          startStep + opts.steps, opts.lr,
+          opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
+          opts.warmup, opts.minLr, schedule.totalSteps);
     std::fflush(stdout);
   }
 
@@ -387,9 +385,8 @@ Status runProgram(const Options &opts) {
     TrainStepResult result;
     const double lr = schedule.at(s);
     if (training) {
-      LOOM_RETURN_IF_ERROR(ex->trainStep(inputs, targets, s + 1,
-                                         static_cast<float>(lr), result,
-                                         timed));
+      LOOM_RETURN_IF_ERROR(ex->trainStep(
+          inputs, targets, s + 1, static_cast<float>(lr), result, timed));
       loss = result.loss;
     } else {
       LOOM_RETURN_IF_ERROR(ex->run(timed));
@@ -445,8 +442,7 @@ Status runProgram(const Options &opts) {
   }
 
   // 5. Summary, checkpoint, trace.
-  const double meanLoss =
-      opts.steps > 0 ? lossSum / opts.steps : std::nan("");
+  const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
   JsonValue rank = JsonValue::object();
   rank.set("rank", JsonValue::integer(0));
   rank.set("peak_bytes",

@@ -90,7 +90,8 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
   return false;
 }
 
-bool loom::cli::checkStrategySupported(const Strategy &s, std::string &error) {
+bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
+                                      std::string &error) {
   if (s.worldSize() != 1) {
     error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
             ",tp=" + std::to_string(s.mesh.at("tp")) +
@@ -105,9 +106,10 @@ bool loom::cli::checkStrategySupported(const Strategy &s, std::string &error) {
             "not support yet; use --zero 0";
     return false;
   }
-  if (s.microbatches != 1) {
+  if (s.microbatches != 1 && !train) {
     error = "--microbatches " + std::to_string(s.microbatches) +
-            " is not supported yet; use --microbatches 1";
+            " splits a training step for gradient accumulation; evaluation "
+            "uses the whole batch (drop the flag)";
     return false;
   }
   if (s.virtualStages != 1) {

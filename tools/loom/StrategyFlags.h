@@ -35,8 +35,10 @@ bool parseStrategyFlag(const std::string &flag, const std::string &value,
                        Strategy &strategy, std::string &error,
                        bool &usedValue);
 
-/// Checks that this build can compile `strategy`; sets `error` otherwise.
-bool checkStrategySupported(const Strategy &strategy, std::string &error);
+/// Checks that this build can compile `strategy` (for a training step when
+/// `train`); sets `error` otherwise.
+bool checkStrategySupported(const Strategy &strategy, bool train,
+                            std::string &error);
 
 } // namespace loom::cli
 

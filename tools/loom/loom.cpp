@@ -1,13 +1,14 @@
-//===- loom.cpp - The umbrella CLI: compile, eval ---------------*- C++ -*-===//
+//===- loom.cpp - The umbrella CLI: compile, eval, train --------*- C++ -*-===//
 //
-//   loom compile --config C.json [--batch B] [--seq T] [strategy] -o OUT.loom
-//   loom eval    --config C.json --data TOK.bin --steps N [--batch B]
-//                [--seq T] [--seed S] [--load-checkpoint F]
-//                [--save-checkpoint F] [--log-json F] [--trace F] [strategy]
+//   loom compile --config C.json [--batch B] [--seq T] [--train ...]
+//                [strategy] -o OUT.loom
+//   loom eval    --config C.json --data TOK.bin --steps N [run flags]
+//   loom train   --config C.json --data TOK.bin --steps N [run flags]
+//                [optimizer flags]
 //
 // `compile` runs the whole compiler in process (import, passes, program
-// emission); `eval` compiles to a temporary program and launches loom-run,
-// which lives next to this binary.
+// emission); `eval` and `train` compile to a temporary program and launch
+// loom-run, which lives next to this binary.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +26,7 @@
 #include "llvm/Support/Program.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -37,12 +39,17 @@ namespace {
 
 const char *kUsage = R"(usage:
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
-               [--emit-ir OUT.mlir]
+               [--emit-ir OUT.mlir] [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
                [--log-json F] [--trace F.json] [--quiet] [strategy flags]
+  loom train   (the flags of eval) [optimizer flags]
 
-  --batch defaults to 8, --seq to the config's n_positions.
+  --batch (global rows per step) defaults to 8, --seq to the config's n_positions.
+optimizer flags (train):
+  --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
+  --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
+  --microbatches M splits each step's batch into M accumulated micro-batches.
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
@@ -129,27 +136,78 @@ std::optional<int64_t> intFlag(const Invocation &inv, const std::string &flag,
   return value;
 }
 
-/// Compiles the model of `--config` into a program file at `output`.
-int compileProgram(const Invocation &inv, const std::string &output) {
+std::optional<double> doubleFlag(const Invocation &inv, const std::string &flag,
+                                 double fallback) {
+  auto it = inv.values.find(flag);
+  if (it == inv.values.end())
+    return fallback;
+  double value;
+  if (llvm::StringRef(it->second).getAsDouble(value) || !std::isfinite(value)) {
+    fail(inv.command, flag + " needs a number, got '" + it->second + "'");
+    return std::nullopt;
+  }
+  return value;
+}
+
+/// Compiles the model of `--config` into a program file at `output`; with
+/// `train`, the program is a training step (autodiff + AdamW).
+int compileProgram(const Invocation &inv, const std::string &output,
+                   bool train) {
   auto configIt = inv.values.find("--config");
   if (configIt == inv.values.end())
     return fail(inv.command, std::string("--config CFG.json is required\n") +
                                  kUsage);
   std::string error;
-  if (!checkStrategySupported(inv.strategy, error))
+  if (!checkStrategySupported(inv.strategy, train, error))
     return fail(inv.command, error);
   std::optional<int64_t> batch = intFlag(inv, "--batch", 8, 1);
   std::optional<int64_t> seq = intFlag(inv, "--seq", 0, 1);
   if (!batch || !seq)
     return 1;
+  int64_t microbatches = inv.strategy.microbatches;
+  if (*batch % microbatches != 0)
+    return fail(inv.command, "--batch " + std::to_string(*batch) +
+                                 " is not divisible by --microbatches " +
+                                 std::to_string(microbatches) +
+                                 "; every micro-batch needs the same rows");
+  mlir::loom::CompilePipelineOptions pipeline;
+  pipeline.train = train;
+  pipeline.microbatches = microbatches;
+  // Optimizer hyperparameters compiled into the training step.
+  auto optimizerFlag = [&](const char *flag, double fallback, double lo,
+                           double hi, const char *range) -> std::optional<double> {
+    std::optional<double> v = doubleFlag(inv, flag, fallback);
+    if (v && (*v < lo || *v > hi)) {
+      fail(inv.command, std::string(flag) + " " + inv.values.at(flag) +
+                            " must be " + range);
+      return std::nullopt;
+    }
+    return v;
+  };
+  std::optional<double> clip =
+      optimizerFlag("--clip", 1.0, -1e30, 1e30, "a number (<= 0: no clipping)");
+  std::optional<double> beta1 =
+      optimizerFlag("--beta1", 0.9, 0.0, 0.999999, "in [0, 1)");
+  std::optional<double> beta2 =
+      optimizerFlag("--beta2", 0.999, 0.0, 0.999999, "in [0, 1)");
+  std::optional<double> eps = optimizerFlag("--eps", 1e-8, 1e-30, 1.0, "in (0, 1]");
+  std::optional<double> wd = optimizerFlag("--wd", 0.01, 0.0, 1e6, ">= 0");
+  if (!clip || !beta1 || !beta2 || !eps || !wd)
+    return 1;
+  pipeline.maxNorm = *clip;
+  pipeline.beta1 = *beta1;
+  pipeline.beta2 = *beta2;
+  pipeline.eps = *eps;
+  pipeline.weightDecay = *wd;
 
   const std::string &configPath = configIt->second;
   auto text = llvm::MemoryBuffer::getFile(configPath);
   if (!text)
     return fail(inv.command, "cannot read config '" + configPath +
                                  "': " + text.getError().message());
-  llvm::Expected<mlir::loom::GPTConfig> config =
-      mlir::loom::parseGPTConfig((*text)->getBuffer(), *batch, *seq);
+  // The model IR holds one micro-batch; the program runs M of them a step.
+  llvm::Expected<mlir::loom::GPTConfig> config = mlir::loom::parseGPTConfig(
+      (*text)->getBuffer(), *batch / microbatches, *seq);
   if (!config)
     return fail(inv.command,
                 configPath + ": " + llvm::toString(config.takeError()));
@@ -158,7 +216,7 @@ int compileProgram(const Invocation &inv, const std::string &output) {
   context.loadDialect<mlir::loom::LoomDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module = mlir::loom::buildGPTModel(&context, *config);
   PassManager pm(&context);
-  mlir::loom::buildCompilePipeline(pm, mlir::loom::CompilePipelineOptions());
+  mlir::loom::buildCompilePipeline(pm, pipeline);
   if (failed(pm.run(*module)))
     return fail(inv.command, "compilation failed (diagnostics above)");
 
@@ -189,53 +247,71 @@ int compileProgram(const Invocation &inv, const std::string &output) {
 
 int runCompile(std::vector<std::string> args) {
   auto inv = parse("compile", std::move(args),
-                   {"--config", "--batch", "--seq", "--output", "--emit-ir"},
-                   {});
+                   {"--config", "--batch", "--seq", "--output", "--emit-ir",
+                    "--wd", "--clip", "--beta1", "--beta2", "--eps"},
+                   {"--train"});
   if (!inv)
     return 1;
   auto out = inv->values.find("--output");
   if (out == inv->values.end())
     return fail("compile", std::string("-o OUT.loom is required\n") + kUsage);
-  if (int rc = compileProgram(*inv, out->second))
+  if (int rc = compileProgram(*inv, out->second, inv->switches.count("--train")))
     return rc;
   llvm::outs() << "loom compile: wrote " << out->second << "\n";
   return 0;
 }
 
-int runEval(const char *argv0, std::vector<std::string> args) {
-  auto inv = parse("eval", std::move(args),
-                   {"--config", "--batch", "--seq", "--data", "--steps",
-                    "--seed", "--load-checkpoint", "--save-checkpoint",
-                    "--log-json", "--trace", "--emit-ir"},
-                   {"--quiet"});
+/// `loom eval` and `loom train`: compile, then run loom-run on it.
+int runProgram(const char *argv0, const std::string &command,
+               std::vector<std::string> args) {
+  bool train = command == "train";
+  std::set<std::string> valueFlags{
+      "--config", "--batch", "--seq", "--data", "--steps", "--seed",
+      "--load-checkpoint", "--save-checkpoint", "--log-json", "--trace",
+      "--emit-ir"};
+  // Optimizer flags: compiled into the program, or passed to the runtime.
+  const std::vector<std::string> compiledFlags{"--wd", "--clip", "--beta1",
+                                               "--beta2", "--eps"};
+  const std::vector<std::string> scheduleFlags{
+      "--lr", "--min-lr", "--warmup", "--lr-schedule", "--schedule-steps"};
+  if (train) {
+    valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
+    valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
+  }
+  auto inv = parse(command, std::move(args), valueFlags, {"--quiet"});
   if (!inv)
     return 1;
   for (const char *required : {"--data", "--steps"})
     if (!inv->values.count(required))
-      return fail("eval", std::string(required) + " is required\n" + kUsage);
+      return fail(command, std::string(required) + " is required\n" + kUsage);
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
   if (std::error_code ec =
-          llvm::sys::fs::createUniqueDirectory("loom-eval", dir))
-    return fail("eval", "cannot create a temporary directory: " + ec.message());
+          llvm::sys::fs::createUniqueDirectory("loom-" + command, dir))
+    return fail(command,
+                "cannot create a temporary directory: " + ec.message());
   std::string program = (dir + "/program.loom").str();
-  int rc = compileProgram(*inv, program);
+  int rc = compileProgram(*inv, program, train);
 
   // 2. Launch loom-run from this binary's directory.
   if (rc == 0) {
     std::string self = llvm::sys::fs::getMainExecutable(
-        argv0, reinterpret_cast<void *>(&runEval));
+        argv0, reinterpret_cast<void *>(&runProgram));
     llvm::SmallString<256> runner(llvm::sys::path::parent_path(self));
     llvm::sys::path::append(runner, "loom-run");
     if (!llvm::sys::fs::can_execute(runner)) {
-      rc = fail("eval", "cannot find loom-run next to loom (" +
+      rc = fail(command, "cannot find loom-run next to loom (" +
                             runner.str().str() + "); build it with ninja");
     } else {
       std::vector<std::string> runArgs{runner.str().str(), program};
-      for (const char *flag :
-           {"--data", "--steps", "--seed", "--load-checkpoint",
-            "--save-checkpoint", "--log-json", "--trace"})
+      std::vector<std::string> runFlags{
+          "--data",     "--steps", "--seed", "--load-checkpoint",
+          "--save-checkpoint", "--log-json", "--trace"};
+      if (train)
+        runFlags.insert(runFlags.end(), scheduleFlags.begin(),
+                        scheduleFlags.end());
+      for (const std::string &flag : runFlags)
         if (auto it = inv->values.find(flag); it != inv->values.end()) {
           runArgs.push_back(flag);
           runArgs.push_back(it->second);
@@ -247,7 +323,7 @@ int runEval(const char *argv0, std::vector<std::string> args) {
       rc = llvm::sys::ExecuteAndWait(runner, refs, std::nullopt, {}, 0, 0,
                                      &error);
       if (rc < 0)
-        rc = fail("eval", "loom-run did not finish: " + error);
+        rc = fail(command, "loom-run did not finish: " + error);
     }
   }
   llvm::sys::fs::remove_directories(dir);
@@ -266,8 +342,8 @@ int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "compile")
     return runCompile(std::move(args));
-  if (command == "eval")
-    return runEval(argv[0], std::move(args));
+  if (command == "eval" || command == "train")
+    return runProgram(argv[0], command, std::move(args));
   llvm::errs() << "loom: error: unknown command '" << command << "'\n"
                << kUsage;
   return 1;
