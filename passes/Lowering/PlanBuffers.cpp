@@ -150,7 +150,9 @@ struct LoomPlanBuffersPass
                  << "result #" << i << " updates argument #"
                  << updates.getInt()
                  << " in place but is another argument's storage";
-        fp.inArgument[root] = fp.inArgument[arg];
+        // Copy first: inserting may rehash and move the argument's entry.
+        std::string key = fp.inArgument.lookup(arg);
+        fp.inArgument[root] = std::move(key);
       }
 
       // 2. Live ranges of everything else, plus scratch.

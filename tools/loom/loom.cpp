@@ -44,6 +44,8 @@ const char *kUsage = R"(usage:
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
                [--log-json F] [--trace F.json] [--quiet] [strategy flags]
   loom train   (the flags of eval) [optimizer flags]
+  loom sample  --config CFG.json --load-checkpoint F --prompt TEXT [--tokens N]
+               [--seq T]   greedy byte-level generation from a trained model
 
   --batch (global rows per step) defaults to 8, --seq to the config's n_positions.
 optimizer flags (train):
@@ -265,6 +267,7 @@ int runCompile(std::vector<std::string> args) {
 int runProgram(const char *argv0, const std::string &command,
                std::vector<std::string> args) {
   bool train = command == "train";
+  bool sample = command == "sample";
   std::set<std::string> valueFlags{
       "--config", "--batch", "--seq", "--data", "--steps", "--seed",
       "--load-checkpoint", "--save-checkpoint", "--log-json", "--trace",
@@ -278,12 +281,20 @@ int runProgram(const char *argv0, const std::string &command,
     valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
   }
+  if (sample)
+    valueFlags = {"--config", "--seq", "--load-checkpoint", "--prompt",
+                  "--tokens"};
   auto inv = parse(command, std::move(args), valueFlags, {"--quiet"});
   if (!inv)
     return 1;
-  for (const char *required : {"--data", "--steps"})
-    if (!inv->values.count(required))
-      return fail(command, std::string(required) + " is required\n" + kUsage);
+  std::vector<const char *> required{"--data", "--steps"};
+  if (sample) {
+    required = {"--load-checkpoint", "--prompt"};
+    inv->values["--batch"] = "1"; // one sequence
+  }
+  for (const char *flag : required)
+    if (!inv->values.count(flag))
+      return fail(command, std::string(flag) + " is required\n" + kUsage);
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
@@ -311,6 +322,13 @@ int runProgram(const char *argv0, const std::string &command,
       if (train)
         runFlags.insert(runFlags.end(), scheduleFlags.begin(),
                         scheduleFlags.end());
+      if (sample) {
+        runFlags = {"--load-checkpoint", "--prompt"};
+        runArgs.push_back("--sample");
+        runArgs.push_back(inv->values.count("--tokens")
+                              ? inv->values["--tokens"]
+                              : std::string("200"));
+      }
       for (const std::string &flag : runFlags)
         if (auto it = inv->values.find(flag); it != inv->values.end()) {
           runArgs.push_back(flag);
@@ -342,7 +360,7 @@ int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "compile")
     return runCompile(std::move(args));
-  if (command == "eval" || command == "train")
+  if (command == "eval" || command == "train" || command == "sample")
     return runProgram(argv[0], command, std::move(args));
   llvm::errs() << "loom: error: unknown command '" << command << "'\n"
                << kUsage;
