@@ -1,50 +1,130 @@
 //===- attention.cpp - Causal multi-head self-attention --------*- C++ -*-===//
 //
-// Forward is parallel over (b, h, t): each query row is independent. Backward
-// is parallel over (b, h): dk and dv of a key position collect contributions
-// from every later query, and all of them live in the same (b, h) slice of
-// dqkv, so slices are disjoint across threads and no atomics are needed.
+// The fast kernels work one (b, h) head at a time, in parallel over B*NH
+// heads (OpenMP, dynamic schedule), and do the O(T^2 hs) work with
+// single-threaded cblas_sgemm calls straight on the strided qkv / out / dqkv
+// views (lda = 3C or C, so nothing is gathered). Queries are cut into blocks
+// of kBlock rows; a row block only multiplies against the keys it can see
+// (0..block end), which skips most of the masked upper triangle. OpenBLAS's
+// own threads are turned down to one for the duration of the parallel region
+// (and restored) so that 2 OpenMP threads x N BLAS threads do not
+// oversubscribe the cores.
+//
+//   forward, row block R = [r0, r1):  S = scale Q_R K_{<r1}^T  (into att)
+//                                     softmax rows over j <= i, zero j > i
+//                                     out_R = P_R,{<r1} V_{<r1}
+//   backward, row block R:            dP = dO_R V_{<r1}^T
+//                                     dS = P (dP - rowsum(P dP)), 0 for j > i
+//                                     dq_R = scale dS_R,{<r1} K_{<r1}
+//             column block K=[c0,c1): dv_K = P_{>=c0},K^T dO_{>=c0}
+//                                     dk_K = scale dS_{>=c0},K^T Q_{>=c0}
+//
+// attentionProbs runs exactly the forward's probability code (same sgemm
+// calls, same row kernel), so its result is bitwise equal to the forward's.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/attention.h"
 
+#include <algorithm>
+#include <cblas.h>
 #include <cmath>
+#include <cstring>
+#include <omp.h>
 #include <vector>
 
 namespace loom::cpu {
 
 namespace {
 
-/// Softmax probabilities of query t of (b, h) against keys 0..t into
-/// a[0..T) (masked positions exactly zero). Shared by the forward and
-/// attentionProbs so both agree bitwise.
-inline void probabilityRow(float *a, const float *qkv, int64_t b, int64_t h,
-                           int64_t t, int64_t T, int64_t C, int64_t hs,
-                           float scale) {
-  const int64_t C3 = 3 * C;
-  const float *q = qkv + (b * T + t) * C3 + h * hs;
-  // 1. Scaled scores against keys 0..t, tracking the max for stability.
+/// Query rows (and key columns in the backward) per block. Blocks must be
+/// the same in the row and the column loops of the backward.
+constexpr int64_t kBlock = 32;
+
+inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                  float alpha, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+              transB ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+              static_cast<int>(N), static_cast<int>(K), alpha, A,
+              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
+              static_cast<int>(ldc));
+}
+
+/// exp(t) for t <= 0 (t < -80 is treated as -80: ~1.8e-35, never a
+/// denormal), within ~2 ulp of expf. Branch-free Cephes-style polynomial so
+/// that the softmax loop vectorizes without -ffast-math. (gelu.cpp has the
+/// same routine.)
+inline float expNonPositive(float t) {
+  t = t < -80.0f ? -80.0f : t;
+  const float kMagic = 12582912.0f; // 1.5 * 2^23: round to nearest integer
+  float n = (t * 1.44269504088896341f + kMagic) - kMagic;
+  float r = t - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+/// In place: a[0..n) (scaled scores) -> softmax probabilities; a[n..T) = 0.
+inline void softmaxRow(float *a, int64_t n, int64_t T) {
   float maxv = -INFINITY;
-  for (int64_t t2 = 0; t2 <= t; ++t2) {
-    const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
-    float s = 0.0f;
-    for (int64_t i = 0; i < hs; ++i)
-      s += q[i] * k[i];
-    s *= scale;
-    a[t2] = s;
-    maxv = std::fmax(maxv, s);
-  }
-  // 2. Softmax; masked positions are exactly zero.
+#pragma omp simd reduction(max : maxv)
+  for (int64_t j = 0; j < n; ++j)
+    maxv = a[j] > maxv ? a[j] : maxv;
   float sum = 0.0f;
-  for (int64_t t2 = 0; t2 <= t; ++t2) {
-    a[t2] = std::exp(a[t2] - maxv);
-    sum += a[t2];
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    float e = expNonPositive(a[j] - maxv);
+    a[j] = e;
+    sum += e;
   }
-  float inv = 1.0f / sum;
-  for (int64_t t2 = 0; t2 <= t; ++t2)
-    a[t2] *= inv;
-  for (int64_t t2 = t + 1; t2 < T; ++t2)
-    a[t2] = 0.0f;
+  const float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    a[j] *= inv;
+  for (int64_t j = n; j < T; ++j)
+    a[j] = 0.0f;
+}
+
+/// Probabilities of query rows [r0, r1) of one head into P (ld T). Q and K
+/// point at the head's first q / k entry, row stride 3C.
+inline void probsBlock(float *P, const float *Q, const float *K, int64_t C3,
+                       int64_t T, int64_t hs, float scale, int64_t r0,
+                       int64_t r1) {
+  sgemm(false, true, r1 - r0, r1, hs, scale, Q + r0 * C3, C3, K, C3, 0.0f,
+        P + r0 * T, T);
+  for (int64_t i = r0; i < r1; ++i)
+    softmaxRow(P + i * T, i + 1, T);
+}
+
+/// Runs f(bh, scratch) for bh in [0, BH) in parallel, with OpenBLAS limited
+/// to one thread meanwhile. `scratch` is a per-thread buffer.
+template <typename F> void forEachHead(int64_t BH, F &&f) {
+  const bool parallel =
+      BH > 1 && !omp_in_parallel() && omp_get_max_threads() > 1;
+  int blasThreads = 1;
+  if (parallel) {
+    blasThreads = openblas_get_num_threads();
+    if (blasThreads > 1)
+      openblas_set_num_threads(1);
+  }
+#pragma omp parallel if (parallel)
+  {
+    std::vector<float> scratch;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh)
+      f(bh, scratch);
+  }
+  if (parallel && blasThreads > 1)
+    openblas_set_num_threads(blasThreads);
 }
 
 } // namespace
@@ -53,35 +133,32 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
                       int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        float *a = att + ((b * NH + h) * T + t) * T;
-        probabilityRow(a, qkv, b, h, t, T, C, hs, scale);
-        // 3. Weighted sum of values.
-        float *o = out + (b * T + t) * C + h * hs;
-        for (int64_t i = 0; i < hs; ++i)
-          o[i] = 0.0f;
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float *v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
-          const float w = a[t2];
-          for (int64_t i = 0; i < hs; ++i)
-            o[i] += w * v[i];
-        }
-      }
+  forEachHead(B * NH, [&](int64_t bh, std::vector<float> &) {
+    const int64_t b = bh / NH, h = bh % NH;
+    const float *Q = qkv + b * T * C3 + h * hs;
+    const float *K = Q + C, *V = Q + 2 * C;
+    float *P = att + bh * T * T;
+    float *O = out + b * T * C + h * hs;
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock);
+      probsBlock(P, Q, K, C3, T, hs, scale, r0, r1);
+      sgemm(false, false, r1 - r0, hs, r1, 1.0f, P + r0 * T, T, V, C3, 0.0f,
+            O + r0 * C, C);
+    }
+  });
 }
 
 void attentionProbs(float *att, const float *qkv, int64_t B, int64_t T,
                     int64_t C, int64_t NH) {
-  const int64_t hs = C / NH;
+  const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        probabilityRow(att + ((b * NH + h) * T + t) * T, qkv, b, h, t, T, C, hs,
-                       scale);
+  forEachHead(B * NH, [&](int64_t bh, std::vector<float> &) {
+    const int64_t b = bh / NH, h = bh % NH;
+    const float *Q = qkv + b * T * C3 + h * hs;
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock)
+      probsBlock(att + bh * T * T, Q, Q + C, C3, T, hs, scale, r0,
+                 std::min(T, r0 + kBlock));
+  });
 }
 
 void attentionBackward(float *dqkv, const float *dout, const float *qkv,
@@ -89,49 +166,45 @@ void attentionBackward(float *dqkv, const float *dout, const float *qkv,
                        int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h) {
-      // This (b, h) owns dqkv[b, :, {0,C,2C} + h*hs + (0..hs)]: clear it.
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t part = 0; part < 3; ++part) {
-          float *d = dqkv + (b * T + t) * C3 + part * C + h * hs;
-          for (int64_t i = 0; i < hs; ++i)
-            d[i] = 0.0f;
-        }
-      std::vector<float> datt(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) {
-        const float *a = att + ((b * NH + h) * T + t) * T;
-        const float *dy = dout + (b * T + t) * C + h * hs;
-        const float *q = qkv + (b * T + t) * C3 + h * hs;
-        float *dq = dqkv + (b * T + t) * C3 + h * hs;
-        // 1. Through the value sum: datt = dy . v, dv += a * dy.
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          const float *v = qkv + (b * T + t2) * C3 + 2 * C + h * hs;
-          float *dv = dqkv + (b * T + t2) * C3 + 2 * C + h * hs;
-          float s = 0.0f;
-          for (int64_t i = 0; i < hs; ++i) {
-            s += dy[i] * v[i];
-            dv[i] += a[t2] * dy[i];
-          }
-          datt[t2] = s;
-        }
-        // 2. Through the softmax: dscore = a * (datt - sum(a * datt)).
+  forEachHead(B * NH, [&](int64_t bh, std::vector<float> &scratch) {
+    const int64_t b = bh / NH, h = bh % NH;
+    const float *Q = qkv + b * T * C3 + h * hs;
+    const float *K = Q + C, *V = Q + 2 * C;
+    const float *P = att + bh * T * T;
+    const float *dO = dout + b * T * C + h * hs;
+    float *dQ = dqkv + b * T * C3 + h * hs;
+    float *dK = dQ + C, *dV = dQ + 2 * C;
+    scratch.resize(static_cast<size_t>(T * T));
+    float *dS = scratch.data(); // [T, T]; row i valid for j < its block end
+    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+      const int64_t r1 = std::min(T, r0 + kBlock);
+      // dP = dO V^T, then through the softmax (masked entries exactly 0).
+      sgemm(false, true, r1 - r0, r1, hs, 1.0f, dO + r0 * C, C, V, C3, 0.0f,
+            dS + r0 * T, T);
+      for (int64_t i = r0; i < r1; ++i) {
+        const float *p = P + i * T;
+        float *d = dS + i * T;
         float dot = 0.0f;
-        for (int64_t t2 = 0; t2 <= t; ++t2)
-          dot += a[t2] * datt[t2];
-        // 3. Through the scaled dot product into q and k.
-        for (int64_t t2 = 0; t2 <= t; ++t2) {
-          float ds = a[t2] * (datt[t2] - dot) * scale;
-          const float *k = qkv + (b * T + t2) * C3 + C + h * hs;
-          float *dk = dqkv + (b * T + t2) * C3 + C + h * hs;
-          for (int64_t i = 0; i < hs; ++i) {
-            dq[i] += ds * k[i];
-            dk[i] += ds * q[i];
-          }
-        }
+#pragma omp simd reduction(+ : dot)
+        for (int64_t j = 0; j <= i; ++j)
+          dot += p[j] * d[j];
+#pragma omp simd
+        for (int64_t j = 0; j <= i; ++j)
+          d[j] = p[j] * (d[j] - dot);
+        for (int64_t j = i + 1; j < r1; ++j)
+          d[j] = 0.0f;
       }
+      sgemm(false, false, r1 - r0, hs, r1, scale, dS + r0 * T, T, K, C3, 0.0f,
+            dQ + r0 * C3, C3);
     }
+    for (int64_t c0 = 0; c0 < T; c0 += kBlock) {
+      const int64_t c1 = std::min(T, c0 + kBlock);
+      sgemm(true, false, c1 - c0, hs, T - c0, 1.0f, P + c0 * T + c0, T,
+            dO + c0 * C, C, 0.0f, dV + c0 * C3, C3);
+      sgemm(true, false, c1 - c0, hs, T - c0, scale, dS + c0 * T + c0, T,
+            Q + c0 * C3, C3, 0.0f, dK + c0 * C3, C3);
+    }
+  });
 }
 
 void attentionForwardReference(float *out, float *att, const float *qkv,

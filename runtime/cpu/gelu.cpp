@@ -1,35 +1,129 @@
 //===- gelu.cpp - GELU, tanh approximation (GPT-2) -------------*- C++ -*-===//
+//
+// The fast kernels use 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) = s, so
+//   gelu(x)  = x s
+//   gelu'(x) = s + 2 x s (1 - s) u',  1 - s = exp(-2u) s,
+// which, unlike 1 + tanh u, has no cancellation for negative x: the relative
+// error stays a few ulp. exp is a branch-free Cephes-style polynomial that
+// GCC vectorizes without -ffast-math; the loops are OpenMP-parallel, and the
+// chunk kernels are compiled for AVX2+FMA as well as the baseline ISA
+// (target_clones, chosen at load time).
+//
+//===----------------------------------------------------------------------===//
 #include "runtime/cpu/gelu.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 namespace loom::cpu {
 
 namespace {
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
 constexpr float kGeluCube = 0.044715f;
-} // namespace
 
-void geluForward(float *out, const float *inp, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LOOM_GELU_CLONES __attribute__((target_clones("avx2,fma", "default")))
+#else
+#define LOOM_GELU_CLONES
+#endif
+
+/// exp(t) for t in [-80, 80] (callers clamp), within ~2 ulp of expf.
+/// Branch-free so that loops calling it vectorize. (attention.cpp has a copy.)
+inline float expClamped(float t) {
+  // n = round(t / ln 2) via the 1.5 * 2^23 trick (no fast-math needed).
+  const float kMagic = 12582912.0f;
+  float n = (t * 1.44269504088896341f + kMagic) - kMagic;
+  // r = t - n ln 2 in two steps (Cephes C1 + C2).
+  float r = t - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * r * r + r + 1.0f;
+  // Multiply by 2^n, n in [-116, 116]: build the float's exponent bits.
+  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
+}
+
+/// v clamped to [-bound, bound]. Both bounds are computed, then one is
+/// picked: two chained selects let GCC jump-thread (and constant-fold exp)
+/// into branches that block vectorization.
+inline float clampSymmetric(float v, float bound) {
+  float lo = v < -bound ? -bound : v;
+  float hi = v > bound ? bound : v;
+  return v < 0.0f ? lo : hi;
+}
+
+/// s = 1 / (1 + exp(-2u)) = 0.5 (1 + tanh u) and e = exp(-2u), with -2u
+/// clamped to [-80, 80] (exp stays finite and s normal); s is set to exactly
+/// 0 for x < -10.3 (-2u > 80), where it is below 2e-35 anyway, so that
+/// gelu(x) = x s is exactly 0 in the far negative tail, as the reference is.
+inline float sigmoidTwoU(float x, float &e) {
+  float t = -2.0f * kGeluScale * (x + kGeluCube * x * x * x);
+  e = expClamped(clampSymmetric(t, 80.0f));
+  // 0/1 mask multiplies, not selects (see clampSymmetric), and on x, not t
+  // (masks on t get jump-threaded against the clamp too): |x| > 10.3 is
+  // about |-2u| > 80. e is zeroed for x > 10.3 (s = 1 exactly) so that
+  // 1 - s = e s is 0 there too.
+  float s = static_cast<float>(x >= -10.3f) / (1.0f + e);
+  e *= static_cast<float>(x <= 10.3f);
+  return s;
+}
+
+LOOM_GELU_CLONES
+void geluForwardChunk(float *out, const float *inp, int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(u));
+    float x = inp[i], e;
+    out[i] = x * sigmoidTwoU(x, e);
   }
 }
 
-void geluBackward(float *dinp, const float *inp, const float *dout, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > 16384)
+LOOM_GELU_CLONES
+void geluBackwardChunk(float *dinp, const float *inp, const float *dout,
+                       int64_t n) {
+#pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    float x = inp[i];
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    float th = std::tanh(u);
-    // d/dx [0.5 x (1 + tanh u)] = 0.5 (1 + tanh u) + 0.5 x sech^2(u) u'.
-    float sech2 = 1.0f - th * th;
-    float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-    dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
+    float x = inp[i], e;
+    float s = sigmoidTwoU(x, e);
+    // x^2 capped where s (1 - s) is exactly 0 anyway (|x| > 20), so that u'
+    // stays finite for huge |x| and 0 * u' is 0, not NaN.
+    float x2 = x * x;
+    x2 = x2 < 400.0f ? x2 : 400.0f;
+    float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
+    dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
   }
+}
+
+/// Splits [0, n) into cache-friendly chunks, in parallel when n is large.
+template <typename F> void forChunks(int64_t n, F &&f) {
+  constexpr int64_t kChunk = 8192;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kChunk;
+    f(i0, std::min(n, i0 + kChunk) - i0);
+  }
+}
+} // namespace
+
+void geluForward(float *out, const float *inp, int64_t n) {
+  forChunks(n, [&](int64_t i0, int64_t len) {
+    geluForwardChunk(out + i0, inp + i0, len);
+  });
+}
+
+void geluBackward(float *dinp, const float *inp, const float *dout, int64_t n) {
+  forChunks(n, [&](int64_t i0, int64_t len) {
+    geluBackwardChunk(dinp + i0, inp + i0, dout + i0, len);
+  });
 }
 
 void geluForwardReference(float *out, const float *inp, int64_t n) {

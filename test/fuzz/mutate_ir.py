@@ -86,9 +86,13 @@ def mutate(text, rng):
     return text
 
 
-def run(loom_opt, path, timeout):
-    return subprocess.run([loom_opt, path, "-o", "-"], capture_output=True,
-                          text=True, errors="replace", timeout=timeout)
+PASS_ARGS = []  # extra loom-opt arguments (--passes), e.g. a pipeline
+
+
+def run(loom_opt, path, timeout, extra=()):
+    return subprocess.run([loom_opt, path, *extra, "-o", "-"],
+                          capture_output=True, text=True, errors="replace",
+                          timeout=timeout)
 
 
 def check(loom_opt, path, timeout):
@@ -99,6 +103,19 @@ def check(loom_opt, path, timeout):
         return f"no answer within {timeout}s (hang)"
     if any(marker in r.stderr for marker in CRASH_MARKERS):
         return "crash banner:\n" + r.stderr[-2000:]
+    if r.returncode == 0 and PASS_ARGS:
+        # The mutant parses: the passes must handle it too, succeeding or
+        # failing with a located diagnostic, never crashing.
+        try:
+            p = run(loom_opt, path, timeout, PASS_ARGS)
+        except subprocess.TimeoutExpired:
+            return f"passes {PASS_ARGS} hang"
+        if any(marker in p.stderr for marker in CRASH_MARKERS):
+            return f"passes {PASS_ARGS} crashed:\n" + p.stderr[-2000:]
+        if p.returncode not in (0, 1):
+            return f"passes {PASS_ARGS} exit code {p.returncode}:\n" + p.stderr[-2000:]
+        if p.returncode == 1 and "error:" not in p.stderr:
+            return f"passes {PASS_ARGS} failed without a diagnostic:\n" + p.stderr[-2000:]
     if r.returncode == 0:
         printed = path + ".printed.mlir"
         with open(printed, "w") as f:
@@ -124,9 +141,13 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--passes", default="",
+                    help="loom-opt pass arguments also run on every accepted "
+                         "mutant (space-separated)")
     ap.add_argument("inputs", nargs="+")
     args = ap.parse_args()
 
+    PASS_ARGS.extend(args.passes.split())
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(args.seed)
     seeds = [open(p).read() for p in args.inputs]

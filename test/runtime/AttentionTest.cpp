@@ -105,4 +105,32 @@ TEST(Attention, ProbsEqualTheForwardsBitwise) {
   EXPECT_EQ(att, att2);
 }
 
+// T spans several query blocks of the sgemm kernels (and a partial last
+// one), with more heads than threads: the blocked causal products, the
+// per-head parallel loop and the masked zeros are all exercised.
+TEST(Attention, MultiBlockForwardBackwardMatchReference) {
+  const int64_t B = 2, T = 70, C = 48, NH = 4;
+  auto qkv = randomVector(B * T * 3 * C, 41, -2.0f, 2.0f);
+  auto dout = randomVector(B * T * C, 42);
+  std::vector<float> out(B * T * C, -3.0f), att(B * NH * T * T, -1.0f);
+  std::vector<float> outRef(B * T * C), attRef(B * NH * T * T);
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attentionForwardReference(outRef.data(), attRef.data(), qkv.data(), B, T,
+                                 C, NH);
+  expectClose(out, outRef, 1e-5, 1e-6, "attention out");
+  expectClose(att, attRef, 1e-5, 1e-7, "attention probabilities");
+  for (int64_t r = 0; r < B * NH * T; ++r)
+    for (int64_t t2 = r % T + 1; t2 < T; ++t2)
+      ASSERT_EQ(att[r * T + t2], 0.0f) << "row " << r << " col " << t2;
+  std::vector<float> att2(att.size(), 9.0f);
+  cpu::attentionProbs(att2.data(), qkv.data(), B, T, C, NH);
+  EXPECT_EQ(att, att2);
+  std::vector<float> dqkv(qkv.size(), 7.0f), dqkvRef(qkv.size());
+  cpu::attentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T,
+                         C, NH);
+  cpu::attentionBackwardReference(dqkvRef.data(), dout.data(), qkv.data(),
+                                  att.data(), B, T, C, NH);
+  expectClose(dqkv, dqkvRef, 1e-4, 1e-6, "dqkv");
+}
+
 } // namespace

@@ -8,10 +8,12 @@
 //===----------------------------------------------------------------------===//
 #include "ProgramTestUtil.h"
 
+#include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
 #include "runtime/core/safetensors.h"
+#include "runtime/core/sampler.h"
 #include "runtime/core/token_data.h"
 
 #include <gtest/gtest.h>
@@ -79,7 +81,8 @@ protected:
           "out.safetensors", "stdout.txt", "stderr.txt", "corrupt.loom",
           "wide.bin", "train.loom", "l1.jsonl", "l2.jsonl", "l3.jsonl",
           "l4.jsonl", "a.safetensors", "b.safetensors", "c.safetensors",
-          "w.safetensors", "z.safetensors"})
+          "w.safetensors", "z.safetensors", "bigram.loom",
+          "bigram.safetensors"})
       std::remove(tempPath(name).c_str());
   }
   std::string program, data;
@@ -451,3 +454,90 @@ TEST_F(LoomRun, TrainingStepsZeroSavesTheInitialModel) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Sampling
+//===----------------------------------------------------------------------===//
+
+TEST_F(LoomRun, SampleContinuesThePromptGreedily) {
+  // A byte-level bigram model whose checkpoint says "after byte v comes
+  // v + 1": the prompt "ab" continues "cdefg".
+  const int64_t V = 128;
+  const std::string bigram = tempPath("bigram.loom"),
+                    ckpt = tempPath("bigram.safetensors");
+  auto p = bigramLm(2, 4, V, V);
+  writeText(bigram, serialize(*p));
+  {
+    fb::LoadedProgram loaded;
+    ASSERT_TRUE(fb::loadProgramFile(bigram, loaded).ok());
+    std::unique_ptr<Executor> ex;
+    ASSERT_TRUE(Executor::create(loaded, 0, 1, ex).ok());
+    auto *w = static_cast<float *>(ex->bufferData(ex->params()[0].buffer));
+    std::fill(w, w + V * V, 0.0f);
+    for (int64_t v = 0; v < V; ++v)
+      w[v * V + (v + 1) % V] = 1.0f;
+    ASSERT_TRUE(saveCheckpoint(*ex, ckpt).ok());
+  }
+  std::string out, err;
+  ASSERT_EQ(runLoomRun(bigram + " --sample 5 --prompt ab --load-checkpoint " +
+                           ckpt,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "abcdefg\n");
+  EXPECT_NE(err.find("loom-run: sampling 5 tokens greedily"),
+            std::string::npos)
+      << err;
+  // Printable bytes as-is, others (here DEL = 127 and 0 after it) as '?'.
+  ASSERT_EQ(runLoomRun(bigram + " --sample=3 '--prompt=a }' --quiet " +
+                           "--load-checkpoint=" + ckpt,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "a }~??\n");
+  EXPECT_EQ(err, "");
+  ASSERT_EQ(runLoomRun(bigram + " --sample 0 --prompt x --quiet " +
+                           "--load-checkpoint " + ckpt,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out, "x\n");
+
+  // The 1-layer GPT from its seed: what the sampler computes in process.
+  ASSERT_EQ(runLoomRun(program + " --sample 6 --prompt ' !#' --seed 7 --quiet",
+                       &out, &err),
+            0)
+      << err;
+  fb::LoadedProgram loaded;
+  ASSERT_TRUE(fb::loadProgramFile(program, loaded).ok());
+  std::unique_ptr<Executor> ex;
+  ASSERT_TRUE(Executor::create(loaded, 0, 7, ex).ok());
+  std::vector<int32_t> tokens = {' ', '!', '#'};
+  ASSERT_TRUE(sampleGreedy(*ex, tokens, 6).ok());
+  EXPECT_EQ(out, renderTokens(tokens) + "\n");
+}
+
+TEST_F(LoomRun, SampleErrors) {
+  const std::string train = tempPath("train.loom");
+  writeText(train, serialize(*miniGptTrain()));
+  expectError(train + " --sample 3 --prompt hi",
+              "sampling needs an eval program: compile without --train");
+  expectError(program + " --sample 3 --prompt ''",
+              "the prompt is empty; pass --prompt TEXT");
+  // miniGpt's vocabulary has 50 tokens: 'h' (104) is outside it.
+  expectError(program + " --sample 3 --prompt hi",
+              "prompt byte 0 is 0x68 (token 104), outside the model's "
+              "vocabulary of 50 tokens");
+  expectError(program + " --sample 3", "--sample needs --prompt TEXT", true);
+  expectError(program + " --prompt hi", "--prompt needs --sample N", true);
+  expectError(program + " --sample -1 --prompt hi", "--sample expects", true);
+  expectError(program + " --sample 3 --prompt ' ' --data " + data,
+              "--sample runs no steps; drop --data", true);
+  expectError(program + " --sample 3 --prompt ' ' --steps 2",
+              "--sample runs no steps; drop --steps", true);
+  expectError(program + " --sample 3 --prompt ' ' --save-checkpoint x",
+              "drop --save-checkpoint", true);
+  expectError(program + " --sample 3 --prompt ' ' --load-checkpoint " +
+                  tempPath("absent.st"),
+              "absent.st");
+}

@@ -256,6 +256,28 @@ inline std::unique_ptr<fb::ProgramT> miniGpt(const MiniGptDims &d = {}) {
   return p;
 }
 
+/// A bigram language model: logits = table[tokens] (an Embedding of the
+/// [Vp, Vp] parameter "wte.weight"), loss = cross_entropy(logits, targets).
+/// Row v of the table holds the logits of the token after v, so a test sets
+/// it to make greedy sampling predictable.
+inline std::unique_ptr<fb::ProgramT> bigramLm(int64_t B, int64_t T, int64_t V,
+                                              int64_t Vp) {
+  auto p = emptyProgram(B, T, V);
+  StageBuilder s(*p->stages[0]);
+  const uint32_t table = s.param("wte.weight", {Vp, Vp});
+  const uint32_t ids = s.buffer("tokens", {B, T}, fb::DType::I32);
+  const uint32_t tgt = s.buffer("targets", {B, T}, fb::DType::I32);
+  const uint32_t logits = s.buffer("logits", {B, T, Vp});
+  const uint32_t losses = s.buffer("losses", {B * T});
+  const uint32_t loss = s.buffer("loss", {});
+  s.op(fb::Opcode::Embedding, "wte", {table, ids}, {logits});
+  s.op(fb::Opcode::CrossEntropy, "loss", {logits, tgt}, {loss}, {losses});
+  s.stage.tokens = static_cast<int32_t>(ids);
+  s.stage.targets = static_cast<int32_t>(tgt);
+  s.stage.loss = static_cast<int32_t>(loss);
+  return p;
+}
+
 /// Options of miniGptTrain().
 struct MiniGptTrainOptions {
   /// Stage.microbatches; the tokens buffer holds batch / microbatches rows.

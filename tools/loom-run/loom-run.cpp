@@ -9,6 +9,8 @@
 //            [--trace F.json] [--quiet]
 //            [--lr F] [--min-lr F] [--warmup W] [--lr-schedule constant|cosine]
 //            [--schedule-steps N]                       (training programs)
+//   loom-run PROGRAM --sample N --prompt TEXT [--load-checkpoint F]
+//            [--seed S] [--stage K] [--quiet]           (evaluation programs)
 //
 // Step s loads global batch s (TokenDataLoader, B = model.batch, T =
 // model.seq). An evaluation program fills the tokens/targets buffers, runs
@@ -20,11 +22,16 @@
 // stopped. Any failure prints one line `loom-run: error: ...` on stderr and
 // exits with code 1.
 //
+// --sample N generates N tokens greedily after the prompt's bytes
+// (runtime/core/sampler.h) and prints the prompt and the continuation on
+// stdout; no data is read and no step runs.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
+#include "runtime/core/sampler.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
 #include "runtime/program/program.h"
@@ -47,6 +54,7 @@ namespace {
 
 const char *kUsage =
     "usage: loom-run PROGRAM --data F --steps N [options]\n"
+    "       loom-run PROGRAM --sample N --prompt TEXT [--load-checkpoint F]\n"
     "\n"
     "Runs a compiled Loom program on an llm.c token file: evaluates the loss,\n"
     "or trains when the program has an optimizer update.\n"
@@ -69,11 +77,19 @@ const char *kUsage =
     "  --lr-schedule K         constant | cosine (default cosine)\n"
     "  --schedule-steps N      steps the cosine spans (default: the start\n"
     "                          step + --steps)\n"
+    "Sampling (evaluation programs; no --data / --steps):\n"
+    "  --sample N              generate N tokens greedily after the prompt\n"
+    "                          and print the text (tokens are bytes)\n"
+    "  --prompt TEXT           the text to continue (bytes < vocab_size)\n"
     "  --help                  show this message\n";
 
 struct Options {
   std::string program, data, loadCheckpoint, saveCheckpoint, logJson, trace;
   int64_t steps = -1;
+  int64_t sample = -1; // --sample N; -1: not sampling
+  std::string prompt;
+  bool hasPrompt = false;
+  bool trainingFlags = false; // any of --lr ... --schedule-steps
   double lr = 1e-3, minLr = 0.0;
   int64_t warmup = 0;
   LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
@@ -156,7 +172,9 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
                                     "--min-lr",
                                     "--warmup",
                                     "--lr-schedule",
-                                    "--schedule-steps"};
+                                    "--schedule-steps",
+                                    "--sample",
+                                    "--prompt"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -165,9 +183,20 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
       LOOM_CHECK(i + 1 < argc, flag << " needs a value");
       value = argv[++i];
     }
-    LOOM_CHECK(!value.empty(), flag << " needs a non-empty value");
+    // An empty prompt reaches the sampler, which says how to fix it.
+    LOOM_CHECK(!value.empty() || flag == "--prompt",
+               flag << " needs a non-empty value");
     uint64_t n = 0;
-    if (flag == "--data")
+    if (flag == "--lr" || flag == "--min-lr" || flag == "--warmup" ||
+        flag == "--lr-schedule" || flag == "--schedule-steps")
+      opts.trainingFlags = true;
+    if (flag == "--prompt") {
+      opts.prompt = value;
+      opts.hasPrompt = true;
+    } else if (flag == "--sample") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.sample = static_cast<int64_t>(n);
+    } else if (flag == "--data")
       opts.data = value;
     else if (flag == "--log-json")
       opts.logJson = value;
@@ -209,6 +238,22 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
                                          << positional.size()
                                          << " positional arguments");
   opts.program = positional[0];
+  if (opts.sample >= 0 || opts.hasPrompt) {
+    LOOM_CHECK(opts.sample >= 0, "--prompt needs --sample N (the number of "
+                                 "tokens to generate)");
+    LOOM_CHECK(opts.hasPrompt, "--sample needs --prompt TEXT (the text to "
+                               "continue)");
+    const char *extra = !opts.data.empty()             ? "--data"
+                        : opts.steps >= 0              ? "--steps"
+                        : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
+                        : !opts.logJson.empty()        ? "--log-json"
+                        : !opts.trace.empty()          ? "--trace"
+                        : opts.trainingFlags           ? "the learning-rate flags"
+                                                       : nullptr;
+    LOOM_CHECK(!extra, "--sample runs no steps; drop "
+                           << extra << " (or run the steps without --sample)");
+    return Status::success();
+  }
   LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
   LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
   return Status::success();
@@ -276,6 +321,42 @@ uint64_t rssPeakBytes() {
   if (::getrusage(RUSAGE_SELF, &ru) != 0)
     return 0;
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
+}
+
+/// --sample: greedy generation after the prompt, printed on stdout.
+Status runSample(const Options &opts) {
+  program::LoadedProgram loaded;
+  LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
+  std::unique_ptr<Executor> ex;
+  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex));
+  SamplerLayout layout;
+  LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout).withContext(
+      "program '" + opts.program + "'"));
+  std::vector<int32_t> tokens;
+  LOOM_RETURN_IF_ERROR(
+      promptTokens(opts.prompt, ex->model().vocab_size(), tokens));
+  if (!opts.loadCheckpoint.empty())
+    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
+  if (!opts.quiet) {
+    // Progress goes to stderr: stdout holds only the text.
+    const std::string weights =
+        opts.loadCheckpoint.empty()
+            ? "initial weights, seed " + std::to_string(opts.seed)
+            : opts.loadCheckpoint;
+    std::fprintf(stderr,
+                 "loom-run: sampling %" PRId64 " tokens greedily from %s "
+                 "(%s), context %" PRId64 ", vocab %" PRId64 "\n",
+                 opts.sample, opts.program.c_str(),
+                 weights.c_str(),
+                 layout.seq, layout.vocab);
+    std::fflush(stderr);
+  }
+  LOOM_RETURN_IF_ERROR(sampleGreedy(*ex, tokens, opts.sample));
+  const std::string text = renderTokens(tokens) + "\n";
+  LOOM_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
+                 std::fflush(stdout) == 0,
+             "cannot write the sampled text to stdout");
+  return Status::success();
 }
 
 Status runProgram(const Options &opts) {
@@ -492,7 +573,7 @@ int main(int argc, char **argv) {
       std::printf("%s", kUsage);
       return 0;
     }
-    s = runProgram(opts);
+    s = opts.sample >= 0 ? runSample(opts) : runProgram(opts);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
     return 0;

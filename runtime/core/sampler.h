@@ -1,0 +1,57 @@
+//===- sampler.h - Greedy byte-level text sampling --------------*- C++ -*-===//
+//
+// Shows what a model learned: starting from a prompt (its bytes are the token
+// ids), repeatedly run an evaluation program's forward on the last <= T tokens
+// (row 0 of the batch, padded with 0; causal attention keeps the padding from
+// affecting the last real position), take the logits at that position (the
+// first input of the stage's CrossEntropy instruction, [B, T, Vp]), and append
+// the argmax over the first min(Vp, vocab_size) columns (ties: lowest id).
+// The targets only feed the loss and are filled with 0.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_SAMPLER_H
+#define LOOM_RUNTIME_CORE_SAMPLER_H
+
+#include "runtime/core/executor.h"
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+/// Where sampling reads and writes in a stage.
+struct SamplerLayout {
+  uint32_t tokens = 0;  // I32 buffer of batch x seq ids
+  int32_t targets = -1; // I32 buffer of batch x seq ids, -1 if none
+  uint32_t logits = 0;  // F32 [..., Vp] buffer: the CrossEntropy's logits
+  int64_t batch = 0, seq = 0;
+  int64_t paddedVocab = 0; // Vp: the logits' last dimension
+  int64_t vocab = 0;       // columns the argmax considers: min(Vp, vocab_size)
+};
+
+/// Checks that the executor's stage can be sampled from (an evaluation
+/// program whose stage has a tokens buffer of batch x seq I32 ids and a
+/// CrossEntropy instruction whose F32 logits hold batch x seq rows) and
+/// finds its buffers. Errors say what is missing.
+Status findSamplerLayout(const Executor &executor, SamplerLayout &layout);
+
+/// The token ids of `prompt`: one per byte. Errors when the prompt is empty
+/// or a byte is not below `vocabSize`.
+Status promptTokens(const std::string &prompt, int64_t vocabSize,
+                    std::vector<int32_t> &tokens);
+
+/// Appends `count` greedily chosen tokens to `tokens` (which must be
+/// non-empty and hold ids below the model's vocab_size), running the forward
+/// once per token. Overwrites the tokens / targets buffers.
+Status sampleGreedy(Executor &executor, std::vector<int32_t> &tokens,
+                    int64_t count);
+
+/// The text of `tokens` for a terminal: each id is a byte; printable ASCII,
+/// '\n' and '\t' as-is, anything else (other bytes, ids >= 256) as '?'.
+std::string renderTokens(const std::vector<int32_t> &tokens);
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_SAMPLER_H
