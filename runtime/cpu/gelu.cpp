@@ -68,13 +68,10 @@ inline float clampSymmetric(float v, float bound) {
 inline float sigmoidTwoU(float x, float &e) {
   float t = -2.0f * kGeluScale * (x + kGeluCube * x * x * x);
   e = expClamped(clampSymmetric(t, 80.0f));
-  // 0/1 mask multiplies, not selects (see clampSymmetric), and on x, not t
-  // (masks on t get jump-threaded against the clamp too): |x| > 10.3 is
-  // about |-2u| > 80. e is zeroed for x > 10.3 (s = 1 exactly) so that
-  // 1 - s = e s is 0 there too.
-  float s = static_cast<float>(x >= -10.3f) / (1.0f + e);
-  e *= static_cast<float>(x <= 10.3f);
-  return s;
+  // A 0/1 mask multiply, not a select (see clampSymmetric), and on x, not t
+  // (a mask on t gets jump-threaded against the clamp too): x < -10.3 is
+  // about -2u > 80.
+  return static_cast<float>(x >= -10.3f) / (1.0f + e);
 }
 
 LOOM_GELU_CLONES
@@ -93,11 +90,9 @@ void geluBackwardChunk(float *dinp, const float *inp, const float *dout,
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i], e;
     float s = sigmoidTwoU(x, e);
-    // x^2 capped where s (1 - s) is exactly 0 anyway (|x| > 20), so that u'
-    // stays finite for huge |x| and 0 * u' is 0, not NaN.
-    float x2 = x * x;
-    x2 = x2 < 400.0f ? x2 : 400.0f;
-    float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
+    // 1 - s = e s. (As with any float formulation, x^2 in u' overflows for
+    // |x| > 1e19: the result is then not finite.)
+    float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
     dinp[i] = (s + 2.0f * x * s * (e * s) * du) * dout[i];
   }
 }
