@@ -80,6 +80,30 @@ def LoomAutodiff : Pass<"loom-autodiff", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Sharding
+//===----------------------------------------------------------------------===//
+
+def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
+  let summary = "Fill in the sharding of every value from the seeded ones";
+  let description = [{
+    Seeds are `loom.sharding` on function arguments and `loom.shardings` on
+    ops (written by hand, as GSPMD's mark_sharding, or by the ZeRO and
+    tensor-parallel passes). Each op's ShardingRuleOpInterface relates the
+    dimensions of its operands and results through factors; propagation
+    gives every unsharded value the split its factors carry, forward and
+    backward through the graph and across transformer-block boundaries,
+    until nothing changes. A result whose contracted factors are split
+    holds partial sums (`partial = [...]`).
+
+    Seeds are never overwritten. When two values disagree on a factor, the
+    split with more axes wins, then the earlier operand; a remark explains
+    each such choice. A mesh axis that would split two dimensions of one
+    tensor is dropped from the later one, with a remark.
+  }];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//
 

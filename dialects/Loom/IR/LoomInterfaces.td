@@ -52,8 +52,16 @@ def Loom_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
     The op's sharding rule: which dimensions of its operands and results
     may be split together, and which splits leave partial sums (contracted
     dimensions). Propagation and the partitioner read only this rule.
-    Implemented by every op when `--loom-propagate` lands.
+    The rule is factor-based (as Shardy's OpShardingRule): every dimension
+    of every operand and result is one factor, or none (it must stay whole).
+    Dimensions that share a factor are split the same way; a reduction
+    factor appears only in operands, and splitting it leaves the results
+    holding partial sums over the splitting axes.
   }];
+  let methods = [
+    InterfaceMethod<"The op's factor-based sharding rule.",
+      "::mlir::loom::ShardingRule", "getShardingRule">
+  ];
 }
 
 #endif // LOOM_DIALECT_LOOM_IR_LOOMINTERFACES_TD

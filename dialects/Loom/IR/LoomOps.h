@@ -8,6 +8,7 @@
 #define LOOM_DIALECTS_LOOM_IR_LOOMOPS_H
 
 #include "dialects/Loom/IR/LoomDialect.h"
+#include "dialects/Loom/IR/ShardingRule.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"

@@ -25,10 +25,12 @@ def Loom_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Loom_IndexTensor : StaticShapeTensorOf<[I32]>;
 def Loom_ScalarFloatTensor : 0DTensorOf<[AnyFloat]>;
 
-/// A compute op of the training graph: pure, with a cost.
+/// A compute op of the training graph: pure, with a cost and a sharding
+/// rule.
 class Loom_ComputeOp<string mnemonic, list<Trait> traits = []>
     : Loom_Op<mnemonic, !listconcat(traits, [Pure,
-        DeclareOpInterfaceMethods<Loom_CostOpInterface>])> {
+        DeclareOpInterfaceMethods<Loom_CostOpInterface>,
+        DeclareOpInterfaceMethods<Loom_ShardingRuleOpInterface>])> {
   let hasVerifier = 1;
 }
 

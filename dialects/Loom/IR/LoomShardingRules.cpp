@@ -1,0 +1,333 @@
+//===- LoomShardingRules.cpp - Sharding rules of the compute ops -*- C++ -*-===//
+//
+// One rule per op kind (ShardingRuleOpInterface::getShardingRule). Factors
+// that a kernel needs whole (a layer norm's row, attention's sequence, the
+// vocabulary of a softmax) map to no factor; Megatron's splits of those
+// (heads, vocab-parallel loss) refine these rules when tensor parallelism
+// lands.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/Loom/IR/LoomOps.h"
+#include "dialects/Loom/IR/OpShapes.h"
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+constexpr int64_t kNone = ShardingRule::kNoFactor;
+
+/// One factor per dimension of `shape`.
+SmallVector<int64_t> addFactors(ShardingRule &rule, ArrayRef<int64_t> shape) {
+  SmallVector<int64_t> factors;
+  for (int64_t size : shape)
+    factors.push_back(rule.addFactor(size));
+  return factors;
+}
+
+/// `factors` with its last `n` entries replaced by kNone.
+SmallVector<int64_t> wholeTrailing(ArrayRef<int64_t> factors, size_t n) {
+  SmallVector<int64_t> out(factors);
+  for (size_t i = 0; i < n && i < out.size(); ++i)
+    out[out.size() - 1 - i] = kNone;
+  return out;
+}
+
+/// Every operand and result shares one factor per dimension (all have the
+/// shape of the first result); scalar operands map to nothing.
+ShardingRule elementwise(Operation *op) {
+  ShardingRule rule;
+  SmallVector<int64_t> f = addFactors(rule, shapeOf(op->getResult(0)));
+  for (Value operand : op->getOperands())
+    rule.addOperand(shapeOf(operand).empty() ? SmallVector<int64_t>() : f);
+  for (Value result : op->getResults())
+    rule.addResult(shapeOf(result).empty() ? SmallVector<int64_t>() : f);
+  return rule;
+}
+
+/// Like elementwise, but the last dimension is kept whole.
+ShardingRule rowwise(Operation *op) {
+  ShardingRule rule = elementwise(op);
+  for (auto &dims : rule.operandFactors)
+    dims = wholeTrailing(dims, 1);
+  for (auto &dims : rule.resultFactors)
+    dims = wholeTrailing(dims, 1);
+  return rule;
+}
+
+/// A shape-changing op: nothing may be split.
+ShardingRule wholeTensors(Operation *op) {
+  ShardingRule rule;
+  for (Value operand : op->getOperands())
+    rule.addOperand(SmallVector<int64_t>(shapeOf(operand).size(), kNone));
+  for (Value result : op->getResults())
+    rule.addResult(SmallVector<int64_t>(shapeOf(result).size(), kNone));
+  return rule;
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+ShardingRule EmbeddingOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> lead = addFactors(rule, shapeOf(getIds()));
+  int64_t v = rule.addFactor(shapeOf(getTable())[0], /*reduction=*/true);
+  int64_t c = rule.addFactor(shapeOf(getTable())[1]);
+  rule.addOperand({v, c});
+  rule.addOperand(lead);
+  lead.push_back(c);
+  rule.addResult(lead);
+  return rule;
+}
+
+ShardingRule AddOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> f = addFactors(rule, shapeOf(getLhs()));
+  rule.addOperand(f);
+  rule.addOperand(ArrayRef<int64_t>(f).take_back(shapeOf(getRhs()).size()));
+  rule.addResult(f);
+  return rule;
+}
+
+ShardingRule LinearOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput()), w = shapeOf(getWeight());
+  SmallVector<int64_t> lead = addFactors(rule, in.drop_back());
+  int64_t k = rule.addFactor(w[0], /*reduction=*/true);
+  int64_t n = rule.addFactor(w[1]);
+  SmallVector<int64_t> x(lead), y(lead);
+  x.push_back(k);
+  y.push_back(n);
+  rule.addOperand(x);
+  rule.addOperand({k, n});
+  if (getBias())
+    rule.addOperand({n});
+  rule.addResult(y);
+  return rule;
+}
+
+ShardingRule MatmulOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  SmallVector<int64_t> lead = addFactors(rule, lhs.drop_back());
+  int64_t k = rule.addFactor(lhs.back(), /*reduction=*/true);
+  int64_t n = rule.addFactor(getTransposeRhs() ? rhs[0] : rhs[1]);
+  SmallVector<int64_t> a(lead), out(lead);
+  a.push_back(k);
+  out.push_back(n);
+  rule.addOperand(a);
+  rule.addOperand(getTransposeRhs() ? SmallVector<int64_t>{n, k}
+                                    : SmallVector<int64_t>{k, n});
+  rule.addResult(out);
+  return rule;
+}
+
+ShardingRule LayerNormOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> x =
+      wholeTrailing(addFactors(rule, shapeOf(getInput())), 1);
+  rule.addOperand(x);
+  rule.addOperand({kNone});
+  rule.addOperand({kNone});
+  rule.addResult(x);
+  return rule;
+}
+
+ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
+ShardingRule SoftmaxOp::getShardingRule() { return rowwise(*this); }
+
+ShardingRule AttentionOp::getShardingRule() {
+  // The batch may be split; the sequence and the packed heads stay whole
+  // until tensor parallelism splits heads.
+  ShardingRule rule;
+  int64_t b = rule.addFactor(shapeOf(getQkv())[0]);
+  rule.addOperand({b, kNone, kNone});
+  rule.addResult({b, kNone, kNone});
+  return rule;
+}
+
+ShardingRule CrossEntropyOp::getShardingRule() {
+  // The loss is a mean over tokens: split tokens leave partial sums of
+  // per-token losses (each scaled by 1/global tokens) to be reduced.
+  ShardingRule rule;
+  SmallVector<int64_t> tokens;
+  for (int64_t size : shapeOf(getTargets()))
+    tokens.push_back(rule.addFactor(size, /*reduction=*/true));
+  SmallVector<int64_t> logits(tokens);
+  logits.push_back(kNone);
+  rule.addOperand(logits);
+  rule.addOperand(tokens);
+  rule.addResult({});
+  return rule;
+}
+
+ShardingRule ReshapeOp::getShardingRule() { return wholeTensors(*this); }
+
+ShardingRule TransposeOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> in = addFactors(rule, shapeOf(getInput()));
+  SmallVector<int64_t> out;
+  for (int64_t p : getPermutation())
+    out.push_back(in[p]);
+  rule.addOperand(in);
+  rule.addResult(out);
+  return rule;
+}
+
+ShardingRule SliceOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> f = addFactors(rule, shapeOf(getInput()));
+  f[getDim()] = kNone;
+  rule.addOperand(f);
+  rule.addResult(f);
+  return rule;
+}
+
+ShardingRule ConcatOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> f = addFactors(rule, shapeOf(getResult()));
+  f[getDim()] = kNone;
+  for (size_t i = 0; i < getInputs().size(); ++i)
+    rule.addOperand(f);
+  rule.addResult(f);
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops
+//===----------------------------------------------------------------------===//
+
+ShardingRule EmbeddingGradOp::getShardingRule() {
+  // Sums over tokens into table rows: split tokens leave partial sums.
+  ShardingRule rule;
+  SmallVector<int64_t> tokens;
+  for (int64_t size : shapeOf(getIds()))
+    tokens.push_back(rule.addFactor(size, /*reduction=*/true));
+  int64_t c = rule.addFactor(shapeOf(getResult())[1]);
+  SmallVector<int64_t> dout(tokens);
+  dout.push_back(c);
+  rule.addOperand(dout);
+  rule.addOperand(tokens);
+  rule.addResult({kNone, c});
+  return rule;
+}
+
+ShardingRule ReduceLeadingOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  size_t lead = in.size() - shapeOf(getResult()).size();
+  SmallVector<int64_t> f;
+  for (auto [i, size] : llvm::enumerate(in))
+    f.push_back(rule.addFactor(size, /*reduction=*/i < lead));
+  rule.addOperand(f);
+  rule.addResult(ArrayRef<int64_t>(f).drop_front(lead));
+  return rule;
+}
+
+ShardingRule LinearGradOp::getShardingRule() {
+  // dinput contracts N; dweight and dbias contract the leading dims.
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput()), w = shapeOf(getWeight());
+  SmallVector<int64_t> lead;
+  for (int64_t size : in.drop_back())
+    lead.push_back(rule.addFactor(size, /*reduction=*/true));
+  int64_t k = rule.addFactor(w[0]);
+  int64_t n = rule.addFactor(w[1], /*reduction=*/true);
+  SmallVector<int64_t> dout(lead), x(lead);
+  dout.push_back(n);
+  x.push_back(k);
+  rule.addOperand(dout);
+  rule.addOperand(x);
+  rule.addOperand({k, n});
+  rule.addResult(x);
+  rule.addResult({k, n});
+  if (getBiasGrad())
+    rule.addResult({n});
+  return rule;
+}
+
+ShardingRule MatmulGradOp::getShardingRule() {
+  ShardingRule rule;
+  ArrayRef<int64_t> lhs = shapeOf(getLhs()), rhs = shapeOf(getRhs());
+  SmallVector<int64_t> lead;
+  for (int64_t size : lhs.drop_back())
+    lead.push_back(rule.addFactor(size, /*reduction=*/true));
+  int64_t k = rule.addFactor(lhs.back());
+  int64_t n = rule.addFactor(getTransposeRhs() ? rhs[0] : rhs[1],
+                             /*reduction=*/true);
+  SmallVector<int64_t> dout(lead), a(lead);
+  dout.push_back(n);
+  a.push_back(k);
+  SmallVector<int64_t> b = getTransposeRhs() ? SmallVector<int64_t>{n, k}
+                                             : SmallVector<int64_t>{k, n};
+  rule.addOperand(dout);
+  rule.addOperand(a);
+  rule.addOperand(b);
+  rule.addResult(a);
+  rule.addResult(b);
+  return rule;
+}
+
+ShardingRule LayerNormGradOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> lead;
+  for (int64_t size : shapeOf(getInput()).drop_back())
+    lead.push_back(rule.addFactor(size, /*reduction=*/true));
+  SmallVector<int64_t> x(lead);
+  x.push_back(kNone);
+  rule.addOperand(x);
+  rule.addOperand(x);
+  rule.addOperand({kNone});
+  rule.addResult(x);
+  rule.addResult({kNone});
+  rule.addResult({kNone});
+  return rule;
+}
+
+ShardingRule GeluGradOp::getShardingRule() { return elementwise(*this); }
+ShardingRule SoftmaxGradOp::getShardingRule() { return rowwise(*this); }
+
+ShardingRule AttentionGradOp::getShardingRule() {
+  ShardingRule rule;
+  int64_t b = rule.addFactor(shapeOf(getQkv())[0]);
+  rule.addOperand({b, kNone, kNone});
+  rule.addOperand({b, kNone, kNone});
+  rule.addResult({b, kNone, kNone});
+  return rule;
+}
+
+ShardingRule CrossEntropyGradOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> tokens = addFactors(rule, shapeOf(getTargets()));
+  SmallVector<int64_t> logits(tokens);
+  logits.push_back(kNone);
+  rule.addOperand({});
+  rule.addOperand(logits);
+  rule.addOperand(tokens);
+  rule.addResult(logits);
+  return rule;
+}
+
+ShardingRule SliceGradOp::getShardingRule() {
+  ShardingRule rule;
+  SmallVector<int64_t> f = addFactors(rule, shapeOf(getDout()));
+  f[getDim()] = kNone;
+  rule.addOperand(f);
+  rule.addResult(f);
+  return rule;
+}
+
+ShardingRule FillOp::getShardingRule() { return elementwise(*this); }
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops
+//===----------------------------------------------------------------------===//
+
+ShardingRule ClipGradNormOp::getShardingRule() {
+  // The norm is a square root of a global sum: gradients are read whole.
+  return wholeTensors(*this);
+}
+
+ShardingRule AdamWOp::getShardingRule() { return elementwise(*this); }

@@ -1,0 +1,290 @@
+//===- Propagate.cpp - Sharding propagation over op rules ------*- C++ -*-===//
+//
+// `--loom-propagate`: one generic mechanism for every strategy. ZeRO,
+// Megatron and hand annotations only seed shardings; the ops' factor rules
+// carry them everywhere else.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace mlir::loom {
+#define GEN_PASS_DEF_LOOMPROPAGATE
+#include "passes/Passes.h.inc"
+} // namespace mlir::loom
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+
+/// Mesh axes per tensor dimension, plus partial-sum axes.
+struct ValueSharding {
+  SmallVector<SmallVector<StringRef>> dims;
+  SmallVector<StringRef> partial;
+
+  bool isReplicated() const {
+    return partial.empty() &&
+           llvm::all_of(dims, [](const auto &axes) { return axes.empty(); });
+  }
+};
+
+std::string axesStr(ArrayRef<StringRef> axes) {
+  std::string out = "[";
+  llvm::raw_string_ostream os(out);
+  llvm::interleaveComma(axes, os);
+  return out + "]";
+}
+
+class Propagator {
+public:
+  Propagator(MeshOp mesh) : mesh(mesh) {}
+
+  /// Reads the seeds of `func` and the ops inside it.
+  void seed(func::FuncOp func);
+  /// Runs to a fixpoint; fails on inconsistent seeds.
+  void run(func::FuncOp func);
+  /// Writes the shardings back as attributes.
+  void annotate(func::FuncOp func);
+
+private:
+  bool propagateOp(Operation *op);
+  bool propagateBlock(BlockOp block);
+  bool assign(Value v, ValueSharding sharding);
+  void remarkOnce(Operation *op, int64_t factor, const Twine &message) {
+    if (remarked.insert({op, factor}).second)
+      op->emitRemark() << message;
+  }
+  ShardingAttr toAttr(MLIRContext *ctx, const ValueSharding &s) const;
+
+  mutable MeshOp mesh;
+  llvm::DenseMap<Value, ValueSharding> shardings;
+  llvm::DenseSet<std::pair<Operation *, int64_t>> remarked;
+};
+
+ValueSharding fromAttr(ShardingAttr attr) {
+  ValueSharding s;
+  for (unsigned d = 0; d < attr.getRank(); ++d)
+    s.dims.push_back(attr.getDimAxes(d));
+  s.partial = attr.getPartialAxes();
+  return s;
+}
+
+ShardingAttr Propagator::toAttr(MLIRContext *ctx,
+                                const ValueSharding &s) const {
+  Builder b(ctx);
+  SmallVector<Attribute> dims;
+  for (const auto &axes : s.dims) {
+    SmallVector<Attribute> names;
+    for (StringRef axis : axes)
+      names.push_back(b.getStringAttr(axis));
+    dims.push_back(b.getArrayAttr(names));
+  }
+  SmallVector<Attribute> partial;
+  for (StringRef axis : s.partial)
+    partial.push_back(b.getStringAttr(axis));
+  return ShardingAttr::get(ctx, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                           b.getArrayAttr(dims), b.getArrayAttr(partial));
+}
+
+void Propagator::seed(func::FuncOp func) {
+  for (BlockArgument arg : func.getArguments())
+    if (auto attr = func.getArgAttrOfType<ShardingAttr>(
+            arg.getArgNumber(), LoomDialect::kShardingAttr))
+      shardings[arg] = fromAttr(attr);
+  func.walk([&](Operation *op) {
+    if (auto attrs = op->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
+      for (auto [result, attr] : llvm::zip(op->getResults(), attrs))
+        shardings[result] = fromAttr(cast<ShardingAttr>(attr));
+  });
+}
+
+bool Propagator::assign(Value v, ValueSharding sharding) {
+  if (shardings.count(v) || sharding.isReplicated())
+    return false;
+  shardings[v] = std::move(sharding);
+  return true;
+}
+
+bool Propagator::propagateBlock(BlockOp block) {
+  bool changed = false;
+  Block &body = block.getBody().front();
+  for (auto [input, arg] : llvm::zip(block.getInputs(), body.getArguments())) {
+    if (auto it = shardings.find(input); it != shardings.end())
+      changed |= assign(arg, it->second);
+    else if (auto it = shardings.find(arg); it != shardings.end())
+      changed |= assign(input, it->second);
+  }
+  for (auto [yielded, result] :
+       llvm::zip(block.getYield().getValues(), block.getResults())) {
+    if (auto it = shardings.find(yielded); it != shardings.end())
+      changed |= assign(result, it->second);
+    else if (auto it = shardings.find(result); it != shardings.end())
+      changed |= assign(yielded, it->second);
+  }
+  return changed;
+}
+
+bool Propagator::propagateOp(Operation *op) {
+  auto ruleOp = dyn_cast<ShardingRuleOpInterface>(op);
+  if (!ruleOp)
+    return false;
+  ShardingRule rule = ruleOp.getShardingRule();
+  size_t numFactors = rule.factorSizes.size();
+
+  // 1. What each factor is split by, from the values that have a sharding:
+  //    more axes win, then the earlier operand (results after operands).
+  SmallVector<std::optional<SmallVector<StringRef>>> factorAxes(numFactors);
+  auto visit = [&](Value v, ArrayRef<int64_t> factors, StringRef what,
+                   unsigned index) {
+    auto it = shardings.find(v);
+    if (it == shardings.end())
+      return;
+    for (auto [d, f] : llvm::enumerate(factors)) {
+      if (f == ShardingRule::kNoFactor || d >= it->second.dims.size())
+        continue;
+      ArrayRef<StringRef> axes = it->second.dims[d];
+      if (axes.empty())
+        continue; // unsplit is no opinion: any split may refine it
+      auto &current = factorAxes[f];
+      if (!current) {
+        current = SmallVector<StringRef>(axes);
+      } else if (ArrayRef<StringRef>(*current) != axes) {
+        SmallVector<StringRef> kept =
+            axes.size() > current->size() ? SmallVector<StringRef>(axes)
+                                           : *current;
+        remarkOnce(op, f,
+                   "sharding conflict on dimension " + Twine(d) + " of " +
+                       what + " #" + Twine(index) + ": " + axesStr(*current) +
+                       " vs " + axesStr(axes) + "; kept " + axesStr(kept) +
+                       " (more axes win, then the earlier operand)");
+        current = kept;
+      }
+    }
+  };
+  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+    visit(operand, rule.operandFactors[i], "operand", i);
+  for (auto [i, result] : llvm::enumerate(op->getResults()))
+    visit(result, rule.resultFactors[i], "result", i);
+
+  // 2. An axis can split only one dimension of a tensor: a factor whose
+  //    axes another factor already uses stays whole. (Sizes always divide:
+  //    every split comes from a verified seed of the same factor size.)
+  llvm::StringSet<> used;
+  for (size_t f = 0; f < numFactors; ++f) {
+    if (!factorAxes[f])
+      continue;
+    if (llvm::any_of(*factorAxes[f],
+                     [&](StringRef axis) { return used.contains(axis); })) {
+      remarkOnce(op, f,
+                 "cannot split a dimension of size " +
+                     Twine(rule.factorSizes[f]) + " by " +
+                     axesStr(*factorAxes[f]) +
+                     ": an axis already splits another dimension; it stays "
+                     "whole");
+      factorAxes[f].reset();
+      continue;
+    }
+    for (StringRef axis : *factorAxes[f])
+      used.insert(axis);
+  }
+
+  // 3. Give every unsharded operand and result its factors' splits; a
+  //    result whose contracted factors are split holds partial sums.
+  auto shardingFor = [&](ArrayRef<int64_t> factors) {
+    ValueSharding s;
+    for (int64_t f : factors)
+      s.dims.push_back(f != ShardingRule::kNoFactor && factorAxes[f]
+                           ? *factorAxes[f]
+                           : SmallVector<StringRef>());
+    return s;
+  };
+  bool changed = false;
+  for (auto [i, operand] : llvm::enumerate(op->getOperands()))
+    changed |= assign(operand, shardingFor(rule.operandFactors[i]));
+  for (auto [i, result] : llvm::enumerate(op->getResults())) {
+    ValueSharding s = shardingFor(rule.resultFactors[i]);
+    for (size_t f = 0; f < numFactors; ++f)
+      if (rule.isReduction[f] && factorAxes[f] &&
+          !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f)))
+        llvm::append_range(s.partial, *factorAxes[f]);
+    changed |= assign(result, std::move(s));
+  }
+  return changed;
+}
+
+void Propagator::run(func::FuncOp func) {
+  SmallVector<Operation *> ops;
+  func.walk([&](Operation *op) {
+    if (op != func)
+      ops.push_back(op);
+  });
+  // Forward then backward sweeps until nothing changes; each assignment is
+  // permanent, so this terminates.
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Operation *op : ops)
+      changed |= isa<BlockOp>(op) ? propagateBlock(cast<BlockOp>(op))
+                                  : propagateOp(op);
+    for (Operation *op : llvm::reverse(ops))
+      changed |= isa<BlockOp>(op) ? propagateBlock(cast<BlockOp>(op))
+                                  : propagateOp(op);
+  }
+}
+
+void Propagator::annotate(func::FuncOp func) {
+  MLIRContext *ctx = func.getContext();
+  for (BlockArgument arg : func.getArguments())
+    if (auto it = shardings.find(arg); it != shardings.end())
+      func.setArgAttr(arg.getArgNumber(), LoomDialect::kShardingAttr,
+                      toAttr(ctx, it->second));
+  func.walk([&](Operation *op) {
+    if (op->getNumResults() == 0 || isa<BlockOp>(op))
+      return;
+    bool any = llvm::any_of(op->getResults(),
+                            [&](Value r) { return shardings.count(r); });
+    if (!any)
+      return;
+    SmallVector<Attribute> attrs;
+    for (Value r : op->getResults()) {
+      ValueSharding s;
+      if (auto it = shardings.find(r); it != shardings.end())
+        s = it->second;
+      else
+        s.dims.resize(cast<RankedTensorType>(r.getType()).getRank());
+      attrs.push_back(toAttr(ctx, s));
+    }
+    op->setAttr(LoomDialect::kShardingsAttr, ArrayAttr::get(ctx, attrs));
+  });
+}
+
+struct LoomPropagatePass
+    : mlir::loom::impl::LoomPropagateBase<LoomPropagatePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
+    if (meshes.empty())
+      return; // nothing is sharded without a mesh
+    if (meshes.size() > 1) {
+      meshes[1].emitOpError()
+          << "is a second mesh; sharding propagation works on one mesh";
+      return signalPassFailure();
+    }
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      Propagator propagator(meshes.front());
+      propagator.seed(func);
+      propagator.run(func);
+      propagator.annotate(func);
+    }
+  }
+};
+
+} // namespace
