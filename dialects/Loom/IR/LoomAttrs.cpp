@@ -34,9 +34,8 @@ void LoomDialect::registerAttributes() {
 // Axis lists: `[dp, tp]`
 //===----------------------------------------------------------------------===//
 
-/// Parses `[name, name, ...]` (bare identifiers or strings).
-static ParseResult parseAxisList(AsmParser &parser,
-                                 SmallVectorImpl<Attribute> &axes) {
+ParseResult mlir::loom::parseAxisList(AsmParser &parser,
+                                     SmallVectorImpl<Attribute> &axes) {
   return parser.parseCommaSeparatedList(
       AsmParser::Delimiter::Square, [&]() -> ParseResult {
         std::string name;
@@ -47,7 +46,7 @@ static ParseResult parseAxisList(AsmParser &parser,
       });
 }
 
-static void printAxisList(AsmPrinter &printer, ArrayAttr axes) {
+void mlir::loom::printAxisList(AsmPrinter &printer, ArrayAttr axes) {
   printer << '[';
   llvm::interleaveComma(axes, printer, [&](Attribute axis) {
     printer.printKeywordOrString(cast<StringAttr>(axis).getValue());

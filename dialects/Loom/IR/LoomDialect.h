@@ -11,11 +11,20 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/OpImplementation.h"
 
 #include "dialects/Loom/IR/LoomDialect.h.inc"
 #include "dialects/Loom/IR/LoomEnums.h.inc"
 
 #define GET_ATTRDEF_CLASSES
 #include "dialects/Loom/IR/LoomAttrs.h.inc"
+
+namespace mlir::loom {
+/// Parses a list of mesh axis names, `[dp, tp]` (bare identifiers or
+/// strings), as StringAttrs: the syntax shardings and collectives share.
+ParseResult parseAxisList(AsmParser &parser, SmallVectorImpl<Attribute> &axes);
+/// Prints `[dp, tp]` for an ArrayAttr of StringAttr axis names.
+void printAxisList(AsmPrinter &printer, ArrayAttr axes);
+} // namespace mlir::loom
 
 #endif // LOOM_DIALECTS_LOOM_IR_LOOMDIALECT_H

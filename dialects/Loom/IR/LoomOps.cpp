@@ -397,25 +397,14 @@ int64_t BlockOp::getBytesAccessed() {
 /// `[dp, tp]` in the custom assembly of the collectives.
 static ParseResult parseMeshAxes(OpAsmParser &parser, ArrayAttr &axes) {
   SmallVector<Attribute> names;
-  if (parser.parseCommaSeparatedList(
-          OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
-            std::string name;
-            if (parser.parseKeywordOrString(&name))
-              return failure();
-            names.push_back(parser.getBuilder().getStringAttr(name));
-            return success();
-          }))
+  if (parseAxisList(parser, names))
     return failure();
   axes = parser.getBuilder().getArrayAttr(names);
   return success();
 }
 
 static void printMeshAxes(OpAsmPrinter &printer, Operation *, ArrayAttr axes) {
-  printer << '[';
-  llvm::interleaveComma(axes, printer, [&](Attribute axis) {
-    printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
-  });
-  printer << ']';
+  printAxisList(printer, axes);
 }
 
 /// `sum`, `max`, `min` or `avg` in the custom assembly of the reductions.
