@@ -40,7 +40,8 @@ def gtest_counts(path):
 def main():
     results = sys.argv[1]
     suites = [("lit", "lit.json", lit_counts),
-              ("gtest", "gtest.json", gtest_counts)]
+              ("gtest", "gtest.json", gtest_counts),
+              ("gtest-mpi", "gtest-mpi.json", gtest_counts)]
     total = [0, 0, 0]
     for name, file, count in suites:
         path = os.path.join(results, file)

@@ -43,6 +43,38 @@ void copySlice(float *out, const float *full,
   }
 }
 
+/// Inverse of copySlice: writes dense `local` into the box at `offset` of a
+/// row-major tensor of shape `global`.
+void placeSlice(float *full, const float *local,
+                const std::vector<int64_t> &global,
+                const std::vector<int64_t> &offset,
+                const std::vector<int64_t> &extent) {
+  const size_t rank = global.size();
+  if (rank == 0) {
+    full[0] = local[0];
+    return;
+  }
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    stride[d - 1] = stride[d] * global[d];
+  const int64_t inner = extent[rank - 1];
+  int64_t runs = 1;
+  for (size_t d = 0; d + 1 < rank; ++d)
+    runs *= extent[d];
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t dstOff = 0;
+    for (size_t d = 0; d < rank; ++d)
+      dstOff += (offset[d] + index[d]) * stride[d];
+    std::memcpy(full + dstOff, local + r * inner, inner * sizeof(float));
+    for (size_t d = rank - 1; d-- > 0;) {
+      if (++index[d] < extent[d])
+        break;
+      index[d] = 0;
+    }
+  }
+}
+
 std::string shapeStr(const std::vector<int64_t> &s) {
   return program::shapeString(s);
 }
@@ -144,36 +176,81 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
   return Status::success();
 }
 
+Status gatherParamTensor(const Executor &executor, const ParamView &p,
+                         uint32_t buffer, std::vector<float> &global) {
+  const float *local = static_cast<const float *>(executor.bufferData(buffer));
+  const int64_t localNumel = program::shapeNumel(p.localShape);
+  if (!p.sharded()) {
+    LOOM_CHECK(p.localShape == p.globalShape,
+               "parameter '" << p.name << "' is sliced (local "
+                             << shapeStr(p.localShape) << " of global "
+                             << shapeStr(p.globalShape)
+                             << ") without Param.sharding; its other parts "
+                                "cannot be found");
+    global.assign(local, local + localNumel);
+    return Status::success();
+  }
+  Communicator &comm = executor.communicator();
+  std::vector<uint32_t> axes; // the union, in mesh order
+  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
+    for (const auto &dimAxes : p.sharding)
+      for (uint32_t b : dimAxes)
+        if (a == b)
+          axes.push_back(a);
+  const int64_t n = comm.groupSize(axes);
+  std::vector<float> all(static_cast<size_t>(localNumel * n));
+  LOOM_RETURN_IF_ERROR(comm.allGather(local, all.data(), localNumel,
+                                      program::DType::F32, axes)
+                           .withContext("gathering '" + p.name + "'"));
+  global.assign(static_cast<size_t>(program::shapeNumel(p.globalShape)), 0.0f);
+  for (int64_t m = 0; m < n; ++m) {
+    const std::vector<int64_t> c = comm.coordsOf(comm.groupMember(axes, m));
+    std::vector<int64_t> offset(p.localShape.size(), 0);
+    for (size_t d = 0; d < p.sharding.size(); ++d) {
+      int64_t block = 0;
+      for (uint32_t a : p.sharding[d])
+        block = block * comm.mesh()[a].size + c[a];
+      offset[d] = block * p.localShape[d];
+    }
+    placeSlice(global.data(), all.data() + m * localNumel, p.globalShape,
+               offset, p.localShape);
+  }
+  return Status::success();
+}
+
 Status saveCheckpoint(const Executor &executor, const std::string &path,
                       int64_t completedSteps) {
+  const bool writer = executor.communicator().rank() == 0;
   SafetensorsFile file;
   file.metadata["format"] = "pt";
   file.metadata["producer"] = "loom";
   const bool training = executor.isTraining();
   if (training)
     file.metadata["step"] = std::to_string(completedSteps);
-  for (const ParamView &p : executor.params()) {
-    LOOM_CHECK(p.localShape == p.globalShape,
-               "cannot save '" << path << "': parameter '" << p.name
-                               << "' is sliced (local "
-                               << shapeStr(p.localShape) << " of global "
-                               << shapeStr(p.globalShape)
-                               << "); saving sharded parameters needs the "
-                                  "multi-rank runtime");
-    file.addF32(p.name, p.globalShape,
-                static_cast<const float *>(executor.bufferData(p.buffer)));
-  }
+  // Every rank gathers (collectives); rank 0 writes the global tensors.
+  std::vector<float> global;
+  auto add = [&](const ParamView &p, const std::string &name,
+                 uint32_t buffer) -> Status {
+    Status s = gatherParamTensor(executor, p, buffer, global);
+    if (!s.ok())
+      return s.withContext("cannot save '" + path + "'");
+    if (writer)
+      file.addF32(name, p.globalShape, global.data());
+    return Status::success();
+  };
+  for (const ParamView &p : executor.params())
+    LOOM_RETURN_IF_ERROR(add(p, p.name, p.buffer));
   if (training)
     for (const ParamView &p : executor.params()) {
       if (p.mBuffer >= 0)
-        file.addF32(expAvgName(p.name), p.globalShape,
-                    static_cast<const float *>(
-                        executor.bufferData(static_cast<uint32_t>(p.mBuffer))));
+        LOOM_RETURN_IF_ERROR(
+            add(p, expAvgName(p.name), static_cast<uint32_t>(p.mBuffer)));
       if (p.vBuffer >= 0)
-        file.addF32(expAvgSqName(p.name), p.globalShape,
-                    static_cast<const float *>(
-                        executor.bufferData(static_cast<uint32_t>(p.vBuffer))));
+        LOOM_RETURN_IF_ERROR(
+            add(p, expAvgSqName(p.name), static_cast<uint32_t>(p.vBuffer)));
     }
+  if (!writer)
+    return Status::success();
   return writeSafetensors(path, file);
 }
 

@@ -2,9 +2,10 @@
 //
 // Checkpoints hold every parameter under its HF GPT-2 name with its global
 // shape, in fp32, so PyTorch / HF tools read them. A rank loads its local
-// slice of each tensor; on a single rank the local slice is the whole tensor,
-// which is what saving needs (sharded saving arrives with the multi-rank
-// runtime).
+// slice of each tensor (Param.sharding gives its offset). Saving is collective:
+// every rank calls saveCheckpoint, sharded parameters (and their moments) are
+// all-gathered over their sharding axes, and rank 0 writes the global
+// tensors.
 //
 // A training program's checkpoint also holds the AdamW moments as
 // `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>` (same shapes)
@@ -19,6 +20,7 @@
 #include "runtime/core/status.h"
 
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -35,9 +37,16 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
 /// Writes every parameter of `executor` to `path` (fp32, global shape,
 /// metadata {"format": "pt", "producer": "loom"}) atomically; for a training
 /// program also the AdamW moments and metadata "step" = `completedSteps`.
-/// Errors when a parameter is sliced (its other parts live on other ranks).
+/// Collective over the executor's communicator: every rank must call it; only
+/// rank 0 writes. Errors when a parameter is sliced without Param.sharding.
 Status saveCheckpoint(const Executor &executor, const std::string &path,
                       int64_t completedSteps = 0);
+
+/// The global tensor of parameter `p` from its buffer `buffer` (p.buffer,
+/// m or v) on every rank: all-gathered over its sharding axes when sharded
+/// (collective), else a copy.
+Status gatherParamTensor(const Executor &executor, const ParamView &p,
+                         uint32_t buffer, std::vector<float> &global);
 
 /// Names of the AdamW moment tensors of parameter `name`.
 std::string expAvgName(const std::string &name);

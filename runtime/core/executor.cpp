@@ -52,7 +52,7 @@ int64_t steadyNowNs() {
 
 Status Executor::create(const program::LoadedProgram &program,
                         uint32_t stageIndex, uint64_t seed,
-                        std::unique_ptr<Executor> &out) {
+                        std::unique_ptr<Executor> &out, Communicator *comm) {
   out.reset();
   LOOM_CHECK(program.root(), "no program loaded");
   const program::Stage *stage = program.stage(stageIndex);
@@ -64,6 +64,12 @@ Status Executor::create(const program::LoadedProgram &program,
                            << stageIndex << " (stages: " << have << ")");
   }
   std::unique_ptr<Executor> ex(new Executor());
+  if (!comm) {
+    ex->ownComm = std::make_unique<SingleRankCommunicator>();
+    comm = ex->ownComm.get();
+  }
+  ex->comm = comm;
+  LOOM_RETURN_IF_ERROR(comm->setMesh(programMesh(*program.root())));
   ex->stageTable = stage;
   ex->modelInfo = program.root()->model();
 
@@ -101,6 +107,17 @@ Status Executor::create(const program::LoadedProgram &program,
       v.mBuffer = p->m_buffer();
       v.vBuffer = p->v_buffer();
       v.localShape = ex->shapes[v.buffer];
+      if (p->sharding() && p->sharding()->size() > 0) {
+        // Offset along d = block index on sharding[d].axes x local size.
+        v.sliceOffset.assign(v.localShape.size(), 0);
+        for (uint32_t d = 0; d < p->sharding()->size(); ++d) {
+          std::vector<uint32_t> axes;
+          if (const auto *a = p->sharding()->Get(d)->axes())
+            axes.assign(a->begin(), a->end());
+          v.sliceOffset[d] = comm->blockIndex(axes) * v.localShape[d];
+          v.sharding.push_back(std::move(axes));
+        }
+      }
       ParamInitializer init;
       switch (p->init()) {
       case program::InitKind::Zeros:
@@ -139,6 +156,10 @@ const void *Executor::bufferData(uint32_t index) const {
 
 int64_t Executor::bufferNumel(uint32_t index) const {
   return program::shapeNumel(shapes[index]);
+}
+
+int64_t Executor::localBatch() const {
+  return modelInfo->batch() / comm->axisSize("dp");
 }
 
 DType Executor::bufferDType(uint32_t index) const {
@@ -202,7 +223,8 @@ Status Executor::runList(
     if (timings)
       timings->push_back({i, start, steadyNowNs(), microbatch, update});
   }
-  return Status::success();
+  // Sends complete before the list's buffers may be reused.
+  return comm->flush();
 }
 
 //===----------------------------------------------------------------------===//
@@ -242,7 +264,7 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
                                     << " is not a training program (it has "
                                        "no update_instructions)");
   const int64_t M = stageTable->microbatches();
-  const int64_t rows = modelInfo->batch() / M, T = modelInfo->seq();
+  const int64_t rows = localBatch() / M, T = modelInfo->seq();
   const size_t chunk = static_cast<size_t>(rows * T) * sizeof(int32_t);
   for (int32_t b : {stageTable->tokens(), stageTable->targets()})
     LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
@@ -308,6 +330,8 @@ bool mayAlias(Opcode op, size_t k) {
     return true;
   case Opcode::CrossEntropyGrad: // dlogits over logits
     return k == 1;
+  case Opcode::AllReduce: // in place
+    return true;
   default:
     return false;
   }
@@ -575,6 +599,14 @@ Status Executor::runInstruction(const program::Instruction &ins) {
                    bufferNumel(in[0]), cfg);
     break;
   }
+  case Opcode::AllReduce:
+  case Opcode::AllGather:
+  case Opcode::ReduceScatter:
+  case Opcode::AllToAll:
+  case Opcode::Send:
+  case Opcode::Recv:
+    LOOM_RETURN_IF_ERROR(runCollective(ins, in, out, dst));
+    break;
   default:
     LOOM_ERROR("opcode " << program::opcodeName(op)
                          << " cannot run on this runtime");
@@ -585,6 +617,100 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       std::memcpy(bufferData(out[k]), dsts[k],
                   static_cast<size_t>(range(out[k]).end - range(out[k]).begin));
   return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+Status Executor::runCollective(const program::Instruction &ins,
+                               const std::vector<uint32_t> &in,
+                               const std::vector<uint32_t> &out, void *dst) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const Opcode op = ins.opcode();
+  const int64_t n = comm->groupSize(axes);
+  auto outerOf = [](const std::vector<int64_t> &shape, int64_t dim) {
+    int64_t outer = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= shape[d];
+    return outer;
+  };
+  auto tempBytes = [&](std::vector<float> &pool, int64_t bytes) {
+    return static_cast<void *>(temp(pool, (bytes + 3) / 4));
+  };
+  switch (op) {
+  case Opcode::AllReduce: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t count = bufferNumel(in[0]);
+    if (dst != bufferData(in[0]))
+      std::memcpy(dst, bufferData(in[0]),
+                  static_cast<size_t>(count * program::dtypeBytes(dt)));
+    return comm->allReduce(dst, count, dt, ins.reduction(), axes);
+  }
+  case Opcode::AllGather: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(in[0]);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim();
+    if (outerOf(shape, dim) == 1)
+      return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
+    void *gathered = tempBytes(workspace, count * n * eb);
+    LOOM_RETURN_IF_ERROR(
+        comm->allGather(bufferData(in[0]), gathered, count, dt, axes));
+    unpackBlocks(dst, gathered, shape, dim, n, eb);
+    return Status::success();
+  }
+  case Opcode::ReduceScatter: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(out[0]);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim();
+    const void *src = bufferData(in[0]);
+    if (outerOf(shape, dim) != 1) {
+      void *packed = tempBytes(workspace, count * n * eb);
+      packBlocks(packed, src, shape, dim, n, eb);
+      src = packed;
+    }
+    return comm->reduceScatter(src, dst, count, dt, ins.reduction(), axes);
+  }
+  case Opcode::AllToAll: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim(), dim2 = ins.dim2();
+    const int64_t chunk = bufferNumel(in[0]) / n;
+    std::vector<int64_t> chunkShape = shape;
+    chunkShape[dim] /= n;
+    const void *src = bufferData(in[0]);
+    if (outerOf(shape, dim) != 1) {
+      void *packed = tempBytes(workspace, chunk * n * eb);
+      packBlocks(packed, src, shape, dim, n, eb);
+      src = packed;
+    }
+    if (outerOf(chunkShape, dim2) == 1)
+      return comm->allToAll(src, dst, chunk, dt, axes);
+    void *received = tempBytes(workspace2, chunk * n * eb);
+    LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));
+    unpackBlocks(dst, received, chunkShape, dim2, n, eb);
+    return Status::success();
+  }
+  case Opcode::Send:
+  case Opcode::Recv: {
+    std::vector<int64_t> c = comm->coords();
+    c[axes[0]] = ins.peer();
+    const int peer = comm->rankOf(c);
+    if (op == Opcode::Send)
+      return comm->send(bufferData(in[0]), bufferNumel(in[0]),
+                        bufferDType(in[0]), peer, ins.tag());
+    return comm->recv(dst, bufferNumel(out[0]), bufferDType(out[0]), peer,
+                      ins.tag());
+  }
+  default:
+    break;
+  }
+  LOOM_ERROR("not a collective: " << program::opcodeName(op));
 }
 
 } // namespace loom

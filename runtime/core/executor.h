@@ -14,6 +14,7 @@
 #ifndef LOOM_RUNTIME_CORE_EXECUTOR_H
 #define LOOM_RUNTIME_CORE_EXECUTOR_H
 
+#include "runtime/core/communicator.h"
 #include "runtime/core/status.h"
 #include "runtime/program/program.h"
 
@@ -51,6 +52,15 @@ struct ParamView {
   std::vector<int64_t> sliceOffset;
   std::vector<int64_t> localShape;
   uint32_t buffer = 0;
+  /// Param.sharding: per dimension the mesh axes splitting it (all empty
+  /// when the parameter is not sharded).
+  std::vector<std::vector<uint32_t>> sharding;
+  bool sharded() const {
+    for (const auto &axes : sharding)
+      if (!axes.empty())
+        return true;
+    return false;
+  }
   /// Training buffers (Param.grad_buffer / m_buffer / v_buffer), -1 if none.
   int32_t gradBuffer = -1;
   int32_t mBuffer = -1;
@@ -63,11 +73,16 @@ int64_t steadyNowNs();
 class Executor {
 public:
   /// Allocates the arena of the stage whose index is `stageIndex`, zeroes it
-  /// and initializes every parameter from `seed`. Errors when the stage does
-  /// not exist or the arena cannot be allocated.
+  /// and initializes every parameter from `seed` (a sharded parameter gets
+  /// its block of the global tensor, by global index). `comm` (not owned;
+  /// must outlive the executor) runs the collectives and is laid out over
+  /// Program.mesh; nullptr: a SingleRankCommunicator of the executor's own.
+  /// Errors when the stage does not exist, the arena cannot be allocated or
+  /// the mesh's device count differs from the communicator's size.
   static Status create(const program::LoadedProgram &program,
                        uint32_t stageIndex, uint64_t seed,
-                       std::unique_ptr<Executor> &out);
+                       std::unique_ptr<Executor> &out,
+                       Communicator *comm = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -92,12 +107,20 @@ public:
 
   /// One training step (DESIGN.md §5): zero the gradients; for micro-batch i
   /// of M = Stage.microbatches copy rows [i*b, (i+1)*b) of `inputs` and
-  /// `targets` (this rank's model.batch x model.seq tokens, b = batch / M)
+  /// `targets` (this rank's localBatch() x model.seq tokens, b =
+  /// localBatch() / M)
   /// into the tokens / targets buffers, run the instructions and add up the
   /// loss; then runUpdate(step, lr). `step` is 1-based (AdamW's t).
   Status trainStep(const int32_t *inputs, const int32_t *targets, int64_t step,
                    float lr, TrainStepResult &result,
                    std::vector<InstructionTiming> *timings = nullptr);
+
+  /// Rows of the global batch this rank reads: model.batch / (size of the
+  /// mesh axis named "dp", 1 if none).
+  int64_t localBatch() const;
+
+  /// The communicator collectives run on (the caller's or the executor's own).
+  Communicator &communicator() const { return *comm; }
 
   const program::Stage &stage() const { return *stageTable; }
   const program::ModelInfo &model() const { return *modelInfo; }
@@ -132,6 +155,9 @@ private:
           bool update, uint32_t microbatch,
           std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
+  Status runCollective(const program::Instruction &ins,
+                       const std::vector<uint32_t> &in,
+                       const std::vector<uint32_t> &out, void *dst);
   float *temp(std::vector<float> &pool, int64_t count);
 
   const program::Stage *stageTable = nullptr;
@@ -146,6 +172,8 @@ private:
   // One staging pool per output position (multi-output gradient ops).
   std::vector<std::vector<float>> staging;
   std::vector<float> workspace, workspace2;
+  Communicator *comm = nullptr;
+  std::unique_ptr<Communicator> ownComm;
 };
 
 } // namespace loom

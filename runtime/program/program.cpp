@@ -112,6 +112,8 @@ struct StageFacts {
   std::vector<std::vector<int64_t>> shapes;
   std::vector<DType> dtypes;
   std::vector<uint64_t> offsets, bytes;
+  /// Program.mesh axis sizes (empty: a single rank).
+  std::vector<int64_t> mesh;
 };
 
 Status checkBuffers(const Stage &stage, StageFacts &facts) {
@@ -194,6 +196,7 @@ private:
   Status checkCompute();
   Status checkMovement();
   Status checkTraining();
+  Status checkCollective();
   Status checkAttentionShape(const std::vector<int64_t> &q,
                              const std::vector<int64_t> &out, const char *role);
 
@@ -302,6 +305,8 @@ Status InstructionChecker::check() {
     return checkCompute();
   if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
     return checkTraining();
+  if (isCollective(op))
+    return checkCollective();
   const char *schemaName = EnumNameOpcode(op);
   INSTR_CHECK(!(schemaName && *schemaName),
               "program uses " << schemaName
@@ -783,6 +788,117 @@ Status InstructionChecker::checkMovement() {
   return Status::success();
 }
 
+Status InstructionChecker::checkCollective() {
+  const Opcode op = ins.opcode();
+  INSTR_CHECK(!facts.mesh.empty(),
+              "collectives need a device mesh, but Program.mesh is empty "
+              "(a single-rank program)");
+  const std::vector<uint32_t> axes = toVector(ins.axes());
+  INSTR_CHECK(!axes.empty(), opcodeName(op) << " names no mesh axes");
+  int64_t n = 1;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    INSTR_CHECK(axes[k] < facts.mesh.size(),
+                "axis " << axes[k] << " is out of range (the mesh has "
+                        << facts.mesh.size() << " axes)");
+    for (size_t m = 0; m < k; ++m)
+      INSTR_CHECK(axes[m] != axes[k], "axis " << axes[k] << " appears twice");
+    n *= facts.mesh[axes[k]];
+  }
+  const Reduction red = ins.reduction();
+  auto checkReduction = [&](uint32_t b) -> Status {
+    const char *rn = EnumNameReduction(red);
+    INSTR_CHECK(rn && *rn,
+                "unknown reduction " << static_cast<int>(red));
+    INSTR_CHECK(red != Reduction::Avg || facts.dtypes[b] == DType::F32,
+                "Avg reduction needs F32 data, got "
+                    << dtypeLabel(facts.dtypes[b]));
+    return Status::success();
+  };
+  auto checkDim = [&](int64_t dim, const std::vector<int64_t> &s,
+                      const char *what) -> Status {
+    INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(s.size()),
+                what << " " << dim << " is out of range for rank "
+                     << s.size());
+    return Status::success();
+  };
+  // In and out may be the same bytes (in place) or disjoint, never partly
+  // overlapping.
+  auto inPlaceOrDisjoint = [&](uint32_t a, uint32_t b) -> Status {
+    INSTR_CHECK(!overlaps(a, b) || (facts.offsets[a] == facts.offsets[b] &&
+                                    facts.bytes[a] == facts.bytes[b]),
+                "input buffer " << a << " partly overlaps output buffer "
+                                << b);
+    return Status::success();
+  };
+  switch (op) {
+  case Opcode::AllReduce: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    const uint32_t in = inputs[0], out = outputs[0];
+    LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+    LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
+    LOOM_RETURN_IF_ERROR(checkReduction(in));
+    return inPlaceOrDisjoint(in, out);
+  }
+  case Opcode::AllGather:
+  case Opcode::ReduceScatter:
+  case Opcode::AllToAll: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    const uint32_t in = inputs[0], out = outputs[0];
+    LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+    INSTR_CHECK(facts.dtypes[in] != DType::BF16,
+                opcodeName(op) << " on BF16 is not supported by this runtime");
+    INSTR_CHECK(!overlaps(in, out), "output buffer "
+                                        << out << " overlaps input buffer "
+                                        << in);
+    const std::vector<int64_t> &s = shape(in);
+    const int64_t dim = ins.dim();
+    LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
+    std::vector<int64_t> want = s;
+    if (op == Opcode::AllGather) {
+      want[dim] = s[dim] * n;
+    } else {
+      INSTR_CHECK(s[dim] % n == 0, "input dimension " << dim << " of "
+                                                      << shapeString(s)
+                                                      << " is not divisible "
+                                                         "by the group size "
+                                                      << n);
+      want[dim] = s[dim] / n;
+      if (op == Opcode::ReduceScatter)
+        LOOM_RETURN_IF_ERROR(checkReduction(in));
+      if (op == Opcode::AllToAll) {
+        const int64_t dim2 = ins.dim2();
+        LOOM_RETURN_IF_ERROR(checkDim(dim2, s, "dim2"));
+        want[dim2] *= n;
+      }
+    }
+    return sameShape(out, want, "result");
+  }
+  case Opcode::Send:
+  case Opcode::Recv: {
+    if (op == Opcode::Send)
+      LOOM_RETURN_IF_ERROR(counts(1, 1, 0, 0));
+    else
+      LOOM_RETURN_IF_ERROR(counts(0, 0, 1, 0));
+    INSTR_CHECK(axes.size() == 1, opcodeName(op)
+                                      << " runs along exactly one mesh axis, "
+                                         "got "
+                                      << axes.size());
+    INSTR_CHECK(ins.peer() >= 0 && ins.peer() < n,
+                "peer " << ins.peer() << " is out of range for axis "
+                        << axes[0] << " of size " << n);
+    INSTR_CHECK(ins.tag() >= 0 && ins.tag() <= 32767,
+                "tag " << ins.tag() << " must be in [0, 32767]");
+    const uint32_t b = op == Opcode::Send ? inputs[0] : outputs[0];
+    INSTR_CHECK(facts.dtypes[b] != DType::BF16,
+                opcodeName(op) << " on BF16 is not supported by this runtime");
+    return Status::success();
+  }
+  default:
+    break;
+  }
+  return Status::success();
+}
+
 #undef INSTR_CHECK
 
 //===----------------------------------------------------------------------===//
@@ -812,7 +928,12 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                      << dtypeLabel(facts.dtypes[b]));
     const std::vector<int64_t> &local = facts.shapes[b];
     const std::vector<int64_t> global = toVector(param->global_shape());
-    const std::vector<int64_t> offset = toVector(param->slice_offset());
+    // A sharded parameter's offset follows from its sharding (checked by
+    // checkSharding); slice_offset is ignored then.
+    const bool sharded = param->sharding() && param->sharding()->size() > 0;
+    std::vector<int64_t> offset = toVector(param->slice_offset());
+    if (sharded)
+      offset.assign(local.size(), 0);
     LOOM_CHECK(global.size() == local.size(),
                label << ": global shape " << shapeString(global) << " has rank "
                      << global.size() << " but the local buffer "
@@ -827,7 +948,8 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                  label << ": global shape " << shapeString(global)
                        << " is invalid (dimensions must be positive)");
       gnumel *= global[d];
-      LOOM_CHECK(offset[d] >= 0 && offset[d] <= global[d] - local[d],
+      LOOM_CHECK(offset[d] >= 0 && (sharded ? local[d] <= global[d]
+                                            : offset[d] <= global[d] - local[d]),
                  label << ": slice at offset " << shapeString(offset)
                        << " of size " << shapeString(local)
                        << " leaves the global shape " << shapeString(global)
@@ -882,6 +1004,71 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
   return Status::success();
 }
 
+/// Param.sharding: one entry per dimension, axes in range and distinct over
+/// the whole parameter, and local size x blocks = global size.
+Status checkSharding(const Stage &stage, const StageFacts &facts) {
+  const auto *params = stage.params();
+  if (!params)
+    return Status::success();
+  for (uint32_t p = 0; p < params->size(); ++p) {
+    const Param *param = params->Get(p);
+    const auto *sharding = param->sharding();
+    if (!sharding || sharding->size() == 0)
+      continue;
+    const std::string label = "stage " + std::to_string(stage.index()) +
+                              ", param #" + std::to_string(p) + " '" +
+                              nameOf(param->name()) + "'";
+    LOOM_CHECK(!facts.mesh.empty(),
+               label << ": is sharded but Program.mesh is empty");
+    const std::vector<int64_t> &local = facts.shapes[param->buffer()];
+    const std::vector<int64_t> global = toVector(param->global_shape());
+    LOOM_CHECK(sharding->size() == local.size(),
+               label << ": sharding has " << sharding->size()
+                     << " entries, expected one per dimension ("
+                     << local.size() << ")");
+    std::set<uint32_t> used;
+    for (uint32_t d = 0; d < sharding->size(); ++d) {
+      const DimSharding *ds = sharding->Get(d);
+      int64_t blocks = 1;
+      for (uint32_t a : toVector(ds ? ds->axes() : nullptr)) {
+        LOOM_CHECK(a < facts.mesh.size(),
+                   label << ": sharding of dimension " << d << " names axis "
+                         << a << ", but the mesh has " << facts.mesh.size()
+                         << " axes");
+        LOOM_CHECK(used.insert(a).second,
+                   label << ": mesh axis " << a
+                         << " shards more than one dimension (or twice)");
+        blocks *= facts.mesh[a];
+      }
+      LOOM_CHECK(local[d] * blocks == global[d],
+                 label << ": dimension " << d << " has local size "
+                       << local[d] << " x " << blocks
+                       << " blocks, but the global size is " << global[d]);
+    }
+  }
+  return Status::success();
+}
+
+Status checkMesh(const Program &program) {
+  if (!program.mesh())
+    return Status::success();
+  std::set<std::string> names;
+  int64_t devices = 1;
+  for (uint32_t a = 0; a < program.mesh()->size(); ++a) {
+    const MeshAxis *axis = program.mesh()->Get(a);
+    const std::string name = nameOf(axis->name());
+    LOOM_CHECK(!name.empty(), "mesh axis #" << a << " has no name");
+    LOOM_CHECK(names.insert(name).second,
+               "mesh axis name '" << name << "' appears twice");
+    LOOM_CHECK(axis->size() >= 1 && axis->size() <= (1 << 20),
+               "mesh axis '" << name << "' has size " << axis->size());
+    devices *= axis->size();
+    LOOM_CHECK(devices <= (1 << 24), "the mesh has too many devices");
+  }
+  LOOM_CHECK(program.mesh()->size() <= 32, "the mesh has more than 32 axes");
+  return Status::success();
+}
+
 Status checkSpecialBuffer(const Stage &stage, const StageFacts &facts,
                           int32_t index, const char *what, DType want) {
   if (index == -1)
@@ -913,11 +1100,6 @@ Status checkInstructionList(
     std::string prefix = "stage " + std::to_string(si) + ", " + kind + " #" +
                          std::to_string(i) + " '" + nameOf(ins->name()) +
                          "' (" + opcodeName(op) + ")";
-    LOOM_CHECK(!isCollective(op),
-               "stage " << si << ": program uses " << opcodeName(op) << " ("
-                        << kind << " #" << i << " '" << nameOf(ins->name())
-                        << "'); collectives need the multi-rank runtime "
-                           "(not in this build yet)");
     LOOM_CHECK(update || !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
@@ -927,14 +1109,23 @@ Status checkInstructionList(
   return Status::success();
 }
 
-Status checkStage(const Stage &stage, const ModelInfo &model, bool singleRank) {
+Status checkStage(const Stage &stage, const ModelInfo &model,
+                  const Program &program) {
   StageFacts facts;
   facts.stageIndex = stage.index();
+  int64_t dpSize = 1;
+  if (program.mesh())
+    for (const MeshAxis *a : *program.mesh()) {
+      facts.mesh.push_back(a->size());
+      if (nameOf(a->name()) == "dp")
+        dpSize = a->size();
+    }
   const uint32_t si = stage.index();
   const bool training =
       stage.update_instructions() && stage.update_instructions()->size() > 0;
   LOOM_RETURN_IF_ERROR(checkBuffers(stage, facts));
   LOOM_RETURN_IF_ERROR(checkParams(stage, facts, training));
+  LOOM_RETURN_IF_ERROR(checkSharding(stage, facts));
   LOOM_RETURN_IF_ERROR(
       checkInstructionList(stage, facts, stage.instructions(), false));
   LOOM_RETURN_IF_ERROR(
@@ -981,8 +1172,12 @@ Status checkStage(const Stage &stage, const ModelInfo &model, bool singleRank) {
              "stage " << si << ": microbatches = " << mb
                       << " must be >= 1 and divide the batch of "
                       << model.batch() << " rows");
-  if (singleRank) {
-    const int64_t want = model.batch() / mb * model.seq();
+  LOOM_CHECK(model.batch() % (mb * dpSize) == 0,
+             "stage " << si << ": microbatches = " << mb << " times the dp "
+                      << "axis size " << dpSize << " must divide the batch of "
+                      << model.batch() << " rows");
+  {
+    const int64_t want = model.batch() / dpSize / mb * model.seq();
     for (const auto &[index, what] :
          {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
           {stage.targets(), "targets"}})
@@ -990,9 +1185,13 @@ Status checkStage(const Stage &stage, const ModelInfo &model, bool singleRank) {
                  "stage " << si << ": the " << what << " buffer "
                           << shapeString(facts.shapes[index])
                           << " does not hold one micro-batch of batch / "
-                             "microbatches x seq = "
-                          << model.batch() << " / " << mb << " x "
-                          << model.seq() << " = " << want << " tokens");
+                             "microbatches"
+                          << (dpSize > 1 ? " / dp" : "") << " x seq = "
+                          << model.batch() << " / " << mb
+                          << (dpSize > 1 ? " / " + std::to_string(dpSize)
+                                         : std::string())
+                          << " x " << model.seq() << " = " << want
+                          << " tokens");
   }
   if (training) {
     LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
@@ -1029,6 +1228,7 @@ Status verifyProgram(const Program &program) {
   for (const auto &[name, value] : fields)
     LOOM_CHECK(value > 0, "program model info: " << name << " = " << value
                                                  << " must be positive");
+  LOOM_RETURN_IF_ERROR(checkMesh(program));
   const auto *stages = program.stages();
   LOOM_CHECK(stages && stages->size() > 0, "program has no stages");
   std::set<uint32_t> seen;
@@ -1036,8 +1236,7 @@ Status verifyProgram(const Program &program) {
     const Stage *stage = stages->Get(s);
     LOOM_CHECK(seen.insert(stage->index()).second,
                "stage #" << s << " repeats stage index " << stage->index());
-    LOOM_RETURN_IF_ERROR(checkStage(
-        *stage, *model, !program.mesh() || program.mesh()->size() == 0));
+    LOOM_RETURN_IF_ERROR(checkStage(*stage, *model, program));
   }
   return Status::success();
 }

@@ -9,7 +9,11 @@
 // gradient and optimizer opcodes 13-25 (optimizer only in
 // update_instructions, AdamW strictly in place), each parameter's grad / m / v
 // buffers, the lr / step / grad_norm scalars and microbatches (dividing the
-// batch; tokens hold one micro-batch).
+// batch; tokens hold one micro-batch of this rank's batch / dp rows).
+// Collectives (opcodes 32-37) are accepted only when Program.mesh is
+// non-empty: axes in range and distinct, the shape rules of each collective,
+// Send / Recv on one axis with peer in range; Param.sharding must cover
+// every dimension with distinct axes whose sizes multiply to global / local.
 // After a successful load the executor can index buffers and run kernels
 // without further checks. Every error is a Status naming the stage, the
 // instruction index and its name; no input makes the loader crash.

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -257,7 +258,8 @@ TEST_F(LoomRun, UserErrors) {
   p->stages[0]->instructions[6]->opcode = fb::Opcode::AllReduce;
   writeText(corrupt, serialize(*p));
   expectError(corrupt + " --data " + data + " --steps 1",
-              "program uses AllReduce (instruction #6 'h.0.res1')");
+              "instruction #6 'h.0.res1' (AllReduce): collectives need a "
+              "device mesh");
 }
 
 //===----------------------------------------------------------------------===//
@@ -541,3 +543,85 @@ TEST_F(LoomRun, SampleErrors) {
                   tempPath("absent.st"),
               "absent.st");
 }
+
+#ifdef LOOM_TEST_MPIEXEC
+// loom-run under mpirun -np 2 on a data-parallel program: the same losses as
+// the single-rank program on the same global batch, one summary entry and
+// one trace file per rank, and a rank's error takes the job down.
+TEST_F(LoomRun, DataParallelUnderMpirun) {
+  MiniGptDims global;
+  global.B = 4;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  const std::string single = tempPath("train.loom"),
+                    dp = tempPath("bigram.loom");
+  writeText(single, serialize(*miniGptTrain(global, o)));
+  MiniGptDims local = global;
+  local.B = 2;
+  auto par = miniGptTrain(local);
+  makeDataParallel(*par, 2);
+  writeText(dp, serialize(*par));
+  // 4 x 8 tokens per step: a longer token file.
+  std::vector<int32_t> tokens(400);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 7 + i / 5) % 50);
+  const std::string wide = tempPath("wide.bin");
+  ASSERT_TRUE(writeTokenFile(wide, tokens).ok());
+  const std::string l1 = tempPath("l1.jsonl"), l2 = tempPath("l2.jsonl"),
+                    trace = tempPath("trace.json");
+  std::string out, err;
+  ASSERT_EQ(runLoomRun(single + " --data " + wide +
+                           " --steps 3 --lr 1e-2 --log-json " + l1,
+                       &out, &err),
+            0)
+      << err;
+  const std::string mpirun =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+      LOOM_TEST_MPIEXEC + " -np 2 --oversubscribe -x OMP_NUM_THREADS=1 " +
+      LOOM_RUN_PATH + " ";
+  const std::string o2 = tempPath("stdout.txt"), e2 = tempPath("stderr.txt");
+  int status = std::system((mpirun + dp + " --data " + wide +
+                            " --steps 3 --lr 1e-2 --log-json " + l2 +
+                            " --trace " + trace + " >" + o2 + " 2>" + e2)
+                               .c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << readText(o2) << readText(e2);
+  std::istringstream a(readText(l1)), b(readText(l2));
+  std::string la, lb;
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE(std::getline(a, la) && std::getline(b, lb));
+    JsonValue ja, jb;
+    ASSERT_TRUE(parseJson(la, ja).ok() && parseJson(lb, jb).ok());
+    const double x = ja.find("loss")->asDouble(), y = jb.find("loss")->asDouble();
+    EXPECT_NEAR(y, x, 1e-5 * std::fabs(x)) << "step " << s;
+  }
+  ASSERT_TRUE(std::getline(b, lb));
+  JsonValue summary;
+  ASSERT_TRUE(parseJson(lb, summary).ok()) << lb;
+  const JsonValue *ranks = summary.find("ranks");
+  ASSERT_TRUE(ranks && ranks->items().size() == 2) << lb;
+  for (size_t r = 0; r < 2; ++r) {
+    const JsonValue &e = ranks->items()[r];
+    EXPECT_EQ(e.find("rank")->asInt(), static_cast<int64_t>(r));
+    EXPECT_EQ(e.find("coords")->find("dp")->asInt(), static_cast<int64_t>(r));
+    EXPECT_GT(e.find("sent_bytes_per_step")->find("all_reduce")->asInt(), 0);
+    EXPECT_GT(e.find("rss_peak_bytes")->asInt(), 0);
+  }
+  for (int r = 0; r < 2; ++r) {
+    const std::string t = tempPath("trace.rank" + std::to_string(r) + ".json");
+    const std::string text = readText(t);
+    EXPECT_NE(text.find("\"communication\""), std::string::npos) << t;
+    std::remove(t.c_str());
+  }
+  // The single-rank program under mpirun -np 2: a clear error, no hang.
+  status = std::system((mpirun + single + " --data " + wide + " --steps 1 >" +
+                        o2 + " 2>" + e2)
+                           .c_str());
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NE(readText(e2).find("error: program was compiled for single rank "
+                              "(1 rank) but mpirun started 2; use -np 1"),
+            std::string::npos)
+      << readText(e2);
+  EXPECT_NE(readText(e2).find("loom-run: rank "), std::string::npos);
+}
+#endif

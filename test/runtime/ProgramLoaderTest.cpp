@@ -398,7 +398,7 @@ TEST(ProgramVerifier, MovementShapes) {
   EXPECT_NE(s.message().find("differs from the result"), std::string::npos);
 }
 
-TEST(ProgramVerifier, CollectivesNeedMultiRank) {
+TEST(ProgramVerifier, CollectivesNeedAMesh) {
   for (fb::Opcode op :
        {fb::Opcode::AllReduce, fb::Opcode::AllGather, fb::Opcode::ReduceScatter,
         fb::Opcode::AllToAll, fb::Opcode::Send, fb::Opcode::Recv}) {
@@ -408,13 +408,128 @@ TEST(ProgramVerifier, CollectivesNeedMultiRank) {
     ins->name = "grad.sync";
     Status s = load(*p);
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("program uses " + fb::opcodeName(op) +
-                               " (instruction #6 'grad.sync'); collectives "
-                               "need the multi-rank runtime (not in this "
-                               "build yet)"),
+    EXPECT_NE(s.message().find("instruction #6 'grad.sync' (" +
+                               fb::opcodeName(op) +
+                               "): collectives need a device mesh"),
               std::string::npos)
         << s.message();
   }
+}
+
+namespace {
+/// miniGpt() on mesh dp=2, tp=2 (tokens hold batch / dp rows) plus one
+/// collective `op` from buffer `in` to a new buffer of shape `outShape`.
+std::unique_ptr<fb::ProgramT> withCollective(fb::Opcode op,
+                                             std::vector<int64_t> inShape,
+                                             std::vector<int64_t> outShape,
+                                             std::vector<uint32_t> axes,
+                                             int64_t dim = 0,
+                                             int64_t dim2 = 0) {
+  auto p = miniGpt();
+  p->model->batch = 4; // tokens [2, T] = batch / dp
+  for (auto [name, size] : {std::pair<const char *, int64_t>{"dp", 2},
+                            {"tp", 2}}) {
+    auto a = std::make_unique<fb::MeshAxisT>();
+    a->name = name;
+    a->size = size;
+    p->mesh.push_back(std::move(a));
+  }
+  StageBuilder s(stage0(*p));
+  const uint32_t in = s.buffer("c.in", inShape);
+  std::vector<uint32_t> ins = {in}, outs;
+  if (op != fb::Opcode::Send)
+    outs.push_back(s.buffer("c.out", outShape));
+  if (op == fb::Opcode::Recv)
+    ins.clear();
+  auto &i = s.op(op, "c", ins, outs);
+  i.axes = axes;
+  i.dim = dim;
+  i.dim2 = dim2;
+  return p;
+}
+} // namespace
+
+TEST(ProgramVerifier, CollectiveShapes) {
+  using O = fb::Opcode;
+  // Accepted.
+  EXPECT_TRUE(load(*withCollective(O::AllReduce, {4, 6}, {4, 6}, {0, 1})).ok());
+  EXPECT_TRUE(load(*withCollective(O::AllGather, {4, 6}, {4, 12}, {1}, 1)).ok());
+  EXPECT_TRUE(
+      load(*withCollective(O::AllGather, {4, 6}, {16, 6}, {0, 1}, 0)).ok());
+  EXPECT_TRUE(
+      load(*withCollective(O::ReduceScatter, {4, 6}, {4, 3}, {0}, 1)).ok());
+  EXPECT_TRUE(
+      load(*withCollective(O::AllToAll, {4, 6}, {2, 12}, {1}, 0, 1)).ok());
+  EXPECT_TRUE(load(*withCollective(O::Send, {4}, {}, {1})).ok());
+  EXPECT_TRUE(load(*withCollective(O::Recv, {}, {4}, {1})).ok());
+  // Rejected.
+  auto expectError = [](std::unique_ptr<fb::ProgramT> p,
+                        const std::string &needle) {
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expectError(withCollective(O::AllReduce, {4, 6}, {4, 7}, {0}),
+              "result (buffer");
+  expectError(withCollective(O::AllReduce, {4}, {4}, {2}),
+              "axis 2 is out of range (the mesh has 2 axes)");
+  expectError(withCollective(O::AllReduce, {4}, {4}, {1, 1}),
+              "axis 1 appears twice");
+  expectError(withCollective(O::AllReduce, {4}, {4}, {}), "names no mesh axes");
+  expectError(withCollective(O::AllGather, {4, 6}, {4, 6}, {1}, 1),
+              "expected [4, 12]");
+  expectError(withCollective(O::AllGather, {4, 6}, {4, 12}, {1}, 2),
+              "dim 2 is out of range");
+  expectError(withCollective(O::ReduceScatter, {4, 5}, {4, 2}, {0}, 1),
+              "not divisible by the group size 2");
+  expectError(withCollective(O::AllToAll, {4, 6}, {4, 6}, {0, 1}, 0, 1),
+              "expected [1, 24]");
+  expectError(withCollective(O::Send, {4}, {}, {0, 1}),
+              "exactly one mesh axis");
+  {
+    auto p = withCollective(O::Send, {4}, {}, {1});
+    stage0(*p).instructions.back()->peer = 2;
+    expectError(std::move(p), "peer 2 is out of range for axis 1 of size 2");
+  }
+  {
+    auto p = withCollective(O::AllReduce, {4}, {4}, {0});
+    stage0(*p).instructions.back()->reduction = fb::Reduction::Avg;
+    EXPECT_TRUE(load(*p).ok());
+  }
+  // Tokens hold batch / dp / microbatches rows.
+  {
+    auto p = withCollective(O::AllReduce, {4}, {4}, {0});
+    p->model->batch = 2;
+    expectError(std::move(p), "batch / microbatches / dp x seq");
+  }
+}
+
+TEST(ProgramVerifier, ParamSharding) {
+  auto sharded = [](std::vector<std::vector<uint32_t>> dims,
+                    std::vector<int64_t> local) {
+    auto p = withCollective(fb::Opcode::AllReduce, {4}, {4}, {0});
+    StageBuilder s(stage0(*p));
+    s.slicedParam("extra.weight", {8, 6}, {}, local);
+    for (auto &axes : dims) {
+      auto ds = std::make_unique<fb::DimShardingT>();
+      ds->axes = axes;
+      stage0(*p).params.back()->sharding.push_back(std::move(ds));
+    }
+    return p;
+  };
+  EXPECT_TRUE(load(*sharded({{0}, {}}, {4, 6})).ok());
+  EXPECT_TRUE(load(*sharded({{0, 1}, {}}, {2, 6})).ok());
+  EXPECT_TRUE(load(*sharded({{1}, {0}}, {4, 3})).ok());
+  auto rejected = [](std::unique_ptr<fb::ProgramT> p, const std::string &n) {
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << n;
+    EXPECT_NE(s.message().find(n), std::string::npos) << s.message();
+  };
+  rejected(sharded({{0}, {}}, {8, 6}),
+           "dimension 0 has local size 8 x 2 blocks, but the global size is 8");
+  rejected(sharded({{0}}, {4, 6}), "sharding has 1 entries");
+  rejected(sharded({{0}, {0}}, {4, 3}), "mesh axis 0 shards more than one");
+  rejected(sharded({{3}, {}}, {4, 6}), "names axis 3");
 }
 
 //===----------------------------------------------------------------------===//

@@ -397,6 +397,42 @@ miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
   return p;
 }
 
+/// Makes a miniGptTrain() program data parallel over a new mesh axis "dp"
+/// of size `dp`: model.batch becomes dp x the rows the program holds, an
+/// AllReduce(avg) of every gradient accumulator opens update_instructions
+/// (before ClipGradNorm) and one of the loss follows the CrossEntropy.
+inline void makeDataParallel(fb::ProgramT &p, int64_t dp) {
+  p.model->batch *= dp;
+  auto axis = std::make_unique<fb::MeshAxisT>();
+  axis->name = "dp";
+  axis->size = dp;
+  p.mesh.push_back(std::move(axis));
+  fb::StageT &st = *p.stages[0];
+  auto allReduce = [](const std::string &name, uint32_t b) {
+    auto ins = std::make_unique<fb::InstructionT>();
+    ins->opcode = fb::Opcode::AllReduce;
+    ins->name = name;
+    ins->inputs = {b};
+    ins->outputs = {b};
+    ins->axes = {static_cast<uint32_t>(0)};
+    ins->reduction = fb::Reduction::Avg;
+    ins->reason = "data-parallel average";
+    return ins;
+  };
+  std::vector<std::unique_ptr<fb::InstructionT>> update;
+  for (auto &param : st.params)
+    update.push_back(allReduce("dp.sync." + param->name,
+                               static_cast<uint32_t>(param->grad_buffer)));
+  for (auto &u : st.update_instructions)
+    update.push_back(std::move(u));
+  st.update_instructions = std::move(update);
+  size_t at = 0;
+  while (st.instructions[at]->opcode != fb::Opcode::CrossEntropy)
+    ++at;
+  st.instructions.insert(st.instructions.begin() + at + 1,
+                         allReduce("dp.loss", static_cast<uint32_t>(st.loss)));
+}
+
 } // namespace loom::test
 
 #endif // LOOM_TEST_RUNTIME_PROGRAMTESTUTIL_H

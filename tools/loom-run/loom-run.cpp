@@ -22,12 +22,22 @@
 // stopped. Any failure prints one line `loom-run: error: ...` on stderr and
 // exits with code 1.
 //
+// Multi-rank: under `mpirun -np N loom-run ...` every rank runs the stage
+// its "pp" coordinate names (0 without a pp axis or with one stage), reads its
+// rows [d*B/D, (d+1)*B/D) of global batch s (d, D: its coordinate on and the
+// size of the mesh axis "dp") and runs the collectives of the program over
+// MPI. Rank 0 prints progress and writes the JSON log (its summary has one
+// entry per rank); each rank writes its own trace, F.json -> F.rank<r>.json.
+// A rank that fails prints `loom-run: rank R: error: ...` and takes the job
+// down (MPI_Abort).
+//
 // --sample N generates N tokens greedily after the prompt's bytes
 // (runtime/core/sampler.h) and prints the prompt and the continuation on
 // stdout; no data is read and no step runs.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/checkpoint.h"
+#include "runtime/core/communicator.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
@@ -36,6 +46,7 @@
 #include "runtime/core/trace.h"
 #include "runtime/program/program.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -359,16 +370,37 @@ Status runSample(const Options &opts) {
   return Status::success();
 }
 
-Status runProgram(const Options &opts) {
+/// "F.json" -> "F.rank<r>.json" ("F" -> "F.rank<r>").
+std::string rankPath(const std::string &path, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  const size_t slash = path.find_last_of('/');
+  const size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
+Status runProgram(const Options &optsIn, Communicator &comm) {
+  Options opts = optsIn;
+  const bool multi = comm.size() > 1;
+  const bool lead = comm.rank() == 0;
+  if (!lead)
+    opts.quiet = true;
   // 1. Program and executor.
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
+  LOOM_RETURN_IF_ERROR(comm.setMesh(programMesh(*loaded.root())));
+  if (multi && loaded.root()->stages()->size() > 1 &&
+      comm.axisSize("pp") > 1)
+    opts.stage = static_cast<uint32_t>(comm.coordOn("pp"));
   std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex));
+  LOOM_RETURN_IF_ERROR(
+      Executor::create(loaded, opts.stage, opts.seed, ex, &comm));
   const program::ModelInfo &model = ex->model();
   const program::Stage &stage = ex->stage();
   const bool training = ex->isTraining();
   const int64_t B = model.batch(), T = model.seq();
+  const int64_t localB = ex->localBatch();
   LOOM_CHECK(training || opts.steps >= 1,
              "--steps must be at least 1 for an evaluation program (0 only "
              "initializes a training program)");
@@ -382,12 +414,13 @@ Status runProgram(const Options &opts) {
        {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
         {stage.targets(), "targets"}})
     if (index >= 0)
-      LOOM_CHECK(ex->bufferNumel(index) == B / M * T,
+      LOOM_CHECK(ex->bufferNumel(index) == localB / M * T,
                  "program '" << opts.program << "': the " << what << " buffer "
                              << program::shapeString(ex->bufferShape(index))
                              << " does not hold batch"
+                             << (localB != B ? " / dp" : "")
                              << (M > 1 ? " / microbatches" : "") << " x seq = "
-                             << B / M << " x " << T << " tokens");
+                             << localB / M << " x " << T << " tokens");
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -406,6 +439,8 @@ Status runProgram(const Options &opts) {
   dataConfig.batchSize = B;
   dataConfig.seqLen = T;
   dataConfig.vocabSize = model.vocab_size();
+  dataConfig.dpRank = comm.coordOn("dp");
+  dataConfig.dpSize = comm.axisSize("dp");
   std::unique_ptr<TokenDataLoader> data;
   LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
   std::vector<int32_t> spareInputs, spareTargets;
@@ -413,15 +448,15 @@ Status runProgram(const Options &opts) {
   if (stage.tokens() >= 0 && !training)
     inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
   else
-    inputs = (spareInputs.resize(B * T), spareInputs.data());
+    inputs = (spareInputs.resize(localB * T), spareInputs.data());
   if (stage.targets() >= 0 && !training)
     targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
   else
-    targets = (spareTargets.resize(B * T), spareTargets.data());
+    targets = (spareTargets.resize(localB * T), spareTargets.data());
 
   // 3. Outputs.
   JsonLog log;
-  if (!opts.logJson.empty())
+  if (!opts.logJson.empty() && lead)
     LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
   const int64_t origin = steadyNowNs();
   TraceWriter trace(origin);
@@ -440,12 +475,17 @@ Status runProgram(const Options &opts) {
                 producer ? producer->c_str() : "unknown producer", opts.stage,
                 instructions ? instructions->size() : 0u, ex->params().size(),
                 paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
+    if (multi)
+      std::printf("ranks: %d (%s, %s communicator); rank 0 holds %" PRId64
+                  " rows of each batch\n",
+                  comm.size(), meshString(comm.mesh()).c_str(), comm.backend(),
+                  localB);
     if (training)
       std::printf(
           "training: %" PRId64 " micro-batch(es) of %" PRId64
           " rows, %u update instructions, steps %" PRId64 "..%" PRId64
           ", lr %g (%s, warmup %" PRId64 ", min %g, over %" PRId64 " steps)\n",
-          M, B / M, updates ? updates->size() : 0u, startStep,
+          M, localB / M, updates ? updates->size() : 0u, startStep,
           startStep + opts.steps, opts.lr,
           opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
           opts.warmup, opts.minLr, schedule.totalSteps);
@@ -455,6 +495,7 @@ Status runProgram(const Options &opts) {
   // 4. Steps (numbered from the checkpoint's step count when resuming).
   double lossSum = 0;
   const int64_t lastStep = startStep + opts.steps;
+  comm.resetStats();
   for (int64_t s = startStep; s < lastStep; ++s) {
     const int64_t t0 = steadyNowNs();
     LOOM_RETURN_IF_ERROR(data->loadBatch(s, inputs, targets));
@@ -477,7 +518,8 @@ Status runProgram(const Options &opts) {
     lossSum += loss;
 
     if (!opts.trace.empty()) {
-      trace.addComplete("load batch " + std::to_string(s), "data", t0, t1, 0);
+      trace.addComplete("load batch " + std::to_string(s), "data", t0, t1,
+                        comm.rank());
       for (const InstructionTiming &t : timings) {
         const program::Instruction *ins =
             (t.update ? updates : instructions)->Get(t.index);
@@ -488,7 +530,7 @@ Status runProgram(const Options &opts) {
                           program::isCollective(ins->opcode()) ? "communication"
                           : t.update                           ? "optimizer"
                                                                : "compute",
-                          t.startNs, t.endNs, 0);
+                          t.startNs, t.endNs, comm.rank());
       }
     }
     const double stepSec = (t2 - t0) * 1e-9;
@@ -522,19 +564,48 @@ Status runProgram(const Options &opts) {
     }
   }
 
-  // 5. Summary, checkpoint, trace.
+  // 5. Summary (every rank's numbers gathered to all, rank 0 writes),
+  //    checkpoint, trace.
   const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
-  JsonValue rank = JsonValue::object();
-  rank.set("rank", JsonValue::integer(0));
-  rank.set("peak_bytes",
-           JsonValue::integer(static_cast<int64_t>(ex->peakTensorBytes())));
-  rank.set("predicted_peak_bytes",
-           JsonValue::integer(static_cast<int64_t>(stage.arena_bytes())));
-  rank.set("rss_peak_bytes",
-           JsonValue::integer(static_cast<int64_t>(rssPeakBytes())));
+  const CommStats stepStats = comm.stats(); // before the gather below
+  const int64_t steps = std::max<int64_t>(opts.steps, 1);
+  std::vector<int64_t> mine = {
+      static_cast<int64_t>(ex->peakTensorBytes()),
+      static_cast<int64_t>(stage.arena_bytes()),
+      static_cast<int64_t>(rssPeakBytes()), stepStats.commNs / steps};
+  for (int k = 0; k < kNumCommKinds; ++k)
+    mine.push_back(stepStats.sentBytes[k] / steps);
+  std::vector<int64_t> all(mine.size() * comm.size());
+  std::vector<uint32_t> everyAxis;
+  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
+    everyAxis.push_back(a);
+  LOOM_RETURN_IF_ERROR(comm.allGather(mine.data(), all.data(),
+                                      static_cast<int64_t>(mine.size()) * 2,
+                                      program::DType::I32, everyAxis));
+  std::vector<JsonValue> rankEntries;
+  for (int r = 0; r < comm.size(); ++r) {
+    const int64_t *v = all.data() + r * mine.size();
+    JsonValue rank = JsonValue::object();
+    rank.set("rank", JsonValue::integer(r));
+    JsonValue coords = JsonValue::object();
+    const std::vector<int64_t> c = comm.coordsOf(r);
+    for (size_t a = 0; a < comm.mesh().size(); ++a)
+      coords.set(comm.mesh()[a].name, JsonValue::integer(c[a]));
+    rank.set("coords", coords);
+    rank.set("peak_bytes", JsonValue::integer(v[0]));
+    rank.set("predicted_peak_bytes", JsonValue::integer(v[1]));
+    rank.set("rss_peak_bytes", JsonValue::integer(v[2]));
+    JsonValue sent = JsonValue::object();
+    for (int k = 0; k < kNumCommKinds; ++k)
+      sent.set(commKindName(static_cast<CommKind>(k)),
+               JsonValue::integer(v[4 + k]));
+    rank.set("sent_bytes_per_step", sent);
+    rank.set("comm_ms_per_step", JsonValue::number(v[3] * 1e-6));
+    rankEntries.push_back(rank);
+  }
   JsonValue summary = JsonValue::object();
   summary.set("summary", JsonValue::boolean(true));
-  summary.set("ranks", JsonValue::array({rank}));
+  summary.set("ranks", JsonValue::array(rankEntries));
   summary.set("steps", JsonValue::integer(opts.steps));
   summary.set("mean_loss", JsonValue::number(meanLoss));
   LOOM_RETURN_IF_ERROR(log.write(summary));
@@ -542,7 +613,9 @@ Status runProgram(const Options &opts) {
   if (!opts.saveCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint, lastStep));
   if (!opts.trace.empty())
-    LOOM_RETURN_IF_ERROR(trace.write(opts.trace));
+    LOOM_RETURN_IF_ERROR(
+        trace.write(multi ? rankPath(opts.trace, comm.rank()) : opts.trace));
+  LOOM_RETURN_IF_ERROR(comm.barrier());
   if (!opts.quiet)
     std::printf("done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
                 "%s (planned arena %s), peak RSS %s\n",
@@ -553,7 +626,17 @@ Status runProgram(const Options &opts) {
   return Status::success();
 }
 
+Communicator *gComm = nullptr;
+
+/// Prints the error; in a multi-rank job names the rank and takes every
+/// rank down (MPI_Abort), so no rank hangs in a collective.
 int fail(const std::string &message, bool usage) {
+  if (gComm && gComm->size() > 1) {
+    std::fprintf(stderr, "loom-run: rank %d: error: %s\n", gComm->rank(),
+                 message.c_str());
+    std::fflush(stderr);
+    gComm->abort(1);
+  }
   std::fprintf(stderr, "loom-run: error: %s\n", message.c_str());
   if (usage)
     std::fprintf(stderr, "%s", kUsage);
@@ -563,17 +646,23 @@ int fail(const std::string &message, bool usage) {
 } // namespace
 
 int main(int argc, char **argv) {
+  std::unique_ptr<Communicator> comm;
   try {
+    Status s = createWorldCommunicator(&argc, &argv, comm);
+    if (!s.ok())
+      return fail(s.message(), false);
+    gComm = comm.get();
     Options opts;
     bool help = false;
-    Status s = parseArgs(argc, argv, opts, help);
+    s = parseArgs(argc, argv, opts, help);
     if (!s.ok())
-      return fail(s.message(), /*usage=*/true);
+      return fail(s.message(), /*usage=*/comm->rank() == 0);
     if (help) {
-      std::printf("%s", kUsage);
+      if (comm->rank() == 0)
+        std::printf("%s", kUsage);
       return 0;
     }
-    s = opts.sample >= 0 ? runSample(opts) : runProgram(opts);
+    s = opts.sample >= 0 ? runSample(opts) : runProgram(opts, *comm);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
     return 0;

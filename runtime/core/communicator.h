@@ -1,0 +1,216 @@
+//===- communicator.h - Collectives over the device mesh -------*- C++ -*-===//
+//
+// One interface, one implementation per backend (the split PyTorch makes with
+// process groups): SingleRankCommunicator (every group has one member;
+// collectives are copies) and MpiCommunicator (runtime/cpu/comm_mpi.h; later
+// NCCL). Ranks are laid out row-major over the program's mesh (first axis
+// slowest). A group is named by a SET of mesh axes: the ranks whose
+// coordinates differ only on those axes; inside it, members are ordered by
+// the row-major index of their coordinates on the group's axes (in mesh
+// order), which is the group rank.
+//
+// The public collectives are non-virtual wrappers (count bytes, time) around
+// the backend's virtual do*() methods, so every backend counts the same way:
+// the nccl-tests ring convention with S the full buffer bytes (the larger of
+// input and output for gather / scatter) and n the group size:
+//   all_reduce 2(n-1)/n S, all_gather / reduce_scatter / all_to_all
+//   (n-1)/n S, send S (recv counts nothing).
+//
+// Buffers are dense and contiguous; the executor packs non-leading
+// dimensions (packBlocks / unpackBlocks) before and after.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_COMMUNICATOR_H
+#define LOOM_RUNTIME_CORE_COMMUNICATOR_H
+
+#include "runtime/core/status.h"
+#include "runtime/program/program.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+/// A mesh axis as the communicator sees it.
+struct MeshAxisInfo {
+  std::string name;
+  int64_t size = 1;
+};
+
+/// Collective kinds, for counters.
+enum class CommKind { AllReduce = 0, AllGather, ReduceScatter, AllToAll, Send };
+constexpr int kNumCommKinds = 5;
+/// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send".
+const char *commKindName(CommKind kind);
+
+/// Bytes and time a communicator has spent (cumulative until reset()).
+struct CommStats {
+  std::array<int64_t, kNumCommKinds> sentBytes{};
+  std::array<int64_t, kNumCommKinds> calls{};
+  int64_t commNs = 0;
+  void reset() { *this = CommStats(); }
+};
+
+/// Bytes one collective sends per rank by the ring formula (see above).
+int64_t ringBytes(CommKind kind, int64_t fullBytes, int64_t groupSize);
+
+/// "dp=2,tp=1" (or "single rank" for an empty mesh).
+std::string meshString(const std::vector<MeshAxisInfo> &mesh);
+
+/// Product of the mesh sizes (1 for an empty mesh).
+int64_t meshDeviceCount(const std::vector<MeshAxisInfo> &mesh);
+
+/// The mesh of a verified program.
+std::vector<MeshAxisInfo> programMesh(const program::Program &program);
+
+class Communicator {
+public:
+  virtual ~Communicator();
+
+  /// World rank and size (all ranks of the job).
+  int rank() const { return worldRank; }
+  int size() const { return worldSize; }
+  /// Backend name ("single", "mpi").
+  virtual const char *backend() const = 0;
+
+  /// Lays the ranks out over `mesh`. Errors when its device count differs
+  /// from size() (naming both and the -np to use).
+  Status setMesh(const std::vector<MeshAxisInfo> &mesh);
+  const std::vector<MeshAxisInfo> &mesh() const { return meshAxes; }
+  /// This rank's coordinates (one per mesh axis).
+  std::vector<int64_t> coords() const { return coordsOf(worldRank); }
+  std::vector<int64_t> coordsOf(int worldRank) const;
+  int rankOf(const std::vector<int64_t> &coords) const;
+  /// Coordinate on the axis named `name` (0 when there is no such axis), and
+  /// that axis' size (1 when absent).
+  int64_t coordOn(const std::string &name) const;
+  int64_t axisSize(const std::string &name) const;
+
+  /// Group of `axes` (indices into mesh(), any order, distinct).
+  int64_t groupSize(const std::vector<uint32_t> &axes) const;
+  int64_t groupRank(const std::vector<uint32_t> &axes) const;
+  /// World rank of member `groupRank` of this rank's group over `axes`.
+  int groupMember(const std::vector<uint32_t> &axes, int64_t groupRank) const;
+  /// Linear index of this rank's coordinates on `axes` in the order given,
+  /// first axis major (Param.sharding's block index).
+  int64_t blockIndex(const std::vector<uint32_t> &axes) const;
+
+  /// In place over `count` elements of `buf`.
+  Status allReduce(void *buf, int64_t count, program::DType dtype,
+                   program::Reduction op, const std::vector<uint32_t> &axes);
+  /// `out` receives the group's `count`-element inputs in group-rank order.
+  Status allGather(const void *in, void *out, int64_t count,
+                   program::DType dtype, const std::vector<uint32_t> &axes);
+  /// `in` holds n blocks of `count` elements; group rank i receives the
+  /// reduction of everyone's block i in `out`.
+  Status reduceScatter(const void *in, void *out, int64_t count,
+                       program::DType dtype, program::Reduction op,
+                       const std::vector<uint32_t> &axes);
+  /// `in` holds n blocks of `count`; block j goes to member j; `out` holds
+  /// the n received blocks in group-rank order.
+  Status allToAll(const void *in, void *out, int64_t count,
+                  program::DType dtype, const std::vector<uint32_t> &axes);
+  /// To / from world rank `peer`, matched by `tag` (>= 0). send() copies the
+  /// data and returns at once; flush() waits until every send completed.
+  Status send(const void *buf, int64_t count, program::DType dtype, int peer,
+              int64_t tag);
+  Status recv(void *buf, int64_t count, program::DType dtype, int peer,
+              int64_t tag);
+  Status flush();
+  Status barrier();
+  /// Takes the whole job down (MPI_Abort); does not return for MPI.
+  virtual void abort(int code) = 0;
+
+  const CommStats &stats() const { return counters; }
+  void resetStats() { counters.reset(); }
+
+protected:
+  Communicator(int rank, int size) : worldRank(rank), worldSize(size) {}
+  virtual Status doAllReduce(void *buf, int64_t count, program::DType dtype,
+                             program::Reduction op,
+                             const std::vector<uint32_t> &axes) = 0;
+  virtual Status doAllGather(const void *in, void *out, int64_t count,
+                             program::DType dtype,
+                             const std::vector<uint32_t> &axes) = 0;
+  virtual Status doReduceScatter(const void *in, void *out, int64_t count,
+                                 program::DType dtype, program::Reduction op,
+                                 const std::vector<uint32_t> &axes) = 0;
+  virtual Status doAllToAll(const void *in, void *out, int64_t count,
+                            program::DType dtype,
+                            const std::vector<uint32_t> &axes) = 0;
+  virtual Status doSend(const void *buf, int64_t count, program::DType dtype,
+                        int peer, int64_t tag) = 0;
+  virtual Status doRecv(void *buf, int64_t count, program::DType dtype,
+                        int peer, int64_t tag) = 0;
+  virtual Status doFlush() = 0;
+  virtual Status doBarrier() = 0;
+  /// Called after the mesh changed (drop cached sub-communicators).
+  virtual void meshChanged() {}
+  /// Axes in mesh order, as a bit mask (group cache key).
+  static uint64_t axesMask(const std::vector<uint32_t> &axes);
+
+  int worldRank = 0, worldSize = 1;
+  std::vector<MeshAxisInfo> meshAxes;
+  CommStats counters;
+};
+
+/// One rank alone: every group has size 1, collectives copy, send / recv
+/// only to itself (matched by tag).
+class SingleRankCommunicator final : public Communicator {
+public:
+  SingleRankCommunicator() : Communicator(0, 1) {}
+  const char *backend() const override { return "single"; }
+  void abort(int code) override;
+
+protected:
+  Status doAllReduce(void *, int64_t, program::DType, program::Reduction,
+                     const std::vector<uint32_t> &) override;
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dtype,
+                     const std::vector<uint32_t> &) override;
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dtype, program::Reduction,
+                         const std::vector<uint32_t> &) override;
+  Status doAllToAll(const void *in, void *out, int64_t count,
+                    program::DType dtype,
+                    const std::vector<uint32_t> &) override;
+  Status doSend(const void *buf, int64_t count, program::DType dtype, int peer,
+                int64_t tag) override;
+  Status doRecv(void *buf, int64_t count, program::DType dtype, int peer,
+                int64_t tag) override;
+  Status doFlush() override { return Status::success(); }
+  Status doBarrier() override { return Status::success(); }
+
+private:
+  std::multimap<int64_t, std::vector<uint8_t>> pending; // by tag
+};
+
+/// True when this process was started by mpirun (OpenMPI / PMIx env).
+bool launchedUnderMpirun();
+
+/// The world communicator: MPI when the runtime was built with it and the
+/// process runs under mpirun (MPI_Init here), else a SingleRankCommunicator.
+Status createWorldCommunicator(int *argc, char ***argv,
+                               std::unique_ptr<Communicator> &out);
+
+/// Whether this runtime was built with MPI.
+bool runtimeHasMpi();
+
+/// `src` viewed as [outer, n, inner] (shape split at `dim`, whose extent is
+/// n blocks) to dense `dst` [n, outer, inner]: block j of dimension `dim`
+/// becomes contiguous chunk j. `shape[dim]` must be divisible by n.
+void packBlocks(void *dst, const void *src, const std::vector<int64_t> &shape,
+                int64_t dim, int64_t n, int64_t elemBytes);
+/// Inverse: `src` [n, outer, inner] (n chunks of shape `blockShape`) to
+/// `dst` [outer, n, inner], i.e. the chunks concatenated along `dim`.
+void unpackBlocks(void *dst, const void *src,
+                  const std::vector<int64_t> &blockShape, int64_t dim,
+                  int64_t n, int64_t elemBytes);
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_COMMUNICATOR_H

@@ -1,0 +1,269 @@
+//===- comm_mpi.cpp - Communicator over MPI --------------------*- C++ -*-===//
+#include "runtime/cpu/comm_mpi.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace loom {
+
+using program::DType;
+using program::Reduction;
+
+namespace {
+
+std::string mpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+    return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+#define MPI_CHECK(call, what)                                                  \
+  do {                                                                         \
+    const int mpiRc_ = (call);                                                 \
+    LOOM_CHECK(mpiRc_ == MPI_SUCCESS, what << ": " << mpiError(mpiRc_));       \
+  } while (0)
+
+MPI_Datatype mpiType(DType dtype) {
+  return dtype == DType::I32 ? MPI_INT32_T : MPI_FLOAT;
+}
+
+Status mpiOp(Reduction op, DType dtype, MPI_Op &out) {
+  LOOM_CHECK(dtype != DType::BF16,
+             "MPI collectives on BF16 are not supported by the CPU runtime");
+  switch (op) {
+  case Reduction::Sum:
+    out = MPI_SUM;
+    return Status::success();
+  case Reduction::Max:
+    out = MPI_MAX;
+    return Status::success();
+  case Reduction::Min:
+    out = MPI_MIN;
+    return Status::success();
+  case Reduction::Avg:
+    LOOM_CHECK(dtype == DType::F32, "Avg reduction needs F32 data");
+    out = MPI_SUM;
+    return Status::success();
+  }
+  LOOM_ERROR("unknown reduction " << static_cast<int>(op));
+}
+
+Status intCount(int64_t count, int &out) {
+  LOOM_CHECK(count >= 0 && count <= INT_MAX,
+             "message of " << count << " elements exceeds MPI's int count");
+  out = static_cast<int>(count);
+  return Status::success();
+}
+
+void divide(void *buf, int64_t count, int64_t n) {
+  float *f = static_cast<float *>(buf);
+  const float inv = 1.0f / static_cast<float>(n);
+  for (int64_t i = 0; i < count; ++i)
+    f[i] *= inv;
+}
+
+bool finalizeRegistered = false;
+void finalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized)
+    MPI_Finalize();
+}
+
+} // namespace
+
+Status MpiCommunicator::createWorld(int *argc, char ***argv,
+                                    std::unique_ptr<Communicator> &out) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    MPI_CHECK(MPI_Init(argc, argv), "MPI_Init failed");
+    if (!finalizeRegistered) {
+      finalizeRegistered = true;
+      std::atexit(finalizeAtExit);
+    }
+  }
+  return create(MPI_COMM_WORLD, out);
+}
+
+Status MpiCommunicator::create(MPI_Comm comm,
+                               std::unique_ptr<Communicator> &out) {
+  MPI_Comm dup;
+  MPI_CHECK(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(dup, &rank);
+  MPI_Comm_size(dup, &size);
+  out.reset(new MpiCommunicator(dup, rank, size));
+  return Status::success();
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized)
+    return;
+  (void)doFlush();
+  meshChanged();
+  MPI_Comm_free(&world);
+}
+
+void MpiCommunicator::abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  MPI_Abort(world, code);
+  std::_Exit(code);
+}
+
+void MpiCommunicator::meshChanged() {
+  for (auto &[mask, comm] : groups)
+    MPI_Comm_free(&comm);
+  groups.clear();
+}
+
+Status MpiCommunicator::group(const std::vector<uint32_t> &axes,
+                              MPI_Comm &out) {
+  for (uint32_t a : axes)
+    LOOM_CHECK(a < meshAxes.size(), "mesh axis " << a << " is out of range ("
+                                                 << meshAxes.size()
+                                                 << " axes)");
+  const uint64_t mask = axesMask(axes);
+  auto it = groups.find(mask);
+  if (it != groups.end()) {
+    out = it->second;
+    return Status::success();
+  }
+  // Color: the coordinates on the other axes; key: the group rank.
+  const std::vector<int64_t> c = coords();
+  int64_t color = 0;
+  for (size_t a = 0; a < meshAxes.size(); ++a)
+    if (!(mask >> a & 1))
+      color = color * meshAxes[a].size + c[a];
+  MPI_Comm comm;
+  MPI_CHECK(MPI_Comm_split(world, static_cast<int>(color),
+                           static_cast<int>(groupRank(axes)), &comm),
+            "MPI_Comm_split failed");
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  groups[mask] = comm;
+  out = comm;
+  return Status::success();
+}
+
+Status MpiCommunicator::doAllReduce(void *buf, int64_t count, DType dtype,
+                                    Reduction op,
+                                    const std::vector<uint32_t> &axes) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  MPI_Op mop;
+  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm),
+            "MPI_Allreduce failed");
+  if (op == Reduction::Avg)
+    divide(buf, count, groupSize(axes));
+  return Status::success();
+}
+
+Status MpiCommunicator::doAllGather(const void *in, void *out, int64_t count,
+                                    DType dtype,
+                                    const std::vector<uint32_t> &axes) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_CHECK(dtype != DType::BF16, "BF16 all_gather is not supported");
+  MPI_CHECK(MPI_Allgather(in, n, mpiType(dtype), out, n, mpiType(dtype), comm),
+            "MPI_Allgather failed");
+  return Status::success();
+}
+
+Status MpiCommunicator::doReduceScatter(const void *in, void *out,
+                                        int64_t count, DType dtype,
+                                        Reduction op,
+                                        const std::vector<uint32_t> &axes) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  MPI_Op mop;
+  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, mpiType(dtype), mop, comm),
+            "MPI_Reduce_scatter_block failed");
+  if (op == Reduction::Avg)
+    divide(out, count, groupSize(axes));
+  return Status::success();
+}
+
+Status MpiCommunicator::doAllToAll(const void *in, void *out, int64_t count,
+                                   DType dtype,
+                                   const std::vector<uint32_t> &axes) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_CHECK(dtype != DType::BF16, "BF16 all_to_all is not supported");
+  MPI_CHECK(MPI_Alltoall(in, n, mpiType(dtype), out, n, mpiType(dtype), comm),
+            "MPI_Alltoall failed");
+  return Status::success();
+}
+
+Status MpiCommunicator::doSend(const void *buf, int64_t count, DType dtype,
+                               int peer, int64_t tag) {
+  int n = 0;
+  const int64_t bytes = count * program::dtypeBytes(dtype);
+  LOOM_RETURN_IF_ERROR(intCount(bytes, n));
+  int *tagUb = nullptr, flag = 0;
+  MPI_Comm_get_attr(world, MPI_TAG_UB, &tagUb, &flag);
+  LOOM_CHECK(!flag || tag <= *tagUb,
+             "send tag " << tag << " exceeds MPI_TAG_UB " << *tagUb);
+  sends.emplace_back();
+  PendingSend &p = sends.back();
+  const uint8_t *src = static_cast<const uint8_t *>(buf);
+  p.data.assign(src, src + bytes);
+  MPI_CHECK(MPI_Isend(p.data.data(), n, MPI_BYTE, peer, static_cast<int>(tag),
+                      world, &p.request),
+            "MPI_Isend to rank " << peer << " (tag " << tag << ") failed");
+  // Drop the sends that already completed.
+  for (auto it = sends.begin(); it != sends.end();) {
+    int done = 0;
+    MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+    it = done ? sends.erase(it) : std::next(it);
+  }
+  return Status::success();
+}
+
+Status MpiCommunicator::doRecv(void *buf, int64_t count, DType dtype, int peer,
+                               int64_t tag) {
+  int n = 0;
+  const int64_t bytes = count * program::dtypeBytes(dtype);
+  LOOM_RETURN_IF_ERROR(intCount(bytes, n));
+  MPI_Status st;
+  MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, peer, static_cast<int>(tag), world, &st),
+            "MPI_Recv from rank " << peer << " (tag " << tag << ") failed");
+  int got = 0;
+  MPI_Get_count(&st, MPI_BYTE, &got);
+  LOOM_CHECK(got == n, "recv from rank " << peer << " (tag " << tag
+                                         << ") expected " << n
+                                         << " bytes, got " << got);
+  return Status::success();
+}
+
+Status MpiCommunicator::doFlush() {
+  for (PendingSend &p : sends)
+    MPI_CHECK(MPI_Wait(&p.request, MPI_STATUS_IGNORE), "MPI_Wait failed");
+  sends.clear();
+  return Status::success();
+}
+
+Status MpiCommunicator::doBarrier() {
+  LOOM_RETURN_IF_ERROR(doFlush());
+  MPI_CHECK(MPI_Barrier(world), "MPI_Barrier failed");
+  return Status::success();
+}
+
+} // namespace loom

@@ -1,0 +1,74 @@
+//===- comm_mpi.h - Communicator over MPI ----------------------*- C++ -*-===//
+//
+// The CPU backend of communicator.h: MPI collectives on sub-communicators
+// made with MPI_Comm_split per SET of mesh axes (color: the coordinates on the
+// other axes, key: the group rank), cached until the mesh changes. MPI errors
+// return a Status (MPI_ERRORS_RETURN). send() copies into an owned buffer and
+// posts MPI_Isend, so rings of sends never deadlock; flush() waits for them.
+// Built only with LOOM_ENABLE_MPI.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CPU_COMM_MPI_H
+#define LOOM_RUNTIME_CPU_COMM_MPI_H
+
+#include "runtime/core/communicator.h"
+
+#include <mpi.h>
+
+#include <list>
+#include <map>
+#include <memory>
+#include <vector>
+
+namespace loom {
+
+class MpiCommunicator final : public Communicator {
+public:
+  /// MPI_Init (if not yet initialized; MPI_Finalize at exit) and a
+  /// communicator over MPI_COMM_WORLD.
+  static Status createWorld(int *argc, char ***argv,
+                            std::unique_ptr<Communicator> &out);
+  /// A communicator over `comm` (duplicated; MPI must be initialized).
+  static Status create(MPI_Comm comm, std::unique_ptr<Communicator> &out);
+  ~MpiCommunicator() override;
+  const char *backend() const override { return "mpi"; }
+  void abort(int code) override;
+
+protected:
+  Status doAllReduce(void *buf, int64_t count, program::DType dtype,
+                     program::Reduction op,
+                     const std::vector<uint32_t> &axes) override;
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dtype,
+                     const std::vector<uint32_t> &axes) override;
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dtype, program::Reduction op,
+                         const std::vector<uint32_t> &axes) override;
+  Status doAllToAll(const void *in, void *out, int64_t count,
+                    program::DType dtype,
+                    const std::vector<uint32_t> &axes) override;
+  Status doSend(const void *buf, int64_t count, program::DType dtype, int peer,
+                int64_t tag) override;
+  Status doRecv(void *buf, int64_t count, program::DType dtype, int peer,
+                int64_t tag) override;
+  Status doFlush() override;
+  Status doBarrier() override;
+  void meshChanged() override;
+
+private:
+  MpiCommunicator(MPI_Comm comm, int rank, int size)
+      : Communicator(rank, size), world(comm) {}
+  Status group(const std::vector<uint32_t> &axes, MPI_Comm &out);
+  MPI_Comm world;
+  std::map<uint64_t, MPI_Comm> groups;
+  struct PendingSend {
+    std::vector<uint8_t> data;
+    MPI_Request request;
+  };
+  std::list<PendingSend> sends;
+  std::vector<uint8_t> scratch;
+};
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CPU_COMM_MPI_H
