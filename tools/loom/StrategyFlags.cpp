@@ -96,8 +96,9 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
     error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
             ",tp=" + std::to_string(s.mesh.at("tp")) +
             ",pp=" + std::to_string(s.mesh.at("pp")) +
-            " needs the multi-rank runtime, which this build does not have "
-            "yet; use a single rank (dp=1,tp=1,pp=1)";
+            " spans several ranks: the runtime can run such programs, but "
+            "the compiler cannot partition a model yet; use a single rank "
+            "(dp=1,tp=1,pp=1)";
     return false;
   }
   if (s.zero != 0) {
