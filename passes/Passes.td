@@ -103,6 +103,44 @@ def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
+def LoomZero : Pass<"loom-zero", "::mlir::ModuleOp"> {
+  let summary = "Seed the data-parallel / ZeRO shardings on the dp axis";
+  let description = [{
+    Data parallelism as shardings (DESIGN.md §2): the token ids and targets
+    of every function are split by rows over `axis`; propagation then splits
+    every activation, and the weight gradients, sums over split tokens, come
+    out as partial sums that the partitioner all-reduces. Stage 0 is DDP.
+    Stages 1-3 (sharding optimizer state, gradients, parameters) are not
+    implemented yet and are refused.
+
+    **Options:**
+    * `stage`: ZeRO stage (0 = DDP).
+    * `axis`: the data-parallel mesh axis (default `dp`).
+  }];
+  let options = [
+    Option<"stage", "stage", "int64_t", /*default=*/"0", "ZeRO stage">,
+    Option<"axis", "axis", "std::string", /*default=*/"\"dp\"",
+           "Data-parallel mesh axis">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
+  let summary = "Rewrite to per-rank local shapes and insert collectives";
+  let description = [{
+    Reads the shardings `--loom-propagate` left on every value and turns the
+    global program into the one each rank runs: every split dimension shrinks
+    to its local size, a partial sum is all-reduced right before the first
+    op that needs the whole value, a dimension an op needs whole is
+    all-gathered, and function results get the sharding of the argument
+    they update (or none). Each inserted collective records why in
+    `reason`. Cross-entropy ops over split tokens get the global token count
+    (`num_tokens`) so that each rank computes its share of the global mean.
+    The sharding attributes (which describe global shapes) are removed.
+  }];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//

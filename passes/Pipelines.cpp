@@ -20,6 +20,13 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     autodiff.weightDecay = options.weightDecay;
     pm.addPass(createLoomAutodiff(autodiff));
   }
+  if (options.partition) {
+    LoomZeroOptions zero;
+    zero.stage = options.zeroStage;
+    pm.addPass(createLoomZero(zero));
+    pm.addPass(createLoomPropagate());
+    pm.addPass(createLoomPartition());
+  }
   LoomPlanBuffersOptions plan;
   plan.alignment = options.alignment;
   pm.addPass(createLoomPlanBuffers(plan));

@@ -20,6 +20,13 @@ struct CompilePipelineOptions
   Option<int64_t> alignment{*this, "alignment",
                             llvm::cl::desc("Byte alignment of every buffer"),
                             llvm::cl::init(64)};
+  Option<bool> partition{
+      *this, "partition",
+      llvm::cl::desc("Partition over the module's loom.mesh: seed data "
+                     "parallelism (--loom-zero), propagate, partition"),
+      llvm::cl::init(false)};
+  Option<int64_t> zeroStage{*this, "zero", llvm::cl::desc("ZeRO stage"),
+                            llvm::cl::init(0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),
@@ -42,7 +49,9 @@ struct CompilePipelineOptions
 };
 
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
-/// training step is derived first (--loom-autodiff); then buffer planning.
+/// training step is derived first (--loom-autodiff); with `partition`, the
+/// step is split over the module's mesh (--loom-zero, --loom-propagate,
+/// --loom-partition); then buffer planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

@@ -242,6 +242,10 @@ StageEmitter::emitInstruction(Operation *op) {
             offset = s.getOffset();
             return success();
           })
+          .Case<CrossEntropyOp, CrossEntropyGradOp>([&](auto ce) {
+            value = static_cast<double>(ce.getNumTokens().value_or(0));
+            return success();
+          })
           .Case([&](FillOp fill) {
             value = fill.getValue().convertToDouble();
             return success();

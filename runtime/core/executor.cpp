@@ -448,6 +448,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     float *losses = scr.empty() ? nullptr : f32(scr[0]);
     LOOM_RETURN_IF_ERROR(cpu::crossEntropyForward(dstF, losses, f32(in[0]),
                                                   i32(in[1]), N, V, validV));
+    // Tokens split across ranks: `value` is the global count, and this
+    // rank's result is its share of the global mean.
+    if (ins.value() > 0)
+      *dstF = static_cast<float>(*dstF * (static_cast<double>(N) / ins.value()));
     break;
   }
   case Opcode::Copy:
@@ -554,8 +558,13 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t V = shapes[in[1]].back();
     const int64_t N = bufferNumel(in[1]) / V;
     const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
+    // The kernel divides by this rank's N; a global token count (`value`)
+    // rescales the seed so the gradient is that of the global mean.
+    float dloss = *f32(in[0]);
+    if (ins.value() > 0)
+      dloss = static_cast<float>(dloss * (static_cast<double>(N) / ins.value()));
     LOOM_RETURN_IF_ERROR(cpu::crossEntropyBackward(dstF, f32(in[1]), i32(in[2]),
-                                                   N, V, validV, *f32(in[0])));
+                                                   N, V, validV, dloss));
     break;
   }
   case Opcode::SliceGrad:

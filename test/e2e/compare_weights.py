@@ -2,7 +2,7 @@
 """compare_weights: compares the weights of two safetensors checkpoints.
 
   compare_weights.py A.safetensors B.safetensors [--rtol 1e-3]
-      [--include-optimizer]
+      [--include-optimizer] [--exclude REGEX]
 
 For every tensor name (HF GPT-2 names; a "transformer." prefix is dropped,
 optimizer.* tensors are ignored unless --include-optimizer) prints
@@ -17,6 +17,7 @@ numpy only (loomfmt): run it with /usr/bin/python3 (or any python3 with numpy).
 """
 import argparse
 import os
+import re
 import sys
 
 import numpy as np
@@ -73,12 +74,19 @@ def main(argv=None):
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--exclude", default=None, metavar="REGEX",
+                    help="skip tensors whose name matches (say why where "
+                         "you use it)")
     ap.add_argument("--include-optimizer", action="store_true",
                     help="also compare optimizer.* tensors")
     args = ap.parse_args(argv)
     try:
         a = load(args.a, args.include_optimizer)
         b = load(args.b, args.include_optimizer)
+        if args.exclude:
+            pattern = re.compile(args.exclude)
+            a = {k: v for k, v in a.items() if not pattern.search(k)}
+            b = {k: v for k, v in b.items() if not pattern.search(k)}
     except loomfmt.FormatError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

@@ -92,13 +92,12 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
 
 bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
                                       std::string &error) {
-  if (s.worldSize() != 1) {
+  if (s.mesh.at("tp") != 1 || s.mesh.at("pp") != 1) {
     error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
             ",tp=" + std::to_string(s.mesh.at("tp")) +
             ",pp=" + std::to_string(s.mesh.at("pp")) +
-            " spans several ranks: the runtime can run such programs, but "
-            "the compiler cannot partition a model yet; use a single rank "
-            "(dp=1,tp=1,pp=1)";
+            ": tensor and pipeline parallelism are not supported yet; use "
+            "data parallelism only (--mesh dp=N)";
     return false;
   }
   if (s.zero != 0) {

@@ -18,6 +18,7 @@
 #include "passes/Pipelines.h"
 #include "tools/loom/StrategyFlags.h"
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
@@ -27,6 +28,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -167,11 +169,18 @@ int compileProgram(const Invocation &inv, const std::string &output,
   if (!batch || !seq)
     return 1;
   int64_t microbatches = inv.strategy.microbatches;
+  int64_t dp = inv.strategy.mesh.at("dp");
   if (*batch % microbatches != 0)
     return fail(inv.command, "--batch " + std::to_string(*batch) +
                                  " is not divisible by --microbatches " +
                                  std::to_string(microbatches) +
                                  "; every micro-batch needs the same rows");
+  if (*batch % (microbatches * dp) != 0)
+    return fail(inv.command, "--batch " + std::to_string(*batch) +
+                                 " is not divisible by dp x microbatches = " +
+                                 std::to_string(dp * microbatches) +
+                                 "; every data-parallel rank needs the same "
+                                 "rows in every micro-batch");
   mlir::loom::CompilePipelineOptions pipeline;
   pipeline.train = train;
   pipeline.microbatches = microbatches;
@@ -217,6 +226,22 @@ int compileProgram(const Invocation &inv, const std::string &output,
   MLIRContext context;
   context.loadDialect<mlir::loom::LoomDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module = mlir::loom::buildGPTModel(&context, *config);
+  if (inv.strategy.worldSize() > 1) {
+    // The device mesh the program is partitioned over.
+    OpBuilder b(&context);
+    b.setInsertionPointToStart(module->getBody());
+    SmallVector<StringAttr> names;
+    SmallVector<int64_t> sizes;
+    for (const char *axis : {"dp", "tp", "pp"}) {
+      names.push_back(b.getStringAttr(axis));
+      sizes.push_back(inv.strategy.mesh.at(axis));
+    }
+    mlir::loom::MeshOp::create(
+        b, module->getLoc(), "mesh",
+        mlir::loom::MeshAttr::get(&context, names, sizes));
+    pipeline.partition = true;
+    pipeline.zeroStage = inv.strategy.zero;
+  }
   PassManager pm(&context);
   mlir::loom::buildCompilePipeline(pm, pipeline);
   if (failed(pm.run(*module)))
@@ -336,9 +361,30 @@ int runProgram(const char *argv0, const std::string &command,
         }
       if (inv->switches.count("--quiet"))
         runArgs.push_back("--quiet");
+      int64_t ranks = inv->strategy.worldSize();
+      std::string launcher = runner.str().str();
+      if (ranks > 1) {
+        // One loom-run per rank under OpenMPI's mpirun: allowed as root
+        // (containers, CI), oversubscribed (more ranks than cores), one
+        // OpenMP thread per rank.
+        auto mpirun = llvm::sys::findProgramByName("mpirun");
+        if (!mpirun) {
+          llvm::sys::fs::remove_directories(dir);
+          return fail(command, "--mesh needs " + std::to_string(ranks) +
+                                   " ranks but mpirun is not on PATH; "
+                                   "install openmpi-bin (scripts/setup)");
+        }
+        launcher = *mpirun;
+        ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+        ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+        std::vector<std::string> mpiArgs{launcher, "-np", std::to_string(ranks),
+                                         "--oversubscribe", "-x",
+                                         "OMP_NUM_THREADS=1"};
+        runArgs.insert(runArgs.begin(), mpiArgs.begin(), mpiArgs.end());
+      }
       std::vector<llvm::StringRef> refs(runArgs.begin(), runArgs.end());
       std::string error;
-      rc = llvm::sys::ExecuteAndWait(runner, refs, std::nullopt, {}, 0, 0,
+      rc = llvm::sys::ExecuteAndWait(launcher, refs, std::nullopt, {}, 0, 0,
                                      &error);
       if (rc < 0)
         rc = fail(command, "loom-run did not finish: " + error);

@@ -115,7 +115,8 @@ LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ValueRange dy,
   resetGrads(*this, grads);
   grads[0] = CrossEntropyGradOp::create(b, gradLoc(*this),
                                         getLogits().getType(), dy[0],
-                                        getLogits(), getTargets());
+                                        getLogits(), getTargets(),
+                                        getNumTokensAttr());
   return success(); // targets have no gradient
 }
 

@@ -237,6 +237,10 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError() << "targets shape " << shapeRef(getTargets())
                          << " should be the logits shape without the vocab "
                          << "dimension " << shapeStr(logits.drop_back());
+  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getTargets()) << " tokens";
   return verifySameFloatElementType(*this);
 }
 

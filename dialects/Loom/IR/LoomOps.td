@@ -208,14 +208,17 @@ def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
   let description = [{
     `logits` is `[..., V]`, `targets` has the leading shape of `logits`;
     the result is the scalar mean over all tokens of
-    `-log softmax(logits)[target]`.
+    `-log softmax(logits)[target]`. When the tokens are split across ranks
+    the partitioner sets `num_tokens` to the global count, so each rank's
+    result is its share of the global mean (partial sums add up to it).
 
     ```mlir
     %loss = loom.cross_entropy %logits, %targets
         : tensor<4x64x50257xf32>, tensor<4x64xi32> -> tensor<f32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$logits, Loom_IndexTensor:$targets);
+  let arguments = (ins Loom_FloatTensor:$logits, Loom_IndexTensor:$targets,
+                       OptionalAttr<I64Attr>:$num_tokens);
   let results = (outs Loom_ScalarFloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)

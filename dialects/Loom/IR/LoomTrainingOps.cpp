@@ -173,6 +173,10 @@ LogicalResult CrossEntropyGradOp::verify() {
                          << " without the vocab dimension";
   if (failed(expectShape(*this, "result", getResult(), logits)))
     return failure();
+  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getTargets()) << " tokens";
   return verifySameFloatElementType(*this);
 }
 int64_t CrossEntropyGradOp::getFlops() { return 6 * numElements(getLogits()); }

@@ -165,7 +165,8 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   let summary = "Gradient of the mean cross-entropy with respect to logits";
   let description = [{
     `dlogits = (softmax(logits) − onehot(targets)) · dloss / N`, N the
-    number of tokens.
+    number of tokens (`num_tokens` when set: the global count of tokens
+    split across ranks).
 
     ```mlir
     %dl = loom.cross_entropy_grad %seed, %logits, %targets
@@ -173,7 +174,8 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
     ```
   }];
   let arguments = (ins Loom_ScalarFloatTensor:$dloss, Loom_FloatTensor:$logits,
-                       Loom_IndexTensor:$targets);
+                       Loom_IndexTensor:$targets,
+                       OptionalAttr<I64Attr>:$num_tokens);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $dloss `,` $logits `,` $targets attr-dict `:` type($dloss) `,`

@@ -326,7 +326,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   Value logits = MatmulOp::create(b, loc("lm_head"), f32({B, T, c.vocabSize}),
                                   h, params["wte.weight"], b.getUnitAttr());
   Value loss = CrossEntropyOp::create(b, loc("loss"), lossType, logits,
-                                      targets);
+                                      targets, /*num_tokens=*/nullptr);
   func::ReturnOp::create(b, loc("return"), ValueRange{loss});
   return module;
 }

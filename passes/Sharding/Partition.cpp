@@ -1,0 +1,279 @@
+//===- Partition.cpp - Global program -> per-rank program ------*- C++ -*-===//
+//
+// `--loom-partition`: reads the shardings propagation left on every value,
+// inserts the collectives that reconcile producers with consumers, and
+// shrinks every split dimension to its local size.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringExtras.h"
+
+namespace mlir::loom {
+#define GEN_PASS_DEF_LOOMPARTITION
+#include "passes/Passes.h.inc"
+} // namespace mlir::loom
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+
+/// Axes per dimension and partial axes of one value.
+struct Layout {
+  SmallVector<SmallVector<StringRef>> dims;
+  SmallVector<StringRef> partial;
+};
+
+Layout layoutOf(ShardingAttr attr) {
+  Layout l;
+  for (unsigned d = 0; d < attr.getRank(); ++d)
+    l.dims.push_back(attr.getDimAxes(d));
+  l.partial = attr.getPartialAxes();
+  return l;
+}
+
+/// "h.0.mlp.c_fc" for ops with a NameLoc, else the op name.
+std::string nameOf(Operation *op) {
+  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
+    return named.getName().str();
+  return op->getName().getStringRef().str();
+}
+
+std::string nameOf(Value v) {
+  if (Operation *op = v.getDefiningOp())
+    return nameOf(op);
+  return "argument #" + std::to_string(cast<BlockArgument>(v).getArgNumber());
+}
+
+ArrayAttr axesAttr(Builder &b, ArrayRef<StringRef> axes) {
+  SmallVector<Attribute> names;
+  for (StringRef a : axes)
+    names.push_back(b.getStringAttr(a));
+  return b.getArrayAttr(names);
+}
+
+class Partitioner {
+public:
+  explicit Partitioner(MeshOp mesh) : mesh(mesh) {}
+
+  LogicalResult run(func::FuncOp func);
+
+private:
+  int64_t ways(ArrayRef<StringRef> axes) {
+    int64_t n = 1;
+    for (StringRef axis : axes)
+      if (std::optional<unsigned> i = mesh.getShape().findAxis(axis))
+        n *= mesh.getShape().getAxisSizes()[*i];
+    return n;
+  }
+  void record(Value v, const Layout &l) { layouts[v] = l; }
+  Layout layout(Value v) {
+    auto it = layouts.find(v);
+    if (it != layouts.end())
+      return it->second;
+    Layout l;
+    if (auto type = dyn_cast<RankedTensorType>(v.getType()))
+      l.dims.resize(type.getRank());
+    return l;
+  }
+  /// Makes `operand` of `user` have the layout `want`: all-reduce partial
+  /// sums, all-gather dimensions split against the wish.
+  LogicalResult reshard(OpOperand &operand, const Layout &want);
+  LogicalResult partitionOps(Block &block);
+
+  MeshOp mesh;
+  llvm::DenseMap<Value, Layout> layouts;
+  /// Reduced / gathered copies already made, by (value, layout key).
+  llvm::DenseMap<std::pair<Value, Block *>, Value> reducedCopies;
+};
+
+LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
+  Value value = operand.get();
+  Operation *user = operand.getOwner();
+  Layout have = layout(value);
+  OpBuilder b(user);
+  FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+
+  // 1. Partial sums: reduce once per block, before the first user.
+  if (!have.partial.empty() && want.partial.empty()) {
+    auto key = std::make_pair(value, user->getBlock());
+    Value reduced = reducedCopies.lookup(key);
+    if (!reduced) {
+      std::string reason = "partial sum over [" +
+                           llvm::join(have.partial, ", ") + "] of " +
+                           nameOf(value) + ", reduced for " + nameOf(user);
+      reduced = AllReduceOp::create(
+          b, value.getLoc(), value.getType(), value, meshRef,
+          axesAttr(b, have.partial),
+          ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+          b.getStringAttr(reason));
+      Layout l = have;
+      l.partial.clear();
+      record(reduced, l);
+      reducedCopies[key] = reduced;
+    }
+    operand.set(reduced);
+    value = reduced;
+    have = layout(reduced);
+  }
+  // 2. Dimensions the user needs whole (or split differently).
+  for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
+    if (have.dims[d] == want.dims[d])
+      continue;
+    if (!want.dims[d].empty())
+      return user->emitOpError()
+             << "needs operand #" << operand.getOperandNumber()
+             << " split on [" << llvm::join(want.dims[d], ", ")
+             << "] along dimension " << d
+             << " but it is not; the partitioner cannot re-split a value "
+                "yet";
+    auto type = cast<RankedTensorType>(value.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[d] *= ways(have.dims[d]);
+    std::string reason = "gather dimension " + std::to_string(d) + " of " +
+                         nameOf(value) + " for " + nameOf(user);
+    Value gathered = AllGatherOp::create(
+        b, value.getLoc(), RankedTensorType::get(shape, type.getElementType()),
+        value, meshRef, axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
+        b.getStringAttr(reason));
+    Layout l = have;
+    l.dims[d].clear();
+    record(gathered, l);
+    operand.set(gathered);
+    value = gathered;
+    have = l;
+  }
+  return success();
+}
+
+LogicalResult Partitioner::partitionOps(Block &block) {
+  for (Operation &op : llvm::make_early_inc_range(block)) {
+    if (auto inner = dyn_cast<BlockOp>(op)) {
+      // Inputs enter with their layout; the body resolves what it needs.
+      Block &body = inner.getBody().front();
+      for (auto [input, arg] : llvm::zip(inner.getInputs(), body.getArguments()))
+        record(arg, layout(input));
+      if (failed(partitionOps(body)))
+        return failure();
+      for (auto [yielded, result] :
+           llvm::zip(inner.getYield().getValues(), inner.getResults()))
+        record(result, layout(yielded));
+      continue;
+    }
+    if (isa<YieldOp>(op))
+      continue;
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      auto func = ret->getParentOfType<func::FuncOp>();
+      for (OpOperand &operand : ret->getOpOperands()) {
+        Layout want;
+        want.dims.resize(layout(operand.get()).dims.size());
+        if (auto updates = func.getResultAttrOfType<IntegerAttr>(
+                operand.getOperandNumber(), LoomDialect::kUpdatesAttr))
+          want = layout(func.getArgument(updates.getInt()));
+        if (failed(reshard(operand, want)))
+          return failure();
+      }
+      continue;
+    }
+    // Results: as propagation left them.
+    if (auto attrs = op.getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
+      for (auto [result, attr] : llvm::zip(op.getResults(), attrs))
+        record(result, layoutOf(cast<ShardingAttr>(attr)));
+    // Operands: no partial sums; dimensions the rule keeps whole, whole.
+    auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
+    if (!ruleOp)
+      continue; // collectives already placed by hand keep their operands
+    ShardingRule rule = ruleOp.getShardingRule();
+    for (OpOperand &operand : op.getOpOperands()) {
+      Layout want = layout(operand.get());
+      want.partial.clear();
+      for (auto [d, f] :
+           llvm::enumerate(rule.operandFactors[operand.getOperandNumber()]))
+        if (f == ShardingRule::kNoFactor && d < want.dims.size())
+          want.dims[d].clear();
+      if (failed(reshard(operand, want)))
+        return failure();
+    }
+    // A mean over tokens split across ranks divides by the global count.
+    // (Types are still global here: they shrink after all ops are seen.)
+    auto globalTokens = [&](Value targets) -> IntegerAttr {
+      Layout l = layout(targets);
+      int64_t n = cast<RankedTensorType>(targets.getType()).getNumElements();
+      bool split = llvm::any_of(l.dims, [](const auto &a) { return !a.empty(); });
+      return split ? Builder(op.getContext()).getI64IntegerAttr(n)
+                   : IntegerAttr();
+    };
+    if (auto ce = dyn_cast<CrossEntropyOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getTargets()))
+        ce.setNumTokensAttr(n);
+    if (auto ce = dyn_cast<CrossEntropyGradOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getTargets()))
+        ce.setNumTokensAttr(n);
+  }
+  return success();
+}
+
+/// The local type of a value with layout `l`.
+Type localType(Type type, const Layout &l, function_ref<int64_t(ArrayRef<StringRef>)> ways) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return type;
+  SmallVector<int64_t> shape(tensor.getShape());
+  for (size_t d = 0; d < shape.size() && d < l.dims.size(); ++d)
+    shape[d] /= ways(l.dims[d]);
+  return RankedTensorType::get(shape, tensor.getElementType());
+}
+
+LogicalResult Partitioner::run(func::FuncOp func) {
+  for (BlockArgument arg : func.getArguments())
+    if (auto attr = func.getArgAttrOfType<ShardingAttr>(
+            arg.getArgNumber(), LoomDialect::kShardingAttr))
+      record(arg, layoutOf(attr));
+  if (failed(partitionOps(func.getBody().front())))
+    return failure();
+
+  // Shrink every value to its local shape (the collectives inserted above
+  // are typed in global shapes and shrink with everything else).
+  auto ways = [&](ArrayRef<StringRef> axes) { return this->ways(axes); };
+  func.walk([&](Block *block) {
+    for (BlockArgument arg : block->getArguments())
+      arg.setType(localType(arg.getType(), layout(arg), ways));
+  });
+  func.walk([&](Operation *op) {
+    for (Value result : op->getResults())
+      result.setType(localType(result.getType(), layout(result), ways));
+    op->removeAttr(LoomDialect::kShardingsAttr);
+  });
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    func.removeArgAttr(i, LoomDialect::kShardingAttr);
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  func.setFunctionType(FunctionType::get(func.getContext(),
+                                         func.getBody().getArgumentTypes(),
+                                         ret.getOperandTypes()));
+  return success();
+}
+
+struct LoomPartitionPass
+    : mlir::loom::impl::LoomPartitionBase<LoomPartitionPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
+    if (meshes.empty())
+      return; // a single-rank program: nothing to partition
+    if (meshes.size() > 1) {
+      meshes[1].emitOpError() << "is a second mesh; a program is partitioned "
+                                 "over exactly one mesh";
+      return signalPassFailure();
+    }
+    for (auto func : module.getOps<func::FuncOp>())
+      if (!func.isExternal() && failed(Partitioner(meshes.front()).run(func)))
+        return signalPassFailure();
+  }
+};
+
+} // namespace
