@@ -20,6 +20,8 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -39,7 +41,7 @@ using namespace ::loom::cli;
 
 namespace {
 
-const char *kUsage = R"(usage:
+const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
                [--emit-ir OUT.mlir] [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
@@ -158,9 +160,18 @@ std::optional<double> doubleFlag(const Invocation &inv, const std::string &flag,
 int compileProgram(const Invocation &inv, const std::string &output,
                    bool train) {
   auto configIt = inv.values.find("--config");
-  if (configIt == inv.values.end())
-    return fail(inv.command, std::string("--config CFG.json is required\n") +
-                                 kUsage);
+  auto modelIt = inv.values.find("--model");
+  if ((configIt == inv.values.end()) == (modelIt == inv.values.end()))
+    return fail(inv.command,
+                std::string("give exactly one of --config CFG.json (a GPT-2 "
+                            "config) and --model FILE.mlir (model IR)\n") +
+                    kUsage);
+  if (modelIt != inv.values.end() &&
+      (inv.values.count("--batch") || inv.values.count("--seq") ||
+       inv.strategy.microbatches != 1))
+    return fail(inv.command, "--model FILE.mlir fixes the batch and sequence "
+                             "in its types; drop --batch, --seq and "
+                             "--microbatches (or use --config)");
   std::string error;
   if (!checkStrategySupported(inv.strategy, train, error))
     return fail(inv.command, error);
@@ -170,12 +181,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     return 1;
   int64_t microbatches = inv.strategy.microbatches;
   int64_t dp = inv.strategy.mesh.at("dp");
-  if (*batch % microbatches != 0)
+  bool fromConfig = configIt != inv.values.end();
+  if (fromConfig && *batch % microbatches != 0)
     return fail(inv.command, "--batch " + std::to_string(*batch) +
                                  " is not divisible by --microbatches " +
                                  std::to_string(microbatches) +
                                  "; every micro-batch needs the same rows");
-  if (*batch % (microbatches * dp) != 0)
+  if (fromConfig && *batch % (microbatches * dp) != 0)
     return fail(inv.command, "--batch " + std::to_string(*batch) +
                                  " is not divisible by dp x microbatches = " +
                                  std::to_string(dp * microbatches) +
@@ -211,21 +223,41 @@ int compileProgram(const Invocation &inv, const std::string &output,
   pipeline.eps = *eps;
   pipeline.weightDecay = *wd;
 
-  const std::string &configPath = configIt->second;
-  auto text = llvm::MemoryBuffer::getFile(configPath);
-  if (!text)
-    return fail(inv.command, "cannot read config '" + configPath +
-                                 "': " + text.getError().message());
-  // The model IR holds one micro-batch; the program runs M of them a step.
-  llvm::Expected<mlir::loom::GPTConfig> config = mlir::loom::parseGPTConfig(
-      (*text)->getBuffer(), *batch / microbatches, *seq);
-  if (!config)
-    return fail(inv.command,
-                configPath + ": " + llvm::toString(config.takeError()));
-
   MLIRContext context;
   context.loadDialect<mlir::loom::LoomDialect, func::FuncDialect>();
-  OwningOpRef<ModuleOp> module = mlir::loom::buildGPTModel(&context, *config);
+  OwningOpRef<ModuleOp> module;
+  if (modelIt != inv.values.end()) {
+    // Model IR written by hand (or by another front end).
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    module = parseSourceFile<ModuleOp>(modelIt->second, sourceMgr,
+                                       ParserConfig(&context));
+    if (!module)
+      return fail(inv.command, "cannot load model IR '" + modelIt->second +
+                                   "' (diagnostics above)");
+    for (auto func : module->getOps<func::FuncOp>())
+      if (auto cfg = func->getAttrOfType<DictionaryAttr>(
+              mlir::loom::LoomDialect::kModelAttr))
+        if (auto rows = cfg.getAs<IntegerAttr>("batch"))
+          if (rows.getInt() % dp != 0)
+            return fail(inv.command,
+                        "the model's batch " + std::to_string(rows.getInt()) +
+                            " rows is not divisible by dp = " +
+                            std::to_string(dp));
+  } else {
+    const std::string &configPath = configIt->second;
+    auto text = llvm::MemoryBuffer::getFile(configPath);
+    if (!text)
+      return fail(inv.command, "cannot read config '" + configPath +
+                                   "': " + text.getError().message());
+    // The model IR holds one micro-batch; the program runs M of them a step.
+    llvm::Expected<mlir::loom::GPTConfig> config = mlir::loom::parseGPTConfig(
+        (*text)->getBuffer(), *batch / microbatches, *seq);
+    if (!config)
+      return fail(inv.command,
+                  configPath + ": " + llvm::toString(config.takeError()));
+    module = mlir::loom::buildGPTModel(&context, *config);
+  }
   if (inv.strategy.worldSize() > 1) {
     // The device mesh the program is partitioned over.
     OpBuilder b(&context);
@@ -274,7 +306,8 @@ int compileProgram(const Invocation &inv, const std::string &output,
 
 int runCompile(std::vector<std::string> args) {
   auto inv = parse("compile", std::move(args),
-                   {"--config", "--batch", "--seq", "--output", "--emit-ir",
+                   {"--config", "--model", "--batch", "--seq", "--output",
+                    "--emit-ir",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
                    {"--train"});
   if (!inv)
@@ -294,7 +327,8 @@ int runProgram(const char *argv0, const std::string &command,
   bool train = command == "train";
   bool sample = command == "sample";
   std::set<std::string> valueFlags{
-      "--config", "--batch", "--seq", "--data", "--steps", "--seed",
+      "--config", "--model", "--batch", "--seq", "--data", "--steps",
+      "--seed",
       "--load-checkpoint", "--save-checkpoint", "--log-json", "--trace",
       "--emit-ir"};
   // Optimizer flags: compiled into the program, or passed to the runtime.
