@@ -34,6 +34,31 @@ def LoomSummary : Pass<"loom-summary", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
+def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
+  let summary = "Per-rank memory and communication of the program, before launch";
+  let description = [{
+    Reads the partitioned (and, for the peak, buffer-planned) program and
+    prints what one rank will hold and send, the way the runtime measures
+    it, so the two can be compared:
+
+    * model state: bytes of parameters, gradient accumulators and AdamW
+      moments resident at the optimizer step (local shapes);
+    * predicted peak: the planned arena (`loom.arena_bytes`);
+    * sent bytes per step per collective kind, counted the nccl-tests way
+      for a ring of n ranks with S the full buffer: all_reduce 2(n-1)/n·S,
+      all_gather and reduce_scatter (n-1)/n·S, all_to_all (n-1)/n·S, send S;
+      the micro-batch function's collectives count once per micro-batch.
+
+    **Options:**
+    * `json`: print one JSON object instead of text.
+  }];
+  let options = [
+    Option<"json", "json", "bool", /*default=*/"false",
+           "Print JSON instead of text">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Autodiff
 //===----------------------------------------------------------------------===//

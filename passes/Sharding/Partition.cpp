@@ -186,6 +186,18 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
     if (!ruleOp)
       continue; // collectives already placed by hand keep their operands
+    // Addition is linear: partial sums over the same axes add up to the
+    // partial sum of the result, so reduce once after instead of twice
+    // before (a tied embedding's two gradient contributions).
+    if (auto add = dyn_cast<AddOp>(op)) {
+      Layout lhs = layout(add.getLhs()), rhs = layout(add.getRhs());
+      if (!lhs.partial.empty() && lhs.partial == rhs.partial &&
+          lhs.dims == rhs.dims &&
+          add.getLhs().getType() == add.getRhs().getType()) {
+        record(add.getResult(), lhs);
+        continue;
+      }
+    }
     ShardingRule rule = ruleOp.getShardingRule();
     for (OpOperand &operand : op.getOpOperands()) {
       Layout want = layout(operand.get());

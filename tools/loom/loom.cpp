@@ -15,6 +15,7 @@
 #include "dialects/Loom/IR/LoomOps.h"
 #include "dialects/Loom/Models/GPTModel.h"
 #include "passes/Lowering/ProgramEmitter.h"
+#include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "tools/loom/StrategyFlags.h"
 
@@ -43,7 +44,7 @@ namespace {
 
 const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
-               [--emit-ir OUT.mlir] [--train [optimizer flags]]
+               [--emit-ir OUT.mlir] [--report] [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
                [--log-json F] [--trace F.json] [--quiet] [strategy flags]
@@ -279,6 +280,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
   if (failed(pm.run(*module)))
     return fail(inv.command, "compilation failed (diagnostics above)");
 
+  if (inv.switches.count("--report")) {
+    // What each rank will hold and send, before anything runs.
+    PassManager report(&context);
+    report.addPass(mlir::loom::createLoomReport());
+    if (failed(report.run(*module)))
+      return fail(inv.command, "the report failed (diagnostics above)");
+  }
   if (auto ir = inv.values.find("--emit-ir"); ir != inv.values.end()) {
     std::error_code ec;
     llvm::raw_fd_ostream os(ir->second, ec);
@@ -309,7 +317,7 @@ int runCompile(std::vector<std::string> args) {
                    {"--config", "--model", "--batch", "--seq", "--output",
                     "--emit-ir",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
-                   {"--train"});
+                   {"--train", "--report"});
   if (!inv)
     return 1;
   auto out = inv->values.find("--output");
