@@ -105,6 +105,7 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<ReduceScatterOp>([](auto) { return fb::Opcode::ReduceScatter; })
       .Case<AllToAllOp>([](auto) { return fb::Opcode::AllToAll; })
       .Case<SendOp>([](auto) { return fb::Opcode::Send; })
+      .Case<LocalSliceOp>([](auto) { return fb::Opcode::LocalSlice; })
       .Case<RecvOp>([](auto) { return fb::Opcode::Recv; })
       .Case<EmbeddingGradOp>([](auto) { return fb::Opcode::EmbeddingGrad; })
       .Case<ReduceLeadingOp>([](auto) { return fb::Opcode::ReduceLeading; })
@@ -293,6 +294,10 @@ StageEmitter::emitInstruction(Operation *op) {
             dim2 = c.getConcatDim();
             return collective(c.getAxes(), c.getReason());
           })
+          .Case([&](LocalSliceOp c) {
+            dim = c.getDim();
+            return collective(c.getAxes(), c.getReason());
+          })
           .Case([&](SendOp c) {
             peer = c.getPeer();
             tag = c.getTag();
@@ -446,16 +451,61 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     auto type = cast<RankedTensorType>(arg.getType());
     auto name = step.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
     auto init = step.getArgAttrOfType<InitAttr>(i, LoomDialect::kInitAttr);
+    // Partitioned programs keep each argument's global sharding: the
+    // runtime places this rank's slice of parameters and optimizer state.
+    auto shardingOf = [&](func::FuncOp func, Role role) -> ShardingAttr {
+      for (BlockArgument a : func.getArguments()) {
+        unsigned j = a.getArgNumber();
+        auto r = func.getArgAttrOfType<RoleAttr>(j, LoomDialect::kRoleAttr);
+        auto n = func.getArgAttrOfType<StringAttr>(j, LoomDialect::kNameAttr);
+        if (r && n && r.getValue() == role && n == name)
+          return func.getArgAttrOfType<ShardingAttr>(j,
+                                                     LoomDialect::kShardingAttr);
+      }
+      return {};
+    };
+    auto dimShardings = [&](ShardingAttr sharding)
+        -> flatbuffers::Offset<
+            flatbuffers::Vector<flatbuffers::Offset<fb::DimSharding>>> {
+      if (!sharding || !mesh)
+        return 0;
+      bool split = false;
+      std::vector<flatbuffers::Offset<fb::DimSharding>> dims;
+      for (unsigned d = 0; d < sharding.getRank(); ++d) {
+        std::vector<uint32_t> axes;
+        for (StringRef axis : sharding.getDimAxes(d))
+          if (std::optional<unsigned> k = mesh.getShape().findAxis(axis))
+            axes.push_back(*k);
+        split |= !axes.empty();
+        dims.push_back(fb::CreateDimShardingDirect(fbb, &axes));
+      }
+      return split ? fbb.CreateVector(dims) : 0;
+    };
+    ShardingAttr paramSharding = shardingOf(step, Role::Param);
+    ShardingAttr gradSharding = shardingOf(step, Role::Grad);
+    ShardingAttr momentSharding =
+        update ? shardingOf(update, Role::AdamM) : ShardingAttr();
+    // The global shape: the local one times each dimension's split.
+    SmallVector<int64_t> globalShape(type.getShape());
+    if (paramSharding && mesh)
+      for (unsigned d = 0; d < paramSharding.getRank(); ++d)
+        for (StringRef axis : paramSharding.getDimAxes(d))
+          if (std::optional<unsigned> k = mesh.getShape().findAxis(axis))
+            globalShape[d] *= mesh.getShape().getAxisSizes()[*k];
     fb::InitKind kind = init.getKind() == InitKind::Normal ? fb::InitKind::Normal
                         : init.getKind() == InitKind::Zeros ? fb::InitKind::Zeros
                                                             : fb::InitKind::Ones;
-    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    std::vector<int64_t> shape(globalShape.begin(), globalShape.end());
     std::vector<int64_t> sliceOffset(shape.size(), 0);
-    params.push_back(fb::CreateParamDirect(
-        fbb, name.str().c_str(), &shape, &sliceOffset, bufferIndex.lookup(arg),
-        kind, init.getStd().convertToDouble(), /*decay=*/type.getRank() >= 2,
+    auto paramDims = dimShardings(paramSharding);
+    auto gradDims = dimShardings(gradSharding);
+    auto momentDims = dimShardings(momentSharding);
+    params.push_back(fb::CreateParam(
+        fbb, fbb.CreateString(name.str()), fbb.CreateVector(shape),
+        fbb.CreateVector(sliceOffset), bufferIndex.lookup(arg), kind,
+        init.getStd().convertToDouble(), /*decay=*/type.getRank() >= 2,
         bufferFor(Role::Grad, name), bufferFor(Role::AdamM, name),
-        bufferFor(Role::AdamV, name)));
+        bufferFor(Role::AdamV, name), paramDims, gradDims, momentDims));
   }
 
   // 3. The buffer table (last: instructions add buffers).

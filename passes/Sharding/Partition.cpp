@@ -9,6 +9,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 
 namespace mlir::loom {
@@ -97,8 +98,30 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   OpBuilder b(user);
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
 
-  // 1. Partial sums: reduce once per block, before the first user.
+  // 1. Partial sums: reduce once per block, before the first user; when the
+  //    user wants a dimension split over exactly the partial axes, a
+  //    reduce-scatter reduces and splits at once (ZeRO-2's gradients).
   if (!have.partial.empty() && want.partial.empty()) {
+    for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
+      if (!have.dims[d].empty() || want.dims[d] != have.partial)
+        continue;
+      std::string reason = "partial sum over [" +
+                           llvm::join(have.partial, ", ") + "] of " +
+                           nameOf(value) + ", reduced and split for " +
+                           nameOf(user);
+      // Typed globally like everything else here; localization below
+      // shrinks the split dimension.
+      Value scattered = ReduceScatterOp::create(
+          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, have.partial), b.getI64IntegerAttr(d),
+          ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+          b.getStringAttr(reason));
+      Layout l = have;
+      l.dims[d] = have.partial;
+      l.partial.clear();
+      record(scattered, l);
+      operand.set(scattered);
+      return reshard(operand, want);
+    }
     auto key = std::make_pair(value, user->getBlock());
     Value reduced = reducedCopies.lookup(key);
     if (!reduced) {
@@ -123,21 +146,32 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
     if (have.dims[d] == want.dims[d])
       continue;
-    if (!want.dims[d].empty())
-      return user->emitOpError()
-             << "needs operand #" << operand.getOperandNumber()
-             << " split on [" << llvm::join(want.dims[d], ", ")
-             << "] along dimension " << d
-             << " but it is not; the partitioner cannot re-split a value "
-                "yet";
-    auto type = cast<RankedTensorType>(value.getType());
-    SmallVector<int64_t> shape(type.getShape());
-    shape[d] *= ways(have.dims[d]);
+    if (!want.dims[d].empty()) {
+      if (!have.dims[d].empty())
+        return user->emitOpError()
+               << "needs operand #" << operand.getOperandNumber()
+               << " split on [" << llvm::join(want.dims[d], ", ")
+               << "] along dimension " << d << " but it is split on ["
+               << llvm::join(have.dims[d], ", ")
+               << "]; the partitioner cannot re-split a value yet";
+      // A whole value meets a consumer of shards: take this rank's block.
+      std::string reason = "this rank's block of " + nameOf(value) + " for " +
+                           nameOf(user);
+      Value slice = LocalSliceOp::create(
+          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
+          b.getStringAttr(reason));
+      Layout l = have;
+      l.dims[d] = want.dims[d];
+      record(slice, l);
+      operand.set(slice);
+      value = slice;
+      have = l;
+      continue;
+    }
     std::string reason = "gather dimension " + std::to_string(d) + " of " +
                          nameOf(value) + " for " + nameOf(user);
     Value gathered = AllGatherOp::create(
-        b, value.getLoc(), RankedTensorType::get(shape, type.getElementType()),
-        value, meshRef, axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
+        b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
         b.getStringAttr(reason));
     Layout l = have;
     l.dims[d].clear();
@@ -198,14 +232,31 @@ LogicalResult Partitioner::partitionOps(Block &block) {
         continue;
       }
     }
+    // Operands: each dimension split the way its factor is split in the
+    // op's results (as propagation decided), no partial sums, and
+    // dimensions the rule keeps whole, whole.
     ShardingRule rule = ruleOp.getShardingRule();
+    SmallVector<std::optional<SmallVector<StringRef>>> factorAxes(
+        rule.factorSizes.size());
+    for (auto [r, result] : llvm::enumerate(op.getResults())) {
+      Layout l = layout(result);
+      for (auto [d, f] : llvm::enumerate(rule.resultFactors[r]))
+        if (f != ShardingRule::kNoFactor && d < l.dims.size() &&
+            !l.dims[d].empty())
+          factorAxes[f] = l.dims[d];
+    }
     for (OpOperand &operand : op.getOpOperands()) {
       Layout want = layout(operand.get());
       want.partial.clear();
       for (auto [d, f] :
-           llvm::enumerate(rule.operandFactors[operand.getOperandNumber()]))
-        if (f == ShardingRule::kNoFactor && d < want.dims.size())
+           llvm::enumerate(rule.operandFactors[operand.getOperandNumber()])) {
+        if (d >= want.dims.size())
+          continue;
+        if (f == ShardingRule::kNoFactor)
           want.dims[d].clear();
+        else if (factorAxes[f])
+          want.dims[d] = *factorAxes[f];
+      }
       if (failed(reshard(operand, want)))
         return failure();
     }
@@ -259,8 +310,9 @@ LogicalResult Partitioner::run(func::FuncOp func) {
       result.setType(localType(result.getType(), layout(result), ways));
     op->removeAttr(LoomDialect::kShardingsAttr);
   });
-  for (unsigned i = 0; i < func.getNumArguments(); ++i)
-    func.removeArgAttr(i, LoomDialect::kShardingAttr);
+  // Argument shardings stay (global layout: the runtime needs it to place
+  // each rank's slice of sharded parameters and optimizer state).
+  func->setAttr(LoomDialect::kPartitionedAttr, UnitAttr::get(func.getContext()));
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   func.setFunctionType(FunctionType::get(func.getContext(),
                                          func.getBody().getArgumentTypes(),

@@ -89,6 +89,23 @@ std::string expAvgSqName(const std::string &name) {
   return "optimizer.exp_avg_sq." + name;
 }
 
+ParamView momentView(const Executor &executor, const ParamView &p) {
+  bool sharded = false;
+  for (const auto &axes : p.momentSharding)
+    sharded = sharded || !axes.empty();
+  if (p.momentSharding.empty() || p.mBuffer < 0)
+    return p;
+  ParamView m = p;
+  m.sharding = p.momentSharding;
+  m.localShape = executor.bufferShape(static_cast<uint32_t>(p.mBuffer));
+  m.sliceOffset.assign(m.localShape.size(), 0);
+  if (sharded)
+    for (size_t d = 0; d < m.sharding.size(); ++d)
+      m.sliceOffset[d] =
+          executor.communicator().blockIndex(m.sharding[d]) * m.localShape[d];
+  return m;
+}
+
 namespace {
 
 /// Copies this rank's slice of tensor `tensorName` (global shape of `p`) into
@@ -148,7 +165,10 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
                                       << without->name << "' (no tensor '"
                                       << expAvgName(without->name)
                                       << "'); it is incomplete");
-  for (const ParamView &p : executor.params()) {
+  for (const ParamView &param : executor.params()) {
+    // The moments' own blocks (moment_sharding), which may differ from the
+    // parameter's slice.
+    const ParamView p = momentView(executor, param);
     if (p.mBuffer >= 0)
       LOOM_RETURN_IF_ERROR(
           loadTensor(executor, file, path, p, expAvgName(p.name),
@@ -241,7 +261,9 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
   for (const ParamView &p : executor.params())
     LOOM_RETURN_IF_ERROR(add(p, p.name, p.buffer));
   if (training)
-    for (const ParamView &p : executor.params()) {
+    for (const ParamView &param : executor.params()) {
+      // Gathered by moment_sharding when the moments are sharded otherwise.
+      const ParamView p = momentView(executor, param);
       if (p.mBuffer >= 0)
         LOOM_RETURN_IF_ERROR(
             add(p, expAvgName(p.name), static_cast<uint32_t>(p.mBuffer)));

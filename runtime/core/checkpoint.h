@@ -8,8 +8,9 @@
 // tensors.
 //
 // A training program's checkpoint also holds the AdamW moments as
-// `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>` (same shapes)
-// and the number of completed steps as metadata "step", so a run resumes
+// `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>` (same global
+// shapes; gathered / sliced by Param.moment_sharding when present, ZeRO) and
+// the number of completed steps as metadata "step", so a run resumes
 // exactly where it stopped.
 //
 //===----------------------------------------------------------------------===//
@@ -47,6 +48,11 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
 /// (collective), else a copy.
 Status gatherParamTensor(const Executor &executor, const ParamView &p,
                          uint32_t buffer, std::vector<float> &global);
+
+/// `p` as its AdamW moments see it: with Param.moment_sharding (when
+/// present) as `sharding`, the m buffer's shape as `localShape` and this
+/// rank's block offset as `sliceOffset`; else `p` itself.
+ParamView momentView(const Executor &executor, const ParamView &p);
 
 /// Names of the AdamW moment tensors of parameter `name`.
 std::string expAvgName(const std::string &name);

@@ -118,6 +118,21 @@ Status Executor::create(const program::LoadedProgram &program,
           v.sharding.push_back(std::move(axes));
         }
       }
+      auto readSharding =
+          [](const flatbuffers::Vector<
+              flatbuffers::Offset<program::DimSharding>> *sh) {
+            std::vector<std::vector<uint32_t>> out;
+            if (sh)
+              for (const program::DimSharding *ds : *sh) {
+                std::vector<uint32_t> axes;
+                if (ds && ds->axes())
+                  axes.assign(ds->axes()->begin(), ds->axes()->end());
+                out.push_back(std::move(axes));
+              }
+            return out;
+          };
+      v.gradSharding = readSharding(p->grad_sharding());
+      v.momentSharding = readSharding(p->moment_sharding());
       ParamInitializer init;
       switch (p->init()) {
       case program::InitKind::Zeros:
@@ -470,6 +485,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
                   ins.offset(), shapes[o][ins.dim()],
                   program::dtypeBytes(bufferDType(o)));
     break;
+  case Opcode::LocalSlice: {
+    // This rank's block (group-rank order, as AllGather orders blocks); no
+    // communication, so nothing is counted.
+    std::vector<uint32_t> axes;
+    if (ins.axes())
+      axes.assign(ins.axes()->begin(), ins.axes()->end());
+    const int64_t dim = ins.dim(), k = shapes[o][dim];
+    cpu::sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
+                  comm->groupRank(axes) * k, k,
+                  program::dtypeBytes(bufferDType(o)));
+    break;
+  }
   case Opcode::Concat: {
     std::vector<const void *> srcs;
     std::vector<int64_t> extents;

@@ -61,6 +61,10 @@ struct ParamView {
         return true;
     return false;
   }
+  /// ZeRO: Param.grad_sharding / moment_sharding (empty: like the
+  /// parameter; then the buffers have localShape).
+  std::vector<std::vector<uint32_t>> gradSharding;
+  std::vector<std::vector<uint32_t>> momentSharding;
   /// Training buffers (Param.grad_buffer / m_buffer / v_buffer), -1 if none.
   int32_t gradBuffer = -1;
   int32_t mBuffer = -1;

@@ -305,7 +305,9 @@ Status InstructionChecker::check() {
     return checkCompute();
   if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
     return checkTraining();
-  if (isCollective(op))
+  // LocalSlice is no collective (it communicates nothing) but shares the
+  // mesh / axes checks.
+  if (isCollective(op) || op == Opcode::LocalSlice)
     return checkCollective();
   const char *schemaName = EnumNameOpcode(op);
   INSTR_CHECK(!(schemaName && *schemaName),
@@ -790,9 +792,11 @@ Status InstructionChecker::checkMovement() {
 
 Status InstructionChecker::checkCollective() {
   const Opcode op = ins.opcode();
-  INSTR_CHECK(!facts.mesh.empty(),
-              "collectives need a device mesh, but Program.mesh is empty "
-              "(a single-rank program)");
+  INSTR_CHECK(
+      !facts.mesh.empty(),
+      (op == Opcode::LocalSlice ? "LocalSlice needs" : "collectives need")
+          << " a device mesh, but Program.mesh is empty "
+             "(a single-rank program)");
   const std::vector<uint32_t> axes = toVector(ins.axes());
   INSTR_CHECK(!axes.empty(), opcodeName(op) << " names no mesh axes");
   int64_t n = 1;
@@ -871,6 +875,24 @@ Status InstructionChecker::checkCollective() {
         want[dim2] *= n;
       }
     }
+    return sameShape(out, want, "result");
+  }
+  case Opcode::LocalSlice: {
+    // Any dtype (a copy of a block); out may share bytes with x (the
+    // executor stages it).
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    const uint32_t in = inputs[0], out = outputs[0];
+    LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+    const std::vector<int64_t> &s = shape(in);
+    const int64_t dim = ins.dim();
+    LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
+    INSTR_CHECK(s[dim] % n == 0, "input dimension " << dim << " of "
+                                                    << shapeString(s)
+                                                    << " is not divisible by "
+                                                       "the group size "
+                                                    << n);
+    std::vector<int64_t> want = s;
+    want[dim] = s[dim] / n;
     return sameShape(out, want, "result");
   }
   case Opcode::Send:
@@ -955,15 +977,71 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                        << " leaves the global shape " << shapeString(global)
                        << " in dimension " << d);
     }
+    // ZeRO: grad_sharding / moment_sharding (when present) give the
+    // gradient / moments the global shape divided per dimension by the
+    // product of the sizes of that dimension's axes; else they have the
+    // parameter's local shape.
+    auto extraShape =
+        [&](const flatbuffers::Vector<flatbuffers::Offset<DimSharding>> *sh,
+            const char *field, std::vector<int64_t> &want) -> Status {
+      want = local;
+      if (!sh || sh->size() == 0)
+        return Status::success();
+      LOOM_CHECK(!facts.mesh.empty(),
+                 label << ": has " << field << " but Program.mesh is empty");
+      LOOM_CHECK(sh->size() == global.size(),
+                 label << ": " << field << " has " << sh->size()
+                       << " entries, expected one per dimension ("
+                       << global.size() << ")");
+      std::set<uint32_t> used;
+      for (uint32_t d = 0; d < sh->size(); ++d) {
+        const DimSharding *ds = sh->Get(d);
+        int64_t blocks = 1;
+        for (uint32_t a : toVector(ds ? ds->axes() : nullptr)) {
+          LOOM_CHECK(a < facts.mesh.size(),
+                     label << ": " << field << " of dimension " << d
+                           << " names axis " << a << ", but the mesh has "
+                           << facts.mesh.size() << " axes");
+          LOOM_CHECK(used.insert(a).second,
+                     label << ": " << field << ": mesh axis " << a
+                           << " shards more than one dimension (or twice)");
+          blocks *= facts.mesh[a];
+        }
+        LOOM_CHECK(global[d] % blocks == 0,
+                   label << ": " << field << ": dimension " << d
+                         << " of the global shape " << shapeString(global)
+                         << " is not divisible into " << blocks << " blocks");
+        want[d] = global[d] / blocks;
+      }
+      return Status::success();
+    };
+    std::vector<int64_t> gradShape, momentShape;
+    LOOM_RETURN_IF_ERROR(
+        extraShape(param->grad_sharding(), "grad_sharding", gradShape));
+    LOOM_RETURN_IF_ERROR(
+        extraShape(param->moment_sharding(), "moment_sharding", momentShape));
     // Training buffers: the gradient accumulator and the AdamW moments have
-    // the parameter's local shape, are F32 and share no bytes with it or
-    // each other (the update reads the gradient while writing the rest).
-    const std::pair<int32_t, const char *> extra[] = {
-        {param->grad_buffer(), "grad_buffer"},
-        {param->m_buffer(), "m_buffer"},
-        {param->v_buffer(), "v_buffer"}};
+    // those shapes, are F32 and share no bytes with the parameter or each
+    // other (the update reads the gradient while writing the rest).
+    struct Extra {
+      int32_t index;
+      const char *what;
+      const std::vector<int64_t> *shape;
+      const char *whose;
+    };
+    const bool gradSharded =
+        param->grad_sharding() && param->grad_sharding()->size() > 0;
+    const bool momentSharded =
+        param->moment_sharding() && param->moment_sharding()->size() > 0;
+    const Extra extra[] = {
+        {param->grad_buffer(), "grad_buffer", &gradShape,
+         gradSharded ? "grad_sharding's block" : "the parameter's"},
+        {param->m_buffer(), "m_buffer", &momentShape,
+         momentSharded ? "moment_sharding's block" : "the parameter's"},
+        {param->v_buffer(), "v_buffer", &momentShape,
+         momentSharded ? "moment_sharding's block" : "the parameter's"}};
     std::vector<uint32_t> owned = {b};
-    for (const auto &[index, what] : extra) {
+    for (const auto &[index, what, want, whose] : extra) {
       if (index == -1)
         continue;
       LOOM_CHECK(index >= 0 && static_cast<size_t>(index) < facts.shapes.size(),
@@ -971,12 +1049,11 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                        << " is out of range (the stage has "
                        << facts.shapes.size() << " buffers; -1 means none)");
       LOOM_CHECK(facts.dtypes[index] == DType::F32 &&
-                     facts.shapes[index] == local,
+                     facts.shapes[index] == *want,
                  label << ": " << what << " " << index << " is "
                        << shapeString(facts.shapes[index]) << " "
-                       << dtypeLabel(facts.dtypes[index])
-                       << ", expected the parameter's " << shapeString(local)
-                       << " F32");
+                       << dtypeLabel(facts.dtypes[index]) << ", expected "
+                       << whose << " " << shapeString(*want) << " F32");
       for (uint32_t other : owned)
         LOOM_CHECK(facts.offsets[index] >=
                            facts.offsets[other] + facts.bytes[other] ||

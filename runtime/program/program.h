@@ -14,6 +14,9 @@
 // non-empty: axes in range and distinct, the shape rules of each collective,
 // Send / Recv on one axis with peer in range; Param.sharding must cover
 // every dimension with distinct axes whose sizes multiply to global / local.
+// Param.grad_sharding / moment_sharding (ZeRO) give the grad / m / v buffers
+// the global shape divided per dimension by their blocks (else the param
+// buffer's shape): axes in range and distinct, each dimension divisible.
 // After a successful load the executor can index buffers and run kernels
 // without further checks. Every error is a Status naming the stage, the
 // instruction index and its name; no input makes the loader crash.
@@ -38,7 +41,7 @@ int64_t dtypeBytes(DType dtype);
 /// Opcode name as written in the schema ("Linear"), or "opcode <n>".
 std::string opcodeName(Opcode opcode);
 
-/// True for AllReduce .. Recv.
+/// True for AllReduce .. Recv (not LocalSlice, which communicates nothing).
 bool isCollective(Opcode opcode);
 
 /// Alignment the verifier requires of every buffer offset.

@@ -7,8 +7,9 @@
 loom.mesh @mesh <dp = 2>
 // CHECK-LABEL: func.func @lm_train(
 // CHECK-SAME: tensor<16x8xf32>
-// CHECK-SAME: %[[TOK:[a-z0-9]+]]: tensor<1x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}
-// CHECK-SAME: %[[TGT:[a-z0-9]+]]: tensor<1x4xi32> {loom.name = "targets", loom.role = #loom.role<target>}
+// CHECK-SAME: %[[TOK:[a-z0-9]+]]: tensor<1x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>, loom.sharding = #loom.sharding<@mesh, {{\[}}[dp], []]>}
+// CHECK-SAME: %[[TGT:[a-z0-9]+]]: tensor<1x4xi32> {loom.name = "targets", loom.role = #loom.role<target>, loom.sharding = #loom.sharding<@mesh, {{\[}}[dp], []]>}
+// CHECK-SAME: loom.partitioned
 // CHECK: loom.embedding {{.*}} -> tensor<1x4x8xf32>
 // CHECK: %[[LOSS:.*]] = loom.cross_entropy %{{.*}}, %[[TGT]] {num_tokens = 8 : i64} : tensor<1x4x16xf32>
 // CHECK: loom.cross_entropy_grad {{.*}} {num_tokens = 8 : i64}
@@ -22,7 +23,6 @@ loom.mesh @mesh <dp = 2>
 // CHECK: loom.all_reduce {{.*}} on @mesh [dp] sum {reason = "partial sum over [dp] of proj.grad, reduced for w.grad_accumulate"} : tensor<8x8xf32>
 // CHECK: %[[GLOBAL:.*]] = loom.all_reduce %[[LOSS]] on @mesh [dp] sum {reason = "partial sum over [dp] of loss, reduced for func.return"} : tensor<f32>
 // CHECK: return %[[GLOBAL]],
-// CHECK-NOT: loom.sharding
 // The optimizer sees whole, replicated gradients: no collective there.
 // CHECK-LABEL: func.func @lm_update(
 // CHECK-NOT: loom.all_reduce

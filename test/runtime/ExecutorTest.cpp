@@ -294,6 +294,47 @@ TEST(Executor, MovementOps) {
       EXPECT_EQ(itv[j * 2 + i], iav[i * 3 + j]);
 }
 
+TEST(Executor, LocalSliceOnOneRankCopies) {
+  // Mesh x=1: the group has one member, so the local block is all of x (any
+  // dtype), and nothing is communicated or counted.
+  for (int64_t dim : {0, 1}) {
+    auto p = emptyProgram(1, 1, 4);
+    auto axis = std::make_unique<fb::MeshAxisT>();
+    axis->name = "x";
+    axis->size = 1;
+    p->mesh.push_back(std::move(axis));
+    StageBuilder s(*p->stages[0]);
+    const uint32_t a = s.buffer("a", {2, 3});
+    const uint32_t b = s.buffer("b", {2, 3});
+    const uint32_t ia = s.buffer("ia", {3, 2}, fb::DType::I32);
+    const uint32_t ib = s.buffer("ib", {3, 2}, fb::DType::I32);
+    auto &f = s.op(fb::Opcode::LocalSlice, "ls", {a}, {b});
+    f.axes = {0};
+    f.dim = dim;
+    auto &i = s.op(fb::Opcode::LocalSlice, "ils", {ia}, {ib});
+    i.axes = {0};
+    i.dim = dim;
+    fb::LoadedProgram loaded;
+    auto ex = makeExecutor(*p, loaded);
+    ASSERT_TRUE(ex);
+    auto *av = static_cast<float *>(ex->bufferData(a));
+    auto *iav = static_cast<int32_t *>(ex->bufferData(ia));
+    for (int k = 0; k < 6; ++k) {
+      av[k] = 0.5f * static_cast<float>(k);
+      iav[k] = 100 + k;
+    }
+    ASSERT_TRUE(ex->run().ok());
+    EXPECT_EQ(bufferValues(*ex, b), bufferValues(*ex, a));
+    const auto *ibv = static_cast<const int32_t *>(ex->bufferData(ib));
+    for (int k = 0; k < 6; ++k)
+      EXPECT_EQ(ibv[k], 100 + k);
+    for (int64_t bytes : ex->communicator().stats().sentBytes)
+      EXPECT_EQ(bytes, 0);
+    for (int64_t calls : ex->communicator().stats().calls)
+      EXPECT_EQ(calls, 0);
+  }
+}
+
 TEST(Executor, InPlaceOperands) {
   // y = gelu(linear(x)) + b with outputs written over their inputs, versus
   // the same program with separate buffers.

@@ -3,11 +3,13 @@
 // loom-mpi-tests runs under `mpirun -np 4` (CTest entry loom-mpi-tests).
 // Every collective opcode through the executor on the mesh dp=2, tp=2 over
 // the groups {dp}, {tp} and {dp, tp}, with non-zero dims, against
-// expectations computed from the group's inputs; a send / recv ring; the
+// expectations computed from the group's inputs; LocalSlice over the same
+// groups and its AllGather round trip; a send / recv ring; the
 // byte counters against the ring formulas; the world-size mismatch error; a
 // data-parallel training program on 2 ranks (each half of the world) giving
 // the single-rank losses and weights; sharded parameter init and checkpoint
-// save / load. Every rank runs every test; the fixture's TearDown reports a
+// save / load; ZeRO-sharded AdamW moments of a replicated parameter saved as
+// global tensors and loaded back as each rank's block. Every rank runs every test; the fixture's TearDown reports a
 // failure on any rank on all ranks, and only rank 0 prints and writes
 // --gtest_output.
 //
@@ -242,6 +244,66 @@ TEST_F(Mpi, EveryCollectiveOverEveryGroup) {
   }
 }
 
+TEST_F(Mpi, LocalSliceIsTheInverseOfAllGather) {
+  // x is the same on every rank; LocalSlice keeps this rank's block (group
+  // rank order) without communicating, and AllGather on the same axes / dim
+  // rebuilds x.
+  for (std::vector<uint32_t> axes :
+       {std::vector<uint32_t>{0}, std::vector<uint32_t>{1},
+        std::vector<uint32_t>{0, 1}}) {
+    for (int64_t dim : {0, 1}) {
+      SCOPED_TRACE("axes " + std::to_string(axes.size()) + " first " +
+                   std::to_string(axes[0]) + " dim " + std::to_string(dim));
+      const std::vector<int64_t> xs = {4, 8};
+      auto p = emptyProgram(2, 4, 16);
+      addMesh(*p, {{"dp", 2}, {"tp", 2}});
+      ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+      const int64_t n = comm->groupSize(axes), b = comm->groupRank(axes);
+      std::vector<int64_t> ls = xs;
+      ls[dim] /= n;
+      StageBuilder s(*p->stages[0]);
+      const uint32_t x = s.buffer("x", xs), l = s.buffer("l", ls),
+                     g = s.buffer("g", xs);
+      auto &slice = s.op(fb::Opcode::LocalSlice, "ls", {x}, {l});
+      slice.axes = axes;
+      slice.dim = dim;
+      auto &gather = s.op(fb::Opcode::AllGather, "ag", {l}, {g});
+      gather.axes = axes;
+      gather.dim = dim;
+      program::LoadedProgram loaded;
+      Status st = program::loadProgramBytes(serialize(*p), "ls.loom", loaded);
+      ASSERT_TRUE(st.ok()) << st.toString();
+      std::unique_ptr<Executor> ex;
+      st = Executor::create(loaded, 0, 1, ex, comm.get());
+      ASSERT_TRUE(st.ok()) << st.toString();
+      float *xv = static_cast<float *>(ex->bufferData(x));
+      for (int64_t i = 0; i < 32; ++i)
+        xv[i] = 0.25f * static_cast<float>(i) - 3.0f;
+      comm->resetStats();
+      st = ex->run();
+      ASSERT_TRUE(st.ok()) << st.toString();
+      const float *lv = static_cast<const float *>(ex->bufferData(l));
+      for (int64_t i = 0; i < program::shapeNumel(ls); ++i) {
+        std::vector<int64_t> idx = unflatten(i, ls);
+        idx[dim] += b * ls[dim];
+        ASSERT_EQ(lv[i], xv[flatten(idx, xs)])
+            << "element " << i << " rank " << comm->rank();
+      }
+      const float *gv = static_cast<const float *>(ex->bufferData(g));
+      for (int64_t i = 0; i < 32; ++i)
+        ASSERT_EQ(gv[i], xv[i]) << "element " << i << " rank " << comm->rank();
+      // Only the AllGather communicated.
+      const CommStats &stats = comm->stats();
+      for (int k = 0; k < kNumCommKinds; ++k)
+        EXPECT_EQ(stats.calls[k],
+                  k == static_cast<int>(CommKind::AllGather) ? 1 : 0)
+            << commKindName(static_cast<CommKind>(k));
+      EXPECT_EQ(stats.sentBytes[static_cast<int>(CommKind::AllGather)],
+                ringBytes(CommKind::AllGather, 32 * 4, n));
+    }
+  }
+}
+
 TEST_F(Mpi, SendRecvRing) {
   // Mesh ring=4: rank r sends to r+1 and receives from r-1 (per-rank
   // programs: peers are absolute coordinates).
@@ -472,6 +534,110 @@ TEST_F(Mpi, ShardedParamsInitAndCheckpoint) {
       ASSERT_EQ(lw[i * 3 + j], w[(4 * dpc + i) * 6 + 3 * tpc + j]);
   MPI_Barrier(MPI_COMM_WORLD);
   if (r == 0)
+    std::remove(path.c_str());
+}
+
+TEST_F(Mpi, ZeroShardedMomentsCheckpoint) {
+  // ZeRO-1 on two jobs of 2 ranks (world {0, 1} and {2, 3}), mesh dp=2:
+  // w [4, 3] is replicated, its gradient too, but m / v hold rows
+  // [2d, 2d + 2) on dp rank d (moment_sharding: dim 0 over dp).
+  const int r = comm->rank();
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &half);
+  std::unique_ptr<Communicator> dp;
+  ASSERT_TRUE(MpiCommunicator::create(half, dp).ok());
+  MPI_Comm_free(&half);
+  const int d = dp->rank();
+
+  auto p = emptyProgram(2, 4, 16);
+  addMesh(*p, {{"dp", 2}});
+  StageBuilder s(*p->stages[0]);
+  const uint32_t w = s.param("w", {4, 3});
+  auto &param = *s.stage.params.back();
+  param.grad_buffer = static_cast<int32_t>(s.buffer("grad.w", {4, 3}));
+  const uint32_t m = s.buffer("m.w", {2, 3}), v = s.buffer("v.w", {2, 3});
+  param.m_buffer = static_cast<int32_t>(m);
+  param.v_buffer = static_cast<int32_t>(v);
+  for (std::vector<uint32_t> axes : {std::vector<uint32_t>{0}, {}}) {
+    auto ds = std::make_unique<fb::DimShardingT>();
+    ds->axes = axes;
+    param.moment_sharding.push_back(std::move(ds));
+  }
+  // A training program: an update list and the lr / step scalars.
+  s.stage.lr = static_cast<int32_t>(s.buffer("lr", {}));
+  s.stage.step = static_cast<int32_t>(s.buffer("step", {}));
+  s.updateOp(fb::Opcode::Fill, "noop", {}, {s.buffer("scratch", {})}).value =
+      1.0;
+  program::LoadedProgram loaded;
+  Status st = program::loadProgramBytes(serialize(*p), "zero1", loaded);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  std::unique_ptr<Executor> ex;
+  st = Executor::create(loaded, 0, 5, ex, dp.get());
+  ASSERT_TRUE(st.ok()) << st.toString();
+  ASSERT_TRUE(ex->isTraining());
+  const ParamView &pv = ex->params()[0];
+  EXPECT_FALSE(pv.sharded());
+  EXPECT_EQ(pv.momentSharding,
+            (std::vector<std::vector<uint32_t>>{{0}, {}}));
+  const ParamView mv = momentView(*ex, pv);
+  EXPECT_EQ(mv.localShape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(mv.sliceOffset, (std::vector<int64_t>{2 * d, 0}));
+
+  // Global moments: m[i][j] = 10 i + j + 0.5, v[i][j] = 100 + i * 3 + j.
+  auto gm = [](int i, int j) { return 10.0f * i + j + 0.5f; };
+  auto gv = [](int i, int j) { return 100.0f + 3 * i + j; };
+  float *lm = static_cast<float *>(ex->bufferData(m));
+  float *lv = static_cast<float *>(ex->bufferData(v));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      lm[i * 3 + j] = gm(2 * d + i, j);
+      lv[i * 3 + j] = gv(2 * d + i, j);
+    }
+  std::vector<float> weights(
+      static_cast<const float *>(ex->bufferData(w)),
+      static_cast<const float *>(ex->bufferData(w)) + 12);
+
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/loom_mpi_zero_" + std::to_string(pid) + "_" +
+                           std::to_string(r / 2) + ".safetensors";
+  st = saveCheckpoint(*ex, path, 7);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (d == 0) {
+    SafetensorsFile file;
+    ASSERT_TRUE(readSafetensors(path, file).ok());
+    const SafeTensor *tw = file.find("w"), *tm = file.find(expAvgName("w")),
+                     *tv = file.find(expAvgSqName("w"));
+    ASSERT_TRUE(tw && tm && tv);
+    EXPECT_EQ(tm->shape, (std::vector<int64_t>{4, 3}));
+    EXPECT_EQ(tv->shape, (std::vector<int64_t>{4, 3}));
+    std::vector<float> vw, vm, vv;
+    ASSERT_TRUE(toFloat32(*tw, vw).ok());
+    ASSERT_TRUE(toFloat32(*tm, vm).ok());
+    ASSERT_TRUE(toFloat32(*tv, vv).ok());
+    EXPECT_EQ(vw, weights);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_EQ(vm[i * 3 + j], gm(i, j)) << i << "," << j;
+        EXPECT_EQ(vv[i * 3 + j], gv(i, j)) << i << "," << j;
+      }
+    EXPECT_EQ(file.metadata["step"], "7");
+  }
+  // Load: each rank takes its rows of the global moments back.
+  std::fill(lm, lm + 6, 0.0f);
+  std::fill(lv, lv + 6, 0.0f);
+  int64_t steps = 0;
+  st = loadCheckpoint(*ex, path, &steps);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  EXPECT_EQ(steps, 7);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(lm[i * 3 + j], gm(2 * d + i, j)) << "rank " << r;
+      EXPECT_EQ(lv[i * 3 + j], gv(2 * d + i, j)) << "rank " << r;
+    }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (d == 0)
     std::remove(path.c_str());
 }
 

@@ -504,6 +504,56 @@ TEST(ProgramVerifier, CollectiveShapes) {
   }
 }
 
+TEST(ProgramVerifier, LocalSliceShapes) {
+  using O = fb::Opcode;
+  EXPECT_FALSE(fb::isCollective(O::LocalSlice));
+  EXPECT_TRUE(
+      load(*withCollective(O::LocalSlice, {4, 6}, {2, 6}, {0}, 0)).ok());
+  EXPECT_TRUE(
+      load(*withCollective(O::LocalSlice, {4, 6}, {4, 3}, {1}, 1)).ok());
+  EXPECT_TRUE(
+      load(*withCollective(O::LocalSlice, {4, 8}, {4, 2}, {1, 0}, 1)).ok());
+  {
+    auto p = withCollective(O::LocalSlice, {4, 6}, {1, 6}, {0, 1}, 0);
+    auto &bufs = stage0(*p).buffers;
+    bufs[bufs.size() - 2]->dtype = fb::DType::I32;
+    bufs[bufs.size() - 1]->dtype = fb::DType::I32;
+    EXPECT_TRUE(load(*p).ok());
+    bufs[bufs.size() - 1]->dtype = fb::DType::F32;
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("must be I32, got F32"), std::string::npos)
+        << s.message();
+  }
+  auto expectError = [](std::unique_ptr<fb::ProgramT> p,
+                        const std::string &needle) {
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expectError(withCollective(O::LocalSlice, {4, 6}, {4, 6}, {0}, 0),
+              "expected [2, 6]");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {2, 6}, {0}, 2),
+              "dim 2 is out of range");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {2, 6}, {0}, -1),
+              "dim -1 is out of range");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {4, 6}, {1, 0}, 1),
+              "not divisible by the group size 4");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {2, 6}, {2}, 0),
+              "axis 2 is out of range (the mesh has 2 axes)");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {1, 6}, {0, 0}, 0),
+              "axis 0 appears twice");
+  expectError(withCollective(O::LocalSlice, {4, 6}, {4, 6}, {}, 0),
+              "names no mesh axes");
+  {
+    auto p = miniGpt();
+    auto &ins = stage0(*p).instructions[6];
+    ins->opcode = O::LocalSlice;
+    ins->name = "ls";
+    expectError(std::move(p), "LocalSlice needs a device mesh");
+  }
+}
+
 TEST(ProgramVerifier, ParamSharding) {
   auto sharded = [](std::vector<std::vector<uint32_t>> dims,
                     std::vector<int64_t> local) {
@@ -530,6 +580,87 @@ TEST(ProgramVerifier, ParamSharding) {
   rejected(sharded({{0}}, {4, 6}), "sharding has 1 entries");
   rejected(sharded({{0}, {0}}, {4, 3}), "mesh axis 0 shards more than one");
   rejected(sharded({{3}, {}}, {4, 6}), "names axis 3");
+}
+
+TEST(ProgramVerifier, ZeroGradAndMomentSharding) {
+  // A replicated [8, 6] parameter whose gradient and moments are sharded
+  // (ZeRO-1/2): their buffers have the global shape divided by the blocks.
+  using Dims = std::vector<std::vector<uint32_t>>;
+  auto zero = [](Dims grad, Dims moment, std::vector<int64_t> gradShape,
+                 std::vector<int64_t> momentShape,
+                 std::vector<int64_t> vShape = {}) {
+    auto p = withCollective(fb::Opcode::AllReduce, {4}, {4}, {0});
+    StageBuilder s(stage0(*p));
+    s.param("extra.weight", {8, 6});
+    auto &param = *stage0(*p).params.back();
+    param.grad_buffer = static_cast<int32_t>(s.buffer("g", gradShape));
+    param.m_buffer = static_cast<int32_t>(s.buffer("m", momentShape));
+    param.v_buffer = static_cast<int32_t>(
+        s.buffer("v", vShape.empty() ? momentShape : vShape));
+    auto fill = [](Dims dims, std::vector<std::unique_ptr<fb::DimShardingT>> &out) {
+      for (auto &axes : dims) {
+        auto ds = std::make_unique<fb::DimShardingT>();
+        ds->axes = axes;
+        out.push_back(std::move(ds));
+      }
+    };
+    fill(grad, param.grad_sharding);
+    fill(moment, param.moment_sharding);
+    return p;
+  };
+  auto accepted = [](std::unique_ptr<fb::ProgramT> p) {
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  };
+  // Unsharded grad / m / v: the parameter's shape, as before.
+  accepted(zero({}, {}, {8, 6}, {8, 6}));
+  // ZeRO-1: moments over dp on dim 0; ZeRO-2: the gradient too.
+  accepted(zero({}, {{0}, {}}, {8, 6}, {4, 6}));
+  accepted(zero({{0}, {}}, {{0}, {}}, {4, 6}, {4, 6}));
+  // Both axes on one dimension, or one axis per dimension; an all-empty
+  // sharding is replicated (the global shape).
+  accepted(zero({{0, 1}, {}}, {{1}, {0}}, {2, 6}, {4, 3}));
+  accepted(zero({{}, {}}, {{}, {}}, {8, 6}, {8, 6}));
+  auto rejected = [](std::unique_ptr<fb::ProgramT> p,
+                     std::vector<std::string> needles) {
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << needles[0];
+    for (const std::string &n : needles)
+      EXPECT_NE(s.message().find(n), std::string::npos)
+          << s.message() << "\nmissing: " << n;
+  };
+  // The moments are sharded, but m keeps the parameter's shape.
+  rejected(zero({}, {{0}, {}}, {8, 6}, {8, 6}),
+           {"'extra.weight'", "m_buffer",
+            "expected moment_sharding's block [4, 6] F32"});
+  // v disagrees with m.
+  rejected(zero({}, {{0}, {}}, {8, 6}, {4, 6}, {8, 3}),
+           {"v_buffer", "is [8, 3]", "expected moment_sharding's block [4, 6]"});
+  // The gradient is sharded but keeps the parameter's shape.
+  rejected(zero({{1}, {}}, {}, {8, 6}, {8, 6}),
+           {"grad_buffer", "expected grad_sharding's block [4, 6] F32"});
+  // Without grad_sharding the gradient has the parameter's shape.
+  rejected(zero({}, {}, {4, 6}, {8, 6}),
+           {"grad_buffer", "expected the parameter's [8, 6] F32"});
+  rejected(zero({}, {{0}}, {8, 6}, {4, 6}),
+           {"moment_sharding has 1 entries, expected one per dimension (2)"});
+  rejected(zero({{0}, {0}}, {}, {4, 3}, {8, 6}),
+           {"grad_sharding: mesh axis 0 shards more than one"});
+  rejected(zero({}, {{2}, {}}, {8, 6}, {4, 6}),
+           {"moment_sharding of dimension 0 names axis 2, but the mesh has 2"});
+  // 6 columns do not split into 4 blocks.
+  rejected(zero({}, {{}, {0, 1}}, {8, 6}, {8, 1}),
+           {"moment_sharding: dimension 1 of the global shape [8, 6] is not "
+            "divisible into 4 blocks"});
+  // Sharded state needs a mesh.
+  {
+    auto p = zero({}, {{0}, {}}, {8, 6}, {4, 6});
+    p->mesh.clear();
+    stage0(*p).instructions.pop_back(); // the AllReduce
+    p->model->batch = 2;
+    rejected(std::move(p),
+             {"has moment_sharding but Program.mesh is empty"});
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -446,9 +446,29 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
              << what << " has an initializer but is not a param";
     return success();
   }
-  if (name == kShardingAttr)
+  if (name == kShardingAttr) {
+    // In a partitioned function the type is local and the sharding global:
+    // the global shape is the local one times the splits, so only the axes
+    // and the rank are checked.
+    if (op->hasAttr(kPartitionedAttr)) {
+      auto sharding = dyn_cast<ShardingAttr>(attr.getValue());
+      auto type = dyn_cast<RankedTensorType>(argType);
+      MeshOp meshOp = sharding ? lookupMesh(op, sharding.getMesh()) : MeshOp();
+      if (!sharding || !type || !meshOp ||
+          sharding.getRank() != static_cast<unsigned>(type.getRank()))
+        return op->emitOpError()
+               << what << " sharding must be a #loom.sharding of the "
+                          "argument's rank on a declared mesh";
+      for (unsigned d = 0; d < sharding.getRank(); ++d)
+        for (StringRef axis : sharding.getDimAxes(d))
+          if (!meshOp.getShape().findAxis(axis))
+            return op->emitOpError() << what << " sharding names unknown axis '"
+                                     << axis << "'";
+      return success();
+    }
     return verifyAttachedSharding(op, attr.getValue(), argType,
                                   what + " sharding");
+  }
   if (name == kOffsetAttr) {
     auto offset = dyn_cast<IntegerAttr>(attr.getValue());
     if (!offset || offset.getInt() < 0)
@@ -544,6 +564,12 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
     if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
       return op->emitOpError() << "loom.arena_bytes must be a non-negative "
                                   "integer on a function";
+    return success();
+  }
+  if (name == kPartitionedAttr) {
+    if (!isa<UnitAttr>(attr.getValue()) || !isa<FunctionOpInterface>(op))
+      return op->emitOpError() << "loom.partitioned must be a unit attribute "
+                                  "on a function";
     return success();
   }
   if (name == kTrainAttr) {

@@ -67,6 +67,9 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kUpdatesAttr = "loom.updates";
     /// On a function: {phase = "microbatch"|"update", microbatches = M}.
     static constexpr ::llvm::StringLiteral kTrainAttr = "loom.train";
+    // Written by --loom-partition: the function has per-rank (local)
+    // shapes; its arguments' loom.sharding still describe the global layout.
+    static constexpr ::llvm::StringLiteral kPartitionedAttr = "loom.partitioned";
 
   private:
     void registerAttributes();

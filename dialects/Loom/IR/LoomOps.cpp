@@ -520,6 +520,28 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
 }
 std::optional<int64_t> AllGatherOp::getGroupSize() { return groupSizeOf(*this); }
 
+// local_slice
+LogicalResult LocalSliceOp::verify() {
+  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+LogicalResult LocalSliceOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  FailureOr<int64_t> n =
+      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
+  if (failed(n))
+    return failure();
+  int64_t extent = shapeOf(getInput())[getDim()];
+  if (extent % *n != 0)
+    return emitOpError() << "dimension " << getDim() << " of size " << extent
+                         << " is not divisible by the group size " << *n;
+  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
+                          extent / *n);
+}
+std::optional<int64_t> LocalSliceOp::getGroupSize() {
+  return groupSizeOf(*this);
+}
+
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
   if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))

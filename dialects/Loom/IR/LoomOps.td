@@ -452,6 +452,30 @@ def Loom_AllToAllOp : Loom_CollectiveOp<"all_to_all", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Loom_LocalSliceOp : Loom_CollectiveOp<"local_slice", [Pure]> {
+  let summary = "This rank's block of a replicated value (no communication)";
+  let description = [{
+    The inverse of `loom.all_gather` on the same axes and dimension: each
+    member keeps block i (its index in the group) of `dim`. The partitioner
+    uses it where a whole value meets a consumer that works on shards, as
+    ZeRO's sharded optimizer step does with a replicated parameter.
+
+    ```mlir
+    %shard = loom.local_slice %w on @mesh [dp] dim 0
+        : tensor<768x3072xf32> -> tensor<96x3072xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim,
+                       OptionalAttr<StrAttr>:$reason);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim attr-dict `:`
+    type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 def Loom_SendOp : Loom_CollectiveOp<"send", [MemoryEffects<[MemWrite]>]> {
   let summary = "Send a value to the device at another coordinate of one axis";
   let description = [{
