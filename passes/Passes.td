@@ -135,8 +135,10 @@ def LoomZero : Pass<"loom-zero", "::mlir::ModuleOp"> {
     of every function are split by rows over `axis`; propagation then splits
     every activation, and the weight gradients, sums over split tokens, come
     out as partial sums that the partitioner all-reduces. Stage 0 is DDP.
-    Stages 1-3 (sharding optimizer state, gradients, parameters) are not
-    implemented yet and are refused.
+    Stage 1 also splits the AdamW moments (on their first dimension the
+    axis divides): each rank updates its shard of every parameter, which
+    the partitioner then all-gathers. Stages 2-3 (sharding gradients and
+    parameters) are not implemented yet and are refused.
 
     **Options:**
     * `stage`: ZeRO stage (0 = DDP).

@@ -22,6 +22,44 @@ namespace {
 struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   using Base::Base;
 
+  /// Stage 1: the AdamW moments are split on their first dimension that
+  /// the axis divides, so each rank updates its shard of every parameter;
+  /// parameters and gradients are seeded whole so propagation keeps them
+  /// replicated, and the updated shards are all-gathered. State no
+  /// dimension of which the axis divides stays whole.
+  LogicalResult seedOptimizerState(func::FuncOp func, MeshOp mesh) {
+    Builder b(func.getContext());
+    int64_t n = mesh.getShape().getAxisSizes()[*mesh.getShape().findAxis(axis)];
+    for (BlockArgument arg : func.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      if (!role || !type)
+        continue;
+      Role r = role.getValue();
+      if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
+          r != Role::AdamV)
+        continue;
+      // The first dimension the axis divides (wte's vocabulary rows rarely
+      // divide; its width does).
+      std::optional<unsigned> splitDim;
+      if (r == Role::AdamM || r == Role::AdamV)
+        for (unsigned d = 0; d < type.getRank() && !splitDim; ++d)
+          if (type.getShape()[d] % n == 0)
+            splitDim = d;
+      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+      if (splitDim)
+        dims[*splitDim] = b.getArrayAttr({b.getStringAttr(axis)});
+      func.setArgAttr(i, LoomDialect::kShardingAttr,
+                      ShardingAttr::get(func.getContext(),
+                                        FlatSymbolRefAttr::get(
+                                            mesh.getSymNameAttr()),
+                                        b.getArrayAttr(dims),
+                                        b.getArrayAttr({})));
+    }
+    return success();
+  }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (stage < 0 || stage > 3) {
@@ -29,11 +67,11 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
                          << static_cast<int64_t>(stage);
       return signalPassFailure();
     }
-    if (stage != 0) {
+    if (stage >= 2) {
       module.emitError()
           << "loom-zero: stage " << static_cast<int64_t>(stage)
-          << " (sharding optimizer state, gradients or parameters over "
-          << axis << ") is not implemented yet; use stage 0 (DDP)";
+          << " (sharding gradients or parameters over " << axis
+          << ") is not implemented yet; use stage 0 (DDP) or 1";
       return signalPassFailure();
     }
     SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
@@ -74,6 +112,8 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
           return signalPassFailure();
         func.setArgAttr(i, LoomDialect::kShardingAttr, sharding);
       }
+      if (stage >= 1 && failed(seedOptimizerState(func, mesh)))
+        return signalPassFailure();
     }
   }
 };

@@ -631,8 +631,15 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     cfg.beta2 = ins.beta2();
     cfg.eps = ins.adam_eps();
     cfg.weightDecay = ins.weight_decay();
-    cpu::adamwStep(f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]),
-                   bufferNumel(in[0]), cfg);
+    // The kernel updates in place: an output that is not its input buffer
+    // (ZeRO's fresh parameter shard) starts as a copy of it.
+    const uint32_t state[3] = {in[0], in[2], in[3]};
+    for (size_t k = 0; k < 3; ++k)
+      if (out[k] != state[k])
+        std::memmove(outF(k), bufferData(state[k]),
+                     static_cast<size_t>(bufferNumel(state[k])) * sizeof(float));
+    cpu::adamwStep(outF(0), f32(in[1]), outF(1), outF(2), bufferNumel(in[0]),
+                   cfg);
     break;
   }
   case Opcode::AllReduce:

@@ -641,11 +641,13 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(scalar(inputs[4], "lr (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(inputs[5], "step (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(inputs[6], "coef (scalar)"));
-    INSTR_CHECK(outputs[0] == p && outputs[1] == m && outputs[2] == v,
-                "outputs must be the param, m and v inputs (buffers "
-                    << p << ", " << m << ", " << v
-                    << "; updated in place), got " << outputs[0] << ", "
-                    << outputs[1] << ", " << outputs[2]);
+    // Outputs are the updated param, m and v: usually the input buffers
+    // themselves (in place); ZeRO writes the updated parameter shard to a
+    // fresh buffer before all-gathering it.
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], shape(p), "updated param"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[1], shape(p), "updated m"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[2], shape(p), "updated v"));
+    LOOM_RETURN_IF_ERROR(allF32({outputs[0], outputs[1], outputs[2]}, "output"));
     const uint32_t state[] = {p, g, m, v};
     const char *names[] = {"param", "grad", "m", "v"};
     for (int a = 0; a < 4; ++a)

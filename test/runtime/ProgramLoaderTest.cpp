@@ -930,7 +930,7 @@ TEST(ProgramVerifier, OptimizerInstructions) {
         auto &ins = update(p, w);
         ins.outputs[1] = bufferIndex(p, "d.fc");
       },
-      {"outputs must be the param, m and v inputs"});
+      {"updated m", "expected [16, 64]"});
   expectTrainRejected(
       [&](fb::ProgramT &p) {
         update(p, w).inputs[1] = bufferIndex(p, "grad.h.0.mlp.c_proj.weight");
