@@ -646,9 +646,12 @@ int main(int argc, char **argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (worldRank() != 0) {
     // One report: rank 0 prints and writes --gtest_output.
+    // The flag alone is not enough: InitGoogleTest already installed the
+    // XML/JSON writer, and every rank writing one file interleaves them.
     ::testing::GTEST_FLAG(output) = "";
     auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    delete listeners.Release(listeners.default_xml_generator());
   }
   const int rc = RUN_ALL_TESTS();
   int any = 0;
