@@ -216,26 +216,29 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     if (auto attrs = op.getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
       for (auto [result, attr] : llvm::zip(op.getResults(), attrs))
         record(result, layoutOf(cast<ShardingAttr>(attr)));
-    // Operands: no partial sums; dimensions the rule keeps whole, whole.
     auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
     if (!ruleOp)
       continue; // collectives already placed by hand keep their operands
-    // Addition is linear: partial sums over the same axes add up to the
-    // partial sum of the result, so reduce once after instead of twice
-    // before (a tied embedding's two gradient contributions).
-    if (auto add = dyn_cast<AddOp>(op)) {
-      Layout lhs = layout(add.getLhs()), rhs = layout(add.getRhs());
-      if (!lhs.partial.empty() && lhs.partial == rhs.partial &&
-          lhs.dims == rhs.dims &&
-          add.getLhs().getType() == add.getRhs().getType()) {
-        record(add.getResult(), lhs);
+    ShardingRule rule = ruleOp.getShardingRule();
+    // An op linear in its operands (addition) passes partial sums through
+    // when every operand holds the same ones: reduce once after it instead
+    // of once per operand (a tied embedding's two gradient contributions).
+    if (rule.partialSumsPassThrough && op.getNumResults() == 1) {
+      Layout first = layout(op.getOperand(0));
+      bool samePartials =
+          !first.partial.empty() &&
+          llvm::all_of(op.getOperands(), [&](Value v) {
+            Layout l = layout(v);
+            return l.partial == first.partial && l.dims == first.dims;
+          });
+      if (samePartials) {
+        record(op.getResult(0), first);
         continue;
       }
     }
     // Operands: each dimension split the way its factor is split in the
     // op's results (as propagation decided), no partial sums, and
     // dimensions the rule keeps whole, whole.
-    ShardingRule rule = ruleOp.getShardingRule();
     SmallVector<std::optional<SmallVector<StringRef>>> factorAxes(
         rule.factorSizes.size());
     for (auto [r, result] : llvm::enumerate(op.getResults())) {

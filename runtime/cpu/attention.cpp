@@ -24,6 +24,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/attention.h"
+#include "runtime/cpu/vector_exp.h"
 
 #include <algorithm>
 #include <cblas.h>
@@ -50,27 +51,9 @@ inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
               static_cast<int>(ldc));
 }
 
-/// exp(t) for t <= 0 (t < -80 is treated as -80: ~1.8e-35, never a
-/// denormal), within ~2 ulp of expf. Branch-free Cephes-style polynomial so
-/// that the softmax loop vectorizes without -ffast-math. (gelu.cpp has the
-/// same routine.)
+/// exp(t) for t <= 0 (the softmax subtracts the row maximum first).
 inline float expNonPositive(float t) {
-  t = t < -80.0f ? -80.0f : t;
-  const float kMagic = 12582912.0f; // 1.5 * 2^23: round to nearest integer
-  float n = (t * 1.44269504088896341f + kMagic) - kMagic;
-  float r = t - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  return expClamped(t < -80.0f ? -80.0f : t);
 }
 
 /// In place: a[0..n) (scaled scores) -> softmax probabilities; a[n..T) = 0.

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/gelu.h"
+#include "runtime/cpu/vector_exp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,28 +30,6 @@ constexpr float kGeluCube = 0.044715f;
 #define LOOM_GELU_CLONES
 #endif
 
-/// exp(t) for t in [-80, 80] (callers clamp), within ~2 ulp of expf.
-/// Branch-free so that loops calling it vectorize. (attention.cpp has a copy.)
-inline float expClamped(float t) {
-  // n = round(t / ln 2) via the 1.5 * 2^23 trick (no fast-math needed).
-  const float kMagic = 12582912.0f;
-  float n = (t * 1.44269504088896341f + kMagic) - kMagic;
-  // r = t - n ln 2 in two steps (Cephes C1 + C2).
-  float r = t - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  // Multiply by 2^n, n in [-116, 116]: build the float's exponent bits.
-  int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
-}
 
 /// v clamped to [-bound, bound]. Both bounds are computed, then one is
 /// picked: two chained selects let GCC jump-thread (and constant-fold exp)

@@ -197,6 +197,9 @@ private:
   Status checkMovement();
   Status checkTraining();
   Status checkCollective();
+  /// Layer norm (forward or gradient) over rows of `x`: epsilon in (0, 1),
+  /// scratch empty or [mean, rstd] with one value per row.
+  Status checkLayerNormStats(const std::vector<int64_t> &x);
   Status checkAttentionShape(const std::vector<int64_t> &q,
                              const std::vector<int64_t> &out, const char *role);
 
@@ -208,6 +211,20 @@ private:
 
 #define INSTR_CHECK(cond, streamExpr)                                          \
   LOOM_CHECK(cond, prefix << ": " << streamExpr)
+
+Status InstructionChecker::checkLayerNormStats(const std::vector<int64_t> &x) {
+  const double eps = ins.epsilon();
+  INSTR_CHECK(eps > 0.0 && eps < 1.0, "epsilon must be in (0, 1), got " << eps);
+  INSTR_CHECK(scratch.empty() || scratch.size() == 2,
+              "scratch must be empty or [mean, rstd], got " << scratch.size()
+                                                            << " buffers");
+  const int64_t rows = shapeNumel(x) / x.back();
+  for (uint32_t b : scratch) {
+    LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
+    LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
+  }
+  return Status::success();
+}
 
 Status InstructionChecker::counts(size_t minIn, size_t maxIn, size_t nOut,
                                   size_t maxScratch, size_t maxOut) {
@@ -398,18 +415,7 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], {x.back()}, "weight"));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {x.back()}, "bias"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "result"));
-    const double eps = ins.epsilon();
-    INSTR_CHECK(eps > 0.0 && eps < 1.0,
-                "epsilon must be in (0, 1), got " << eps);
-    INSTR_CHECK(scratch.empty() || scratch.size() == 2,
-                "scratch must be empty or [mean, rstd], got " << scratch.size()
-                                                              << " buffers");
-    const int64_t rows = shapeNumel(x) / x.back();
-    for (uint32_t b : scratch) {
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
-      LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
-    }
-    return Status::success();
+    return checkLayerNormStats(x);
   }
   case Opcode::Gelu:
   case Opcode::Softmax: {
@@ -539,18 +545,7 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "dinput"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[1], {x.back()}, "dweight"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[2], {x.back()}, "dbias"));
-    const double eps = ins.epsilon();
-    INSTR_CHECK(eps > 0.0 && eps < 1.0,
-                "epsilon must be in (0, 1), got " << eps);
-    INSTR_CHECK(scratch.empty() || scratch.size() == 2,
-                "scratch must be empty or [mean, rstd], got " << scratch.size()
-                                                              << " buffers");
-    const int64_t rows = shapeNumel(x) / x.back();
-    for (uint32_t b : scratch) {
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
-      LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
-    }
-    return Status::success();
+    return checkLayerNormStats(x);
   }
   case Opcode::GeluGrad:
   case Opcode::SoftmaxGrad: {

@@ -2,6 +2,7 @@
 
 #include "tools/loom/StrategyFlags.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -18,10 +19,16 @@ static bool parsePositive(llvm::StringRef text, int64_t &out) {
   return !text.getAsInteger(10, out) && out >= 1;
 }
 
+bool loom::cli::strategyFlagTakesValue(const std::string &flag) {
+  static const char *const kValueFlags[] = {
+      "--mesh",           "--zero",    "--microbatches", "--schedule",
+      "--virtual-stages", "--backend", "--precision"};
+  return llvm::is_contained(kValueFlags, flag);
+}
+
 bool loom::cli::parseStrategyFlag(const std::string &flag,
                                   const std::string &value, Strategy &s,
-                                  std::string &error, bool &usedValue) {
-  usedValue = true;
+                                  std::string &error) {
   if (flag == "--mesh") {
     // dp=2,tp=2,pp=2 ; axes not named stay 1.
     llvm::SmallVector<llvm::StringRef> parts;
@@ -82,7 +89,6 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
       error = "--precision is fp32 or bf16, got '" + value + "'";
     return true;
   }
-  usedValue = false;
   if (flag == "--sequence-parallel") {
     s.sequenceParallel = true;
     return true;

@@ -29,11 +29,14 @@ struct Strategy {
   int64_t worldSize() const;
 };
 
+/// Whether `flag` is a strategy flag that takes a value (--mesh, --zero,
+/// ...); --sequence-parallel is a switch.
+bool strategyFlagTakesValue(const std::string &flag);
+
 /// Consumes `flag` (with `value`) if it is a strategy flag. Returns false
 /// if `flag` is not one; sets `error` when it is one with a bad value.
 bool parseStrategyFlag(const std::string &flag, const std::string &value,
-                       Strategy &strategy, std::string &error,
-                       bool &usedValue);
+                       Strategy &strategy, std::string &error);
 
 /// Checks that this build can compile `strategy` (for a training step when
 /// `train`); sets `error` otherwise.

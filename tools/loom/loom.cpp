@@ -94,12 +94,7 @@ std::optional<Invocation> parse(const std::string &command,
     }
     if (flag == "-o")
       flag = "--output";
-    bool needsValue = valueFlags.count(flag) ||
-                      (flag != "--sequence-parallel" &&
-                       (flag == "--mesh" || flag == "--zero" ||
-                        flag == "--microbatches" || flag == "--schedule" ||
-                        flag == "--virtual-stages" || flag == "--backend" ||
-                        flag == "--precision"));
+    bool needsValue = valueFlags.count(flag) || strategyFlagTakesValue(flag);
     if (needsValue && !inlineValue) {
       if (i + 1 >= args.size()) {
         fail(command, flag + " needs a value");
@@ -108,8 +103,7 @@ std::optional<Invocation> parse(const std::string &command,
       value = args[++i];
     }
     std::string error;
-    bool usedValue = false;
-    if (parseStrategyFlag(flag, value, inv.strategy, error, usedValue)) {
+    if (parseStrategyFlag(flag, value, inv.strategy, error)) {
       if (!error.empty()) {
         fail(command, error);
         return std::nullopt;

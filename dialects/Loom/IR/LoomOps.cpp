@@ -498,6 +498,23 @@ static LogicalResult verifyResizedDim(Operation *op, Value input, Value result,
   return success();
 }
 
+/// Ops that leave each group member one block of `dim` (reduce_scatter,
+/// local_slice): the dimension divides by the group size and the result
+/// has the block's size.
+static LogicalResult verifySplitDim(Operation *op,
+                                    SymbolTableCollection &symbols,
+                                    FlatSymbolRefAttr mesh, ArrayAttr axes,
+                                    Value input, Value result, int64_t dim) {
+  FailureOr<int64_t> n = verifyCollectiveAxes(op, symbols, mesh, axes);
+  if (failed(n))
+    return failure();
+  int64_t extent = shapeOf(input)[dim];
+  if (extent % *n != 0)
+    return op->emitOpError() << "dimension " << dim << " of size " << extent
+                             << " is not divisible by the group size " << *n;
+  return verifyResizedDim(op, input, result, dim, extent / *n);
+}
+
 // all_reduce
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
@@ -527,16 +544,8 @@ LogicalResult LocalSliceOp::verify() {
   return verifySameFloatElementType(*this);
 }
 LogicalResult LocalSliceOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> n =
-      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
-  if (failed(n))
-    return failure();
-  int64_t extent = shapeOf(getInput())[getDim()];
-  if (extent % *n != 0)
-    return emitOpError() << "dimension " << getDim() << " of size " << extent
-                         << " is not divisible by the group size " << *n;
-  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
-                          extent / *n);
+  return verifySplitDim(*this, symbols, getMeshAttr(), getAxes(), getInput(),
+                        getResult(), getDim());
 }
 std::optional<int64_t> LocalSliceOp::getGroupSize() {
   return groupSizeOf(*this);
@@ -550,16 +559,8 @@ LogicalResult ReduceScatterOp::verify() {
 }
 LogicalResult
 ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  FailureOr<int64_t> n =
-      verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
-  if (failed(n))
-    return failure();
-  int64_t extent = shapeOf(getInput())[getDim()];
-  if (extent % *n != 0)
-    return emitOpError() << "dimension " << getDim() << " of size " << extent
-                         << " is not divisible by the group size " << *n;
-  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
-                          extent / *n);
+  return verifySplitDim(*this, symbols, getMeshAttr(), getAxes(), getInput(),
+                        getResult(), getDim());
 }
 std::optional<int64_t> ReduceScatterOp::getGroupSize() {
   return groupSizeOf(*this);

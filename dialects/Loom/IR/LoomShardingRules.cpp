@@ -88,6 +88,9 @@ ShardingRule AddOp::getShardingRule() {
   rule.addOperand(f);
   rule.addOperand(ArrayRef<int64_t>(f).take_back(shapeOf(getRhs()).size()));
   rule.addResult(f);
+  // Sum of partial sums = partial sum of the sum (same shapes only: a
+  // broadcast rhs would be counted once per rank).
+  rule.partialSumsPassThrough = getLhs().getType() == getRhs().getType();
   return rule;
 }
 

@@ -28,6 +28,10 @@ struct ShardingRule {
   /// Whether the factor is a real contraction when missing from a result;
   /// false for factors of ops that keep a missing factor whole.
   llvm::SmallVector<bool> isReduction;
+  /// The op is linear in its operands (addition): operands holding partial
+  /// sums over the same axes give a result holding partial sums, so the
+  /// reduction can wait until after the op.
+  bool partialSumsPassThrough = false;
   llvm::SmallVector<llvm::SmallVector<int64_t>> operandFactors;
   llvm::SmallVector<llvm::SmallVector<int64_t>> resultFactors;
 
