@@ -69,7 +69,7 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
   if (auto att = dyn_cast<AttentionOp>(op)) {
     // Softmax probabilities [B, NH, T, T], kept for the backward pass.
     auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
-    return {f32({qkv[0], att.getNumHeads(), qkv[1], qkv[1]})};
+    return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1], qkv[1]})};
   }
   if (auto ln = dyn_cast<LayerNormOp>(op)) {
     // Per-row mean and reciprocal standard deviation.
