@@ -137,8 +137,11 @@ def LoomZero : Pass<"loom-zero", "::mlir::ModuleOp"> {
     out as partial sums that the partitioner all-reduces. Stage 0 is DDP.
     Stage 1 also splits the AdamW moments (on their first dimension the
     axis divides): each rank updates its shard of every parameter, which
-    the partitioner then all-gathers. Stages 2-3 (sharding gradients and
-    parameters) are not implemented yet and are refused.
+    the partitioner then all-gathers. Stage 2 also splits the gradient
+    accumulators the same way (each micro-batch's partial gradients are
+    reduce-scattered into them); stage 3 also splits the parameters, which
+    the partitioner gathers inside each block where they are used (once for
+    the forward, once for the backward) and frees after the last use.
 
     **Options:**
     * `stage`: ZeRO stage (0 = DDP).

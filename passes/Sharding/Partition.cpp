@@ -40,13 +40,32 @@ Layout layoutOf(ShardingAttr attr) {
 std::string nameOf(Operation *op) {
   if (auto named = dyn_cast<NameLoc>(op->getLoc()))
     return named.getName().str();
+  if (auto block = dyn_cast<BlockOp>(op))
+    return block.getLabel().str();
   return op->getName().getStringRef().str();
 }
 
+/// What a value is called in a collective's reason: its producer's name, a
+/// parameter's `loom.name` (also seen through `loom.block` arguments).
 std::string nameOf(Value v) {
   if (Operation *op = v.getDefiningOp())
     return nameOf(op);
-  return "argument #" + std::to_string(cast<BlockArgument>(v).getArgNumber());
+  auto arg = cast<BlockArgument>(v);
+  Operation *owner = arg.getOwner()->getParentOp();
+  if (auto block = dyn_cast<BlockOp>(owner))
+    return nameOf(block.getInputs()[arg.getArgNumber()]);
+  if (auto func = dyn_cast<func::FuncOp>(owner))
+    if (auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                      LoomDialect::kNameAttr)) {
+      // A gradient or moment shares its parameter's name: say which it is.
+      auto role = func.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
+                                                  LoomDialect::kRoleAttr);
+      if (role && role.getValue() != Role::Param)
+        return (name.getValue() + " (" + stringifyRole(role.getValue()) + ")")
+            .str();
+      return name.str();
+    }
+  return "argument #" + std::to_string(arg.getArgNumber());
 }
 
 ArrayAttr axesAttr(Builder &b, ArrayRef<StringRef> axes) {
@@ -89,6 +108,13 @@ private:
   llvm::DenseMap<Value, Layout> layouts;
   /// Reduced / gathered copies already made, by (value, layout key).
   llvm::DenseMap<std::pair<Value, Block *>, Value> reducedCopies;
+  /// Gathered copies, by (value, dimension, block, span). A span ends at
+  /// each `loom.block`: a copy serves the users up to the next block and
+  /// then dies, so a ZeRO-3 parameter is gathered again for its backward
+  /// instead of staying whole through every block in between.
+  llvm::DenseMap<std::tuple<Value, int64_t, Block *, unsigned>, Value>
+      gatheredCopies;
+  unsigned span = 0;
 };
 
 LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
@@ -168,14 +194,22 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
       have = l;
       continue;
     }
-    std::string reason = "gather dimension " + std::to_string(d) + " of " +
-                         nameOf(value) + " for " + nameOf(user);
-    Value gathered = AllGatherOp::create(
-        b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
-        b.getStringAttr(reason));
-    Layout l = have;
-    l.dims[d].clear();
-    record(gathered, l);
+    auto key = std::make_tuple(value, static_cast<int64_t>(d),
+                               user->getBlock(), span);
+    Value gathered = gatheredCopies.lookup(key);
+    if (!gathered) {
+      std::string reason = "gather dimension " + std::to_string(d) + " of " +
+                           nameOf(value) + " for " + nameOf(user);
+      gathered = AllGatherOp::create(
+          b, value.getLoc(), value.getType(), value, meshRef,
+          axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
+          b.getStringAttr(reason));
+      Layout l = have;
+      l.dims[d].clear();
+      record(gathered, l);
+      gatheredCopies[key] = gathered;
+    }
+    Layout l = layout(gathered);
     operand.set(gathered);
     value = gathered;
     have = l;
@@ -186,6 +220,7 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
 LogicalResult Partitioner::partitionOps(Block &block) {
   for (Operation &op : llvm::make_early_inc_range(block)) {
     if (auto inner = dyn_cast<BlockOp>(op)) {
+      ++span;
       // Inputs enter with their layout; the body resolves what it needs.
       Block &body = inner.getBody().front();
       for (auto [input, arg] : llvm::zip(inner.getInputs(), body.getArguments()))
@@ -212,18 +247,29 @@ LogicalResult Partitioner::partitionOps(Block &block) {
       }
       continue;
     }
-    // Results: as propagation left them.
-    if (auto attrs = op.getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
-      for (auto [result, attr] : llvm::zip(op.getResults(), attrs))
-        record(result, layoutOf(cast<ShardingAttr>(attr)));
+    // Results: as propagation left them, except dimensions the op's rule
+    // produces whole (a slice's gradient is built whole along the sliced
+    // dimension even when a consumer asked for shards: the consumer gets a
+    // local slice of it).
     auto ruleOp = dyn_cast<ShardingRuleOpInterface>(&op);
-    if (!ruleOp)
+    std::optional<ShardingRule> rule;
+    if (ruleOp)
+      rule = ruleOp.getShardingRule();
+    if (auto attrs = op.getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
+      for (auto [r, result, attr] : llvm::enumerate(op.getResults(), attrs)) {
+        Layout l = layoutOf(cast<ShardingAttr>(attr));
+        if (rule)
+          for (auto [d, f] : llvm::enumerate(rule->resultFactors[r]))
+            if (f == ShardingRule::kNoFactor && d < l.dims.size())
+              l.dims[d].clear();
+        record(result, l);
+      }
+    if (!rule)
       continue; // collectives already placed by hand keep their operands
-    ShardingRule rule = ruleOp.getShardingRule();
     // An op linear in its operands (addition) passes partial sums through
     // when every operand holds the same ones: reduce once after it instead
     // of once per operand (a tied embedding's two gradient contributions).
-    if (rule.partialSumsPassThrough && op.getNumResults() == 1) {
+    if (rule->partialSumsPassThrough && op.getNumResults() == 1) {
       Layout first = layout(op.getOperand(0));
       bool samePartials =
           !first.partial.empty() &&
@@ -237,28 +283,44 @@ LogicalResult Partitioner::partitionOps(Block &block) {
       }
     }
     // Operands: each dimension split the way its factor is split in the
-    // op's results (as propagation decided), no partial sums, and
-    // dimensions the rule keeps whole, whole.
-    SmallVector<std::optional<SmallVector<StringRef>>> factorAxes(
-        rule.factorSizes.size());
+    // op's results (as propagation decided), no partial sums. A factor no
+    // result has (a contracted dimension) stays split only where the
+    // results hold partial sums over the same axes; everything else, and
+    // the dimensions the rule keeps whole, is read whole (a ZeRO-3
+    // parameter meets activations split on the same axis: it is gathered).
+    size_t numFactors = rule->factorSizes.size();
+    SmallVector<SmallVector<StringRef>> factorAxes(numFactors);
+    SmallVector<bool> inResults(numFactors, false);
+    llvm::DenseSet<StringRef> partialAxes;
     for (auto [r, result] : llvm::enumerate(op.getResults())) {
       Layout l = layout(result);
-      for (auto [d, f] : llvm::enumerate(rule.resultFactors[r]))
-        if (f != ShardingRule::kNoFactor && d < l.dims.size() &&
-            !l.dims[d].empty())
+      partialAxes.insert(l.partial.begin(), l.partial.end());
+      for (auto [d, f] : llvm::enumerate(rule->resultFactors[r])) {
+        if (f == ShardingRule::kNoFactor)
+          continue;
+        inResults[f] = true;
+        if (d < l.dims.size() && !l.dims[d].empty())
           factorAxes[f] = l.dims[d];
+      }
     }
     for (OpOperand &operand : op.getOpOperands()) {
       Layout want = layout(operand.get());
       want.partial.clear();
       for (auto [d, f] :
-           llvm::enumerate(rule.operandFactors[operand.getOperandNumber()])) {
+           llvm::enumerate(rule->operandFactors[operand.getOperandNumber()])) {
         if (d >= want.dims.size())
           continue;
+        bool keepContracted =
+            f != ShardingRule::kNoFactor && !inResults[f] &&
+            rule->isReduction[f] &&
+            llvm::all_of(want.dims[d],
+                         [&](StringRef a) { return partialAxes.contains(a); });
         if (f == ShardingRule::kNoFactor)
           want.dims[d].clear();
-        else if (factorAxes[f])
-          want.dims[d] = *factorAxes[f];
+        else if (inResults[f])
+          want.dims[d] = factorAxes[f];
+        else if (!keepContracted)
+          want.dims[d].clear();
       }
       if (failed(reshard(operand, want)))
         return failure();

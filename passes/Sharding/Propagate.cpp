@@ -12,6 +12,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <functional>
+
 namespace mlir::loom {
 #define GEN_PASS_DEF_LOOMPROPAGATE
 #include "passes/Passes.h.inc"
@@ -218,11 +220,23 @@ bool Propagator::propagateOp(Operation *op) {
 }
 
 void Propagator::run(func::FuncOp func) {
+  // Program order with each block op listed before its body (inputs reach
+  // the body's arguments before its ops are visited) and again after it
+  // (yields reach the results before the ops after the block). Visiting a
+  // body before its arguments are known would let a later consumer's
+  // sharding flow backwards into the block first: a gradient accumulator
+  // split on dp would then split a weight gradient's contracted dimension.
   SmallVector<Operation *> ops;
-  func.walk([&](Operation *op) {
-    if (op != func)
-      ops.push_back(op);
-  });
+  std::function<void(Block &)> list = [&](Block &block) {
+    for (Operation &op : block) {
+      ops.push_back(&op);
+      if (auto inner = dyn_cast<BlockOp>(op)) {
+        list(inner.getBody().front());
+        ops.push_back(&op);
+      }
+    }
+  };
+  list(func.getBody().front());
   // Forward then backward sweeps until nothing changes; each assignment is
   // permanent, so this terminates.
   for (bool changed = true; changed;) {

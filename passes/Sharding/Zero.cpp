@@ -22,11 +22,18 @@ namespace {
 struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   using Base::Base;
 
-  /// Stage 1: the AdamW moments are split on their first dimension that
-  /// the axis divides, so each rank updates its shard of every parameter;
-  /// parameters and gradients are seeded whole so propagation keeps them
-  /// replicated, and the updated shards are all-gathered. State no
-  /// dimension of which the axis divides stays whole.
+  /// ZeRO's stages as shardings of the model state on the axis, each on the
+  /// first dimension the axis divides (wte's vocabulary rows rarely divide;
+  /// its width does), the same dimension for a parameter, its gradient and
+  /// its moments so the shards line up. Stage 1 splits the AdamW moments:
+  /// each rank updates its shard (a local slice of the replicated
+  /// parameter and gradient, no traffic) and the updated shards are
+  /// all-gathered. Stage 2 also splits the gradient accumulators: each
+  /// micro-batch's partial gradients are reduce-scattered into them, never
+  /// fully resident. Stage 3 also splits the parameters: the partitioner
+  /// gathers each where it is used (inside a block's forward, again inside
+  /// its backward) and the gathered copy dies with its last use. State no
+  /// dimension of which the axis divides stays whole on every rank.
   LogicalResult seedOptimizerState(func::FuncOp func, MeshOp mesh) {
     Builder b(func.getContext());
     int64_t n = mesh.getShape().getAxisSizes()[*mesh.getShape().findAxis(axis)];
@@ -40,10 +47,11 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
       if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
           r != Role::AdamV)
         continue;
-      // The first dimension the axis divides (wte's vocabulary rows rarely
-      // divide; its width does).
+      bool split = r == Role::AdamM || r == Role::AdamV ||
+                   (r == Role::Grad && stage >= 2) ||
+                   (r == Role::Param && stage >= 3);
       std::optional<unsigned> splitDim;
-      if (r == Role::AdamM || r == Role::AdamV)
+      if (split)
         for (unsigned d = 0; d < type.getRank() && !splitDim; ++d)
           if (type.getShape()[d] % n == 0)
             splitDim = d;
@@ -65,13 +73,6 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
     if (stage < 0 || stage > 3) {
       module.emitError() << "loom-zero: stage must be 0, 1, 2 or 3, got "
                          << static_cast<int64_t>(stage);
-      return signalPassFailure();
-    }
-    if (stage >= 2) {
-      module.emitError()
-          << "loom-zero: stage " << static_cast<int64_t>(stage)
-          << " (sharding gradients or parameters over " << axis
-          << ") is not implemented yet; use stage 0 (DDP) or 1";
       return signalPassFailure();
     }
     SmallVector<MeshOp> meshes(module.getOps<MeshOp>());

@@ -1,10 +1,8 @@
 // RUN: split-file %s %t
-// RUN: not loom-opt --loom-zero=stage=2 %t/ok.mlir 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not loom-opt --loom-zero=stage=7 %t/ok.mlir 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: not loom-opt --loom-zero %t/nomesh.mlir 2>&1 | FileCheck %s --check-prefix=NOMESH
 // RUN: not loom-opt --loom-zero %t/noaxis.mlir 2>&1 | FileCheck %s --check-prefix=NOAXIS
 // RUN: not loom-opt --loom-zero %t/rows.mlir 2>&1 | FileCheck %s --check-prefix=ROWS
-// STAGE: error: loom-zero: stage 2 (sharding gradients or parameters over dp) is not implemented yet; use stage 0 (DDP) or 1
 // RANGE: error: loom-zero: stage must be 0, 1, 2 or 3, got 7
 // NOMESH: error: loom-zero: needs exactly one loom.mesh, found 0
 // NOAXIS: error: 'loom.mesh' op has no axis 'dp' for data parallelism (axes: tp)

@@ -106,16 +106,11 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "data parallelism only (--mesh dp=N)";
     return false;
   }
-  if (s.zero >= 2) {
+  if (s.zero >= 1 && (!train || s.mesh.at("dp") == 1)) {
     error = "--zero " + std::to_string(s.zero) +
-            " (sharding gradients or parameters) is not supported yet; use "
-            "--zero 0 or 1";
-    return false;
-  }
-  if (s.zero == 1 && (!train || s.mesh.at("dp") == 1)) {
-    error = "--zero 1 shards the optimizer state over data-parallel ranks: "
-            "it needs training (loom train, compile --train) and --mesh "
-            "dp=N with N > 1";
+            " shards the model state over data-parallel ranks: it needs "
+            "training (loom train, compile --train) and --mesh dp=N with "
+            "N > 1";
     return false;
   }
   if (s.microbatches != 1 && !train) {
