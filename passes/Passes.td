@@ -171,6 +171,36 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
+def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
+  let summary = "Bucket all-reduces and launch them early, overlapping compute";
+  let description = [{
+    Runs on a partitioned program. DDP's gradient buckets (PyTorch's
+    `bucket_cap_mb`): the all-reduces of one function's top level that
+    reduce over the same axes with the same reduction and element type are
+    grouped, in the order their inputs become ready, into buckets of at
+    most `bucket-mb` MiB (a larger tensor is a bucket of its own); each
+    bucket is one `loom.all_reduce` of several values, placed right after
+    its last input is produced (a backward block's gradients are reduced
+    while the next backward block runs) and marked `async`: the runtime
+    completes it only before the first instruction that reads a result.
+    A bucket closes early when its next candidate becomes ready only after
+    a result of the bucket is already needed. Traffic is unchanged: a
+    bucket sends the sum of its members' ring bytes.
+
+    **Options:**
+    * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
+      one all-reduce per value (still launched early).
+    * `overlap`: mark the all-reduces `async` (default true).
+  }];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
+           "Bucket capacity in MiB (0: no coalescing)">,
+    Option<"overlap", "overlap", "bool", /*default=*/"true",
+           "Launch the all-reduces asynchronously">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 //===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//

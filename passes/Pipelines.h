@@ -27,6 +27,10 @@ struct CompilePipelineOptions
       llvm::cl::init(false)};
   Option<int64_t> zeroStage{*this, "zero", llvm::cl::desc("ZeRO stage"),
                             llvm::cl::init(0)};
+  Option<double> bucketMb{
+      *this, "bucket-mb",
+      llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
+      llvm::cl::init(25.0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),

@@ -52,8 +52,13 @@ std::pair<const char *, int64_t> ringBytes(Operation *op) {
   auto ring = [](int64_t factor, int64_t full, int64_t n) -> int64_t {
     return n <= 1 ? 0 : factor * (n - 1) * full / n;
   };
-  if (auto c = dyn_cast<AllReduceOp>(op))
-    return {"all_reduce", ring(2, bytesOf(c.getInput().getType()), group(c))};
+  if (auto c = dyn_cast<AllReduceOp>(op)) {
+    // A bucket travels as one buffer: one ring over the members' total.
+    int64_t total = 0;
+    for (Value input : c.getInputs())
+      total += bytesOf(input.getType());
+    return {"all_reduce", ring(2, total, group(c))};
+  }
   if (auto c = dyn_cast<AllGatherOp>(op))
     return {"all_gather", ring(1, bytesOf(c.getResult().getType()), group(c))};
   if (auto c = dyn_cast<ReduceScatterOp>(op))

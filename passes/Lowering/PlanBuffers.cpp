@@ -173,6 +173,23 @@ struct LoomPlanBuffersPass
       for (auto &[value, alloc] : fp.transient)
         if (auto it = lastRead.find(value); it != lastRead.end())
           alloc.end = std::max(alloc.end, it->second);
+      // An asynchronous collective keeps its scratch (the packed bucket)
+      // until the first op that reads one of its results: the runtime
+      // completes it there.
+      for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
+        if (!completesLater(op) || fp.scratch[pos].empty())
+          continue;
+        llvm::DenseSet<Value> results;
+        for (Value result : op->getResults())
+          results.insert(fp.order.storage(result));
+        int64_t done = last;
+        for (size_t q = pos + 1; q < fp.order.ops.size() && done == last; ++q)
+          for (Value operand : fp.order.ops[q]->getOperands())
+            if (results.contains(fp.order.storage(operand)))
+              done = static_cast<int64_t>(q);
+        for (Allocation &alloc : fp.scratch[pos])
+          alloc.end = done;
+      }
       for (Value v : fp.order.returned)
         if (auto it = fp.transient.find(fp.order.storage(v));
             it != fp.transient.end())

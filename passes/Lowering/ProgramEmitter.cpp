@@ -210,7 +210,7 @@ StageEmitter::emitInstruction(Operation *op) {
   double epsilon = 0.0, value = 0.0, maxNorm = 0.0, beta1 = 0.0, beta2 = 0.0,
          adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
-  bool transposeRhs = false;
+  bool transposeRhs = false, async = false;
   std::vector<int64_t> permutation;
   std::vector<uint32_t> axes;
   fb::Reduction reduction = fb::Reduction::Sum;
@@ -278,6 +278,7 @@ StageEmitter::emitInstruction(Operation *op) {
           })
           .Case([&](AllReduceOp c) {
             reduction = reductionOf(c.getReduction());
+            async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](AllGatherOp c) {
@@ -318,7 +319,7 @@ StageEmitter::emitInstruction(Operation *op) {
       permutation.empty() ? nullptr : &permutation,
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
       reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
-      beta2, adamEps, weightDecay);
+      beta2, adamEps, weightDecay, async);
 }
 
 LogicalResult StageEmitter::addArguments(func::FuncOp func) {

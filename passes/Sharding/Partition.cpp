@@ -155,10 +155,11 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
                            llvm::join(have.partial, ", ") + "] of " +
                            nameOf(value) + ", reduced for " + nameOf(user);
       reduced = AllReduceOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef,
-          axesAttr(b, have.partial),
-          ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
-          b.getStringAttr(reason));
+                    b, value.getLoc(), value, meshRef,
+                    axesAttr(b, have.partial),
+                    ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+                    b.getStringAttr(reason))
+                    .getResult();
       Layout l = have;
       l.partial.clear();
       record(reduced, l);

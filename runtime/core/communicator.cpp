@@ -197,6 +197,20 @@ Status Communicator::allReduce(void *buf, int64_t count, DType dtype,
   return doAllReduce(buf, count, dtype, op, axes);
 }
 
+Status Communicator::startAllReduce(void *buf, int64_t count, DType dtype,
+                                    Reduction op,
+                                    const std::vector<uint32_t> &axes,
+                                    Ticket &ticket) {
+  CommTimer t(counters);
+  COUNT(CommKind::AllReduce, bytesOf(count, dtype), groupSize(axes));
+  return doStartAllReduce(buf, count, dtype, op, axes, ticket);
+}
+
+Status Communicator::completeAllReduce(Ticket ticket) {
+  CommTimer t(counters);
+  return doCompleteAllReduce(ticket);
+}
+
 Status Communicator::allGather(const void *in, void *out, int64_t count,
                                DType dtype,
                                const std::vector<uint32_t> &axes) {

@@ -102,6 +102,19 @@ public:
   /// In place over `count` elements of `buf`.
   Status allReduce(void *buf, int64_t count, program::DType dtype,
                    program::Reduction op, const std::vector<uint32_t> &axes);
+  /// A started all-reduce, completed by completeAllReduce().
+  using Ticket = int64_t;
+  /// Starts an in-place all-reduce that the caller completes later with
+  /// completeAllReduce(ticket), leaving `buf` untouched until then (DDP's
+  /// bucket overlap). Counted (bytes, calls) when started. Backends
+  /// without nonblocking collectives run it to completion here.
+  Status startAllReduce(void *buf, int64_t count, program::DType dtype,
+                        program::Reduction op,
+                        const std::vector<uint32_t> &axes, Ticket &ticket);
+  Status completeAllReduce(Ticket ticket);
+  /// Lets started collectives advance (MPI moves data only inside MPI
+  /// calls): the executor calls it between instructions.
+  void progress() { doProgress(); }
   /// `out` receives the group's `count`-element inputs in group-rank order.
   Status allGather(const void *in, void *out, int64_t count,
                    program::DType dtype, const std::vector<uint32_t> &axes);
@@ -133,6 +146,16 @@ protected:
   virtual Status doAllReduce(void *buf, int64_t count, program::DType dtype,
                              program::Reduction op,
                              const std::vector<uint32_t> &axes) = 0;
+  /// Default: no nonblocking path; run the all-reduce now (ticket -1).
+  virtual Status doStartAllReduce(void *buf, int64_t count,
+                                  program::DType dtype, program::Reduction op,
+                                  const std::vector<uint32_t> &axes,
+                                  Ticket &ticket) {
+    ticket = -1;
+    return doAllReduce(buf, count, dtype, op, axes);
+  }
+  virtual Status doCompleteAllReduce(Ticket) { return Status::success(); }
+  virtual void doProgress() {}
   virtual Status doAllGather(const void *in, void *out, int64_t count,
                              program::DType dtype,
                              const std::vector<uint32_t> &axes) = 0;

@@ -219,9 +219,10 @@ Status Executor::runList(
   for (uint32_t i = 0; i < list->size(); ++i) {
     const program::Instruction *ins = list->Get(i);
     const int64_t start = timings ? steadyNowNs() : 0;
-    Status s;
+    Status s = completeInFlight(ins);
     try {
-      s = runInstruction(*ins);
+      if (s.ok())
+        s = runInstruction(*ins);
     } catch (const std::bad_alloc &) {
       s = Status::error("out of memory allocating a temporary");
     } catch (const std::exception &e) {
@@ -237,8 +238,12 @@ Status Executor::runList(
                            "' (" + program::opcodeName(ins->opcode()) + ")");
     if (timings)
       timings->push_back({i, start, steadyNowNs(), microbatch, update});
+    if (!inFlight.empty())
+      comm->progress();
   }
-  // Sends complete before the list's buffers may be reused.
+  // Started all-reduces and sends complete before the list's buffers may
+  // be reused.
+  LOOM_RETURN_IF_ERROR(completeInFlight(nullptr));
   return comm->flush();
 }
 
@@ -345,8 +350,6 @@ bool mayAlias(Opcode op, size_t k) {
     return true;
   case Opcode::CrossEntropyGrad: // dlogits over logits
     return k == 1;
-  case Opcode::AllReduce: // in place
-    return true;
   default:
     return false;
   }
@@ -372,6 +375,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
+  // An all-reduce writes its outputs itself (in place, or unpacked from a
+  // bucket, possibly after it completes in flight).
+  if (op == Opcode::AllReduce)
+    return runAllReduce(ins, in, out, scr);
   // 1. Where each output is written: in place, or into a staging temporary
   //    when it shares bytes with an input the kernel still reads. Copy uses
   //    memmove; AdamW updates its state in place by contract.
@@ -642,7 +649,6 @@ Status Executor::runInstruction(const program::Instruction &ins) {
                    cfg);
     break;
   }
-  case Opcode::AllReduce:
   case Opcode::AllGather:
   case Opcode::ReduceScatter:
   case Opcode::AllToAll:
@@ -666,6 +672,104 @@ Status Executor::runInstruction(const program::Instruction &ins) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
+Status Executor::runAllReduce(const program::Instruction &ins,
+                              const std::vector<uint32_t> &in,
+                              const std::vector<uint32_t> &out,
+                              const std::vector<uint32_t> &scr) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt);
+  // One value reduces in place in its output; a bucket is packed into its
+  // scratch buffer, reduced there and unpacked into the outputs.
+  const bool bucket = in.size() > 1;
+  void *buf = bucket ? bufferData(scr[0]) : bufferData(out[0]);
+  int64_t count = 0;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const int64_t n = bufferNumel(in[k]);
+    uint8_t *at = static_cast<uint8_t *>(buf) + count * eb;
+    if (at != bufferData(in[k]))
+      std::memmove(at, bufferData(in[k]), static_cast<size_t>(n * eb));
+    count += n;
+  }
+  InFlight flight;
+  flight.packed = bucket ? static_cast<int64_t>(scr[0]) : -1;
+  flight.outputs = out;
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(comm->allReduce(buf, count, dt, ins.reduction(), axes));
+  } else {
+    LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
+                                              axes, flight.ticket));
+    if (flight.ticket >= 0) {
+      auto bytesOf = [&](uint32_t b) {
+        const uint64_t off = stageTable->buffers()->Get(b)->offset();
+        return std::make_pair(
+            off, off + static_cast<uint64_t>(bufferNumel(b) * eb));
+      };
+      for (uint32_t b : out)
+        flight.busy.push_back(bytesOf(b));
+      if (bucket)
+        flight.busy.push_back(bytesOf(scr[0]));
+      inFlight.push_back(std::move(flight));
+      return Status::success();
+    }
+  }
+  // Completed: unpack a bucket.
+  if (bucket) {
+    const uint8_t *from = static_cast<const uint8_t *>(buf);
+    for (uint32_t b : out) {
+      const size_t bytes = static_cast<size_t>(bufferNumel(b) * eb);
+      std::memcpy(bufferData(b), from, bytes);
+      from += bytes;
+    }
+  }
+  return Status::success();
+}
+
+Status Executor::completeInFlight(const program::Instruction *ins) {
+  if (inFlight.empty())
+    return Status::success();
+  std::vector<std::pair<uint64_t, uint64_t>> touched;
+  if (ins)
+    for (const auto *list : {ins->inputs(), ins->outputs(), ins->scratch()})
+      if (list)
+        for (uint32_t b : *list) {
+          const uint64_t off = stageTable->buffers()->Get(b)->offset();
+          touched.emplace_back(
+              off, off + static_cast<uint64_t>(
+                             bufferNumel(b) *
+                             program::dtypeBytes(bufferDType(b))));
+        }
+  auto overlaps = [&](const InFlight &f) {
+    for (const auto &[b0, e0] : f.busy)
+      for (const auto &[b1, e1] : touched)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  for (size_t i = 0; i < inFlight.size();) {
+    if (ins && !overlaps(inFlight[i])) {
+      ++i;
+      continue;
+    }
+    InFlight f = std::move(inFlight[i]);
+    inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
+    LOOM_RETURN_IF_ERROR(comm->completeAllReduce(f.ticket));
+    if (f.packed >= 0) {
+      const uint8_t *from = static_cast<const uint8_t *>(
+          bufferData(static_cast<uint32_t>(f.packed)));
+      for (uint32_t b : f.outputs) {
+        const size_t bytes = static_cast<size_t>(
+            bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
+        std::memcpy(bufferData(b), from, bytes);
+        from += bytes;
+      }
+    }
+  }
+  return Status::success();
+}
+
 Status Executor::runCollective(const program::Instruction &ins,
                                const std::vector<uint32_t> &in,
                                const std::vector<uint32_t> &out, void *dst) {
@@ -684,14 +788,6 @@ Status Executor::runCollective(const program::Instruction &ins,
     return static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
   switch (op) {
-  case Opcode::AllReduce: {
-    const DType dt = bufferDType(in[0]);
-    const int64_t count = bufferNumel(in[0]);
-    if (dst != bufferData(in[0]))
-      std::memcpy(dst, bufferData(in[0]),
-                  static_cast<size_t>(count * program::dtypeBytes(dt)));
-    return comm->allReduce(dst, count, dt, ins.reduction(), axes);
-  }
   case Opcode::AllGather: {
     const DType dt = bufferDType(in[0]);
     const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(in[0]);

@@ -162,6 +162,15 @@ private:
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
                        const std::vector<uint32_t> &out, void *dst);
+  /// AllReduce of one value or a packed bucket, now or (async_collective)
+  /// started and left in flight.
+  Status runAllReduce(const program::Instruction &ins,
+                      const std::vector<uint32_t> &in,
+                      const std::vector<uint32_t> &out,
+                      const std::vector<uint32_t> &scr);
+  /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
+  /// writes or uses as scratch), or all of them when `ins` is null.
+  Status completeInFlight(const program::Instruction *ins);
   float *temp(std::vector<float> &pool, int64_t count);
 
   const program::Stage *stageTable = nullptr;
@@ -178,6 +187,16 @@ private:
   std::vector<float> workspace, workspace2;
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
+  /// An asynchronous all-reduce in flight: the arena bytes it still owns
+  /// (outputs, and the packed bucket) and, for a bucket, where each reduced
+  /// value goes when it completes.
+  struct InFlight {
+    Communicator::Ticket ticket = -1;
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    int64_t packed = -1; // scratch buffer of a bucket, -1 for one value
+    std::vector<uint32_t> outputs;
+  };
+  std::vector<InFlight> inFlight;
 };
 
 } // namespace loom

@@ -169,6 +169,49 @@ Status MpiCommunicator::doAllReduce(void *buf, int64_t count, DType dtype,
   return Status::success();
 }
 
+Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
+                                         DType dtype, Reduction op,
+                                         const std::vector<uint32_t> &axes,
+                                         Ticket &ticket) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  MPI_Op mop;
+  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  PendingAllReduce pending{MPI_REQUEST_NULL, buf, count, dtype, op,
+                           groupSize(axes)};
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm,
+                           &pending.request),
+            "MPI_Iallreduce failed");
+  ticket = nextTicket++;
+  allReduces.emplace(ticket, pending);
+  return Status::success();
+}
+
+Status MpiCommunicator::doCompleteAllReduce(Ticket ticket) {
+  auto it = allReduces.find(ticket);
+  LOOM_CHECK(it != allReduces.end(),
+             "no all-reduce in flight with ticket " << ticket);
+  PendingAllReduce pending = it->second;
+  allReduces.erase(it);
+  MPI_CHECK(MPI_Wait(&pending.request, MPI_STATUS_IGNORE),
+            "MPI_Iallreduce failed to complete");
+  if (pending.op == Reduction::Avg)
+    divide(pending.buf, pending.count, pending.groupSize);
+  return Status::success();
+}
+
+void MpiCommunicator::doProgress() {
+  for (auto &[ticket, pending] : allReduces) {
+    int done = 0;
+    // Completion is taken by doCompleteAllReduce (MPI_Wait on a finished
+    // request returns at once); this only drives the progress engine.
+    if (pending.request != MPI_REQUEST_NULL)
+      MPI_Request_get_status(pending.request, &done, MPI_STATUS_IGNORE);
+  }
+}
+
 Status MpiCommunicator::doAllGather(const void *in, void *out, int64_t count,
                                     DType dtype,
                                     const std::vector<uint32_t> &axes) {

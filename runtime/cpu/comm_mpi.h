@@ -38,6 +38,12 @@ protected:
   Status doAllReduce(void *buf, int64_t count, program::DType dtype,
                      program::Reduction op,
                      const std::vector<uint32_t> &axes) override;
+  Status doStartAllReduce(void *buf, int64_t count, program::DType dtype,
+                          program::Reduction op,
+                          const std::vector<uint32_t> &axes,
+                          Ticket &ticket) override;
+  Status doCompleteAllReduce(Ticket ticket) override;
+  void doProgress() override;
   Status doAllGather(const void *in, void *out, int64_t count,
                      program::DType dtype,
                      const std::vector<uint32_t> &axes) override;
@@ -66,6 +72,17 @@ private:
     MPI_Request request;
   };
   std::list<PendingSend> sends;
+  /// Started all-reduces (MPI_Iallreduce) by ticket.
+  struct PendingAllReduce {
+    MPI_Request request;
+    void *buf;
+    int64_t count;
+    program::DType dtype;
+    program::Reduction op;
+    int64_t groupSize;
+  };
+  std::map<Ticket, PendingAllReduce> allReduces;
+  Ticket nextTicket = 0;
   std::vector<uint8_t> scratch;
 };
 

@@ -316,6 +316,9 @@ Status InstructionChecker::scalar(uint32_t b, const char *role) {
 
 Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
+  INSTR_CHECK(!ins.async_collective() || op == Opcode::AllReduce,
+              "only AllReduce may be asynchronous, not "
+                  << opcodeName(op));
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
@@ -833,12 +836,38 @@ Status InstructionChecker::checkCollective() {
   };
   switch (op) {
   case Opcode::AllReduce: {
-    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
-    const uint32_t in = inputs[0], out = outputs[0];
-    LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
-    LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
-    LOOM_RETURN_IF_ERROR(checkReduction(in));
-    return inPlaceOrDisjoint(in, out);
+    // One value, or a bucket: k inputs packed into scratch[0], k outputs.
+    INSTR_CHECK(!inputs.empty() && inputs.size() == outputs.size(),
+                "AllReduce needs one output per input, got "
+                    << inputs.size() << " inputs and " << outputs.size()
+                    << " outputs");
+    const size_t k = inputs.size();
+    LOOM_RETURN_IF_ERROR(counts(k, k, k, k > 1 ? 1 : 0));
+    int64_t packed = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t in = inputs[j], out = outputs[j];
+      LOOM_RETURN_IF_ERROR(dtype(in, facts.dtypes[inputs[0]], "bucket input"));
+      LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+      LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
+      LOOM_RETURN_IF_ERROR(checkReduction(in));
+      LOOM_RETURN_IF_ERROR(inPlaceOrDisjoint(in, out));
+      packed += facts.bytes[in];
+    }
+    if (k > 1) {
+      INSTR_CHECK(scratch.size() == 1,
+                  "an AllReduce of " << k
+                                     << " values needs one scratch buffer to "
+                                        "pack them into, got "
+                                     << scratch.size());
+      INSTR_CHECK(facts.bytes[scratch[0]] >= packed,
+                  "the AllReduce scratch buffer has " << facts.bytes[scratch[0]]
+                      << " bytes, but its " << k << " values need " << packed);
+      for (size_t j = 0; j < k; ++j)
+        INSTR_CHECK(!overlaps(scratch[0], outputs[j]) &&
+                        !overlaps(scratch[0], inputs[j]),
+                    "the AllReduce scratch buffer overlaps value #" << j);
+    }
+    return Status::success();
   }
   case Opcode::AllGather:
   case Opcode::ReduceScatter:

@@ -58,7 +58,7 @@ optimizer flags (train):
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
 strategy flags:
-  --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M
+  --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
 )";
@@ -268,6 +268,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
         mlir::loom::MeshAttr::get(&context, names, sizes));
     pipeline.partition = true;
     pipeline.zeroStage = inv.strategy.zero;
+    pipeline.bucketMb = inv.strategy.bucketMb;
   }
   PassManager pm(&context);
   mlir::loom::buildCompilePipeline(pm, pipeline);
