@@ -172,7 +172,7 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
 }
 
 def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
-  let summary = "Bucket all-reduces and launch them early, overlapping compute";
+  let summary = "Bucket all-reduces, prefetch ZeRO-3 gathers, overlap compute";
   let description = [{
     Runs on a partitioned program. DDP's gradient buckets (PyTorch's
     `bucket_cap_mb`): the all-reduces of one function's top level that
@@ -191,12 +191,20 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
       one all-reduce per value (still launched early).
     * `overlap`: mark the all-reduces `async` (default true).
+    * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
+      of its sharded parameters move to just before the previous block,
+      `async`, so they travel while it computes; the gathered value enters
+      the block as an extra input and dies after its last use there. Not
+      when the previous block takes the same parameter (a block's forward
+      just before its own backward gathers it itself).
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
            "Bucket capacity in MiB (0: no coalescing)">,
     Option<"overlap", "overlap", "bool", /*default=*/"true",
-           "Launch the all-reduces asynchronously">
+           "Launch the collectives asynchronously">,
+    Option<"prefetch", "prefetch", "bool", /*default=*/"true",
+           "Gather a block's sharded parameters during the previous block">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }

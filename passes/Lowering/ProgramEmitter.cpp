@@ -283,6 +283,7 @@ StageEmitter::emitInstruction(Operation *op) {
           })
           .Case([&](AllGatherOp c) {
             dim = c.getDim();
+            async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](ReduceScatterOp c) {

@@ -189,6 +189,46 @@ struct LoomScheduleCommPass
     }
   }
 
+  /// ZeRO-3 prefetch (FSDP's forward/backward prefetch): the gathers a
+  /// block makes of its own inputs (sharded parameters) move out of it, to
+  /// just before the previous block, asynchronous, and the gathered values
+  /// enter the block as extra inputs: they travel while the previous block
+  /// computes. Not when the previous block takes the same parameter (a
+  /// block's forward right before its backward): it gathers it itself.
+  void prefetchGathers(func::FuncOp func) {
+    SmallVector<BlockOp> blocks(func.getBody().front().getOps<BlockOp>());
+    for (size_t i = 1; i < blocks.size(); ++i) {
+      BlockOp block = blocks[i], previous = blocks[i - 1];
+      Block &body = block.getBody().front();
+      llvm::DenseSet<Value> previousInputs(previous.getInputs().begin(),
+                                           previous.getInputs().end());
+      SmallVector<AllGatherOp> gathers;
+      for (auto gather : body.getOps<AllGatherOp>()) {
+        auto arg = dyn_cast<BlockArgument>(gather.getInput());
+        if (arg && arg.getOwner() == &body && !gather.getAsync() &&
+            !previousInputs.contains(block.getInputs()[arg.getArgNumber()]))
+          gathers.push_back(gather);
+      }
+      for (AllGatherOp gather : gathers) {
+        Value shard = block.getInputs()[cast<BlockArgument>(gather.getInput())
+                                            .getArgNumber()];
+        OpBuilder b(previous);
+        std::string reason =
+            (gather.getReason() ? gather.getReason()->str() : "gather") +
+            ", prefetched during " + previous.getLabel().str();
+        auto early = AllGatherOp::create(
+            b, gather.getLoc(), gather.getResult().getType(), shard,
+            gather.getMeshAttr(), gather.getAxes(), gather.getDimAttr(),
+            overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason));
+        block->insertOperands(block->getNumOperands(), early.getResult());
+        BlockArgument whole =
+            body.addArgument(early.getResult().getType(), gather.getLoc());
+        gather.getResult().replaceAllUsesWith(whole);
+        gather.erase();
+      }
+    }
+  }
+
   void runOnOperation() override {
     if (bucketMb < 0) {
       getOperation().emitError()
@@ -197,9 +237,13 @@ struct LoomScheduleCommPass
           << bucketMb;
       return signalPassFailure();
     }
-    for (auto func : getOperation().getOps<func::FuncOp>())
-      if (!func.isExternal())
-        scheduleFunction(func);
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      scheduleFunction(func);
+      if (prefetch)
+        prefetchGathers(func);
+    }
   }
 };
 

@@ -206,9 +206,21 @@ Status Communicator::startAllReduce(void *buf, int64_t count, DType dtype,
   return doStartAllReduce(buf, count, dtype, op, axes, ticket);
 }
 
-Status Communicator::completeAllReduce(Ticket ticket) {
+Status Communicator::startAllGather(const void *in, void *out, int64_t count,
+                                    DType dtype,
+                                    const std::vector<uint32_t> &axes,
+                                    Ticket &ticket) {
   CommTimer t(counters);
-  return doCompleteAllReduce(ticket);
+  const int64_t n = groupSize(axes);
+  COUNT(CommKind::AllGather, bytesOf(count * n, dtype), n);
+  return doStartAllGather(in, out, count, dtype, axes, ticket);
+}
+
+Status Communicator::complete(Ticket ticket) {
+  if (ticket < 0)
+    return Status::success();
+  CommTimer t(counters);
+  return doComplete(ticket);
 }
 
 Status Communicator::allGather(const void *in, void *out, int64_t count,

@@ -693,38 +693,38 @@ Status Executor::runAllReduce(const program::Instruction &ins,
       std::memmove(at, bufferData(in[k]), static_cast<size_t>(n * eb));
     count += n;
   }
-  InFlight flight;
-  flight.packed = bucket ? static_cast<int64_t>(scr[0]) : -1;
-  flight.outputs = out;
-  if (!ins.async_collective()) {
-    LOOM_RETURN_IF_ERROR(comm->allReduce(buf, count, dt, ins.reduction(), axes));
-  } else {
-    LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
-                                              axes, flight.ticket));
-    if (flight.ticket >= 0) {
-      auto bytesOf = [&](uint32_t b) {
-        const uint64_t off = stageTable->buffers()->Get(b)->offset();
-        return std::make_pair(
-            off, off + static_cast<uint64_t>(bufferNumel(b) * eb));
-      };
-      for (uint32_t b : out)
-        flight.busy.push_back(bytesOf(b));
-      if (bucket)
-        flight.busy.push_back(bytesOf(scr[0]));
-      inFlight.push_back(std::move(flight));
-      return Status::success();
-    }
-  }
-  // Completed: unpack a bucket.
-  if (bucket) {
+  auto unpack = [this, buf, eb, out]() {
     const uint8_t *from = static_cast<const uint8_t *>(buf);
     for (uint32_t b : out) {
       const size_t bytes = static_cast<size_t>(bufferNumel(b) * eb);
       std::memcpy(bufferData(b), from, bytes);
       from += bytes;
     }
+  };
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(
+        comm->allReduce(buf, count, dt, ins.reduction(), axes));
+    if (bucket)
+      unpack();
+    return Status::success();
   }
+  InFlight flight;
+  LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
+                                            axes, flight.ticket));
+  for (uint32_t b : out)
+    flight.busy.push_back(byteRange(b));
+  if (bucket) {
+    flight.busy.push_back(byteRange(scr[0]));
+    flight.finish = unpack;
+  }
+  inFlight.push_back(std::move(flight));
   return Status::success();
+}
+
+std::pair<uint64_t, uint64_t> Executor::byteRange(uint32_t b) const {
+  const uint64_t off = stageTable->buffers()->Get(b)->offset();
+  return {off, off + static_cast<uint64_t>(
+                         bufferNumel(b) * program::dtypeBytes(bufferDType(b)))};
 }
 
 Status Executor::completeInFlight(const program::Instruction *ins) {
@@ -734,13 +734,8 @@ Status Executor::completeInFlight(const program::Instruction *ins) {
   if (ins)
     for (const auto *list : {ins->inputs(), ins->outputs(), ins->scratch()})
       if (list)
-        for (uint32_t b : *list) {
-          const uint64_t off = stageTable->buffers()->Get(b)->offset();
-          touched.emplace_back(
-              off, off + static_cast<uint64_t>(
-                             bufferNumel(b) *
-                             program::dtypeBytes(bufferDType(b))));
-        }
+        for (uint32_t b : *list)
+          touched.push_back(byteRange(b));
   auto overlaps = [&](const InFlight &f) {
     for (const auto &[b0, e0] : f.busy)
       for (const auto &[b1, e1] : touched)
@@ -755,17 +750,9 @@ Status Executor::completeInFlight(const program::Instruction *ins) {
     }
     InFlight f = std::move(inFlight[i]);
     inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
-    LOOM_RETURN_IF_ERROR(comm->completeAllReduce(f.ticket));
-    if (f.packed >= 0) {
-      const uint8_t *from = static_cast<const uint8_t *>(
-          bufferData(static_cast<uint32_t>(f.packed)));
-      for (uint32_t b : f.outputs) {
-        const size_t bytes = static_cast<size_t>(
-            bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-        std::memcpy(bufferData(b), from, bytes);
-        from += bytes;
-      }
-    }
+    LOOM_RETURN_IF_ERROR(comm->complete(f.ticket));
+    if (f.finish)
+      f.finish();
   }
   return Status::success();
 }
@@ -793,6 +780,23 @@ Status Executor::runCollective(const program::Instruction &ins,
     const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(in[0]);
     const auto &shape = shapes[in[0]];
     const int64_t dim = ins.dim();
+    if (ins.async_collective()) {
+      // Prefetch: in flight until an instruction touches input or output.
+      InFlight flight;
+      flight.busy = {byteRange(in[0]), byteRange(out[0])};
+      void *into = dst;
+      if (outerOf(shape, dim) != 1) {
+        flight.received.resize(static_cast<size_t>(count * n * eb));
+        into = flight.received.data();
+        flight.finish = [this, dst, into, shape, dim, n, eb]() {
+          unpackBlocks(dst, into, shape, dim, n, eb);
+        };
+      }
+      LOOM_RETURN_IF_ERROR(comm->startAllGather(bufferData(in[0]), into, count,
+                                                dt, axes, flight.ticket));
+      inFlight.push_back(std::move(flight));
+      return Status::success();
+    }
     if (outerOf(shape, dim) == 1)
       return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
     void *gathered = tempBytes(workspace, count * n * eb);

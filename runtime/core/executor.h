@@ -19,6 +19,7 @@
 #include "runtime/program/program.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -193,9 +194,13 @@ private:
   struct InFlight {
     Communicator::Ticket ticket = -1;
     std::vector<std::pair<uint64_t, uint64_t>> busy;
-    int64_t packed = -1; // scratch buffer of a bucket, -1 for one value
-    std::vector<uint32_t> outputs;
+    /// Runs on completion: unpack a bucket or a gathered non-leading dim.
+    std::function<void()> finish;
+    /// Receive buffer the finish step reads (a gather along dim > 0).
+    std::vector<uint8_t> received;
   };
+  /// Arena bytes of buffer `b` as [begin, end).
+  std::pair<uint64_t, uint64_t> byteRange(uint32_t b) const;
   std::vector<InFlight> inFlight;
 };
 

@@ -179,34 +179,52 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
   LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
   LOOM_RETURN_IF_ERROR(intCount(count, n));
-  PendingAllReduce pending{MPI_REQUEST_NULL, buf, count, dtype, op,
-                           groupSize(axes)};
+  PendingCollective pending{MPI_REQUEST_NULL,
+                            op == Reduction::Avg ? buf : nullptr, count,
+                            groupSize(axes)};
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm,
                            &pending.request),
             "MPI_Iallreduce failed");
   ticket = nextTicket++;
-  allReduces.emplace(ticket, pending);
+  started.emplace(ticket, pending);
   return Status::success();
 }
 
-Status MpiCommunicator::doCompleteAllReduce(Ticket ticket) {
-  auto it = allReduces.find(ticket);
-  LOOM_CHECK(it != allReduces.end(),
-             "no all-reduce in flight with ticket " << ticket);
-  PendingAllReduce pending = it->second;
-  allReduces.erase(it);
+Status MpiCommunicator::doStartAllGather(const void *in, void *out,
+                                         int64_t count, DType dtype,
+                                         const std::vector<uint32_t> &axes,
+                                         Ticket &ticket) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes)};
+  MPI_CHECK(MPI_Iallgather(in, n, mpiType(dtype), out, n, mpiType(dtype),
+                           comm, &pending.request),
+            "MPI_Iallgather failed");
+  ticket = nextTicket++;
+  started.emplace(ticket, pending);
+  return Status::success();
+}
+
+Status MpiCommunicator::doComplete(Ticket ticket) {
+  auto it = started.find(ticket);
+  LOOM_CHECK(it != started.end(),
+             "no collective in flight with ticket " << ticket);
+  PendingCollective pending = it->second;
+  started.erase(it);
   MPI_CHECK(MPI_Wait(&pending.request, MPI_STATUS_IGNORE),
-            "MPI_Iallreduce failed to complete");
-  if (pending.op == Reduction::Avg)
-    divide(pending.buf, pending.count, pending.groupSize);
+            "a started collective failed to complete");
+  if (pending.averageBuf)
+    divide(pending.averageBuf, pending.count, pending.groupSize);
   return Status::success();
 }
 
 void MpiCommunicator::doProgress() {
-  for (auto &[ticket, pending] : allReduces) {
+  for (auto &[ticket, pending] : started) {
     int done = 0;
-    // Completion is taken by doCompleteAllReduce (MPI_Wait on a finished
-    // request returns at once); this only drives the progress engine.
+    // Completion is taken by doComplete (MPI_Wait on a finished request
+    // returns at once); this only drives the progress engine.
     if (pending.request != MPI_REQUEST_NULL)
       MPI_Request_get_status(pending.request, &done, MPI_STATUS_IGNORE);
   }

@@ -42,7 +42,11 @@ protected:
                           program::Reduction op,
                           const std::vector<uint32_t> &axes,
                           Ticket &ticket) override;
-  Status doCompleteAllReduce(Ticket ticket) override;
+  Status doStartAllGather(const void *in, void *out, int64_t count,
+                          program::DType dtype,
+                          const std::vector<uint32_t> &axes,
+                          Ticket &ticket) override;
+  Status doComplete(Ticket ticket) override;
   void doProgress() override;
   Status doAllGather(const void *in, void *out, int64_t count,
                      program::DType dtype,
@@ -72,16 +76,15 @@ private:
     MPI_Request request;
   };
   std::list<PendingSend> sends;
-  /// Started all-reduces (MPI_Iallreduce) by ticket.
-  struct PendingAllReduce {
+  /// Started collectives (MPI_Iallreduce, MPI_Iallgather) by ticket; an
+  /// average is divided by the group size on completion.
+  struct PendingCollective {
     MPI_Request request;
-    void *buf;
+    void *averageBuf;   // non-null: divide `count` elements by groupSize
     int64_t count;
-    program::DType dtype;
-    program::Reduction op;
     int64_t groupSize;
   };
-  std::map<Ticket, PendingAllReduce> allReduces;
+  std::map<Ticket, PendingCollective> started;
   Ticket nextTicket = 0;
   std::vector<uint8_t> scratch;
 };

@@ -316,8 +316,9 @@ Status InstructionChecker::scalar(uint32_t b, const char *role) {
 
 Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
-  INSTR_CHECK(!ins.async_collective() || op == Opcode::AllReduce,
-              "only AllReduce may be asynchronous, not "
+  INSTR_CHECK(!ins.async_collective() || op == Opcode::AllReduce ||
+                  op == Opcode::AllGather,
+              "only AllReduce and AllGather may be asynchronous, not "
                   << opcodeName(op));
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();

@@ -416,7 +416,10 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
   let summary = "Concatenate the group's shards along one dimension";
   let description = [{
     The result's `dim` is the input's times the group size; the other
-    dimensions are equal.
+    dimensions are equal. With `async` the runtime runs the following
+    instructions while the gather is in flight and completes it before the
+    first instruction that touches its input or result (ZeRO-3's prefetch
+    of the next block's parameters, placed by `--loom-schedule-comm`).
 
     ```mlir
     %w = loom.all_gather %shard on @mesh [dp] dim 0
@@ -425,12 +428,12 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim,
+                       StrArrayAttr:$axes, I64Attr:$dim, UnitAttr:$async,
                        OptionalAttr<StrAttr>:$reason);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim attr-dict `:`
-    type($input) `->` type($result)
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim
+    (`async` $async^)? attr-dict `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;
 }
