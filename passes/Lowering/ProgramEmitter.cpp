@@ -119,7 +119,8 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
           [](auto) { return fb::Opcode::CrossEntropyGrad; })
       .Case<SliceGradOp>([](auto) { return fb::Opcode::SliceGrad; })
       .Case<FillOp>([](auto) { return fb::Opcode::Fill; })
-      .Case<ClipGradNormOp>([](auto) { return fb::Opcode::ClipGradNorm; })
+      .Case<SumSquaresOp>([](auto) { return fb::Opcode::SumSquares; })
+      .Case<ClipCoefOp>([](auto) { return fb::Opcode::ClipCoef; })
       .Case<AdamWOp>([](auto) { return fb::Opcode::AdamW; })
       .Default([](Operation *) { return std::nullopt; });
 }
@@ -251,7 +252,7 @@ StageEmitter::emitInstruction(Operation *op) {
             value = fill.getValue().convertToDouble();
             return success();
           })
-          .Case([&](ClipGradNormOp clip) {
+          .Case([&](ClipCoefOp clip) {
             maxNorm = clip.getMaxNorm().convertToDouble();
             return success();
           })
@@ -632,7 +633,7 @@ static void printInstructions(
     case fb::Opcode::Fill:
       os << " value=" << llvm::format("%g", inst->value());
       break;
-    case fb::Opcode::ClipGradNorm:
+    case fb::Opcode::ClipCoef:
       os << " max_norm=" << llvm::format("%g", inst->max_norm());
       break;
     case fb::Opcode::AdamW:

@@ -608,13 +608,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       std::fill(dstF, dstF + n, static_cast<float>(ins.value()));
     break;
   }
-  case Opcode::ClipGradNorm: {
-    double sumSquares = 0;
+  case Opcode::SumSquares: {
+    std::vector<cpu::FloatSpan> tensors;
     for (uint32_t b : in)
-      sumSquares += cpu::gradNormSquared(f32(b), bufferNumel(b));
-    const double norm = std::sqrt(sumSquares);
-    *outF(0) = static_cast<float>(norm);
-    *outF(1) = cpu::clipCoefficient(norm, ins.max_norm());
+      tensors.push_back({f32(b), bufferNumel(b)});
+    *dstF = cpu::sumSquares(tensors);
+    break;
+  }
+  case Opcode::ClipCoef: {
+    const cpu::ClipCoefficient clip =
+        cpu::clipCoefficient(*f32(in[0]), ins.max_norm());
+    *outF(0) = clip.norm;
+    *outF(1) = clip.coef;
     break;
   }
   case Opcode::AdamW: {

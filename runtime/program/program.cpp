@@ -320,7 +320,7 @@ Status InstructionChecker::check() {
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
     return checkCompute();
-  if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
+  if (op >= Opcode::EmbeddingGrad && op <= Opcode::ClipCoef)
     return checkTraining();
   // LocalSlice is no collective (it communicates nothing) but shares the
   // mesh / axes checks.
@@ -331,7 +331,7 @@ Status InstructionChecker::check() {
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-25)");
+                                 "and optimizer opcodes 0-26)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -617,9 +617,14 @@ Status InstructionChecker::checkTraining() {
                 "value " << v << " is not an int32 (the result is I32)");
     return Status::success();
   }
-  case Opcode::ClipGradNorm: {
-    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 2, 0));
+  case Opcode::SumSquares: {
+    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 1, 0));
     LOOM_RETURN_IF_ERROR(allF32(inputs, "gradient"));
+    return scalar(outputs[0], "sum of squares (scalar)");
+  }
+  case Opcode::ClipCoef: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 2, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "sumsq (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[0], "norm (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[1], "coef (scalar)"));
     INSTR_CHECK(std::isfinite(ins.max_norm()),
@@ -1174,7 +1179,8 @@ Status checkInstructionList(
     std::string prefix = "stage " + std::to_string(si) + ", " + kind + " #" +
                          std::to_string(i) + " '" + nameOf(ins->name()) +
                          "' (" + opcodeName(op) + ")";
-    LOOM_CHECK(update || !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
+    LOOM_CHECK(update || !(op == Opcode::SumSquares || op == Opcode::ClipCoef ||
+                           op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
     LOOM_RETURN_IF_ERROR(
