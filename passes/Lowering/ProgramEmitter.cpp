@@ -9,6 +9,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 
 #include "dialects/Loom/IR/LoomOps.h"
+#include "passes/Analysis/RankFigures.h"
 #include "passes/Lowering/ExecutionOrder.h"
 #include "runtime/program/program_envelope.h"
 #include "runtime/program/program_generated.h"
@@ -516,11 +517,20 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     bufferTable.push_back(fb::CreateBufferDirect(fbb, b.name.c_str(), b.offset,
                                                  &shape, b.dtype));
   }
+  // 4. What a rank running this stage will hold and send, as --loom-report
+  //    predicts it, for loom-run to report next to what it measures.
+  RankFigures figures = measureRankFigures(funcs, mesh);
+  auto sentBytes = [&](const char *kind) { return figures.sentBytes.at(kind); };
+  auto predictions = fb::CreatePredictions(
+      fbb, figures.modelStateBytes(),
+      fb::CreateSentBytes(fbb, sentBytes("all_reduce"), sentBytes("all_gather"),
+                          sentBytes("reduce_scatter"), sentBytes("all_to_all"),
+                          sentBytes("send")));
   return fb::CreateStageDirect(
       fbb, index, arena.getInt(), &bufferTable, &params, tokens, targets, loss,
-      &*instructions, microbatches,
-      update ? &updateInstructions : nullptr, bufferFor(Role::LearningRate, "lr"),
-      bufferFor(Role::Step, "step"), gradNorm);
+      &*instructions, microbatches, update ? &updateInstructions : nullptr,
+      bufferFor(Role::LearningRate, "lr"), bufferFor(Role::Step, "step"),
+      gradNorm, predictions);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -695,6 +705,16 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
       os << " lr %" << stage->lr() << " step %" << stage->step()
          << " grad_norm %" << stage->grad_norm();
     os << "\n";
+    if (const fb::Predictions *p = stage->predictions()) {
+      os << "  predicted: model state " << p->model_state_bytes()
+         << " bytes; sent per step";
+      if (const fb::SentBytes *sent = p->sent_bytes_per_step())
+        os << " all_reduce " << sent->all_reduce() << ", all_gather "
+           << sent->all_gather() << ", reduce_scatter "
+           << sent->reduce_scatter() << ", all_to_all " << sent->all_to_all()
+           << ", send " << sent->send() << " bytes";
+      os << "\n";
+    }
     for (flatbuffers::uoffset_t i = 0; i < numBuffers; ++i) {
       const fb::Buffer *b = stage->buffers()->Get(i);
       os << "  buffer %" << i << " @" << b->offset() << " "

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <set>
 #include <stdexcept>
 #include <sys/mman.h>
 
@@ -179,6 +180,20 @@ int64_t Executor::localBatch() const {
 
 DType Executor::bufferDType(uint32_t index) const {
   return stageTable->buffers()->Get(index)->dtype();
+}
+
+int64_t Executor::modelStateBytes() const {
+  std::set<int32_t> held;
+  for (const ParamView &p : paramViews)
+    for (int32_t b :
+         {static_cast<int32_t>(p.buffer), p.gradBuffer, p.mBuffer, p.vBuffer})
+      if (b >= 0)
+        held.insert(b);
+  int64_t bytes = 0;
+  for (int32_t b : held)
+    bytes += bufferNumel(static_cast<uint32_t>(b)) *
+             program::dtypeBytes(bufferDType(static_cast<uint32_t>(b)));
+  return bytes;
 }
 
 Status Executor::readLoss(float &loss) const {

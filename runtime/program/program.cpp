@@ -1189,6 +1189,30 @@ Status checkInstructionList(
   return Status::success();
 }
 
+/// The compiler's predictions, when present: byte counts, never negative.
+Status checkPredictions(const Stage &stage) {
+  const Predictions *p = stage.predictions();
+  if (!p)
+    return Status::success();
+  const uint32_t si = stage.index();
+  LOOM_CHECK(p->model_state_bytes() >= 0,
+             "stage " << si << ": predicted model_state_bytes "
+                      << p->model_state_bytes() << " is negative");
+  const SentBytes *sent = p->sent_bytes_per_step();
+  LOOM_CHECK(sent,
+             "stage " << si << ": predictions have no sent_bytes_per_step");
+  const std::pair<const char *, int64_t> kinds[] = {
+      {"all_reduce", sent->all_reduce()},
+      {"all_gather", sent->all_gather()},
+      {"reduce_scatter", sent->reduce_scatter()},
+      {"all_to_all", sent->all_to_all()},
+      {"send", sent->send()}};
+  for (const auto &[kind, bytes] : kinds)
+    LOOM_CHECK(bytes >= 0, "stage " << si << ": predicted sent_bytes_per_step."
+                                    << kind << " " << bytes << " is negative");
+  return Status::success();
+}
+
 Status checkStage(const Stage &stage, const ModelInfo &model,
                   const Program &program) {
   StageFacts facts;
@@ -1273,6 +1297,7 @@ Status checkStage(const Stage &stage, const ModelInfo &model,
                           << " x " << model.seq() << " = " << want
                           << " tokens");
   }
+  LOOM_RETURN_IF_ERROR(checkPredictions(stage));
   if (training) {
     LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
                "stage " << si

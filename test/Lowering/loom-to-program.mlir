@@ -7,6 +7,9 @@
 // CHECK: mesh: dp=2 tp=1
 // CHECK: stage 0: arena {{[0-9]+}} bytes, {{[0-9]+}} buffers, 2 params, 5 instructions
 // CHECK: tokens %2 targets %3 loss %[[LOSS:[0-9]+]]
+// What --loom-report predicts for a rank: the two parameters (512 + 256
+// bytes) and one ring all-reduce of 256 bytes over 2 ranks, 2·(2-1)/2·256.
+// CHECK-NEXT: predicted: model state 768 bytes; sent per step all_reduce 256, all_gather 0, reduce_scatter 0, all_to_all 0, send 0 bytes
 // CHECK: buffer %0 @0 F32 [16, 8] wte.weight
 // CHECK: buffer %1 @512 F32 [8, 8] w
 // CHECK: buffer %2 @768 I32 [2, 4] tokens

@@ -222,6 +222,37 @@ TEST(ProgramVerifier, OperandIndicesAndCounts) {
       {"instruction #0", "unknown opcode 30"});
 }
 
+TEST(ProgramVerifier, Predictions) {
+  // Optional (hand-built programs have none); byte counts never negative.
+  EXPECT_TRUE(load(*miniGpt()).ok());
+  auto p = miniGpt();
+  setPredictions(stage0(*p), 0, {0, 0, 0, 0, 0});
+  EXPECT_TRUE(load(*p).ok());
+  setPredictions(stage0(*p), 1 << 20, {10, 20, 30, 40, 50});
+  EXPECT_TRUE(load(*p).ok());
+  expectRejected(
+      [](fb::ProgramT &p) {
+        setPredictions(stage0(p), -1, {0, 0, 0, 0, 0});
+      },
+      {"stage 0: predicted model_state_bytes -1 is negative"});
+  const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
+                         "all_to_all", "send"};
+  for (int k = 0; k < 5; ++k) {
+    std::vector<int64_t> sent(5, 8);
+    sent[k] = -8;
+    expectRejected(
+        [&](fb::ProgramT &p) { setPredictions(stage0(p), 64, sent); },
+        {std::string("stage 0: predicted sent_bytes_per_step.") + kinds[k] +
+         " -8 is negative"});
+  }
+  expectRejected(
+      [](fb::ProgramT &p) {
+        setPredictions(stage0(p), 64, {0, 0, 0, 0, 0});
+        stage0(p).predictions->sent_bytes_per_step.reset();
+      },
+      {"stage 0: predictions have no sent_bytes_per_step"});
+}
+
 TEST(ProgramVerifier, OpcodesThisRuntimeCannotRun) {
   // Opcodes between the optimizer (ClipCoef = 26) and the collectives are
   // not in the schema.

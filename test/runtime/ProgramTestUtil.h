@@ -153,6 +153,22 @@ inline void addOptimizer(StageBuilder &s, double maxNorm,
   s.stage.grad_norm = static_cast<int32_t>(norm);
 }
 
+/// Gives `stage` the compiler's predictions: model state bytes and bytes sent
+/// per step per collective kind (all_reduce, all_gather, reduce_scatter,
+/// all_to_all, send).
+inline void setPredictions(fb::StageT &stage, int64_t modelStateBytes,
+                           const std::vector<int64_t> &sent) {
+  stage.predictions = std::make_unique<fb::PredictionsT>();
+  stage.predictions->model_state_bytes = modelStateBytes;
+  auto bytes = std::make_unique<fb::SentBytesT>();
+  bytes->all_reduce = sent.at(0);
+  bytes->all_gather = sent.at(1);
+  bytes->reduce_scatter = sent.at(2);
+  bytes->all_to_all = sent.at(3);
+  bytes->send = sent.at(4);
+  stage.predictions->sent_bytes_per_step = std::move(bytes);
+}
+
 /// An empty single-stage program with model info filled in.
 inline std::unique_ptr<fb::ProgramT> emptyProgram(int64_t batch, int64_t seq,
                                                   int64_t vocab,
