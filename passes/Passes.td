@@ -49,6 +49,10 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
       all_gather and reduce_scatter (n-1)/n·S, all_to_all (n-1)/n·S, send S;
       the micro-batch function's collectives count once per micro-batch.
 
+    The figures come from `measureRankFigures` (Analysis/RankFigures.h),
+    which `--loom-to-program` also uses to store them in the program as
+    the predictions loom-run reports next to what it measures.
+
     **Options:**
     * `json`: print one JSON object instead of text.
   }];
@@ -76,8 +80,9 @@ def LoomAutodiff : Pass<"loom-autodiff", "::mlir::ModuleOp"> {
       gradients. Each transformer block gets a backward block `<label>.grad`.
       New arguments `role = grad` are the gradient accumulators; the results
       are the loss and the updated accumulators (`loom.updates`).
-    * `@f_update`, run once per step: `loom.clip_grad_norm` over all
-      gradients (PyTorch's clip_grad_norm_), then `loom.adamw` per parameter
+    * `@f_update`, run once per step: `loom.sum_squares` over all
+      gradients and `loom.clip_coef` of it (PyTorch's clip_grad_norm_; the
+      sum shards with the gradients), then `loom.adamw` per parameter
       with decoupled weight decay on parameters of rank >= 2 only (nanoGPT:
       matmul weights and embeddings decay; biases and layer norms do not).
       The learning rate and step count are arguments the runtime sets.

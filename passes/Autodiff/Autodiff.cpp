@@ -102,6 +102,10 @@ LogicalResult LoomAutodiffPass::deriveTrainingStep(func::FuncOp model) {
   SmallVector<bool> hasGrad;
   if (failed(buildMicrobatchFunction(model, params, hasGrad)))
     return failure();
+  if (llvm::none_of(hasGrad, [](bool g) { return g; }))
+    return model.emitOpError()
+           << "has no parameter that influences the loss; there is nothing "
+              "to train";
   buildUpdateFunction(model, params, hasGrad);
   model.erase();
   return success();
@@ -222,14 +226,19 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   };
   Value lr = entry->getArgument(4 * n), step = entry->getArgument(4 * n + 1);
 
-  // 1. Global gradient norm over the parameters that have gradients.
+  // 1. Global gradient norm over the parameters that have gradients: a sum
+  //    of squares (which shards with the gradients and is reduced as one
+  //    scalar), then the norm and the clipping coefficient.
   SmallVector<Value> gradsWithValues;
   for (size_t i = 0; i < n; ++i)
     if (hasGrad[i])
       gradsWithValues.push_back(arg(1, i));
-  auto clip = ClipGradNormOp::create(
-      b, NameLoc::get(StringAttr::get(ctx, "clip_grad_norm")), scalar, scalar,
-      gradsWithValues, b.getF64FloatAttr(maxNorm));
+  auto sumSquares = SumSquaresOp::create(
+      b, NameLoc::get(StringAttr::get(ctx, "grad_sum_squares")), scalar,
+      gradsWithValues);
+  auto clip = ClipCoefOp::create(
+      b, NameLoc::get(StringAttr::get(ctx, "clip_coef")), scalar, scalar,
+      sumSquares.getResult(), b.getF64FloatAttr(maxNorm));
 
   // 2. AdamW per parameter; decay only on rank >= 2 (nanoGPT convention).
   SmallVector<Value> results(3 * n);

@@ -9,6 +9,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 
 #include "dialects/Loom/IR/LoomOps.h"
+#include "passes/Analysis/RankFigures.h"
 #include "passes/Lowering/ExecutionOrder.h"
 #include "runtime/program/program_envelope.h"
 #include "runtime/program/program_generated.h"
@@ -119,7 +120,8 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
           [](auto) { return fb::Opcode::CrossEntropyGrad; })
       .Case<SliceGradOp>([](auto) { return fb::Opcode::SliceGrad; })
       .Case<FillOp>([](auto) { return fb::Opcode::Fill; })
-      .Case<ClipGradNormOp>([](auto) { return fb::Opcode::ClipGradNorm; })
+      .Case<SumSquaresOp>([](auto) { return fb::Opcode::SumSquares; })
+      .Case<ClipCoefOp>([](auto) { return fb::Opcode::ClipCoef; })
       .Case<AdamWOp>([](auto) { return fb::Opcode::AdamW; })
       .Default([](Operation *) { return std::nullopt; });
 }
@@ -251,7 +253,7 @@ StageEmitter::emitInstruction(Operation *op) {
             value = fill.getValue().convertToDouble();
             return success();
           })
-          .Case([&](ClipGradNormOp clip) {
+          .Case([&](ClipCoefOp clip) {
             maxNorm = clip.getMaxNorm().convertToDouble();
             return success();
           })
@@ -517,11 +519,20 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     bufferTable.push_back(fb::CreateBufferDirect(fbb, b.name.c_str(), b.offset,
                                                  &shape, b.dtype));
   }
+  // 4. What a rank running this stage will hold and send, as --loom-report
+  //    predicts it, for loom-run to report next to what it measures.
+  RankFigures figures = measureRankFigures(funcs, mesh);
+  auto sentBytes = [&](const char *kind) { return figures.sentBytes.at(kind); };
+  auto predictions = fb::CreatePredictions(
+      fbb, figures.modelStateBytes(),
+      fb::CreateSentBytes(fbb, sentBytes("all_reduce"), sentBytes("all_gather"),
+                          sentBytes("reduce_scatter"), sentBytes("all_to_all"),
+                          sentBytes("send")));
   return fb::CreateStageDirect(
       fbb, index, arena.getInt(), &bufferTable, &params, tokens, targets, loss,
-      &*instructions, microbatches,
-      update ? &updateInstructions : nullptr, bufferFor(Role::LearningRate, "lr"),
-      bufferFor(Role::Step, "step"), gradNorm);
+      &*instructions, microbatches, update ? &updateInstructions : nullptr,
+      bufferFor(Role::LearningRate, "lr"), bufferFor(Role::Step, "step"),
+      gradNorm, predictions);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -634,7 +645,7 @@ static void printInstructions(
     case fb::Opcode::Fill:
       os << " value=" << llvm::format("%g", inst->value());
       break;
-    case fb::Opcode::ClipGradNorm:
+    case fb::Opcode::ClipCoef:
       os << " max_norm=" << llvm::format("%g", inst->max_norm());
       break;
     case fb::Opcode::AdamW:
@@ -696,6 +707,16 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
       os << " lr %" << stage->lr() << " step %" << stage->step()
          << " grad_norm %" << stage->grad_norm();
     os << "\n";
+    if (const fb::Predictions *p = stage->predictions()) {
+      os << "  predicted: model state " << p->model_state_bytes()
+         << " bytes; sent per step";
+      if (const fb::SentBytes *sent = p->sent_bytes_per_step())
+        os << " all_reduce " << sent->all_reduce() << ", all_gather "
+           << sent->all_gather() << ", reduce_scatter "
+           << sent->reduce_scatter() << ", all_to_all " << sent->all_to_all()
+           << ", send " << sent->send() << " bytes";
+      os << "\n";
+    }
     for (flatbuffers::uoffset_t i = 0; i < numBuffers; ++i) {
       const fb::Buffer *b = stage->buffers()->Get(i);
       os << "  buffer %" << i << " @" << b->offset() << " "

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <set>
 #include <stdexcept>
 #include <sys/mman.h>
 
@@ -179,6 +180,20 @@ int64_t Executor::localBatch() const {
 
 DType Executor::bufferDType(uint32_t index) const {
   return stageTable->buffers()->Get(index)->dtype();
+}
+
+int64_t Executor::modelStateBytes() const {
+  std::set<int32_t> held;
+  for (const ParamView &p : paramViews)
+    for (int32_t b :
+         {static_cast<int32_t>(p.buffer), p.gradBuffer, p.mBuffer, p.vBuffer})
+      if (b >= 0)
+        held.insert(b);
+  int64_t bytes = 0;
+  for (int32_t b : held)
+    bytes += bufferNumel(static_cast<uint32_t>(b)) *
+             program::dtypeBytes(bufferDType(static_cast<uint32_t>(b)));
+  return bytes;
 }
 
 Status Executor::readLoss(float &loss) const {
@@ -615,13 +630,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       std::fill(dstF, dstF + n, static_cast<float>(ins.value()));
     break;
   }
-  case Opcode::ClipGradNorm: {
-    double sumSquares = 0;
+  case Opcode::SumSquares: {
+    std::vector<cpu::FloatSpan> tensors;
     for (uint32_t b : in)
-      sumSquares += cpu::gradNormSquared(f32(b), bufferNumel(b));
-    const double norm = std::sqrt(sumSquares);
-    *outF(0) = static_cast<float>(norm);
-    *outF(1) = cpu::clipCoefficient(norm, ins.max_norm());
+      tensors.push_back({f32(b), bufferNumel(b)});
+    *dstF = cpu::sumSquares(tensors);
+    break;
+  }
+  case Opcode::ClipCoef: {
+    const cpu::ClipCoefficient clip =
+        cpu::clipCoefficient(*f32(in[0]), ins.max_norm());
+    *outF(0) = clip.norm;
+    *outF(1) = clip.coef;
     break;
   }
   case Opcode::AdamW: {

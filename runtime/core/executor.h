@@ -145,6 +145,11 @@ public:
   /// The scalar loss after run(). Errors when the stage has no loss buffer.
   Status readLoss(float &loss) const;
 
+  /// Bytes of the model state this rank holds: every parameter's buffer and
+  /// its gradient and AdamW moment buffers (local shapes), each buffer once.
+  /// What --loom-report predicts as model_state_bytes.
+  int64_t modelStateBytes() const;
+
   /// Bytes of the arena.
   uint64_t arenaBytes() const { return arenaSize; }
   /// Bytes the runtime has held for tensors at peak: the arena plus the

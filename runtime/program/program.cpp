@@ -324,7 +324,7 @@ Status InstructionChecker::check() {
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
     return checkCompute();
-  if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
+  if (op >= Opcode::EmbeddingGrad && op <= Opcode::ClipCoef)
     return checkTraining();
   // LocalSlice is no collective (it communicates nothing) but shares the
   // mesh / axes checks.
@@ -335,7 +335,7 @@ Status InstructionChecker::check() {
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-25)");
+                                 "and optimizer opcodes 0-26)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -621,9 +621,14 @@ Status InstructionChecker::checkTraining() {
                 "value " << v << " is not an int32 (the result is I32)");
     return Status::success();
   }
-  case Opcode::ClipGradNorm: {
-    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 2, 0));
+  case Opcode::SumSquares: {
+    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 1, 0));
     LOOM_RETURN_IF_ERROR(allF32(inputs, "gradient"));
+    return scalar(outputs[0], "sum of squares (scalar)");
+  }
+  case Opcode::ClipCoef: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 2, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "sumsq (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[0], "norm (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[1], "coef (scalar)"));
     INSTR_CHECK(std::isfinite(ins.max_norm()),
@@ -1204,12 +1209,37 @@ Status checkInstructionList(
     std::string prefix = "stage " + std::to_string(si) + ", " + kind + " #" +
                          std::to_string(i) + " '" + nameOf(ins->name()) +
                          "' (" + opcodeName(op) + ")";
-    LOOM_CHECK(update || !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
+    LOOM_CHECK(update || !(op == Opcode::SumSquares || op == Opcode::ClipCoef ||
+                           op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
     LOOM_RETURN_IF_ERROR(
         InstructionChecker(facts, *ins, std::move(prefix)).check());
   }
+  return Status::success();
+}
+
+/// The compiler's predictions, when present: byte counts, never negative.
+Status checkPredictions(const Stage &stage) {
+  const Predictions *p = stage.predictions();
+  if (!p)
+    return Status::success();
+  const uint32_t si = stage.index();
+  LOOM_CHECK(p->model_state_bytes() >= 0,
+             "stage " << si << ": predicted model_state_bytes "
+                      << p->model_state_bytes() << " is negative");
+  const SentBytes *sent = p->sent_bytes_per_step();
+  LOOM_CHECK(sent,
+             "stage " << si << ": predictions have no sent_bytes_per_step");
+  const std::pair<const char *, int64_t> kinds[] = {
+      {"all_reduce", sent->all_reduce()},
+      {"all_gather", sent->all_gather()},
+      {"reduce_scatter", sent->reduce_scatter()},
+      {"all_to_all", sent->all_to_all()},
+      {"send", sent->send()}};
+  for (const auto &[kind, bytes] : kinds)
+    LOOM_CHECK(bytes >= 0, "stage " << si << ": predicted sent_bytes_per_step."
+                                    << kind << " " << bytes << " is negative");
   return Status::success();
 }
 
@@ -1297,6 +1327,7 @@ Status checkStage(const Stage &stage, const ModelInfo &model,
                           << " x " << model.seq() << " = " << want
                           << " tokens");
   }
+  LOOM_RETURN_IF_ERROR(checkPredictions(stage));
   if (training) {
     LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
                "stage " << si

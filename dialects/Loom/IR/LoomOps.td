@@ -24,6 +24,7 @@ class Loom_Op<string mnemonic, list<Trait> traits = []>
 def Loom_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Loom_IndexTensor : StaticShapeTensorOf<[I32]>;
 def Loom_ScalarFloatTensor : 0DTensorOf<[AnyFloat]>;
+def Loom_ScalarF32Tensor : 0DTensorOf<[F32]>;
 
 /// A compute op of the training graph: pure, with a cost and a sharding
 /// rule.
