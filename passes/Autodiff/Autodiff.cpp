@@ -37,6 +37,23 @@ DictionaryAttr stateArgAttrs(Builder &b, Role role, StringAttr name) {
       {b.getNamedAttr(LoomDialect::kNameAttr, name), roleAttr(b, role)});
 }
 
+/// Sets `loom.updates` = updates[k] on result first + k of `func`, all in
+/// one go: setResultAttr rebuilds the whole result attribute list per call,
+/// quadratic in the parameter count.
+void setUpdatesAttrs(func::FuncOp func, unsigned first,
+                     ArrayRef<int64_t> updates) {
+  Builder b(func.getContext());
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    NamedAttrList attrs(func.getResultAttrDict(i));
+    if (i >= first && i - first < updates.size())
+      attrs.set(LoomDialect::kUpdatesAttr,
+                b.getI64IntegerAttr(updates[i - first]));
+    resultAttrs.push_back(attrs.getDictionary(func.getContext()));
+  }
+  func.setAllResultAttrs(resultAttrs);
+}
+
 struct LoomAutodiffPass
     : mlir::loom::impl::LoomAutodiffBase<LoomAutodiffPass> {
   using Base::Base;
@@ -178,9 +195,10 @@ LoomAutodiffPass::buildMicrobatchFunction(func::FuncOp model,
   ret.erase();
   SmallVector<Type> resultTypes = llvm::to_vector(ValueRange(results).getTypes());
   train.setFunctionType(b.getFunctionType(train.getArgumentTypes(), resultTypes));
+  SmallVector<int64_t> accumulators;
   for (unsigned i = 0; i < params.size(); ++i)
-    train.setResultAttr(1 + i, LoomDialect::kUpdatesAttr,
-                        b.getI64IntegerAttr(firstAcc + i));
+    accumulators.push_back(firstAcc + i);
+  setUpdatesAttrs(train, /*first=*/1, accumulators);
   return success();
 }
 
@@ -216,8 +234,7 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   update->setAttr(LoomDialect::kTrainAttr,
                   b.getDictionaryAttr(
                       {b.getNamedAttr("phase", b.getStringAttr("update"))}));
-  for (auto [i, attrs] : llvm::enumerate(argAttrs))
-    update.setArgAttrs(i, attrs);
+  update.setAllArgAttrs(argAttrs);
   Block *entry = update.addEntryBlock();
   b.setInsertionPointToStart(entry);
   size_t n = params.size();
@@ -265,9 +282,7 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   func::ReturnOp::create(b, update.getLoc(), results);
   update.setFunctionType(b.getFunctionType(
       argTypes, llvm::to_vector(ValueRange(results).getTypes())));
-  for (size_t i = 0; i < updates.size(); ++i)
-    update.setResultAttr(i, LoomDialect::kUpdatesAttr,
-                         b.getI64IntegerAttr(updates[i]));
+  setUpdatesAttrs(update, /*first=*/0, updates);
 }
 
 } // namespace

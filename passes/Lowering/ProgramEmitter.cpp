@@ -71,6 +71,27 @@ private:
   llvm::DenseMap<Value, unsigned> inPlace;
 };
 
+/// The sharding of each argument with a role and a name, keyed by both
+/// (the first such argument wins), so every parameter finds its own,
+/// its gradient's and its moments' shardings without a scan over all
+/// arguments (quadratic in the parameter count).
+using ShardingsByRoleAndName =
+    llvm::DenseMap<std::pair<unsigned, StringAttr>, ShardingAttr>;
+
+ShardingsByRoleAndName shardingsByRoleAndName(func::FuncOp func) {
+  ShardingsByRoleAndName shardings;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    if (role && name)
+      shardings.try_emplace(
+          {static_cast<unsigned>(role.getValue()), name},
+          func.getArgAttrOfType<ShardingAttr>(i, LoomDialect::kShardingAttr));
+  }
+  return shardings;
+}
+
 /// A readable name for an op: its NameLoc ("h.0.attn.c_attn") or op name.
 std::string nameOf(Operation *op) {
   Location loc = op->getLoc();
@@ -442,6 +463,9 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
   };
   std::vector<flatbuffers::Offset<fb::Param>> params;
   int32_t tokens = -1, targets = -1;
+  ShardingsByRoleAndName stepShardings = shardingsByRoleAndName(step);
+  ShardingsByRoleAndName updateShardings =
+      update ? shardingsByRoleAndName(update) : ShardingsByRoleAndName();
   for (BlockArgument arg : step.getArguments()) {
     unsigned i = arg.getArgNumber();
     Role role =
@@ -457,16 +481,9 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     auto init = step.getArgAttrOfType<InitAttr>(i, LoomDialect::kInitAttr);
     // Partitioned programs keep each argument's global sharding: the
     // runtime places this rank's slice of parameters and optimizer state.
-    auto shardingOf = [&](func::FuncOp func, Role role) -> ShardingAttr {
-      for (BlockArgument a : func.getArguments()) {
-        unsigned j = a.getArgNumber();
-        auto r = func.getArgAttrOfType<RoleAttr>(j, LoomDialect::kRoleAttr);
-        auto n = func.getArgAttrOfType<StringAttr>(j, LoomDialect::kNameAttr);
-        if (r && n && r.getValue() == role && n == name)
-          return func.getArgAttrOfType<ShardingAttr>(j,
-                                                     LoomDialect::kShardingAttr);
-      }
-      return {};
+    auto shardingOf = [&](const ShardingsByRoleAndName &shardings,
+                          Role role) -> ShardingAttr {
+      return shardings.lookup({static_cast<unsigned>(role), name});
     };
     auto dimShardings = [&](ShardingAttr sharding)
         -> flatbuffers::Offset<
@@ -485,10 +502,10 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
       }
       return split ? fbb.CreateVector(dims) : 0;
     };
-    ShardingAttr paramSharding = shardingOf(step, Role::Param);
-    ShardingAttr gradSharding = shardingOf(step, Role::Grad);
+    ShardingAttr paramSharding = shardingOf(stepShardings, Role::Param);
+    ShardingAttr gradSharding = shardingOf(stepShardings, Role::Grad);
     ShardingAttr momentSharding =
-        update ? shardingOf(update, Role::AdamM) : ShardingAttr();
+        update ? shardingOf(updateShardings, Role::AdamM) : ShardingAttr();
     // The global shape: the local one times each dimension's split.
     SmallVector<int64_t> globalShape(type.getShape());
     if (paramSharding && mesh)

@@ -252,10 +252,20 @@ void Propagator::run(func::FuncOp func) {
 
 void Propagator::annotate(func::FuncOp func) {
   MLIRContext *ctx = func.getContext();
+  // All argument attributes at once: setArgAttr rebuilds the whole list
+  // each call, quadratic in the argument count.
+  SmallVector<DictionaryAttr> argAttrs;
+  func.getAllArgAttrs(argAttrs);
+  bool anyArg = false;
   for (BlockArgument arg : func.getArguments())
-    if (auto it = shardings.find(arg); it != shardings.end())
-      func.setArgAttr(arg.getArgNumber(), LoomDialect::kShardingAttr,
-                      toAttr(ctx, it->second));
+    if (auto it = shardings.find(arg); it != shardings.end()) {
+      NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+      attrs.set(LoomDialect::kShardingAttr, toAttr(ctx, it->second));
+      argAttrs[arg.getArgNumber()] = attrs.getDictionary(ctx);
+      anyArg = true;
+    }
+  if (anyArg)
+    func.setAllArgAttrs(argAttrs);
   func.walk([&](Operation *op) {
     if (op->getNumResults() == 0 || isa<BlockOp>(op))
       return;

@@ -296,15 +296,19 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
 
   Block *entry = func.addEntryBlock();
   llvm::StringMap<Value> params;
+  // All argument attributes at once (setArgAttrs per argument rebuilds the
+  // whole list: quadratic in the parameter count).
+  SmallVector<DictionaryAttr> argAttrs;
   for (auto [i, a] : llvm::enumerate(args)) {
     SmallVector<NamedAttribute> attrs{
         b.getNamedAttr(LoomDialect::kNameAttr, b.getStringAttr(a.name)),
         b.getNamedAttr(LoomDialect::kRoleAttr, RoleAttr::get(ctx, a.role))};
     if (a.init)
       attrs.push_back(b.getNamedAttr(LoomDialect::kInitAttr, a.init));
-    func.setArgAttrs(i, b.getDictionaryAttr(attrs));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
     params[a.name] = entry->getArgument(i);
   }
+  func.setAllArgAttrs(argAttrs);
   Value tokens = entry->getArgument(args.size() - 2);
   Value targets = entry->getArgument(args.size() - 1);
 
