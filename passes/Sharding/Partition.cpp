@@ -103,6 +103,9 @@ private:
   /// sums, all-gather dimensions split against the wish.
   LogicalResult reshard(OpOperand &operand, const Layout &want);
   LogicalResult partitionOps(Block &block);
+  /// A sum of squares over gradients split over different axes (ZeRO-2/3
+  /// or tensor parallelism next to replicated ones): see the definition.
+  LogicalResult balanceSumSquares(SumSquaresOp op);
 
   MeshOp mesh;
   llvm::DenseMap<Value, Layout> layouts;
@@ -267,6 +270,11 @@ LogicalResult Partitioner::partitionOps(Block &block) {
       }
     if (!rule)
       continue; // collectives already placed by hand keep their operands
+    if (auto sumSquares = dyn_cast<SumSquaresOp>(op)) {
+      if (failed(balanceSumSquares(sumSquares)))
+        return failure();
+      continue;
+    }
     // An op linear in its operands (addition) passes partial sums through
     // when every operand holds the same ones: reduce once after it instead
     // of once per operand (a tied embedding's two gradient contributions).
@@ -343,6 +351,70 @@ LogicalResult Partitioner::partitionOps(Block &block) {
         ce.setNumTokensAttr(n);
   }
   return success();
+}
+
+/// Every operand of a sum of squares must hold a disjoint piece on each
+/// rank over the axes the result is partial on, or the all-reduce counts
+/// it more than once. An operand whole on some of those axes takes this
+/// rank's block of a dimension they divide (no traffic); one no dimension
+/// of which divides is summed in a second, replicated sum of squares that
+/// is added after the reduction. Either way: one scalar all-reduce.
+LogicalResult Partitioner::balanceSumSquares(SumSquaresOp op) {
+  Layout result = layout(op.getResult());
+  if (result.partial.empty())
+    return success();
+  OpBuilder b(op);
+  SmallVector<Value> whole;
+  SmallVector<unsigned> wholeOperands;
+  for (OpOperand &operand : op->getOpOperands()) {
+    Layout have = layout(operand.get());
+    if (!have.partial.empty())
+      return op.emitOpError() << "operand #" << operand.getOperandNumber()
+                              << " holds partial sums; reduce it first";
+    SmallVector<StringRef> missing;
+    for (StringRef axis : result.partial)
+      if (llvm::none_of(have.dims, [&](const auto &axes) {
+            return llvm::is_contained(axes, axis);
+          }))
+        missing.push_back(axis);
+    if (missing.empty())
+      continue;
+    auto shape = cast<RankedTensorType>(operand.get().getType()).getShape();
+    std::optional<size_t> dim;
+    for (size_t d = 0; d < shape.size() && !dim; ++d)
+      if (have.dims[d].empty() && shape[d] % ways(missing) == 0)
+        dim = d;
+    if (!dim) {
+      wholeOperands.push_back(operand.getOperandNumber());
+      whole.push_back(operand.get());
+      continue;
+    }
+    Layout want = have;
+    want.dims[*dim] = missing;
+    if (failed(reshard(operand, want)))
+      return failure();
+  }
+  if (whole.empty())
+    return success();
+  // The indivisible ones: their own sum, the same on every rank.
+  for (unsigned i : llvm::reverse(wholeOperands))
+    op->eraseOperand(i);
+  auto replicated =
+      SumSquaresOp::create(b, op.getLoc(), op.getResult().getType(), whole);
+  record(replicated.getResult(), layout(replicated.getResult()));
+  if (op.getInputs().empty()) {
+    op.getResult().replaceAllUsesWith(replicated.getResult());
+    op.erase();
+    return success();
+  }
+  b.setInsertionPointAfter(op);
+  auto total = AddOp::create(b, op.getLoc(), op.getResult().getType(),
+                             op.getResult(), replicated.getResult());
+  op.getResult().replaceAllUsesExcept(total.getResult(), total);
+  record(total.getResult(), layout(replicated.getResult()));
+  // Reduce the split part before adding the replicated part.
+  Layout wholeLayout;
+  return reshard(total->getOpOperand(0), wholeLayout);
 }
 
 /// The local type of a value with layout `l`.

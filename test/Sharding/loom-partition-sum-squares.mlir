@@ -51,3 +51,27 @@ func.func @replicated(%g0: tensor<8x4xf32> {loom.sharding = #loom.sharding<@mesh
   %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
   return %n, %c : tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// Mixed: a gradient split over dp next to whole ones. The whole [8x4] one
+// contributes only this rank's rows (a local slice, no traffic), so the
+// one scalar all-reduce counts it once; the [3] one no dimension of which
+// dp divides is summed apart on every rank and added after the reduction.
+loom.mesh @mesh <dp = 2>
+// CHECK-LABEL: func.func @mixed(
+// CHECK-NOT: loom.all_gather
+// CHECK: %[[ROWS:.*]] = loom.local_slice %{{.*}} on @mesh [dp] dim 0 {{.*}} : tensor<8x4xf32> -> tensor<4x4xf32>
+// CHECK: %[[ODD:.*]] = loom.sum_squares %{{.*}} : tensor<3xf32> -> tensor<f32>
+// CHECK: %[[LOCAL:.*]] = loom.sum_squares %{{.*}}, %[[ROWS]] : tensor<2x4xf32>, tensor<4x4xf32> -> tensor<f32>
+// CHECK: %[[GLOBAL:.*]] = loom.all_reduce %[[LOCAL]] on @mesh [dp] sum
+// CHECK: %[[TOTAL:.*]] = loom.add %[[GLOBAL]], %[[ODD]]
+// CHECK: loom.clip_coef %[[TOTAL]]
+func.func @mixed(%g0: tensor<4x4xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], []]>},
+                 %g1: tensor<8x4xf32> {loom.sharding = #loom.sharding<@mesh, [[], []]>},
+                 %g2: tensor<3xf32> {loom.sharding = #loom.sharding<@mesh, [[]]>})
+    -> (tensor<f32>, tensor<f32>) {
+  %s = loom.sum_squares %g0, %g1, %g2 : tensor<4x4xf32>, tensor<8x4xf32>, tensor<3xf32> -> tensor<f32>
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
+  return %n, %c : tensor<f32>, tensor<f32>
+}
