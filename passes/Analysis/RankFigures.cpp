@@ -63,6 +63,16 @@ int64_t sum(const std::map<std::string, int64_t> &m) {
 int64_t RankFigures::modelStateBytes() const { return sum(stateBytes); }
 int64_t RankFigures::totalSentBytes() const { return sum(sentBytes); }
 
+int64_t RankFigures::mixedPrecisionStateBytes() const {
+  auto elements = [&](const char *role) -> int64_t {
+    auto it = stateElements.find(role);
+    return it == stateElements.end() ? 0 : it->second;
+  };
+  return 2 * elements("param") + 2 * elements("grad") +
+         4 * elements("adam_m") /* fp32 master */ + 4 * elements("adam_m") +
+         4 * elements("adam_v");
+}
+
 RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
                                            MeshOp mesh) {
   RankFigures fig;
@@ -100,8 +110,23 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
       if (!seen.insert(key).second)
         continue;
       fig.stateBytes[stringifyRole(r).str()] += bytesOf(arg.getType());
-      if (r == Role::Param)
-        fig.params += cast<RankedTensorType>(arg.getType()).getNumElements();
+      int64_t elements =
+          cast<RankedTensorType>(arg.getType()).getNumElements();
+      fig.stateElements[stringifyRole(r).str()] += elements;
+      if (r == Role::Param) {
+        fig.params += elements;
+        // The argument is local after partitioning; its sharding (global
+        // layout) says how many ways each dimension was split.
+        int64_t ways = 1;
+        if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+                i, LoomDialect::kShardingAttr);
+            sharding && mesh && func->hasAttr(LoomDialect::kPartitionedAttr))
+          for (unsigned d = 0; d < sharding.getRank(); ++d)
+            for (StringRef axis : sharding.getDimAxes(d))
+              if (auto a = mesh.getShape().findAxis(axis))
+                ways *= mesh.getShape().getAxisSizes()[*a];
+        fig.globalParams += elements * ways;
+      }
     }
 
     // 2. Collectives, once per execution of their function.

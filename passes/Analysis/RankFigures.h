@@ -35,6 +35,10 @@ struct RankFigures {
   std::map<std::string, int64_t> stateBytes;
   /// Local parameter elements.
   int64_t params = 0;
+  /// Elements of the model's parameters (Φ, global shapes).
+  int64_t globalParams = 0;
+  /// Local elements by role, as stateBytes.
+  std::map<std::string, int64_t> stateElements;
   /// The largest planned arena (loom.arena_bytes); -1 when nothing is
   /// planned.
   int64_t arenaBytes = -1;
@@ -48,6 +52,11 @@ struct RankFigures {
 
   /// Sum of stateBytes over the roles.
   int64_t modelStateBytes() const;
+  /// The model state this rank would hold in bf16 mixed precision (the
+  /// ZeRO paper's accounting, with the same shardings): 2-byte parameters
+  /// and gradients, and the fp32 optimizer state (master weights sharded
+  /// like the moments, plus both moments) at 12 bytes per moment element.
+  int64_t mixedPrecisionStateBytes() const;
   /// Sum of sentBytes over the kinds.
   int64_t totalSentBytes() const;
 };

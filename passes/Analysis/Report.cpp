@@ -37,6 +37,20 @@ void printText(const RankFigures &fig, raw_ostream &os) {
   for (const char *role : {"param", "grad", "adam_m", "adam_v"})
     if (auto it = fig.stateBytes.find(role); it != fig.stateBytes.end())
       os << "    " << role << ": " << it->second << "\n";
+  if (fig.globalParams) {
+    auto perPhi = [&](int64_t bytes) {
+      return double(bytes) / double(fig.globalParams);
+    };
+    os << llvm::formatv("  model parameters: Phi = {0}; model state = "
+                        "{1:F2} Phi bytes (fp32)\n",
+                        fig.globalParams, perPhi(state));
+    if (fig.stateElements.count("adam_m"))
+      os << llvm::formatv(
+          "  in bf16 mixed precision: {0} bytes = {1:F2} Phi (2-byte params "
+          "and grads; fp32 master weights and moments)\n",
+          fig.mixedPrecisionStateBytes(),
+          perPhi(fig.mixedPrecisionStateBytes()));
+  }
   if (fig.arenaBytes >= 0)
     os << "  predicted peak: " << fig.arenaBytes << " bytes (planned arena)\n";
   else
@@ -62,6 +76,8 @@ void printJson(const RankFigures &fig, raw_ostream &os) {
       {"model_state_bytes", fig.modelStateBytes()},
       {"model_state_by_role", std::move(state)},
       {"local_params", fig.params},
+      {"global_params", fig.globalParams},
+      {"model_state_bytes_bf16_mixed", fig.mixedPrecisionStateBytes()},
       {"predicted_peak_bytes", fig.arenaBytes},
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
