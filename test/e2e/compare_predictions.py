@@ -11,7 +11,9 @@ the run's summary line, exactly (DESIGN.md §7.3):
   program carries) == the report's sent_bytes_per_step, per collective kind;
 * model_state_bytes == predicted_model_state_bytes == the report's
   model_state_bytes;
-* predicted_peak_bytes == the report's predicted_peak_bytes.
+* predicted_peak_bytes == the report's predicted_peak_bytes;
+and the measured peak_bytes (arena + runtime temporaries) within 10% of the
+predicted peak (the planned arena).
 
 Prints PASS with the figures, or FAIL with every mismatch; exit 1 on FAIL.
 """
@@ -62,6 +64,10 @@ def main():
             bad.append(f"{where}: predicted_peak_bytes "
                        f"{r['predicted_peak_bytes']} != report "
                        f"{report['predicted_peak_bytes']}")
+        peak, planned = r["peak_bytes"], report["predicted_peak_bytes"]
+        if not 0.9 * planned <= peak <= 1.1 * planned:
+            bad.append(f"{where}: measured peak {peak} bytes is not within "
+                       f"10% of the predicted {planned}")
         kinds = set(report["sent_bytes_per_step"]) | set(
             r["sent_bytes_per_step"]) | set(r["predicted_sent_bytes_per_step"])
         for kind in sorted(kinds):
@@ -74,6 +80,9 @@ def main():
         print("FAIL:\n  " + "\n  ".join(bad))
         return 1
     sent = report["sent_bytes_per_step"]
+    worst = max(abs(r["peak_bytes"] / report["predicted_peak_bytes"] - 1)
+                for r in ranks)
+    print(f"measured peak within {100 * worst:.1f}% of predicted")
     print(f"PASS: {len(ranks)} ranks, model state "
           f"{report['model_state_bytes']} bytes, sent per step " +
           ", ".join(f"{k} {sent[k]}" for k in sorted(sent)))
