@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -36,14 +37,7 @@ Layout layoutOf(ShardingAttr attr) {
   return l;
 }
 
-/// "h.0.mlp.c_fc" for ops with a NameLoc, else the op name.
-std::string nameOf(Operation *op) {
-  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
-    return named.getName().str();
-  if (auto block = dyn_cast<BlockOp>(op))
-    return block.getLabel().str();
-  return op->getName().getStringRef().str();
-}
+std::string nameOf(Operation *op) { return describeOp(op); }
 
 /// What a value is called in a collective's reason: its producer's name, a
 /// parameter's `loom.name` (also seen through `loom.block` arguments).

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -50,15 +51,6 @@ int64_t bytesOf(Value v) {
   auto type = cast<RankedTensorType>(v.getType());
   return type.getNumElements() *
          std::max<int64_t>(1, (type.getElementTypeBitWidth() + 7) / 8);
-}
-
-/// "h.3.grad" for ops with a NameLoc, else the op name.
-std::string producerName(Operation *op) {
-  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
-    return named.getName().str();
-  if (auto block = dyn_cast<BlockOp>(op))
-    return block.getLabel().str();
-  return op->getName().getStringRef().str();
 }
 
 struct LoomScheduleCommPass
@@ -176,7 +168,7 @@ struct LoomScheduleCommPass
                              index, inputs.size(), bytes)
                    .str();
     if (ready >= 0)
-      reason += ", launched after " + producerName(ops[ready]);
+      reason += ", launched after " + describeOp(ops[ready]);
     auto merged = AllReduceOp::create(
         b, first.getLoc(), types, inputs, first.getMeshAttr(),
         first.getAxes(), first.getReductionAttr(),

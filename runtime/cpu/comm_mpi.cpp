@@ -153,15 +153,21 @@ Status MpiCommunicator::group(const std::vector<uint32_t> &axes,
   return Status::success();
 }
 
+Status MpiCommunicator::reductionArgs(const std::vector<uint32_t> &axes,
+                                      Reduction op, DType dtype, int64_t count,
+                                      MPI_Comm &comm, MPI_Op &mop, int &n) {
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
+  return intCount(count, n);
+}
+
 Status MpiCommunicator::doAllReduce(void *buf, int64_t count, DType dtype,
                                     Reduction op,
                                     const std::vector<uint32_t> &axes) {
   MPI_Comm comm;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
   MPI_Op mop;
-  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
-  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm),
             "MPI_Allreduce failed");
   if (op == Reduction::Avg)
@@ -174,11 +180,9 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
                                          const std::vector<uint32_t> &axes,
                                          Ticket &ticket) {
   MPI_Comm comm;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
   MPI_Op mop;
-  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
-  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   PendingCollective pending{MPI_REQUEST_NULL,
                             op == Reduction::Avg ? buf : nullptr, count,
                             groupSize(axes)};
@@ -248,11 +252,9 @@ Status MpiCommunicator::doReduceScatter(const void *in, void *out,
                                         Reduction op,
                                         const std::vector<uint32_t> &axes) {
   MPI_Comm comm;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
   MPI_Op mop;
-  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
-  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, mpiType(dtype), mop, comm),
             "MPI_Reduce_scatter_block failed");
   if (op == Reduction::Avg)

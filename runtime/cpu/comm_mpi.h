@@ -69,6 +69,10 @@ private:
   MpiCommunicator(MPI_Comm comm, int rank, int size)
       : Communicator(rank, size), world(comm) {}
   Status group(const std::vector<uint32_t> &axes, MPI_Comm &out);
+  /// The group, MPI reduction and int count of a reduction over `axes`.
+  Status reductionArgs(const std::vector<uint32_t> &axes,
+                       program::Reduction op, program::DType dtype,
+                       int64_t count, MPI_Comm &comm, MPI_Op &mop, int &n);
   MPI_Comm world;
   std::map<uint64_t, MPI_Comm> groups;
   struct PendingSend {
