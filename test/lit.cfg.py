@@ -26,6 +26,10 @@ llvm_config.add_tool_substitutions(["loom-opt", "loom-translate", "loom", "loom-
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.loom_tools_dir, append_path=True)
 
+# Builds with the CUDA backend (runtime/cuda/); GPU runs are scripts/gpu-check's.
+if getattr(config, "loom_enable_cuda", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
+    config.available_features.add("loom-cuda")
+
 # End-to-end tests compare with PyTorch, which Debian's python3-torch provides
 # only for /usr/bin/python3 (the python3 on PATH may be another interpreter).
 import subprocess

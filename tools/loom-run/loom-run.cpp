@@ -46,6 +46,9 @@
 #include "runtime/core/sampler.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
+#ifdef LOOM_HAVE_CUDA
+#include "runtime/cuda/device.h"
+#endif
 #include "runtime/program/program.h"
 
 #include <algorithm>
@@ -82,6 +85,8 @@ const char *kUsage =
     "  --save-checkpoint F     save parameters after the last step\n"
     "  --log-json F            one JSON object per step, then a summary\n"
     "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
+    "  --backend cpu|cuda      where the kernels run (default cpu); cuda\n"
+    "                          needs a build with the CUDA backend and a GPU\n"
     "  --quiet                 no progress output\n"
     "Training programs:\n"
     "  --lr F                  peak learning rate (default 1e-3)\n"
@@ -110,6 +115,7 @@ struct Options {
   uint64_t seed = 1337;
   uint32_t stage = 0;
   bool quiet = false;
+  std::string backend = "cpu";
 };
 
 /// An error that also shows the usage text.
@@ -187,7 +193,8 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
                                     "--lr-schedule",
                                     "--schedule-steps",
                                     "--sample",
-                                    "--prompt"};
+                                    "--prompt",
+                                    "--backend"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -203,7 +210,11 @@ Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
     if (flag == "--lr" || flag == "--min-lr" || flag == "--warmup" ||
         flag == "--lr-schedule" || flag == "--schedule-steps")
       opts.trainingFlags = true;
-    if (flag == "--prompt") {
+    if (flag == "--backend") {
+      LOOM_CHECK(value == "cpu" || value == "cuda",
+                 "--backend is cpu or cuda, got '" << value << "'");
+      opts.backend = value;
+    } else if (flag == "--prompt") {
       opts.prompt = value;
       opts.hasPrompt = true;
     } else if (flag == "--sample") {
@@ -679,6 +690,23 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
 
 Communicator *gComm = nullptr;
 
+/// --backend: cpu always runs; cuda needs the CUDA backend in this build and
+/// a device (the error says what cudaGetDeviceCount returned).
+Status checkBackend(const std::string &backend) {
+  if (backend == "cpu")
+    return Status::success();
+#ifdef LOOM_HAVE_CUDA
+  int devices = 0;
+  LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
+  LOOM_ERROR("--backend cuda: " << devices
+             << " CUDA device(s) found, but the executor does not dispatch "
+                "to the CUDA kernels yet (issue 8); run with --backend cpu");
+#else
+  LOOM_ERROR("--backend cuda: this loom-run was built without the CUDA "
+             "backend (LOOM_ENABLE_CUDA=OFF); run with --backend cpu");
+#endif
+}
+
 /// Prints the error; in a multi-rank job names the rank and takes every
 /// rank down (MPI_Abort), so no rank hangs in a collective.
 int fail(const std::string &message, bool usage) {
@@ -713,6 +741,9 @@ int main(int argc, char **argv) {
         std::printf("%s", kUsage);
       return 0;
     }
+    s = checkBackend(opts.backend);
+    if (!s.ok())
+      return fail(s.message(), /*usage=*/false);
     s = opts.sample >= 0 ? runSample(opts) : runProgram(opts, *comm);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);

@@ -148,11 +148,6 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "does not support yet";
     return false;
   }
-  if (s.backend != "cpu") {
-    error = "--backend " + s.backend +
-            " is not available in this build yet; use --backend cpu";
-    return false;
-  }
   if (s.precision != "fp32") {
     error = "--precision " + s.precision +
             " is not supported yet; use --precision fp32";

@@ -416,6 +416,10 @@ int runProgram(const char *argv0, const std::string &command,
           runArgs.push_back(flag);
           runArgs.push_back(it->second);
         }
+      if (!sample) {
+        runArgs.push_back("--backend");
+        runArgs.push_back(inv->strategy.backend);
+      }
       if (inv->switches.count("--quiet"))
         runArgs.push_back("--quiet");
       int64_t ranks = inv->strategy.worldSize();

@@ -1,0 +1,68 @@
+//===- device.cpp - CUDA device probe and the per-rank device arena -------===//
+#include "runtime/cuda/device.h"
+
+#include "runtime/cuda/check.h"
+
+namespace loom::cuda {
+
+Status probeDevice(int &count) {
+  count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError(); // clear the sticky-free error state
+    LOOM_ERROR("no CUDA device: cudaGetDeviceCount returned "
+               << cudaGetErrorName(err) << " (" << cudaGetErrorString(err)
+               << "); run with --backend cpu");
+  }
+  LOOM_CHECK(count > 0, "no CUDA device: cudaGetDeviceCount returned 0 "
+                        "devices; run with --backend cpu");
+  return Status::success();
+}
+
+DeviceArena::~DeviceArena() {
+  if (base)
+    cudaFree(base);
+}
+
+Status DeviceArena::allocate(uint64_t n, cudaStream_t stream) {
+  LOOM_CHECK(!base, "the device arena is already allocated");
+  if (n == 0)
+    return Status::success();
+  void *p = nullptr;
+  cudaError_t err = cudaMalloc(&p, n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t freeBytes = 0, totalBytes = 0;
+    cudaMemGetInfo(&freeBytes, &totalBytes);
+    LOOM_ERROR("cannot allocate the device arena: " << n << " bytes ("
+               << cudaGetErrorName(err) << "); the device has " << freeBytes
+               << " of " << totalBytes << " bytes free");
+  }
+  base = static_cast<uint8_t *>(p);
+  bytes = n;
+  LOOM_CUDA_CHECK(cudaMemsetAsync(base, 0, n, stream));
+  return Status::success();
+}
+
+Status DeviceArena::copyIn(uint64_t offset, const void *src, uint64_t n,
+                           cudaStream_t stream) {
+  LOOM_CHECK(offset + n <= bytes, "copy of " << n << " bytes at offset "
+                                             << offset << " is outside the "
+                                             << bytes << "-byte arena");
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(base + offset, src, n, cudaMemcpyHostToDevice, stream));
+  return Status::success();
+}
+
+Status DeviceArena::copyOut(void *dst, uint64_t offset, uint64_t n,
+                            cudaStream_t stream) {
+  LOOM_CHECK(offset + n <= bytes, "copy of " << n << " bytes at offset "
+                                             << offset << " is outside the "
+                                             << bytes << "-byte arena");
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, base + offset, n, cudaMemcpyDeviceToHost, stream));
+  LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Status::success();
+}
+
+} // namespace loom::cuda

@@ -1,0 +1,51 @@
+//===- device.h - CUDA device probe and the per-rank device arena -*- C++ -*-===//
+//
+// The CUDA backend holds one rank's tensors in one cudaMalloc of the stage's
+// arena_bytes (the compiler's buffer plan applies unchanged: buffers are
+// views at their offsets), a compute stream, and host<->device copies for
+// what crosses the boundary (parameters at init / checkpoint, tokens and
+// targets per micro-batch, loss and gradient norm per step).
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CUDA_DEVICE_H
+#define LOOM_RUNTIME_CUDA_DEVICE_H
+
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace loom::cuda {
+
+/// Ok with `count` >= 1 when a CUDA device can be used; otherwise an error
+/// that says what cudaGetDeviceCount returned and to use --backend cpu.
+Status probeDevice(int &count);
+
+/// One rank's device memory: a single allocation, zeroed.
+class DeviceArena {
+public:
+  DeviceArena() = default;
+  ~DeviceArena();
+  DeviceArena(const DeviceArena &) = delete;
+  DeviceArena &operator=(const DeviceArena &) = delete;
+
+  /// Allocates `bytes` on the current device and zeroes them; errors with
+  /// the size and the device's free memory when it does not fit.
+  Status allocate(uint64_t bytes, cudaStream_t stream);
+  uint8_t *data() const { return base; }
+  uint64_t size() const { return bytes; }
+
+  /// Host -> arena at `offset` / arena at `offset` -> host (stream-ordered;
+  /// copyOut waits for the stream).
+  Status copyIn(uint64_t offset, const void *src, uint64_t n,
+                cudaStream_t stream);
+  Status copyOut(void *dst, uint64_t offset, uint64_t n, cudaStream_t stream);
+
+private:
+  uint8_t *base = nullptr;
+  uint64_t bytes = 0;
+};
+
+} // namespace loom::cuda
+
+#endif // LOOM_RUNTIME_CUDA_DEVICE_H
