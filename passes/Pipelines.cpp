@@ -21,6 +21,8 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pm.addPass(createLoomAutodiff(autodiff));
   }
   if (options.partition) {
+    if (options.tensorParallel)
+      pm.addPass(createLoomTensorParallel());
     LoomZeroOptions zero;
     zero.stage = options.zeroStage;
     pm.addPass(createLoomZero(zero));

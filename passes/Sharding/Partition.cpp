@@ -103,6 +103,10 @@ private:
   /// sums, all-gather dimensions split against the wish.
   LogicalResult reshard(OpOperand &operand, const Layout &want);
   LogicalResult partitionOps(Block &block);
+  /// Tensor parallelism: per-rank attributes of ops whose split dimensions
+  /// change what a rank computes (local head counts, table rows).
+  LogicalResult localizeHeadCounts(func::FuncOp func);
+  void markTableRowShards(func::FuncOp func);
 
   MeshOp mesh;
   llvm::DenseMap<Value, Layout> layouts;
@@ -344,6 +348,90 @@ LogicalResult Partitioner::partitionOps(Block &block) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+/// A linear whose result holds partial sums (row-parallel: its K is split)
+/// would add its bias on every rank, once per rank in the sum. The bias is
+/// split off into an add of the reduced value, so it is added once, after
+/// the all-reduce (Megatron's row-parallel linear). Runs on the shardings
+/// propagation left, before anything is partitioned.
+void splitBiasFromPartialSums(func::FuncOp func) {
+  SmallVector<LinearOp> linears;
+  func.walk([&](LinearOp linear) {
+    auto attrs = linear->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr);
+    if (linear.getBias() && attrs &&
+        !cast<ShardingAttr>(attrs[0]).getPartialAxes().empty())
+      linears.push_back(linear);
+  });
+  for (LinearOp linear : linears) {
+    auto attrs = linear->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr);
+    auto sharding = cast<ShardingAttr>(attrs[0]);
+    OpBuilder b(linear);
+    auto product =
+        LinearOp::create(b, linear.getLoc(), linear.getType(),
+                         linear.getInput(), linear.getWeight(), Value());
+    product->setAttr(LoomDialect::kShardingsAttr, attrs);
+    auto add = AddOp::create(
+        b, NameLoc::get(b.getStringAttr(nameOf(linear.getOperation()) + ".bias")),
+        linear.getType(), product.getResult(), linear.getBias());
+    add->setAttr(LoomDialect::kShardingsAttr,
+                 b.getArrayAttr({ShardingAttr::get(
+                     b.getContext(), sharding.getMesh(), sharding.getDims(),
+                     b.getArrayAttr({}))}));
+    linear.getResult().replaceAllUsesWith(add.getResult());
+    linear.erase();
+  }
+}
+
+/// Attention whose channels are split (in whole heads) attends with the
+/// heads this rank holds: num_heads becomes the local count.
+LogicalResult Partitioner::localizeHeadCounts(func::FuncOp func) {
+  auto localize = [&](Operation *op, Value qkv,
+                      int64_t heads) -> FailureOr<int64_t> {
+    Layout l = layout(qkv);
+    if (l.dims.size() != 4)
+      return heads;
+    int64_t n = ways(l.dims[3]);
+    if (heads % n != 0)
+      return op->emitOpError()
+             << "splits the channels of its " << heads << " heads over ["
+             << llvm::join(l.dims[3], ", ") << "] (" << n
+             << " ways), which does not give every rank whole heads; n_head "
+                "must be divisible by "
+             << n;
+    return heads / n;
+  };
+  WalkResult walk = func.walk([&](Operation *op) {
+    FailureOr<int64_t> local = int64_t(0);
+    Builder b(op->getContext());
+    if (auto att = dyn_cast<AttentionOp>(op)) {
+      local = localize(op, att.getQkv(), att.getNumHeads());
+      if (succeeded(local))
+        att.setNumHeadsAttr(b.getI64IntegerAttr(*local));
+    } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+      local = localize(op, grad.getQkv(), grad.getNumHeads());
+      if (succeeded(local))
+        grad.setNumHeadsAttr(b.getI64IntegerAttr(*local));
+    }
+    return failed(local) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+/// An embedding reading a table split on rows (vocab-parallel) looks up
+/// only this rank's rows: name the axes so the kernel knows which.
+void Partitioner::markTableRowShards(func::FuncOp func) {
+  func.walk([&](EmbeddingOp embedding) {
+    Layout l = layout(embedding.getTable());
+    if (!l.dims.empty() && !l.dims[0].empty()) {
+      Builder b(embedding.getContext());
+      embedding.setRowAxesAttr(axesAttr(b, l.dims[0]));
+    }
+  });
+}
+
 /// The local type of a value with layout `l`.
 Type localType(Type type, const Layout &l, function_ref<int64_t(ArrayRef<StringRef>)> ways) {
   auto tensor = dyn_cast<RankedTensorType>(type);
@@ -360,8 +448,12 @@ LogicalResult Partitioner::run(func::FuncOp func) {
     if (auto attr = func.getArgAttrOfType<ShardingAttr>(
             arg.getArgNumber(), LoomDialect::kShardingAttr))
       record(arg, layoutOf(attr));
+  splitBiasFromPartialSums(func);
   if (failed(partitionOps(func.getBody().front())))
     return failure();
+  if (failed(localizeHeadCounts(func)))
+    return failure();
+  markTableRowShards(func);
 
   // Shrink every value to its local shape (the collectives inserted above
   // are typed in global shapes and shrink with everything else).

@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <functional>
@@ -276,6 +277,35 @@ void Propagator::annotate(func::FuncOp func) {
   });
 }
 
+/// Seeds the unsharded training-state arguments of `func` from `shardings`
+/// (by role and name), or with `record`, records the sharded ones.
+void linkTrainingState(func::FuncOp func,
+                       llvm::StringMap<ShardingAttr> &shardings, bool record) {
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    if (!role || !name ||
+        (role.getValue() != Role::Param && role.getValue() != Role::Grad &&
+         role.getValue() != Role::AdamM && role.getValue() != Role::AdamV))
+      continue;
+    std::string key = (stringifyRole(role.getValue()) + ":" + name.getValue()).str();
+    auto sharding =
+        func.getArgAttrOfType<ShardingAttr>(i, LoomDialect::kShardingAttr);
+    if (record) {
+      if (sharding)
+        shardings.try_emplace(key, sharding);
+      continue;
+    }
+    auto it = shardings.find(key);
+    if (!sharding && it != shardings.end() &&
+        it->second.getRank() ==
+            static_cast<unsigned>(
+                cast<RankedTensorType>(arg.getType()).getRank()))
+      func.setArgAttr(i, LoomDialect::kShardingAttr, it->second);
+  }
+}
+
 struct LoomPropagatePass
     : mlir::loom::impl::LoomPropagateBase<LoomPropagatePass> {
   using Base::Base;
@@ -290,13 +320,20 @@ struct LoomPropagatePass
           << "is a second mesh; sharding propagation works on one mesh";
       return signalPassFailure();
     }
+    // A parameter's state (the parameter, its gradient accumulator, its
+    // moments) is one tensor per name, however many functions take it:
+    // what propagation decided for it in one function seeds the next (the
+    // training step before the optimizer update).
+    llvm::StringMap<ShardingAttr> stateShardings;
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
+      linkTrainingState(func, stateShardings, /*record=*/false);
       Propagator propagator(meshes.front());
       propagator.seed(func);
       propagator.run(func);
       propagator.annotate(func);
+      linkTrainingState(func, stateShardings, /*record=*/true);
     }
   }
 };

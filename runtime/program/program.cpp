@@ -349,6 +349,19 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "result"));
     INSTR_CHECK(shape(table).size() == 2, "table must be [vocab, width], got "
                                               << shapeString(shape(table)));
+    // Vocab-parallel: axes splitting the table's rows.
+    const std::vector<uint32_t> rowAxes = toVector(ins.axes());
+    INSTR_CHECK(rowAxes.empty() || !facts.mesh.empty(),
+                "splits the table's rows over mesh axes, but Program.mesh is "
+                "empty (a single-rank program)");
+    for (size_t k = 0; k < rowAxes.size(); ++k) {
+      INSTR_CHECK(rowAxes[k] < facts.mesh.size(),
+                  "row axis " << rowAxes[k] << " is out of range (the mesh has "
+                              << facts.mesh.size() << " axes)");
+      for (size_t m = 0; m < k; ++m)
+        INSTR_CHECK(rowAxes[m] != rowAxes[k],
+                    "row axis " << rowAxes[k] << " appears twice");
+    }
     std::vector<int64_t> want = shape(ids);
     want.push_back(shape(table)[1]);
     return sameShape(out, want, "result");
@@ -374,17 +387,18 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
     const auto &x = shape(inputs[0]), &w = shape(inputs[1]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
-    INSTR_CHECK(w.size() == 2,
-                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(w.size() >= 2,
+                "weight must be [in, out...], got " << shapeString(w));
     INSTR_CHECK(x.back() == w[0], "input features "
                                       << x.back()
                                       << " do not match the weight's input "
                                          "dimension "
                                       << w[0] << " (weight is [in, out])");
+    const std::vector<int64_t> out(w.begin() + 1, w.end());
     if (inputs.size() == 3)
-      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {w[1]}, "bias"));
+      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], out, "bias"));
     std::vector<int64_t> want(x.begin(), x.end() - 1);
-    want.push_back(w[1]);
+    want.insert(want.end(), out.begin(), out.end());
     return sameShape(outputs[0], want, "result");
   }
   case Opcode::Matmul: {
@@ -497,21 +511,22 @@ Status InstructionChecker::checkTraining() {
     const auto &dy = shape(inputs[0]), &x = shape(inputs[1]),
                &w = shape(inputs[2]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
-    INSTR_CHECK(w.size() == 2,
-                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(w.size() >= 2,
+                "weight must be [in, out...], got " << shapeString(w));
     INSTR_CHECK(x.back() == w[0], "input features "
                                       << x.back()
                                       << " do not match the weight's input "
                                          "dimension "
                                       << w[0] << " (weight is [in, out])");
+    const std::vector<int64_t> out(w.begin() + 1, w.end());
     std::vector<int64_t> want(x.begin(), x.end() - 1);
-    want.push_back(w[1]);
+    want.insert(want.end(), out.begin(), out.end());
     LOOM_RETURN_IF_ERROR(sameShape(inputs[0], want, "dout"));
     (void)dy;
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "dinput"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[1], w, "dweight"));
     if (outputs.size() == 3)
-      LOOM_RETURN_IF_ERROR(sameShape(outputs[2], {w[1]}, "dbias"));
+      LOOM_RETURN_IF_ERROR(sameShape(outputs[2], out, "dbias"));
     return Status::success();
   }
   case Opcode::MatmulGrad: {
@@ -671,12 +686,11 @@ Status InstructionChecker::checkTraining() {
 Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                                                const std::vector<int64_t> &out,
                                                const char *role) {
-  INSTR_CHECK(q.size() == 3,
-              "qkv must be [batch, seq, 3 * channels], got " << shapeString(q));
-  INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
-                                 << q[2]
-                                 << " is not 3 * channels (q, k, v packed)");
-  const int64_t C = q[2] / 3, NH = ins.num_heads();
+  INSTR_CHECK((q.size() == 3 && q[2] % 3 == 0) || (q.size() == 4 && q[2] == 3),
+              "qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, "
+              "channels], got "
+                  << shapeString(q));
+  const int64_t C = q.size() == 4 ? q[3] : q[2] / 3, NH = ins.num_heads();
   INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
   INSTR_CHECK(C % NH == 0,
               "channels " << C << " are not divisible by num_heads " << NH);
@@ -973,6 +987,22 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                        << " of size " << shapeString(local)
                        << " leaves the global shape " << shapeString(global)
                        << " in dimension " << d);
+    }
+    // A checkpoint shape regroups the same elements.
+    const std::vector<int64_t> checkpoint =
+        toVector(param->checkpoint_shape());
+    if (!checkpoint.empty()) {
+      int64_t cnumel = 1;
+      for (int64_t d : checkpoint) {
+        LOOM_CHECK(d > 0 && cnumel <= std::numeric_limits<int64_t>::max() / d,
+                   label << ": checkpoint shape " << shapeString(checkpoint)
+                         << " is invalid (dimensions must be positive)");
+        cnumel *= d;
+      }
+      LOOM_CHECK(cnumel == gnumel,
+                 label << ": checkpoint shape " << shapeString(checkpoint)
+                       << " has " << cnumel << " elements but the global shape "
+                       << shapeString(global) << " has " << gnumel);
     }
     // ZeRO: grad_sharding / moment_sharding (when present) give the
     // gradient / moments the global shape divided per dimension by the

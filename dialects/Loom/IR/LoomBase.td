@@ -34,7 +34,10 @@ def Loom_Dialect : Dialect {
     Discardable attributes the dialect verifies:
     * on function arguments: `loom.name` (string), `loom.role`
       (`#loom.role<param|input|target>`), `loom.init` (`#loom.init<...>`),
-      `loom.sharding` (`#loom.sharding<...>`);
+      `loom.sharding` (`#loom.sharding<...>`), `loom.checkpoint_shape`
+      (`array<i64: ...>`, a param's shape in checkpoints when its type groups
+      the same row-major elements otherwise, as GPT-2's c_attn `[C, 3, C]`
+      saved as HF's `[C, 3C]`);
     * on functions: `loom.model` (dictionary of the model configuration);
     * on ops: `loom.shardings` (one `#loom.sharding` per result).
 
@@ -55,6 +58,10 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardingAttr = "loom.sharding";
     static constexpr ::llvm::StringLiteral kShardingsAttr = "loom.shardings";
     static constexpr ::llvm::StringLiteral kModelAttr = "loom.model";
+    /// On a param whose type regroups the dimensions of its HF tensor (GPT-2's
+    /// c_attn as [C, 3, C] for HF's [C, 3C]): the shape checkpoints hold.
+    static constexpr ::llvm::StringLiteral kCheckpointShapeAttr =
+        "loom.checkpoint_shape";
     // Written by --loom-plan-buffers, read by the program emitter.
     static constexpr ::llvm::StringLiteral kOffsetAttr = "loom.offset";
     static constexpr ::llvm::StringLiteral kOffsetsAttr = "loom.offsets";

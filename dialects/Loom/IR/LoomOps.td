@@ -66,12 +66,21 @@ def Loom_EmbeddingOp : Loom_DifferentiableOp<"embedding"> {
     `result[i..., :] = table[ids[i...], :]`. GPT-2 ties this table with the
     LM head (`loom.matmul ... transpose_rhs`), so one parameter feeds both.
 
+    When the partitioner splits the table's rows over mesh axes (Megatron's
+    vocab-parallel embedding) it names them in `row_axes`: a rank holding
+    rows `[b·R, (b+1)·R)` (b its block index on the axes, R its rows) looks
+    up the ids in that range and writes zeros for the others, so the ranks'
+    results are partial sums of the lookup.
+
     ```mlir
     %x = loom.embedding %wte, %ids
         : tensor<50257x768xf32>, tensor<4x64xi32> -> tensor<4x64x768xf32>
+    %p = loom.embedding %wte_shard, %ids {row_axes = ["tp"]}
+        : tensor<128x64xf32>, tensor<4x64xi32> -> tensor<4x64x64xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$table, Loom_IndexTensor:$ids);
+  let arguments = (ins Loom_FloatTensor:$table, Loom_IndexTensor:$ids,
+                       OptionalAttr<StrArrayAttr>:$row_axes);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
@@ -98,11 +107,17 @@ def Loom_LinearOp : Loom_DifferentiableOp<"linear"> {
   let summary = "x·W + b with W laid out [in, out] (HF GPT-2 Conv1D)";
   let description = [{
     Contracts the last dimension of the input with the first of the
-    weight; the optional bias is added along the output dimension.
+    weight; the optional bias is added along the output dimensions. The
+    weight may have several output dimensions (`[in, out...]`, as flax's
+    DenseGeneral): GPT-2's c_attn is `[C, 3, C]`, the bytes of HF's packed
+    `[C, 3C]` with q, k and v as a dimension, so that attention heads are a
+    plain split of the last one.
 
     ```mlir
     %y = loom.linear %x, %w, %b : tensor<4x64x768xf32>, tensor<768x3072xf32>,
         tensor<3072xf32> -> tensor<4x64x3072xf32>
+    %qkv = loom.linear %x, %wa, %ba : tensor<4x64x768xf32>,
+        tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<4x64x3x768xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, Loom_FloatTensor:$weight,
@@ -177,13 +192,18 @@ def Loom_AttentionOp : Loom_DifferentiableOp<"attention"> {
   let summary = "Causal multi-head self-attention on packed q|k|v";
   let description = [{
     The input is `[B, T, 3C]`: queries, keys and values of C channels each,
-    laid out as GPT-2's `c_attn` produces them; C is split into `num_heads`
-    heads. Each position attends to itself and earlier positions, scores
-    scaled by 1/sqrt(C/num_heads). The result is `[B, T, C]`.
+    laid out as GPT-2's `c_attn` produces them, or the same bytes as
+    `[B, T, 3, C]`; C is split into `num_heads` heads. Each position attends
+    to itself and earlier positions, scores scaled by 1/sqrt(C/num_heads).
+    The result is `[B, T, C]`. In the `[B, T, 3, C]` form the channels may be
+    split across ranks in whole heads (tensor parallelism); the partitioner
+    then sets `num_heads` to the heads each rank holds.
 
     ```mlir
     %y = loom.attention %qkv {num_heads = 12 : i64}
         : tensor<4x64x2304xf32> -> tensor<4x64x768xf32>
+    %y = loom.attention %qkv {num_heads = 12 : i64}
+        : tensor<4x64x3x768xf32> -> tensor<4x64x768xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$qkv, I64Attr:$num_heads);

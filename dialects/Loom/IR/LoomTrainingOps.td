@@ -50,7 +50,8 @@ def Loom_LinearGradOp : Loom_ComputeOp<"linear_grad"> {
   let summary = "Gradients of x·W + b";
   let description = [{
     `dinput = dout·Wᵀ`, `dweight = xᵀ·dout` (over all leading dims),
-    `dbias = Σ dout` when the forward op had a bias.
+    `dbias = Σ dout` when the forward op had a bias. As in `loom.linear`,
+    the weight is `[in, out...]`.
 
     ```mlir
     %dx, %dw, %db = loom.linear_grad %dy, %x, %w
@@ -132,6 +133,7 @@ def Loom_AttentionGradOp : Loom_ComputeOp<"attention_grad"> {
   let description = [{
     Recomputes the attention probabilities from `qkv` (as flash attention
     does) instead of keeping the `[B, NH, T, T]` tensor from the forward.
+    `qkv` is `[B, T, 3C]` or `[B, T, 3, C]`, as for `loom.attention`.
 
     ```mlir
     %dqkv = loom.attention_grad %dy, %qkv {num_heads = 12 : i64}
