@@ -183,8 +183,12 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
     * in a linear -> gelu -> linear chain (`mlp.c_fc`, `mlp.c_proj`) the
       first is column-parallel and the second row-parallel;
     * an embedding table (`wte`, tied with the LM head) splits on vocabulary
-      rows (vocab-parallel embedding; the logits come out split on the
-      vocabulary and are gathered for the loss).
+      rows (vocab-parallel embedding). The logits then come out split on the
+      vocabulary, and the loss is lowered to Megatron's vocab-parallel
+      cross-entropy (`loom.row_max`, `loom.cross_entropy_sums`,
+      `loom.cross_entropy_from_sums`; `loom.cross_entropy_sums_grad` for its
+      gradient): per-token maxima and sums are all-reduced, the logits are
+      never gathered.
 
     The gradient accumulators and AdamW moments of a parameter (same
     `loom.name`) get its sharding. Hand-written shardings on the axis (as

@@ -94,6 +94,13 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<LayerNormOp>([](auto) { return fb::Opcode::LayerNorm; })
       .Case<GeluOp>([](auto) { return fb::Opcode::Gelu; })
       .Case<AttentionOp>([](auto) { return fb::Opcode::Attention; })
+      .Case<RowMaxOp>([](auto) { return fb::Opcode::RowMax; })
+      .Case<CrossEntropySumsOp>(
+          [](auto) { return fb::Opcode::CrossEntropySums; })
+      .Case<CrossEntropyFromSumsOp>(
+          [](auto) { return fb::Opcode::CrossEntropyFromSums; })
+      .Case<CrossEntropySumsGradOp>(
+          [](auto) { return fb::Opcode::CrossEntropySumsGrad; })
       .Case<SoftmaxOp>([](auto) { return fb::Opcode::Softmax; })
       .Case<CrossEntropyOp>([](auto) { return fb::Opcode::CrossEntropy; })
       .Case<ReshapeOp>([](auto) { return fb::Opcode::Copy; })
@@ -249,8 +256,21 @@ StageEmitter::emitInstruction(Operation *op) {
             offset = s.getOffset();
             return success();
           })
-          .Case<CrossEntropyOp, CrossEntropyGradOp>([&](auto ce) {
+          .Case<CrossEntropyOp, CrossEntropyGradOp, CrossEntropyFromSumsOp>(
+              [&](auto ce) {
+                value = static_cast<double>(ce.getNumTokens().value_or(0));
+                return success();
+              })
+          .Case([&](CrossEntropySumsOp ce) {
+            // Vocab-parallel: the axes splitting the logits' columns.
+            if (ArrayAttr vocab = ce.getVocabAxesAttr())
+              return collective(vocab, std::nullopt);
+            return success();
+          })
+          .Case([&](CrossEntropySumsGradOp ce) {
             value = static_cast<double>(ce.getNumTokens().value_or(0));
+            if (ArrayAttr vocab = ce.getVocabAxesAttr())
+              return collective(vocab, std::nullopt);
             return success();
           })
           .Case([&](FillOp fill) {

@@ -26,6 +26,8 @@ namespace {
 struct Layout {
   SmallVector<SmallVector<StringRef>> dims;
   SmallVector<StringRef> partial;
+  /// How the partial results combine (sums, or a row maximum's maxima).
+  ReductionKind partialKind = ReductionKind::Sum;
 };
 
 Layout layoutOf(ShardingAttr attr) {
@@ -33,6 +35,7 @@ Layout layoutOf(ShardingAttr attr) {
   for (unsigned d = 0; d < attr.getRank(); ++d)
     l.dims.push_back(attr.getDimAxes(d));
   l.partial = attr.getPartialAxes();
+  l.partialKind = attr.getPartialKind();
   return l;
 }
 
@@ -106,7 +109,7 @@ private:
   /// Tensor parallelism: per-rank attributes of ops whose split dimensions
   /// change what a rank computes (local head counts, table rows).
   LogicalResult localizeHeadCounts(func::FuncOp func);
-  void markTableRowShards(func::FuncOp func);
+  void markVocabShards(func::FuncOp func);
 
   MeshOp mesh;
   llvm::DenseMap<Value, Layout> layouts;
@@ -133,7 +136,8 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   //    reduce-scatter reduces and splits at once (ZeRO-2's gradients).
   if (!have.partial.empty() && want.partial.empty()) {
     for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
-      if (!have.dims[d].empty() || want.dims[d] != have.partial)
+      if (!have.dims[d].empty() || want.dims[d] != have.partial ||
+          have.partialKind != ReductionKind::Sum)
         continue;
       std::string reason = "partial sum over [" +
                            llvm::join(have.partial, ", ") + "] of " +
@@ -155,13 +159,15 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
     auto key = std::make_pair(value, user->getBlock());
     Value reduced = reducedCopies.lookup(key);
     if (!reduced) {
-      std::string reason = "partial sum over [" +
-                           llvm::join(have.partial, ", ") + "] of " +
-                           nameOf(value) + ", reduced for " + nameOf(user);
+      std::string reason = "partial " +
+                           stringifyReductionKind(have.partialKind).str() +
+                           " over [" + llvm::join(have.partial, ", ") +
+                           "] of " + nameOf(value) + ", reduced for " +
+                           nameOf(user);
       reduced = AllReduceOp::create(
           b, value.getLoc(), value.getType(), value, meshRef,
           axesAttr(b, have.partial),
-          ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+          ReductionKindAttr::get(b.getContext(), have.partialKind),
           b.getStringAttr(reason));
       Layout l = have;
       l.partial.clear();
@@ -276,7 +282,7 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     if (rule->partialSumsPassThrough && op.getNumResults() == 1) {
       Layout first = layout(op.getOperand(0));
       bool samePartials =
-          !first.partial.empty() &&
+          !first.partial.empty() && first.partialKind == ReductionKind::Sum &&
           llvm::all_of(op.getOperands(), [&](Value v) {
             Layout l = layout(v);
             return l.partial == first.partial && l.dims == first.dims;
@@ -344,6 +350,12 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     if (auto ce = dyn_cast<CrossEntropyGradOp>(op))
       if (IntegerAttr n = globalTokens(ce.getTargets()))
         ce.setNumTokensAttr(n);
+    if (auto ce = dyn_cast<CrossEntropyFromSumsOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getRowMax()))
+        ce.setNumTokensAttr(n);
+    if (auto ce = dyn_cast<CrossEntropySumsGradOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getTargets()))
+        ce.setNumTokensAttr(n);
   }
   return success();
 }
@@ -362,7 +374,8 @@ void splitBiasFromPartialSums(func::FuncOp func) {
   func.walk([&](LinearOp linear) {
     auto attrs = linear->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr);
     if (linear.getBias() && attrs &&
-        !cast<ShardingAttr>(attrs[0]).getPartialAxes().empty())
+        !cast<ShardingAttr>(attrs[0]).getPartialAxes().empty() &&
+        cast<ShardingAttr>(attrs[0]).getPartialKind() == ReductionKind::Sum)
       linears.push_back(linear);
   });
   for (LinearOp linear : linears) {
@@ -420,14 +433,28 @@ LogicalResult Partitioner::localizeHeadCounts(func::FuncOp func) {
   return failure(walk.wasInterrupted());
 }
 
-/// An embedding reading a table split on rows (vocab-parallel) looks up
-/// only this rank's rows: name the axes so the kernel knows which.
-void Partitioner::markTableRowShards(func::FuncOp func) {
-  func.walk([&](EmbeddingOp embedding) {
-    Layout l = layout(embedding.getTable());
-    if (!l.dims.empty() && !l.dims[0].empty()) {
-      Builder b(embedding.getContext());
-      embedding.setRowAxesAttr(axesAttr(b, l.dims[0]));
+/// Ops reading a vocabulary shard (an embedding table split on rows, logits
+/// split on the last dimension) need to know which shard this rank holds:
+/// name the axes so the kernel can find its offset.
+void Partitioner::markVocabShards(func::FuncOp func) {
+  Builder b(func.getContext());
+  auto axesOf = [&](Value v, bool last) -> ArrayAttr {
+    Layout l = layout(v);
+    if (l.dims.empty())
+      return {};
+    ArrayRef<StringRef> axes = last ? l.dims.back() : l.dims.front();
+    return axes.empty() ? ArrayAttr() : axesAttr(b, axes);
+  };
+  func.walk([&](Operation *op) {
+    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+      if (ArrayAttr axes = axesOf(embedding.getTable(), /*last=*/false))
+        embedding.setRowAxesAttr(axes);
+    } else if (auto sums = dyn_cast<CrossEntropySumsOp>(op)) {
+      if (ArrayAttr axes = axesOf(sums.getLogits(), /*last=*/true))
+        sums.setVocabAxesAttr(axes);
+    } else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op)) {
+      if (ArrayAttr axes = axesOf(grad.getLogits(), /*last=*/true))
+        grad.setVocabAxesAttr(axes);
     }
   });
 }
@@ -453,7 +480,7 @@ LogicalResult Partitioner::run(func::FuncOp func) {
     return failure();
   if (failed(localizeHeadCounts(func)))
     return failure();
-  markTableRowShards(func);
+  markVocabShards(func);
 
   // Shrink every value to its local shape (the collectives inserted above
   // are typed in global shapes and shrink with everything else).

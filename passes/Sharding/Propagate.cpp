@@ -25,10 +25,12 @@ using namespace mlir::loom;
 
 namespace {
 
-/// Mesh axes per tensor dimension, plus partial-sum axes.
+/// Mesh axes per tensor dimension, plus partial-result axes (sums, or
+/// maxima).
 struct ValueSharding {
   SmallVector<SmallVector<StringRef>> dims;
   SmallVector<StringRef> partial;
+  ReductionKind partialKind = ReductionKind::Sum;
 
   bool isReplicated() const {
     return partial.empty() &&
@@ -74,6 +76,7 @@ ValueSharding fromAttr(ShardingAttr attr) {
   for (unsigned d = 0; d < attr.getRank(); ++d)
     s.dims.push_back(attr.getDimAxes(d));
   s.partial = attr.getPartialAxes();
+  s.partialKind = attr.getPartialKind();
   return s;
 }
 
@@ -91,7 +94,8 @@ ShardingAttr Propagator::toAttr(MLIRContext *ctx,
   for (StringRef axis : s.partial)
     partial.push_back(b.getStringAttr(axis));
   return ShardingAttr::get(ctx, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                           b.getArrayAttr(dims), b.getArrayAttr(partial));
+                           b.getArrayAttr(dims), b.getArrayAttr(partial),
+                           s.partialKind);
 }
 
 void Propagator::seed(func::FuncOp func) {
@@ -213,8 +217,10 @@ bool Propagator::propagateOp(Operation *op) {
     ValueSharding s = shardingFor(rule.resultFactors[i]);
     for (size_t f = 0; f < numFactors; ++f)
       if (rule.isReduction[f] && factorAxes[f] &&
-          !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f)))
+          !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f))) {
         llvm::append_range(s.partial, *factorAxes[f]);
+        s.partialKind = rule.reductionKind[f];
+      }
     changed |= assign(result, std::move(s));
   }
   return changed;

@@ -11,7 +11,8 @@
 //   linear(attention(...), Wo, bo)    Wo row-parallel, bo whole
 //   linear(gelu(linear(x, W1, b1)), W2, b2)
 //                                     W1, b1 column-, W2 row-parallel
-//   embedding(table, ids)             table vocab-parallel (rows)
+//   embedding(table, ids)             table vocab-parallel (rows); the
+//                                     loss becomes vocab-parallel too
 //
 //===----------------------------------------------------------------------===//
 
@@ -78,6 +79,8 @@ public:
   /// Writes the seeds on every argument holding a seeded parameter or its
   /// training state. Returns the number of parameters seeded.
   FailureOr<size_t> apply();
+  /// Whether an embedding table was split on its rows (the vocabulary).
+  bool splitsVocabulary() const { return vocabParallel; }
 
 private:
   /// Seeds the parameter `weight` (seen through block arguments) on `dim`.
@@ -94,6 +97,7 @@ private:
   StringRef axis;
   int64_t ways;
   llvm::MapVector<StringAttr, Seed> seeds;
+  bool vocabParallel = false;
 };
 
 LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
@@ -209,6 +213,8 @@ LogicalResult MegatronSeeder::visitEmbedding(EmbeddingOp embedding) {
               "number of rows, and vocab padding is not implemented yet; use "
               "a vocabulary divisible by "
            << ways << " (e.g. " << (vocab + ways - 1) / ways * ways << ")";
+  if (argumentOf(embedding.getTable()))
+    vocabParallel = true;
   return seed(embedding.getTable(), 0, "vocab-parallel " + nameOf(embedding),
               embedding);
 }
@@ -263,6 +269,65 @@ FailureOr<size_t> MegatronSeeder::apply() {
     }
   }
   return seeds.size();
+}
+
+/// `name` + `suffix` as a NameLoc, for the ops a rewrite makes from `loc`.
+Location subLoc(Location loc, StringRef suffix) {
+  if (auto named = dyn_cast<NameLoc>(loc))
+    return NameLoc::get(
+        StringAttr::get(loc.getContext(), named.getName().str() + suffix.str()),
+        named.getChildLoc());
+  return loc;
+}
+
+/// Megatron's vocab-parallel cross-entropy: every loom.cross_entropy becomes
+/// row_max -> cross_entropy_sums -> cross_entropy_from_sums and each of its
+/// gradients a cross_entropy_sums_grad reading the forward's statistics, so
+/// that logits split on the vocabulary are reduced as two per-token
+/// statistics (all-reduce max, then sum) and never gathered. The ops'
+/// sharding rules place the collectives; unsplit logits compute the same
+/// loss.
+void splitCrossEntropyOverVocab(ModuleOp module) {
+  SmallVector<CrossEntropyOp> losses;
+  module.walk([&](CrossEntropyOp ce) { losses.push_back(ce); });
+  for (CrossEntropyOp ce : losses) {
+    Value logits = ce.getLogits(), targets = ce.getTargets();
+    auto logitsType = cast<RankedTensorType>(logits.getType());
+    auto tokensType = RankedTensorType::get(logitsType.getShape().drop_back(),
+                                            logitsType.getElementType());
+    auto statistics = [&](OpBuilder &b, Location loc) {
+      Value max = RowMaxOp::create(b, subLoc(loc, ".max"), tokensType, logits);
+      auto sums = CrossEntropySumsOp::create(b, subLoc(loc, ".sums"),
+                                             tokensType, tokensType, logits,
+                                             max, targets, ArrayAttr());
+      return std::make_tuple(max, sums.getSumExp(), sums.getTargetLogit());
+    };
+    OpBuilder b(ce);
+    auto [max, sumExp, targetLogit] = statistics(b, ce.getLoc());
+    Value loss = CrossEntropyFromSumsOp::create(
+        b, ce.getLoc(), ce.getType(), max, sumExp, targetLogit,
+        ce.getNumTokensAttr());
+    SmallVector<CrossEntropyGradOp> grads;
+    for (Operation *user : logits.getUsers())
+      if (auto grad = dyn_cast<CrossEntropyGradOp>(user))
+        if (grad.getTargets() == targets)
+          grads.push_back(grad);
+    for (CrossEntropyGradOp grad : grads) {
+      OpBuilder gb(grad);
+      // The forward's statistics where they are visible, else recomputed.
+      Value gradMax = max, gradSumExp = sumExp;
+      if (grad->getBlock() != ce->getBlock())
+        std::tie(gradMax, gradSumExp, std::ignore) =
+            statistics(gb, grad.getLoc());
+      Value dlogits = CrossEntropySumsGradOp::create(
+          gb, grad.getLoc(), grad.getType(), grad.getDloss(), logits, gradMax,
+          gradSumExp, targets, ArrayAttr(), grad.getNumTokensAttr());
+      grad.getResult().replaceAllUsesWith(dlogits);
+      grad.erase();
+    }
+    ce.getResult().replaceAllUsesWith(loss);
+    ce.erase();
+  }
 }
 
 /// Hand-written shardings on `axis`: copied from each parameter to its
@@ -347,6 +412,10 @@ struct LoomTensorParallelPass
     FailureOr<size_t> seeded = seeder.apply();
     if (failed(seeded))
       return signalPassFailure();
+    // 3. The logits of an LM head tied to a vocab-parallel embedding come
+    //    out split on the vocabulary: the loss reduces them in place.
+    if (seeder.splitsVocabulary())
+      splitCrossEntropyOverVocab(module);
     if (*seeded == 0)
       module.emitRemark()
           << "tensor parallelism over " << axis << " = " << ways

@@ -486,6 +486,45 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       *dstF = static_cast<float>(*dstF * (static_cast<double>(N) / ins.value()));
     break;
   }
+  case Opcode::RowMax:
+  case Opcode::CrossEntropySums:
+  case Opcode::CrossEntropySumsGrad: {
+    // This rank's columns of the vocabulary: block groupRank(axes) of it.
+    const uint32_t logits = op == Opcode::RowMax ? in[0]
+                            : op == Opcode::CrossEntropySums ? in[0]
+                                                             : in[1];
+    const int64_t V = shapes[logits].back();
+    const int64_t N = bufferNumel(logits) / V;
+    int64_t offset = 0, blocks = 1;
+    if (ins.axes() && ins.axes()->size() > 0) {
+      std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+      offset = comm->groupRank(axes) * V;
+      blocks = comm->groupSize(axes);
+    }
+    // Columns beyond the model's vocabulary are padding, as for CrossEntropy.
+    const int64_t validV = std::min<int64_t>(V * blocks, modelInfo->vocab_size());
+    if (op == Opcode::RowMax) {
+      cpu::crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV);
+    } else if (op == Opcode::CrossEntropySums) {
+      LOOM_RETURN_IF_ERROR(cpu::crossEntropySums(outF(0), outF(1), f32(in[0]),
+                                                 f32(in[1]), i32(in[2]), N, V,
+                                                 offset, validV));
+    } else {
+      const double tokens = ins.value() > 0 ? ins.value() : double(N);
+      const float g = static_cast<float>(*f32(in[0]) / tokens);
+      LOOM_RETURN_IF_ERROR(cpu::crossEntropySumsBackward(
+          dstF, f32(in[1]), f32(in[2]), f32(in[3]), i32(in[4]), N, V, offset,
+          validV, g));
+    }
+    break;
+  }
+  case Opcode::CrossEntropyFromSums: {
+    const int64_t N = bufferNumel(in[0]);
+    const double tokens = ins.value() > 0 ? ins.value() : double(N);
+    *dstF = cpu::crossEntropyFromSums(f32(in[0]), f32(in[1]), f32(in[2]), N,
+                                      tokens);
+    break;
+  }
   case Opcode::Copy:
     std::memmove(dst, bufferData(in[0]), static_cast<size_t>(outBytes));
     break;

@@ -196,7 +196,11 @@ private:
   Status checkCompute();
   Status checkMovement();
   Status checkTraining();
+  Status checkVocabParallelLoss();
   Status checkCollective();
+  /// `axes` of an op reading a vocabulary shard (Embedding, the vocab-
+  /// parallel loss): none, or distinct axes of a non-empty mesh.
+  Status checkShardAxes();
   /// Layer norm (forward or gradient) over rows of `x`: epsilon in (0, 1),
   /// scratch empty or [mean, rstd] with one value per row.
   Status checkLayerNormStats(const std::vector<int64_t> &x);
@@ -322,6 +326,8 @@ Status InstructionChecker::check() {
     return checkCompute();
   if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
     return checkTraining();
+  if (op >= Opcode::RowMax && op <= Opcode::CrossEntropySumsGrad)
+    return checkVocabParallelLoss();
   // LocalSlice is no collective (it communicates nothing) but shares the
   // mesh / axes checks.
   if (isCollective(op) || op == Opcode::LocalSlice)
@@ -331,7 +337,7 @@ Status InstructionChecker::check() {
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-25)");
+                                 "and optimizer opcodes 0-29)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -350,18 +356,7 @@ Status InstructionChecker::checkCompute() {
     INSTR_CHECK(shape(table).size() == 2, "table must be [vocab, width], got "
                                               << shapeString(shape(table)));
     // Vocab-parallel: axes splitting the table's rows.
-    const std::vector<uint32_t> rowAxes = toVector(ins.axes());
-    INSTR_CHECK(rowAxes.empty() || !facts.mesh.empty(),
-                "splits the table's rows over mesh axes, but Program.mesh is "
-                "empty (a single-rank program)");
-    for (size_t k = 0; k < rowAxes.size(); ++k) {
-      INSTR_CHECK(rowAxes[k] < facts.mesh.size(),
-                  "row axis " << rowAxes[k] << " is out of range (the mesh has "
-                              << facts.mesh.size() << " axes)");
-      for (size_t m = 0; m < k; ++m)
-        INSTR_CHECK(rowAxes[m] != rowAxes[k],
-                    "row axis " << rowAxes[k] << " appears twice");
-    }
+    LOOM_RETURN_IF_ERROR(checkShardAxes());
     std::vector<int64_t> want = shape(ids);
     want.push_back(shape(table)[1]);
     return sameShape(out, want, "result");
@@ -716,6 +711,85 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                 "scratch (att) has "
                     << s << " elements, expected B*NH*T*T = " << q[0] << "*"
                     << NH << "*" << q[1] << "*" << q[1]);
+  }
+  return Status::success();
+}
+
+Status InstructionChecker::checkShardAxes() {
+  const std::vector<uint32_t> axes = toVector(ins.axes());
+  INSTR_CHECK(axes.empty() || !facts.mesh.empty(),
+              "reads a shard split over mesh axes, but Program.mesh is empty "
+              "(a single-rank program)");
+  for (size_t k = 0; k < axes.size(); ++k) {
+    INSTR_CHECK(axes[k] < facts.mesh.size(),
+                "axis " << axes[k] << " is out of range (the mesh has "
+                        << facts.mesh.size() << " axes)");
+    for (size_t m = 0; m < k; ++m)
+      INSTR_CHECK(axes[m] != axes[k], "axis " << axes[k] << " appears twice");
+  }
+  return Status::success();
+}
+
+Status InstructionChecker::checkVocabParallelLoss() {
+  const Opcode op = ins.opcode();
+  LOOM_RETURN_IF_ERROR(checkShardAxes());
+  auto allF32 = [&](const std::vector<uint32_t> &v,
+                    const char *role) -> Status {
+    for (uint32_t b : v)
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+    return Status::success();
+  };
+  // Per-token shapes: the logits without their last dimension.
+  auto tokensOf = [&](uint32_t logits, std::vector<int64_t> &tokens) -> Status {
+    const auto &l = shape(logits);
+    INSTR_CHECK(l.size() >= 2,
+                "logits must be [..., vocab], got " << shapeString(l));
+    tokens.assign(l.begin(), l.end() - 1);
+    return Status::success();
+  };
+  std::vector<int64_t> tokens;
+  switch (op) {
+  case Opcode::RowMax: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[0], outputs[0]}, "operand"));
+    const auto &x = shape(inputs[0]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    return sameShape(outputs[0], std::vector<int64_t>(x.begin(), x.end() - 1),
+                     "result");
+  }
+  case Opcode::CrossEntropySums:
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0));
+    LOOM_RETURN_IF_ERROR(
+        allF32({inputs[0], inputs[1], outputs[0], outputs[1]}, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[2], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(tokensOf(inputs[0], tokens));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], tokens, "row_max"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], tokens, "targets"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], tokens, "sum_exp"));
+    return sameShape(outputs[1], tokens, "target_logit");
+  case Opcode::CrossEntropyFromSums:
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[0], inputs[1], inputs[2]}, "operand"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], shape(inputs[0]), "sum_exp"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], shape(inputs[0]), "target_logit"));
+    INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
+                "value (global token count) must be >= 0, got " << ins.value());
+    return numel(outputs[0], 1, "result (scalar loss)");
+  case Opcode::CrossEntropySumsGrad:
+    LOOM_RETURN_IF_ERROR(counts(5, 5, 1, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[1], inputs[2], inputs[3], outputs[0]},
+                                "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[4], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(tokensOf(inputs[1], tokens));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], tokens, "row_max"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[3], tokens, "sum_exp"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[4], tokens, "targets"));
+    INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
+                "value (global token count) must be >= 0, got " << ins.value());
+    return sameShape(outputs[0], shape(inputs[1]), "dlogits");
+  default:
+    break;
   }
   return Status::success();
 }

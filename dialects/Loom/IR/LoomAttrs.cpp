@@ -208,9 +208,24 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
             return success();
           }))
     return {};
+  ReductionKind kind = ReductionKind::Sum;
   if (succeeded(parser.parseOptionalComma())) {
-    if (parser.parseKeyword("partial") || parser.parseEqual() ||
-        parseAxisList(parser, partial))
+    if (parser.parseKeyword("partial"))
+      return {};
+    // `partial = [...]` (sums) or `partial max = [...]`.
+    StringRef kindName;
+    if (succeeded(parser.parseOptionalKeyword(&kindName))) {
+      std::optional<ReductionKind> parsed = symbolizeReductionKind(kindName);
+      if (!parsed || (*parsed != ReductionKind::Sum &&
+                      *parsed != ReductionKind::Max)) {
+        parser.emitError(parser.getCurrentLocation())
+            << "partial results combine by sum or max, not '" << kindName
+            << "'";
+        return {};
+      }
+      kind = *parsed;
+    }
+    if (parser.parseEqual() || parseAxisList(parser, partial))
       return {};
   }
   if (parser.parseGreater())
@@ -218,7 +233,7 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   Builder &b = parser.getBuilder();
   return parser.getChecked<ShardingAttr>(
       loc, parser.getContext(), FlatSymbolRefAttr::get(meshName),
-      b.getArrayAttr(dims), b.getArrayAttr(partial));
+      b.getArrayAttr(dims), b.getArrayAttr(partial), kind);
 }
 
 void ShardingAttr::print(AsmPrinter &printer) const {
@@ -230,7 +245,10 @@ void ShardingAttr::print(AsmPrinter &printer) const {
   });
   printer << ']';
   if (!getPartial().empty()) {
-    printer << ", partial = ";
+    printer << ", partial";
+    if (getPartialKind() != ReductionKind::Sum)
+      printer << ' ' << stringifyReductionKind(getPartialKind());
+    printer << " = ";
     printAxisList(printer, getPartial());
   }
   printer << '>';
@@ -239,9 +257,12 @@ void ShardingAttr::print(AsmPrinter &printer) const {
 LogicalResult
 ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                      FlatSymbolRefAttr mesh, ArrayAttr dims,
-                     ArrayAttr partial) {
+                     ArrayAttr partial, ReductionKind partialKind) {
   if (!mesh)
     return emitError() << "sharding needs a mesh";
+  if (partialKind != ReductionKind::Sum && partialKind != ReductionKind::Max)
+    return emitError() << "partial results combine by sum or max, not "
+                       << stringifyReductionKind(partialKind);
   llvm::StringSet<> seen;
   auto checkAxis = [&](Attribute axis) -> LogicalResult {
     auto name = dyn_cast<StringAttr>(axis);

@@ -193,22 +193,35 @@ def Loom_ShardingAttr : Loom_Attr<"Sharding", "sharding"> {
   let summary = "How one tensor value is laid out over a mesh";
   let description = [{
     For each tensor dimension, the mesh axes that split it (majors first);
-    plus the axes over which the local values are partial sums still to be
-    reduced. An axis that appears nowhere means the value is replicated over
-    it.
+    plus the axes over which the local values are partial results still to
+    be reduced: partial sums, or with `partial max`, partial maxima (each
+    rank's maximum over its shard, as a vocab-parallel loss's row maximum).
+    An axis that appears nowhere means the value is replicated over it.
 
     ```mlir
     // Column-parallel weight on tp, replicated on dp:
     #loom.sharding<@mesh, [[], [tp]]>
     // Row-parallel matmul output before its all-reduce:
     #loom.sharding<@mesh, [[dp], [], []], partial = [tp]>
+    // Row maxima of logits split on the vocabulary over tp:
+    #loom.sharding<@mesh, [[dp], []], partial max = [tp]>
     ```
   }];
   let parameters = (ins
     "::mlir::FlatSymbolRefAttr":$mesh,
     "::mlir::ArrayAttr":$dims,
-    "::mlir::ArrayAttr":$partial
+    "::mlir::ArrayAttr":$partial,
+    "::mlir::loom::ReductionKind":$partialKind
   );
+  let skipDefaultBuilders = 1;
+  let builders = [
+    AttrBuilder<(ins "::mlir::FlatSymbolRefAttr":$mesh,
+                     "::mlir::ArrayAttr":$dims, "::mlir::ArrayAttr":$partial,
+                     CArg<"::mlir::loom::ReductionKind",
+                          "::mlir::loom::ReductionKind::Sum">:$partialKind), [{
+      return $_get($_ctxt, mesh, dims, partial, partialKind);
+    }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{

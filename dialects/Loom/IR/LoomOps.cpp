@@ -246,6 +246,74 @@ int64_t CrossEntropyOp::getBytesAccessed() {
 }
 
 //===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+/// Every value in `values` has the per-token shape `tokens`.
+static LogicalResult verifyPerToken(Operation *op, ArrayRef<int64_t> tokens,
+                                    ArrayRef<std::pair<StringRef, Value>> values) {
+  for (auto [what, v] : values)
+    if (shapeOf(v) != tokens)
+      return op->emitOpError() << what << " shape " << shapeRef(v)
+                               << " should be the per-token shape "
+                               << shapeStr(tokens);
+  return success();
+}
+
+LogicalResult RowMaxOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  if (in.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (failed(verifyPerToken(*this, in.drop_back(), {{"result", getResult()}})))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
+int64_t RowMaxOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+LogicalResult CrossEntropySumsOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.size() < 2)
+    return emitOpError() << "logits must be [..., vocab], got "
+                         << shapeRef(getLogits());
+  if (failed(verifyPerToken(*this, logits.drop_back(),
+                            {{"row_max", getRowMax()},
+                             {"targets", getTargets()},
+                             {"sum_exp", getSumExp()},
+                             {"target_logit", getTargetLogit()}})))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+// exp and add per logit; one read per token for the target.
+int64_t CrossEntropySumsOp::getFlops() { return 3 * numElements(getLogits()); }
+int64_t CrossEntropySumsOp::getBytesAccessed() {
+  return bytesOf(getLogits()) + bytesOf(getRowMax()) + bytesOf(getTargets()) +
+         bytesOf(getSumExp()) + bytesOf(getTargetLogit());
+}
+
+LogicalResult CrossEntropyFromSumsOp::verify() {
+  ArrayRef<int64_t> tokens = shapeOf(getRowMax());
+  if (failed(verifyPerToken(*this, tokens,
+                            {{"sum_exp", getSumExp()},
+                             {"target_logit", getTargetLogit()}})))
+    return failure();
+  if (auto n = getNumTokens(); n && *n < numElements(getRowMax()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getRowMax()) << " tokens";
+  return verifySameFloatElementType(*this);
+}
+int64_t CrossEntropyFromSumsOp::getFlops() {
+  return 4 * numElements(getRowMax());
+}
+int64_t CrossEntropyFromSumsOp::getBytesAccessed() {
+  return bytesOf(getRowMax()) + bytesOf(getSumExp()) +
+         bytesOf(getTargetLogit()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
 // Shape ops
 //===----------------------------------------------------------------------===//
 

@@ -247,6 +247,85 @@ def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+// `loom.cross_entropy` split into the three steps of Megatron's
+// vocab-parallel cross-entropy, each an op with a sharding rule, so that
+// logits split on the vocabulary are never gathered: a row maximum (partial
+// maxima over the vocabulary shards), the sums of exp(logit - max) and the
+// target logits (partial sums: a shard without the target adds 0), and the
+// mean of log(sum) + max - target logit. --loom-tensor-parallel lowers the
+// loss to these ops (and its gradient to `loom.cross_entropy_sums_grad`)
+// when it splits the vocabulary.
+
+def Loom_RowMaxOp : Loom_ComputeOp<"row_max"> {
+  let summary = "Maximum over the last dimension";
+  let description = [{
+    `result[i...] = max_v input[i..., v]`. Split over the last dimension,
+    each rank's result is its shard's maximum: a partial maximum
+    (`partial max`), combined by an all-reduce max.
+
+    ```mlir
+    %m = loom.row_max %logits : tensor<4x64x50304xf32> -> tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums"> {
+  let summary = "Sums of exp(logit - max) and the target logits, per token";
+  let description = [{
+    `sum_exp[i...] = Σ_v exp(logits[i..., v] - row_max[i...])` and
+    `target_logit[i...] = logits[i..., targets[i...]]`. When the
+    partitioner splits the vocabulary over mesh axes it names them in
+    `vocab_axes`: a rank holding columns `[b·V, (b+1)·V)` (b its block index
+    on the axes) sums its columns and contributes 0 as the target logit of a
+    token whose target is elsewhere, so both results are partial sums.
+
+    ```mlir
+    %s, %t = loom.cross_entropy_sums %logits, %m, %targets
+        : tensor<4x64x256xf32>, tensor<4x64xf32>, tensor<4x64xi32>
+        -> tensor<4x64xf32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$logits, Loom_FloatTensor:$row_max,
+                       Loom_IndexTensor:$targets,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+  let results = (outs Loom_FloatTensor:$sum_exp,
+                      Loom_FloatTensor:$target_logit);
+  let assemblyFormat = [{
+    $logits `,` $row_max `,` $targets attr-dict `:` type($logits) `,`
+    type($row_max) `,` type($targets) `->` type($sum_exp) `,`
+    type($target_logit)
+  }];
+}
+
+def Loom_CrossEntropyFromSumsOp : Loom_ComputeOp<"cross_entropy_from_sums"> {
+  let summary = "Mean cross-entropy from per-token maxima and sums";
+  let description = [{
+    The scalar mean over tokens of `log(sum_exp) + row_max - target_logit`
+    (= -log softmax(logits)[target]); over `num_tokens` tokens when set (the
+    global count of tokens split across ranks), as `loom.cross_entropy`.
+
+    ```mlir
+    %loss = loom.cross_entropy_from_sums %m, %s, %t
+        : tensor<4x64xf32>, tensor<4x64xf32>, tensor<4x64xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$row_max, Loom_FloatTensor:$sum_exp,
+                       Loom_FloatTensor:$target_logit,
+                       OptionalAttr<I64Attr>:$num_tokens);
+  let results = (outs Loom_ScalarFloatTensor:$result);
+  let assemblyFormat = [{
+    $row_max `,` $sum_exp `,` $target_logit attr-dict `:` type($row_max) `,`
+    type($sum_exp) `,` type($target_logit) `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Shape ops
 //===----------------------------------------------------------------------===//
 

@@ -186,6 +186,54 @@ ShardingRule CrossEntropyOp::getShardingRule() {
   return rule;
 }
 
+//===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+ShardingRule RowMaxOp::getShardingRule() {
+  // Split over the last dimension: partial maxima.
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  SmallVector<int64_t> tokens = addFactors(rule, in.drop_back());
+  int64_t v = rule.addFactor(in.back(), /*reduction=*/true, ReductionKind::Max);
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand(x);
+  rule.addResult(tokens);
+  return rule;
+}
+
+ShardingRule CrossEntropySumsOp::getShardingRule() {
+  // Split over the vocabulary: partial sums (a shard without the target
+  // contributes 0 to the target logit). The row maximum is read whole.
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  SmallVector<int64_t> tokens = addFactors(rule, logits.drop_back());
+  int64_t v = rule.addFactor(logits.back(), /*reduction=*/true);
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand(x);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addResult(tokens);
+  rule.addResult(tokens);
+  return rule;
+}
+
+ShardingRule CrossEntropyFromSumsOp::getShardingRule() {
+  // A mean over tokens: split tokens leave partial sums of the scaled
+  // per-token losses, as for loom.cross_entropy.
+  ShardingRule rule;
+  SmallVector<int64_t> tokens;
+  for (int64_t size : shapeOf(getRowMax()))
+    tokens.push_back(rule.addFactor(size, /*reduction=*/true));
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addResult({});
+  return rule;
+}
+
 ShardingRule ReshapeOp::getShardingRule() { return wholeTensors(*this); }
 
 ShardingRule TransposeOp::getShardingRule() {
@@ -328,6 +376,24 @@ ShardingRule CrossEntropyGradOp::getShardingRule() {
   rule.addOperand(logits);
   rule.addOperand(tokens);
   rule.addResult(logits);
+  return rule;
+}
+
+ShardingRule CrossEntropySumsGradOp::getShardingRule() {
+  // Each rank computes the gradient of its vocabulary shard from the reduced
+  // statistics.
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  SmallVector<int64_t> tokens = addFactors(rule, logits.drop_back());
+  int64_t v = rule.addFactor(logits.back());
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand({});
+  rule.addOperand(x);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addResult(x);
   return rule;
 }
 

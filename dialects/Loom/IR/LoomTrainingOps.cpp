@@ -181,6 +181,31 @@ LogicalResult CrossEntropyGradOp::verify() {
 int64_t CrossEntropyGradOp::getFlops() { return 6 * numElements(getLogits()); }
 int64_t CrossEntropyGradOp::getBytesAccessed() { return sumBytes(*this); }
 
+LogicalResult CrossEntropySumsGradOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.size() < 2)
+    return emitOpError() << "logits must be [..., vocab], got "
+                         << shapeRef(getLogits());
+  ArrayRef<int64_t> tokens = logits.drop_back();
+  for (auto [what, v] :
+       {std::pair<StringRef, Value>{"row_max", getRowMax()},
+        {"sum_exp", getSumExp()},
+        {"targets", getTargets()}})
+    if (failed(expectShape(*this, what, v, tokens)))
+      return failure();
+  if (failed(expectShape(*this, "result", getResult(), logits)))
+    return failure();
+  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getTargets()) << " tokens";
+  return verifySameFloatElementType(*this);
+}
+int64_t CrossEntropySumsGradOp::getFlops() {
+  return 4 * numElements(getLogits());
+}
+int64_t CrossEntropySumsGradOp::getBytesAccessed() { return sumBytes(*this); }
+
 LogicalResult SliceGradOp::verify() {
   ArrayRef<int64_t> in = shapeOf(getDout()), out = shapeOf(getResult());
   int64_t dim = getDim(), offset = getOffset();

@@ -185,6 +185,34 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   }];
 }
 
+def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad"> {
+  let summary = "Gradient of the mean cross-entropy from its maxima and sums";
+  let description = [{
+    `dlogits = (exp(logits - row_max) / sum_exp − onehot(targets)) · dloss
+    / N`: `loom.cross_entropy_grad` with the softmax's statistics given, so
+    that each rank computes the gradient of its vocabulary shard
+    (`vocab_axes`, as for `loom.cross_entropy_sums`) from the reduced
+    statistics, never the full logits.
+
+    ```mlir
+    %dl = loom.cross_entropy_sums_grad %seed, %logits, %m, %s, %targets
+        : tensor<f32>, tensor<4x64x256xf32>, tensor<4x64xf32>,
+          tensor<4x64xf32>, tensor<4x64xi32> -> tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Loom_ScalarFloatTensor:$dloss, Loom_FloatTensor:$logits,
+                       Loom_FloatTensor:$row_max, Loom_FloatTensor:$sum_exp,
+                       Loom_IndexTensor:$targets,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<I64Attr>:$num_tokens);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dloss `,` $logits `,` $row_max `,` $sum_exp `,` $targets attr-dict `:`
+    type($dloss) `,` type($logits) `,` type($row_max) `,` type($sum_exp) `,`
+    type($targets) `->` type($result)
+  }];
+}
+
 def Loom_SliceGradOp : Loom_ComputeOp<"slice_grad"> {
   let summary = "Gradient of a slice: zeros with the slice written back";
   let description = [{

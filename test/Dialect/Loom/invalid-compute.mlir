@@ -338,3 +338,27 @@ func.func @cross_entropy_mixed_types(%l: tensor<4x256xf32>, %t: tensor<4xi32>) {
   %0 = loom.cross_entropy %l, %t : tensor<4x256xf32>, tensor<4xi32> -> tensor<f16>
   return
 }
+
+// -----
+
+func.func @row_max_shape(%x: tensor<4x32x128xf32>) {
+  // expected-error@+1 {{'loom.row_max' op result shape [4, 128] should be the per-token shape [4, 32]}}
+  %0 = loom.row_max %x : tensor<4x32x128xf32> -> tensor<4x128xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_sums_targets(%l: tensor<4x32x128xf32>, %m: tensor<4x32xf32>, %t: tensor<4x31xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_sums' op targets shape [4, 31] should be the per-token shape [4, 32]}}
+  %0:2 = loom.cross_entropy_sums %l, %m, %t : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x31xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_from_sums_tokens(%m: tensor<4x32xf32>, %s: tensor<4x32xf32>) {
+  // expected-error@+1 {{'loom.cross_entropy_from_sums' op num_tokens 100 is less than this rank's 128 tokens}}
+  %0 = loom.cross_entropy_from_sums %m, %s, %s {num_tokens = 100 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
+  return
+}

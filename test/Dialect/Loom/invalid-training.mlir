@@ -239,3 +239,11 @@ func.func @f(%g: tensor<8xf32> {loom.role = #loom.role<grad>}) {
 func.func @f(%lr: tensor<2xf32> {loom.role = #loom.role<lr>}) {
   return
 }
+
+// -----
+
+func.func @cross_entropy_sums_grad_stats(%dl: tensor<f32>, %l: tensor<2x4x16xf32>, %m: tensor<2x4xf32>, %s: tensor<2x3xf32>, %t: tensor<2x4xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_sums_grad' op sum_exp has shape [2, 3] but should be [2, 4]}}
+  %0 = loom.cross_entropy_sums_grad %dl, %l, %m, %s, %t : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<2x3xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+  return
+}

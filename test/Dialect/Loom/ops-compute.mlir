@@ -120,6 +120,18 @@ func.func @attention_qkv_dim(%qkv: tensor<4x32x3x64xf32>) -> tensor<4x32x64xf32>
   return %0 : tensor<4x32x64xf32>
 }
 
+// Megatron's vocab-parallel cross-entropy, step by step.
+// CHECK-LABEL: func.func @vocab_parallel_loss
+// CHECK: %[[M:.*]] = loom.row_max %{{.*}} : tensor<4x32x128xf32> -> tensor<4x32xf32>
+// CHECK: %[[S:.*]], %[[T:.*]] = loom.cross_entropy_sums %{{.*}}, %[[M]], %{{.*}} {vocab_axes = ["tp"]} : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x32xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+// CHECK: loom.cross_entropy_from_sums %[[M]], %[[S]], %[[T]] {num_tokens = 256 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
+func.func @vocab_parallel_loss(%logits: tensor<4x32x128xf32>, %targets: tensor<4x32xi32>) -> tensor<f32> {
+  %m = loom.row_max %logits : tensor<4x32x128xf32> -> tensor<4x32xf32>
+  %s, %t = loom.cross_entropy_sums %logits, %m, %targets {vocab_axes = ["tp"]} : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x32xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  %l = loom.cross_entropy_from_sums %m, %s, %t {num_tokens = 256 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
 // CHECK-LABEL: func.func @softmax
 // CHECK-SAME: (%[[X:.*]]: tensor<4x32x256xf16>)
 // CHECK: loom.softmax %[[X]] : tensor<4x32x256xf16>
