@@ -49,6 +49,10 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
       all_gather and reduce_scatter (n-1)/n·S, all_to_all (n-1)/n·S, send S;
       the micro-batch function's collectives count once per micro-batch.
 
+    The figures come from `measureRankFigures` (Analysis/RankFigures.h),
+    which `--loom-to-program` also uses to store them in the program as
+    the predictions loom-run reports next to what it measures.
+
     **Options:**
     * `json`: print one JSON object instead of text.
   }];
@@ -76,8 +80,9 @@ def LoomAutodiff : Pass<"loom-autodiff", "::mlir::ModuleOp"> {
       gradients. Each transformer block gets a backward block `<label>.grad`.
       New arguments `role = grad` are the gradient accumulators; the results
       are the loss and the updated accumulators (`loom.updates`).
-    * `@f_update`, run once per step: `loom.clip_grad_norm` over all
-      gradients (PyTorch's clip_grad_norm_), then `loom.adamw` per parameter
+    * `@f_update`, run once per step: `loom.sum_squares` over all
+      gradients and `loom.clip_coef` of it (PyTorch's clip_grad_norm_; the
+      sum shards with the gradients), then `loom.adamw` per parameter
       with decoupled weight decay on parameters of rank >= 2 only (nanoGPT:
       matmul weights and embeddings decay; biases and layer norms do not).
       The learning rate and step count are arguments the runtime sets.
@@ -228,6 +233,44 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     (`num_tokens`) so that each rank computes its share of the global mean.
     The sharding attributes (which describe global shapes) are removed.
   }];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
+  let summary = "Bucket all-reduces, prefetch ZeRO-3 gathers, overlap compute";
+  let description = [{
+    Runs on a partitioned program. DDP's gradient buckets (PyTorch's
+    `bucket_cap_mb`): the all-reduces of one function's top level that
+    reduce over the same axes with the same reduction and element type are
+    grouped, in the order their inputs become ready, into buckets of at
+    most `bucket-mb` MiB (a larger tensor is a bucket of its own); each
+    bucket is one `loom.all_reduce` of several values, placed right after
+    its last input is produced (a backward block's gradients are reduced
+    while the next backward block runs) and marked `async`: the runtime
+    completes it only before the first instruction that reads a result.
+    A bucket closes early when its next candidate becomes ready only after
+    a result of the bucket is already needed. Traffic is unchanged: a
+    bucket sends the sum of its members' ring bytes.
+
+    **Options:**
+    * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
+      one all-reduce per value (still launched early).
+    * `overlap`: mark the all-reduces `async` (default true).
+    * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
+      of its sharded parameters move to just before the previous block,
+      `async`, so they travel while it computes; the gathered value enters
+      the block as an extra input and dies after its last use there. Not
+      when the previous block takes the same parameter (a block's forward
+      just before its own backward gathers it itself).
+  }];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
+           "Bucket capacity in MiB (0: no coalescing)">,
+    Option<"overlap", "overlap", "bool", /*default=*/"true",
+           "Launch the collectives asynchronously">,
+    Option<"prefetch", "prefetch", "bool", /*default=*/"true",
+           "Gather a block's sharded parameters during the previous block">
+  ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 

@@ -28,6 +28,9 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pm.addPass(createLoomZero(zero));
     pm.addPass(createLoomPropagate());
     pm.addPass(createLoomPartition());
+    LoomScheduleCommOptions comm;
+    comm.bucketMb = options.bucketMb;
+    pm.addPass(createLoomScheduleComm(comm));
   }
   LoomPlanBuffersOptions plan;
   plan.alignment = options.alignment;

@@ -32,6 +32,10 @@ struct CompilePipelineOptions
       llvm::cl::desc("With partition: seed Megatron tensor parallelism on "
                      "the tp axis (--loom-tensor-parallel) before ZeRO"),
       llvm::cl::init(false)};
+  Option<double> bucketMb{
+      *this, "bucket-mb",
+      llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
+      llvm::cl::init(25.0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),

@@ -41,6 +41,23 @@ DictionaryAttr stateArgAttrs(Builder &b, Role role, StringAttr name) {
       {b.getNamedAttr(LoomDialect::kNameAttr, name), roleAttr(b, role)});
 }
 
+/// Sets `loom.updates` = updates[k] on result first + k of `func`, all in
+/// one go: setResultAttr rebuilds the whole result attribute list per call,
+/// quadratic in the parameter count.
+void setUpdatesAttrs(func::FuncOp func, unsigned first,
+                     ArrayRef<int64_t> updates) {
+  Builder b(func.getContext());
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned i = 0; i < func.getNumResults(); ++i) {
+    NamedAttrList attrs(func.getResultAttrDict(i));
+    if (i >= first && i - first < updates.size())
+      attrs.set(LoomDialect::kUpdatesAttr,
+                b.getI64IntegerAttr(updates[i - first]));
+    resultAttrs.push_back(attrs.getDictionary(func.getContext()));
+  }
+  func.setAllResultAttrs(resultAttrs);
+}
+
 struct LoomAutodiffPass
     : mlir::loom::impl::LoomAutodiffBase<LoomAutodiffPass> {
   using Base::Base;
@@ -111,6 +128,10 @@ LogicalResult LoomAutodiffPass::deriveTrainingStep(func::FuncOp model) {
   SmallVector<bool> hasGrad;
   if (failed(buildMicrobatchFunction(model, params, hasGrad)))
     return failure();
+  if (llvm::none_of(hasGrad, [](bool g) { return g; }))
+    return model.emitOpError()
+           << "has no parameter that influences the loss; there is nothing "
+              "to train";
   buildUpdateFunction(model, params, hasGrad);
   model.erase();
   return success();
@@ -183,9 +204,10 @@ LoomAutodiffPass::buildMicrobatchFunction(func::FuncOp model,
   ret.erase();
   SmallVector<Type> resultTypes = llvm::to_vector(ValueRange(results).getTypes());
   train.setFunctionType(b.getFunctionType(train.getArgumentTypes(), resultTypes));
+  SmallVector<int64_t> accumulators;
   for (unsigned i = 0; i < params.size(); ++i)
-    train.setResultAttr(1 + i, LoomDialect::kUpdatesAttr,
-                        b.getI64IntegerAttr(firstAcc + i));
+    accumulators.push_back(firstAcc + i);
+  setUpdatesAttrs(train, /*first=*/1, accumulators);
   return success();
 }
 
@@ -221,8 +243,7 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   update->setAttr(LoomDialect::kTrainAttr,
                   b.getDictionaryAttr(
                       {b.getNamedAttr("phase", b.getStringAttr("update"))}));
-  for (auto [i, attrs] : llvm::enumerate(argAttrs))
-    update.setArgAttrs(i, attrs);
+  update.setAllArgAttrs(argAttrs);
   Block *entry = update.addEntryBlock();
   b.setInsertionPointToStart(entry);
   size_t n = params.size();
@@ -231,14 +252,19 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   };
   Value lr = entry->getArgument(4 * n), step = entry->getArgument(4 * n + 1);
 
-  // 1. Global gradient norm over the parameters that have gradients.
+  // 1. Global gradient norm over the parameters that have gradients: a sum
+  //    of squares (which shards with the gradients and is reduced as one
+  //    scalar), then the norm and the clipping coefficient.
   SmallVector<Value> gradsWithValues;
   for (size_t i = 0; i < n; ++i)
     if (hasGrad[i])
       gradsWithValues.push_back(arg(1, i));
-  auto clip = ClipGradNormOp::create(
-      b, NameLoc::get(StringAttr::get(ctx, "clip_grad_norm")), scalar, scalar,
-      gradsWithValues, b.getF64FloatAttr(maxNorm));
+  auto sumSquares = SumSquaresOp::create(
+      b, NameLoc::get(StringAttr::get(ctx, "grad_sum_squares")), scalar,
+      gradsWithValues);
+  auto clip = ClipCoefOp::create(
+      b, NameLoc::get(StringAttr::get(ctx, "clip_coef")), scalar, scalar,
+      sumSquares.getResult(), b.getF64FloatAttr(maxNorm));
 
   // 2. AdamW per parameter; decay only on rank >= 2 (nanoGPT convention,
   //    on the checkpoint's rank).
@@ -266,9 +292,7 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
   func::ReturnOp::create(b, update.getLoc(), results);
   update.setFunctionType(b.getFunctionType(
       argTypes, llvm::to_vector(ValueRange(results).getTypes())));
-  for (size_t i = 0; i < updates.size(); ++i)
-    update.setResultAttr(i, LoomDialect::kUpdatesAttr,
-                         b.getI64IntegerAttr(updates[i]));
+  setUpdatesAttrs(update, /*first=*/0, updates);
 }
 
 } // namespace

@@ -71,6 +71,14 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
     return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1], qkv[1]})};
   }
+  if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() > 1) {
+    // A bucket travels as one contiguous buffer: its members packed.
+    int64_t elements = 0;
+    for (Value input : ar.getInputs())
+      elements += cast<RankedTensorType>(input.getType()).getNumElements();
+    return {RankedTensorType::get(
+        {elements}, getElementTypeOrSelf(ar.getInputs().front().getType()))};
+  }
   if (auto ln = dyn_cast<LayerNormOp>(op)) {
     // Per-row mean and reciprocal standard deviation.
     auto type = cast<RankedTensorType>(ln.getInput().getType());
@@ -78,4 +86,9 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return {f32({rows}), f32({rows})};
   }
   return {};
+}
+
+bool mlir::loom::completesLater(Operation *op) {
+  auto ar = dyn_cast<AllReduceOp>(op);
+  return ar && ar.getAsync();
 }

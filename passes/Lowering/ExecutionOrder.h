@@ -57,8 +57,14 @@ std::string storageKey(func::FuncOp func, BlockArgument arg);
 bool isView(Operation *op);
 
 /// Kernel workspace or state an op needs beyond its results (attention
-/// probabilities, layer-norm statistics), in the order the runtime expects.
+/// probabilities, layer-norm statistics, a gradient bucket's packed
+/// buffer), in the order the runtime expects.
 SmallVector<RankedTensorType> getScratchTypes(Operation *op);
+
+/// Whether `op` is still in flight after it starts (an `async` all-reduce):
+/// its scratch stays in use until the first instruction that reads one of
+/// its results.
+bool completesLater(Operation *op);
 
 } // namespace mlir::loom
 

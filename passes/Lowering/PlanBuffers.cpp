@@ -6,10 +6,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Lowering/BestFitPlacement.h"
 #include "passes/Lowering/ExecutionOrder.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Debug.h"
 
 #include <map>
@@ -26,55 +28,10 @@ using namespace mlir::loom;
 
 namespace {
 
-/// One allocation: a tensor's storage or an op's scratch.
-struct Allocation {
-  int64_t bytes = 0;
-  /// Execution positions of the first write and last read (inclusive).
-  int64_t start = 0;
-  int64_t end = 0;
-  int64_t offset = -1;
-};
-
 int64_t bytesOf(Type type) {
   auto tensor = cast<RankedTensorType>(type);
   int64_t width = std::max<int64_t>(1, (tensor.getElementTypeBitWidth() + 7) / 8);
   return tensor.getNumElements() * width;
-}
-
-int64_t alignTo(int64_t value, int64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-/// Places `transient` allocations above `base`: largest first, each at the
-/// lowest aligned offset that overlaps no placed allocation alive at the
-/// same time. Returns the end of the highest allocation.
-int64_t placeBestFit(SmallVectorImpl<Allocation *> &transient, int64_t base,
-                     int64_t alignment) {
-  llvm::stable_sort(transient, [](Allocation *a, Allocation *b) {
-    return a->bytes != b->bytes ? a->bytes > b->bytes : a->start < b->start;
-  });
-  int64_t top = base;
-  SmallVector<Allocation *> placed;
-  for (Allocation *alloc : transient) {
-    SmallVector<Allocation *> conflicts;
-    for (Allocation *other : placed)
-      if (other->start <= alloc->end && alloc->start <= other->end)
-        conflicts.push_back(other);
-    llvm::sort(conflicts, [](Allocation *a, Allocation *b) {
-      return a->offset < b->offset;
-    });
-    int64_t offset = base;
-    for (Allocation *other : conflicts) {
-      if (offset + alloc->bytes <= other->offset)
-        break;
-      offset = std::max(offset, alignTo(other->offset + other->bytes,
-                                        alignment));
-    }
-    alloc->offset = offset;
-    top = std::max(top, offset + alloc->bytes);
-    placed.push_back(alloc);
-  }
-  return top;
 }
 
 struct LoomPlanBuffersPass
@@ -173,26 +130,47 @@ struct LoomPlanBuffersPass
       for (auto &[value, alloc] : fp.transient)
         if (auto it = lastRead.find(value); it != lastRead.end())
           alloc.end = std::max(alloc.end, it->second);
+      // An asynchronous collective keeps its scratch (the packed bucket)
+      // until the first op that reads one of its results: the runtime
+      // completes it there.
+      for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
+        if (!completesLater(op) || fp.scratch[pos].empty())
+          continue;
+        llvm::DenseSet<Value> results;
+        for (Value result : op->getResults())
+          results.insert(fp.order.storage(result));
+        int64_t done = last;
+        for (size_t q = pos + 1; q < fp.order.ops.size() && done == last; ++q)
+          for (Value operand : fp.order.ops[q]->getOperands())
+            if (results.contains(fp.order.storage(operand)))
+              done = static_cast<int64_t>(q);
+        for (Allocation &alloc : fp.scratch[pos])
+          alloc.end = done;
+      }
       for (Value v : fp.order.returned)
         if (auto it = fp.transient.find(fp.order.storage(v));
             it != fp.transient.end())
           it->second.end = last;
 
       // 3. An in-place update must be the argument's last reader: nothing
-      //    may read the old value after the new one overwrote it.
+      //    may read the old value after the new one overwrote it. (The last
+      //    read per storage key, once: comparing every update with every
+      //    argument was quadratic in the parameter count.)
+      llvm::StringMap<int64_t> lastArgumentRead;
+      for (BlockArgument arg : func.getArguments())
+        if (auto read = lastRead.find(arg); read != lastRead.end()) {
+          int64_t &last = lastArgumentRead[fp.inArgument.lookup(arg)];
+          last = std::max(last, read->second);
+        }
       for (auto [pos, op] : llvm::enumerate(fp.order.ops))
         for (Value result : op->getResults()) {
           auto it = fp.inArgument.find(result);
           if (it == fp.inArgument.end() || isa<BlockArgument>(result))
             continue;
-          for (auto [argValue, key] : fp.inArgument)
-            if (key == it->second && isa<BlockArgument>(argValue))
-              if (auto read = lastRead.find(argValue);
-                  read != lastRead.end() &&
-                  read->second > static_cast<int64_t>(pos))
-                return op->emitOpError()
-                       << "updates an argument in place that is read "
-                          "again later; the planner cannot reuse its storage";
+          if (lastArgumentRead.lookup(it->second) > static_cast<int64_t>(pos))
+            return op->emitOpError()
+                   << "updates an argument in place that is read "
+                      "again later; the planner cannot reuse its storage";
         }
     }
 
@@ -229,9 +207,15 @@ struct LoomPlanBuffersPass
           return persistent[it->second].offset;
         return fp.transient[root].offset;
       };
-      for (BlockArgument arg : func.getArguments())
-        func.setArgAttr(arg.getArgNumber(), LoomDialect::kOffsetAttr,
-                        b.getI64IntegerAttr(offsetOf(arg)));
+      // All argument attributes at once: setArgAttr rebuilds the whole
+      // list each call, quadratic in the argument count.
+      SmallVector<DictionaryAttr> argAttrs;
+      for (BlockArgument arg : func.getArguments()) {
+        NamedAttrList attrs(func.getArgAttrDict(arg.getArgNumber()));
+        attrs.set(LoomDialect::kOffsetAttr, b.getI64IntegerAttr(offsetOf(arg)));
+        argAttrs.push_back(attrs.getDictionary(func.getContext()));
+      }
+      func.setAllArgAttrs(argAttrs);
       for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
         SmallVector<int64_t> offsets;
         for (Value result : op->getResults())

@@ -9,6 +9,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 
 #include "dialects/Loom/IR/LoomOps.h"
+#include "passes/Analysis/RankFigures.h"
 #include "passes/Lowering/ExecutionOrder.h"
 #include "runtime/program/program_envelope.h"
 #include "runtime/program/program_generated.h"
@@ -70,6 +71,27 @@ private:
   llvm::DenseMap<Value, unsigned> inPlace;
 };
 
+/// The sharding of each argument with a role and a name, keyed by both
+/// (the first such argument wins), so every parameter finds its own,
+/// its gradient's and its moments' shardings without a scan over all
+/// arguments (quadratic in the parameter count).
+using ShardingsByRoleAndName =
+    llvm::DenseMap<std::pair<unsigned, StringAttr>, ShardingAttr>;
+
+ShardingsByRoleAndName shardingsByRoleAndName(func::FuncOp func) {
+  ShardingsByRoleAndName shardings;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    if (role && name)
+      shardings.try_emplace(
+          {static_cast<unsigned>(role.getValue()), name},
+          func.getArgAttrOfType<ShardingAttr>(i, LoomDialect::kShardingAttr));
+  }
+  return shardings;
+}
+
 /// A readable name for an op: its NameLoc ("h.0.attn.c_attn") or op name.
 std::string nameOf(Operation *op) {
   Location loc = op->getLoc();
@@ -126,7 +148,8 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
           [](auto) { return fb::Opcode::CrossEntropyGrad; })
       .Case<SliceGradOp>([](auto) { return fb::Opcode::SliceGrad; })
       .Case<FillOp>([](auto) { return fb::Opcode::Fill; })
-      .Case<ClipGradNormOp>([](auto) { return fb::Opcode::ClipGradNorm; })
+      .Case<SumSquaresOp>([](auto) { return fb::Opcode::SumSquares; })
+      .Case<ClipCoefOp>([](auto) { return fb::Opcode::ClipCoef; })
       .Case<AdamWOp>([](auto) { return fb::Opcode::AdamW; })
       .Default([](Operation *) { return std::nullopt; });
 }
@@ -217,7 +240,7 @@ StageEmitter::emitInstruction(Operation *op) {
   double epsilon = 0.0, value = 0.0, maxNorm = 0.0, beta1 = 0.0, beta2 = 0.0,
          adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
-  bool transposeRhs = false;
+  bool transposeRhs = false, async = false;
   std::vector<int64_t> permutation;
   std::vector<uint32_t> axes;
   fb::Reduction reduction = fb::Reduction::Sum;
@@ -277,7 +300,7 @@ StageEmitter::emitInstruction(Operation *op) {
             value = fill.getValue().convertToDouble();
             return success();
           })
-          .Case([&](ClipGradNormOp clip) {
+          .Case([&](ClipCoefOp clip) {
             maxNorm = clip.getMaxNorm().convertToDouble();
             return success();
           })
@@ -304,10 +327,12 @@ StageEmitter::emitInstruction(Operation *op) {
           })
           .Case([&](AllReduceOp c) {
             reduction = reductionOf(c.getReduction());
+            async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](AllGatherOp c) {
             dim = c.getDim();
+            async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](ReduceScatterOp c) {
@@ -344,7 +369,7 @@ StageEmitter::emitInstruction(Operation *op) {
       permutation.empty() ? nullptr : &permutation,
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
       reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
-      beta2, adamEps, weightDecay);
+      beta2, adamEps, weightDecay, async);
 }
 
 LogicalResult StageEmitter::addArguments(func::FuncOp func) {
@@ -464,6 +489,9 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
   };
   std::vector<flatbuffers::Offset<fb::Param>> params;
   int32_t tokens = -1, targets = -1;
+  ShardingsByRoleAndName stepShardings = shardingsByRoleAndName(step);
+  ShardingsByRoleAndName updateShardings =
+      update ? shardingsByRoleAndName(update) : ShardingsByRoleAndName();
   for (BlockArgument arg : step.getArguments()) {
     unsigned i = arg.getArgNumber();
     Role role =
@@ -479,16 +507,9 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     auto init = step.getArgAttrOfType<InitAttr>(i, LoomDialect::kInitAttr);
     // Partitioned programs keep each argument's global sharding: the
     // runtime places this rank's slice of parameters and optimizer state.
-    auto shardingOf = [&](func::FuncOp func, Role role) -> ShardingAttr {
-      for (BlockArgument a : func.getArguments()) {
-        unsigned j = a.getArgNumber();
-        auto r = func.getArgAttrOfType<RoleAttr>(j, LoomDialect::kRoleAttr);
-        auto n = func.getArgAttrOfType<StringAttr>(j, LoomDialect::kNameAttr);
-        if (r && n && r.getValue() == role && n == name)
-          return func.getArgAttrOfType<ShardingAttr>(j,
-                                                     LoomDialect::kShardingAttr);
-      }
-      return {};
+    auto shardingOf = [&](const ShardingsByRoleAndName &shardings,
+                          Role role) -> ShardingAttr {
+      return shardings.lookup({static_cast<unsigned>(role), name});
     };
     auto dimShardings = [&](ShardingAttr sharding)
         -> flatbuffers::Offset<
@@ -507,10 +528,10 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
       }
       return split ? fbb.CreateVector(dims) : 0;
     };
-    ShardingAttr paramSharding = shardingOf(step, Role::Param);
-    ShardingAttr gradSharding = shardingOf(step, Role::Grad);
+    ShardingAttr paramSharding = shardingOf(stepShardings, Role::Param);
+    ShardingAttr gradSharding = shardingOf(stepShardings, Role::Grad);
     ShardingAttr momentSharding =
-        update ? shardingOf(update, Role::AdamM) : ShardingAttr();
+        update ? shardingOf(updateShardings, Role::AdamM) : ShardingAttr();
     // The global shape: the local one times each dimension's split.
     SmallVector<int64_t> globalShape(type.getShape());
     if (paramSharding && mesh)
@@ -548,11 +569,20 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     bufferTable.push_back(fb::CreateBufferDirect(fbb, b.name.c_str(), b.offset,
                                                  &shape, b.dtype));
   }
+  // 4. What a rank running this stage will hold and send, as --loom-report
+  //    predicts it, for loom-run to report next to what it measures.
+  RankFigures figures = measureRankFigures(funcs, mesh);
+  auto sentBytes = [&](const char *kind) { return figures.sentBytes.at(kind); };
+  auto predictions = fb::CreatePredictions(
+      fbb, figures.modelStateBytes(),
+      fb::CreateSentBytes(fbb, sentBytes("all_reduce"), sentBytes("all_gather"),
+                          sentBytes("reduce_scatter"), sentBytes("all_to_all"),
+                          sentBytes("send")));
   return fb::CreateStageDirect(
       fbb, index, arena.getInt(), &bufferTable, &params, tokens, targets, loss,
-      &*instructions, microbatches,
-      update ? &updateInstructions : nullptr, bufferFor(Role::LearningRate, "lr"),
-      bufferFor(Role::Step, "step"), gradNorm);
+      &*instructions, microbatches, update ? &updateInstructions : nullptr,
+      bufferFor(Role::LearningRate, "lr"), bufferFor(Role::Step, "step"),
+      gradNorm, predictions);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -665,7 +695,7 @@ static void printInstructions(
     case fb::Opcode::Fill:
       os << " value=" << llvm::format("%g", inst->value());
       break;
-    case fb::Opcode::ClipGradNorm:
+    case fb::Opcode::ClipCoef:
       os << " max_norm=" << llvm::format("%g", inst->max_norm());
       break;
     case fb::Opcode::AdamW:
@@ -727,6 +757,16 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
       os << " lr %" << stage->lr() << " step %" << stage->step()
          << " grad_norm %" << stage->grad_norm();
     os << "\n";
+    if (const fb::Predictions *p = stage->predictions()) {
+      os << "  predicted: model state " << p->model_state_bytes()
+         << " bytes; sent per step";
+      if (const fb::SentBytes *sent = p->sent_bytes_per_step())
+        os << " all_reduce " << sent->all_reduce() << ", all_gather "
+           << sent->all_gather() << ", reduce_scatter "
+           << sent->reduce_scatter() << ", all_to_all " << sent->all_to_all()
+           << ", send " << sent->send() << " bytes";
+      os << "\n";
+    }
     for (flatbuffers::uoffset_t i = 0; i < numBuffers; ++i) {
       const fb::Buffer *b = stage->buffers()->Get(i);
       os << "  buffer %" << i << " @" << b->offset() << " "

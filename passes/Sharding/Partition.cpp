@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
@@ -39,14 +40,7 @@ Layout layoutOf(ShardingAttr attr) {
   return l;
 }
 
-/// "h.0.mlp.c_fc" for ops with a NameLoc, else the op name.
-std::string nameOf(Operation *op) {
-  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
-    return named.getName().str();
-  if (auto block = dyn_cast<BlockOp>(op))
-    return block.getLabel().str();
-  return op->getName().getStringRef().str();
-}
+std::string nameOf(Operation *op) { return describeOp(op); }
 
 /// What a value is called in a collective's reason: its producer's name, a
 /// parameter's `loom.name` (also seen through `loom.block` arguments).
@@ -106,6 +100,9 @@ private:
   /// sums, all-gather dimensions split against the wish.
   LogicalResult reshard(OpOperand &operand, const Layout &want);
   LogicalResult partitionOps(Block &block);
+  /// A sum of squares over gradients split over different axes (ZeRO-2/3
+  /// or tensor parallelism next to replicated ones): see the definition.
+  LogicalResult balanceSumSquares(SumSquaresOp op);
   /// Tensor parallelism: per-rank attributes of ops whose split dimensions
   /// change what a rank computes (local head counts, table rows).
   LogicalResult localizeHeadCounts(func::FuncOp func);
@@ -165,10 +162,11 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
                            "] of " + nameOf(value) + ", reduced for " +
                            nameOf(user);
       reduced = AllReduceOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef,
-          axesAttr(b, have.partial),
-          ReductionKindAttr::get(b.getContext(), have.partialKind),
-          b.getStringAttr(reason));
+                    b, value.getLoc(), value, meshRef,
+                    axesAttr(b, have.partial),
+                    ReductionKindAttr::get(b.getContext(), have.partialKind),
+                    b.getStringAttr(reason))
+                    .getResult();
       Layout l = have;
       l.partial.clear();
       record(reduced, l);
@@ -213,7 +211,7 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
       gathered = AllGatherOp::create(
           b, value.getLoc(), value.getType(), value, meshRef,
           axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
-          b.getStringAttr(reason));
+          /*async=*/UnitAttr(), b.getStringAttr(reason));
       Layout l = have;
       l.dims[d].clear();
       record(gathered, l);
@@ -276,6 +274,11 @@ LogicalResult Partitioner::partitionOps(Block &block) {
       }
     if (!rule)
       continue; // collectives already placed by hand keep their operands
+    if (auto sumSquares = dyn_cast<SumSquaresOp>(op)) {
+      if (failed(balanceSumSquares(sumSquares)))
+        return failure();
+      continue;
+    }
     // An op linear in its operands (addition) passes partial sums through
     // when every operand holds the same ones: reduce once after it instead
     // of once per operand (a tied embedding's two gradient contributions).
@@ -357,6 +360,104 @@ LogicalResult Partitioner::partitionOps(Block &block) {
       if (IntegerAttr n = globalTokens(ce.getTargets()))
         ce.setNumTokensAttr(n);
   }
+  return success();
+}
+
+/// Every operand of a sum of squares must hold a disjoint piece on each
+/// rank over the axes the result is partial on, or the all-reduce counts
+/// it more than once. An operand whole on some of those axes takes this
+/// rank's block of a dimension they divide (no traffic); one no dimension
+/// of which divides is summed in a second, replicated sum of squares that
+/// is added after the reduction. Either way: one scalar all-reduce.
+LogicalResult Partitioner::balanceSumSquares(SumSquaresOp op) {
+  Layout result = layout(op.getResult());
+  if (result.partial.empty())
+    return success();
+  OpBuilder b(op);
+  SmallVector<Value> whole;
+  SmallVector<unsigned> wholeOperands;
+  for (OpOperand &operand : op->getOpOperands()) {
+    Layout have = layout(operand.get());
+    if (!have.partial.empty())
+      return op.emitOpError() << "operand #" << operand.getOperandNumber()
+                              << " holds partial sums; reduce it first";
+    SmallVector<StringRef> missing;
+    for (StringRef axis : result.partial)
+      if (llvm::none_of(have.dims, [&](const auto &axes) {
+            return llvm::is_contained(axes, axis);
+          }))
+        missing.push_back(axis);
+    if (missing.empty())
+      continue;
+    auto shape = cast<RankedTensorType>(operand.get().getType()).getShape();
+    std::optional<size_t> dim;
+    for (size_t d = 0; d < shape.size() && !dim; ++d)
+      if (have.dims[d].empty() && shape[d] % ways(missing) == 0)
+        dim = d;
+    if (!dim) {
+      wholeOperands.push_back(operand.getOperandNumber());
+      whole.push_back(operand.get());
+      continue;
+    }
+    Layout want = have;
+    want.dims[*dim] = missing;
+    if (failed(reshard(operand, want)))
+      return failure();
+  }
+  if (whole.empty())
+    return success();
+  // The indivisible ones, grouped by the partial axes that do split them:
+  // none (the same on every rank), or some (a ZeRO-2/3 shard on dp that is
+  // whole over tp). Each group's own sum, reduced over just its axes, is
+  // added after the reduction of the rest.
+  SmallVector<std::pair<SmallVector<StringRef>, SmallVector<Value>>> groups;
+  for (Value v : whole) {
+    Layout have = layout(v);
+    SmallVector<StringRef> split;
+    for (StringRef axis : result.partial)
+      if (llvm::any_of(have.dims, [&](const auto &axes) {
+            return llvm::is_contained(axes, axis);
+          }))
+        split.push_back(axis);
+    auto *group = llvm::find_if(
+        groups, [&](const auto &g) { return g.first == split; });
+    if (group == groups.end())
+      group = &groups.emplace_back(split, SmallVector<Value>());
+    group->second.push_back(v);
+  }
+  for (unsigned i : llvm::reverse(wholeOperands))
+    op->eraseOperand(i);
+  Type scalar = op.getResult().getType();
+  Value rest = op.getInputs().empty() ? Value() : op.getResult();
+  b.setInsertionPointAfter(op);
+  OpBuilder before(op);
+  Value total = rest;
+  SmallVector<AddOp> adds;
+  for (auto &[axes, values] : groups) {
+    auto sum = SumSquaresOp::create(before, op.getLoc(), scalar, values);
+    Layout l;
+    l.partial = axes;
+    record(sum.getResult(), l);
+    if (!total) {
+      total = sum.getResult();
+      continue;
+    }
+    auto add = AddOp::create(b, op.getLoc(), scalar, total, sum.getResult());
+    record(add.getResult(), Layout());
+    adds.push_back(add);
+    total = add.getResult();
+  }
+  if (!rest) {
+    op.getResult().replaceAllUsesWith(total);
+    op.erase();
+  } else if (!adds.empty()) {
+    op.getResult().replaceAllUsesExcept(total, adds.front());
+  }
+  // Reduce both sides of each addition (over their own axes) before it.
+  for (AddOp add : adds)
+    if (failed(reshard(add->getOpOperand(0), Layout())) ||
+        failed(reshard(add->getOpOperand(1), Layout())))
+      return failure();
   return success();
 }
 

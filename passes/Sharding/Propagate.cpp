@@ -259,10 +259,20 @@ void Propagator::run(func::FuncOp func) {
 
 void Propagator::annotate(func::FuncOp func) {
   MLIRContext *ctx = func.getContext();
+  // All argument attributes at once: setArgAttr rebuilds the whole list
+  // each call, quadratic in the argument count.
+  SmallVector<DictionaryAttr> argAttrs;
+  func.getAllArgAttrs(argAttrs);
+  bool anyArg = false;
   for (BlockArgument arg : func.getArguments())
-    if (auto it = shardings.find(arg); it != shardings.end())
-      func.setArgAttr(arg.getArgNumber(), LoomDialect::kShardingAttr,
-                      toAttr(ctx, it->second));
+    if (auto it = shardings.find(arg); it != shardings.end()) {
+      NamedAttrList attrs(argAttrs[arg.getArgNumber()]);
+      attrs.set(LoomDialect::kShardingAttr, toAttr(ctx, it->second));
+      argAttrs[arg.getArgNumber()] = attrs.getDictionary(ctx);
+      anyArg = true;
+    }
+  if (anyArg)
+    func.setAllArgAttrs(argAttrs);
   func.walk([&](Operation *op) {
     if (op->getNumResults() == 0 || isa<BlockOp>(op))
       return;
@@ -287,6 +297,8 @@ void Propagator::annotate(func::FuncOp func) {
 /// (by role and name), or with `record`, records the sharded ones.
 void linkTrainingState(func::FuncOp func,
                        llvm::StringMap<ShardingAttr> &shardings, bool record) {
+  SmallVector<DictionaryAttr> argAttrs;
+  bool seeded = false;
   for (BlockArgument arg : func.getArguments()) {
     unsigned i = arg.getArgNumber();
     auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
@@ -304,12 +316,21 @@ void linkTrainingState(func::FuncOp func,
       continue;
     }
     auto it = shardings.find(key);
-    if (!sharding && it != shardings.end() &&
-        it->second.getRank() ==
+    if (sharding || it == shardings.end() ||
+        it->second.getRank() !=
             static_cast<unsigned>(
                 cast<RankedTensorType>(arg.getType()).getRank()))
-      func.setArgAttr(i, LoomDialect::kShardingAttr, it->second);
+      continue;
+    // All at once below: setArgAttr rebuilds the whole list each call.
+    if (argAttrs.empty())
+      func.getAllArgAttrs(argAttrs);
+    NamedAttrList attrs(argAttrs[i]);
+    attrs.set(LoomDialect::kShardingAttr, it->second);
+    argAttrs[i] = attrs.getDictionary(func.getContext());
+    seeded = true;
   }
+  if (seeded)
+    func.setAllArgAttrs(argAttrs);
 }
 
 struct LoomPropagatePass

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
@@ -49,11 +50,20 @@ std::optional<std::pair<func::FuncOp, unsigned>> argumentOf(Value v) {
   return std::nullopt;
 }
 
-/// "h.0.mlp.c_fc" for an op with a NameLoc, else the op name.
-std::string nameOf(Operation *op) {
-  if (auto named = dyn_cast<NameLoc>(op->getLoc()))
-    return named.getName().str();
-  return op->getName().getStringRef().str();
+/// Sets `loom.sharding` on the arguments in `shardings` at once (setArgAttr
+/// rebuilds the whole list each call: quadratic in the argument count).
+void setArgShardings(func::FuncOp func,
+                     ArrayRef<std::pair<unsigned, ShardingAttr>> shardings) {
+  if (shardings.empty())
+    return;
+  SmallVector<DictionaryAttr> argAttrs;
+  func.getAllArgAttrs(argAttrs);
+  for (auto [i, sharding] : shardings) {
+    NamedAttrList attrs(argAttrs[i]);
+    attrs.set(LoomDialect::kShardingAttr, sharding);
+    argAttrs[i] = attrs.getDictionary(func.getContext());
+  }
+  func.setAllArgAttrs(argAttrs);
 }
 
 bool isTrainingState(Role role) {
@@ -129,7 +139,7 @@ LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
 
 LogicalResult MegatronSeeder::columnParallel(LinearOp linear,
                                              const Twine &why) {
-  std::string role = "column-parallel " + nameOf(linear) + " (" + why.str() +
+  std::string role = "column-parallel " + describeOp(linear) + " (" + why.str() +
                      ")";
   int64_t last = cast<RankedTensorType>(linear.getWeight().getType()).getRank() - 1;
   if (failed(seed(linear.getWeight(), last, role, linear)))
@@ -143,7 +153,7 @@ LogicalResult MegatronSeeder::columnParallel(LinearOp linear,
 LogicalResult MegatronSeeder::rowParallel(LinearOp linear, const Twine &why) {
   // The bias stays whole: the partitioner adds it after the all-reduce.
   return seed(linear.getWeight(), 0,
-              "row-parallel " + nameOf(linear) + " (" + why.str() + ")",
+              "row-parallel " + describeOp(linear) + " (" + why.str() + ")",
               linear);
 }
 
@@ -166,12 +176,12 @@ LogicalResult MegatronSeeder::visitAttention(AttentionOp attention) {
            << ": tensor parallelism gives every rank whole heads; choose "
            << axis << " dividing " << heads;
   if (auto qkv = attention.getQkv().getDefiningOp<LinearOp>())
-    if (failed(columnParallel(qkv, "q, k, v of " + nameOf(attention))))
+    if (failed(columnParallel(qkv, "q, k, v of " + describeOp(attention))))
       return failure();
   for (Operation *user : attention.getResult().getUsers())
     if (auto proj = dyn_cast<LinearOp>(user))
       if (proj.getInput() == attention.getResult() &&
-          failed(rowParallel(proj, "output of " + nameOf(attention))))
+          failed(rowParallel(proj, "output of " + describeOp(attention))))
         return failure();
   return success();
 }
@@ -215,7 +225,7 @@ LogicalResult MegatronSeeder::visitEmbedding(EmbeddingOp embedding) {
            << ways << " (e.g. " << (vocab + ways - 1) / ways * ways << ")";
   if (argumentOf(embedding.getTable()))
     vocabParallel = true;
-  return seed(embedding.getTable(), 0, "vocab-parallel " + nameOf(embedding),
+  return seed(embedding.getTable(), 0, "vocab-parallel " + describeOp(embedding),
               embedding);
 }
 
@@ -240,6 +250,7 @@ LogicalResult MegatronSeeder::findRoles() {
 FailureOr<size_t> MegatronSeeder::apply() {
   Builder b(module.getContext());
   for (auto func : module.getOps<func::FuncOp>()) {
+    SmallVector<std::pair<unsigned, ShardingAttr>> argShardings;
     for (BlockArgument arg : func.getArguments()) {
       unsigned i = arg.getArgNumber();
       auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
@@ -261,12 +272,13 @@ FailureOr<size_t> MegatronSeeder::apply() {
                    << "over " << axis << ": ";
           })))
         return failure();
-      func.setArgAttr(i, LoomDialect::kShardingAttr, sharding);
+      argShardings.emplace_back(i, sharding);
       LLVM_DEBUG(llvm::dbgs() << "seeded " << name << " ("
                               << stringifyRole(role.getValue()) << ") dim "
                               << it->second.dim << ": " << it->second.role
                               << "\n");
     }
+    setArgShardings(func, argShardings);
   }
   return seeds.size();
 }
@@ -350,7 +362,8 @@ SmallVector<StringAttr> honourAnnotations(ModuleOp module, StringRef axis) {
       if (onAxis)
         annotated.insert({name, sharding});
     }
-  for (auto func : module.getOps<func::FuncOp>())
+  for (auto func : module.getOps<func::FuncOp>()) {
+    SmallVector<std::pair<unsigned, ShardingAttr>> argShardings;
     for (BlockArgument arg : func.getArguments()) {
       unsigned i = arg.getArgNumber();
       auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
@@ -359,8 +372,10 @@ SmallVector<StringAttr> honourAnnotations(ModuleOp module, StringRef axis) {
           func.getArgAttr(i, LoomDialect::kShardingAttr))
         continue;
       if (auto it = annotated.find(name); it != annotated.end())
-        func.setArgAttr(i, LoomDialect::kShardingAttr, it->second);
+        argShardings.emplace_back(i, it->second);
     }
+    setArgShardings(func, argShardings);
+  }
   return llvm::to_vector(llvm::make_first_range(annotated));
 }
 

@@ -19,6 +19,31 @@ using namespace mlir::loom;
 
 namespace {
 
+/// `loom.sharding` of a function's arguments, set in one go: setArgAttr
+/// rebuilds the whole argument attribute list each call, quadratic in the
+/// argument count (thousands in a deep model's training step).
+class ArgShardings {
+public:
+  explicit ArgShardings(func::FuncOp func) : func(func) {
+    func.getAllArgAttrs(attrs);
+  }
+  void set(unsigned i, ShardingAttr sharding) {
+    NamedAttrList list(attrs[i]);
+    list.set(LoomDialect::kShardingAttr, sharding);
+    attrs[i] = list.getDictionary(func.getContext());
+    changed = true;
+  }
+  void apply() {
+    if (changed)
+      func.setAllArgAttrs(attrs);
+  }
+
+private:
+  func::FuncOp func;
+  SmallVector<DictionaryAttr> attrs;
+  bool changed = false;
+};
+
 struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   using Base::Base;
 
@@ -40,6 +65,7 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   LogicalResult seedOptimizerState(func::FuncOp func, MeshOp mesh) {
     Builder b(func.getContext());
     int64_t n = mesh.getShape().getAxisSizes()[*mesh.getShape().findAxis(axis)];
+    ArgShardings shardings(func);
     for (BlockArgument arg : func.getArguments()) {
       unsigned i = arg.getArgNumber();
       auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
@@ -70,13 +96,13 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
         dims[*splitDim] = b.getArrayAttr({b.getStringAttr(axis)});
       else if (seeded)
         continue;
-      func.setArgAttr(i, LoomDialect::kShardingAttr,
-                      ShardingAttr::get(func.getContext(),
-                                        FlatSymbolRefAttr::get(
-                                            mesh.getSymNameAttr()),
-                                        b.getArrayAttr(dims),
-                                        b.getArrayAttr({})));
+      shardings.set(i, ShardingAttr::get(func.getContext(),
+                                         FlatSymbolRefAttr::get(
+                                             mesh.getSymNameAttr()),
+                                         b.getArrayAttr(dims),
+                                         b.getArrayAttr({})));
     }
+    shardings.apply();
     return success();
   }
 
@@ -108,6 +134,7 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
     // of the global batch.
     Builder b(module.getContext());
     for (auto func : module.getOps<func::FuncOp>()) {
+      ArgShardings shardings(func);
       for (BlockArgument arg : func.getArguments()) {
         unsigned i = arg.getArgNumber();
         auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
@@ -126,8 +153,9 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
                      << axis << ": ";
             })))
           return signalPassFailure();
-        func.setArgAttr(i, LoomDialect::kShardingAttr, sharding);
+        shardings.set(i, sharding);
       }
+      shardings.apply();
       if (stage >= 1 && failed(seedOptimizerState(func, mesh)))
         return signalPassFailure();
     }

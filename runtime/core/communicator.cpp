@@ -197,6 +197,32 @@ Status Communicator::allReduce(void *buf, int64_t count, DType dtype,
   return doAllReduce(buf, count, dtype, op, axes);
 }
 
+Status Communicator::startAllReduce(void *buf, int64_t count, DType dtype,
+                                    Reduction op,
+                                    const std::vector<uint32_t> &axes,
+                                    Ticket &ticket) {
+  CommTimer t(counters);
+  COUNT(CommKind::AllReduce, bytesOf(count, dtype), groupSize(axes));
+  return doStartAllReduce(buf, count, dtype, op, axes, ticket);
+}
+
+Status Communicator::startAllGather(const void *in, void *out, int64_t count,
+                                    DType dtype,
+                                    const std::vector<uint32_t> &axes,
+                                    Ticket &ticket) {
+  CommTimer t(counters);
+  const int64_t n = groupSize(axes);
+  COUNT(CommKind::AllGather, bytesOf(count * n, dtype), n);
+  return doStartAllGather(in, out, count, dtype, axes, ticket);
+}
+
+Status Communicator::complete(Ticket ticket) {
+  if (ticket < 0)
+    return Status::success();
+  CommTimer t(counters);
+  return doComplete(ticket);
+}
+
 Status Communicator::allGather(const void *in, void *out, int64_t count,
                                DType dtype,
                                const std::vector<uint32_t> &axes) {

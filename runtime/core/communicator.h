@@ -102,6 +102,26 @@ public:
   /// In place over `count` elements of `buf`.
   Status allReduce(void *buf, int64_t count, program::DType dtype,
                    program::Reduction op, const std::vector<uint32_t> &axes);
+  /// A started collective, completed by complete().
+  using Ticket = int64_t;
+  /// Starts an in-place all-reduce that the caller completes later with
+  /// complete(ticket), leaving `buf` untouched until then (DDP's bucket
+  /// overlap). Counted (bytes, calls) when started. Backends without
+  /// nonblocking collectives run it to completion here (ticket -1).
+  Status startAllReduce(void *buf, int64_t count, program::DType dtype,
+                        program::Reduction op,
+                        const std::vector<uint32_t> &axes, Ticket &ticket);
+  /// Starts an all-gather (as allGather) completed by complete(ticket);
+  /// `in` must stay unchanged and `out` unread until then (ZeRO-3
+  /// prefetch).
+  Status startAllGather(const void *in, void *out, int64_t count,
+                        program::DType dtype,
+                        const std::vector<uint32_t> &axes, Ticket &ticket);
+  /// Waits for a started collective (a ticket of -1 is already complete).
+  Status complete(Ticket ticket);
+  /// Lets started collectives advance (MPI moves data only inside MPI
+  /// calls): the executor calls it between instructions.
+  void progress() { doProgress(); }
   /// `out` receives the group's `count`-element inputs in group-rank order.
   Status allGather(const void *in, void *out, int64_t count,
                    program::DType dtype, const std::vector<uint32_t> &axes);
@@ -133,6 +153,23 @@ protected:
   virtual Status doAllReduce(void *buf, int64_t count, program::DType dtype,
                              program::Reduction op,
                              const std::vector<uint32_t> &axes) = 0;
+  /// Default: no nonblocking path; run the all-reduce now (ticket -1).
+  virtual Status doStartAllReduce(void *buf, int64_t count,
+                                  program::DType dtype, program::Reduction op,
+                                  const std::vector<uint32_t> &axes,
+                                  Ticket &ticket) {
+    ticket = -1;
+    return doAllReduce(buf, count, dtype, op, axes);
+  }
+  virtual Status doStartAllGather(const void *in, void *out, int64_t count,
+                                  program::DType dtype,
+                                  const std::vector<uint32_t> &axes,
+                                  Ticket &ticket) {
+    ticket = -1;
+    return doAllGather(in, out, count, dtype, axes);
+  }
+  virtual Status doComplete(Ticket) { return Status::success(); }
+  virtual void doProgress() {}
   virtual Status doAllGather(const void *in, void *out, int64_t count,
                              program::DType dtype,
                              const std::vector<uint32_t> &axes) = 0;

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <set>
 #include <stdexcept>
 #include <sys/mman.h>
 
@@ -185,6 +186,20 @@ DType Executor::bufferDType(uint32_t index) const {
   return stageTable->buffers()->Get(index)->dtype();
 }
 
+int64_t Executor::modelStateBytes() const {
+  std::set<int32_t> held;
+  for (const ParamView &p : paramViews)
+    for (int32_t b :
+         {static_cast<int32_t>(p.buffer), p.gradBuffer, p.mBuffer, p.vBuffer})
+      if (b >= 0)
+        held.insert(b);
+  int64_t bytes = 0;
+  for (int32_t b : held)
+    bytes += bufferNumel(static_cast<uint32_t>(b)) *
+             program::dtypeBytes(bufferDType(static_cast<uint32_t>(b)));
+  return bytes;
+}
+
 Status Executor::readLoss(float &loss) const {
   const int32_t b = stageTable->loss();
   LOOM_CHECK(b >= 0, "stage " << stageTable->index()
@@ -223,9 +238,10 @@ Status Executor::runList(
   for (uint32_t i = 0; i < list->size(); ++i) {
     const program::Instruction *ins = list->Get(i);
     const int64_t start = timings ? steadyNowNs() : 0;
-    Status s;
+    Status s = completeInFlight(ins);
     try {
-      s = runInstruction(*ins);
+      if (s.ok())
+        s = runInstruction(*ins);
     } catch (const std::bad_alloc &) {
       s = Status::error("out of memory allocating a temporary");
     } catch (const std::exception &e) {
@@ -241,8 +257,12 @@ Status Executor::runList(
                            "' (" + program::opcodeName(ins->opcode()) + ")");
     if (timings)
       timings->push_back({i, start, steadyNowNs(), microbatch, update});
+    if (!inFlight.empty())
+      comm->progress();
   }
-  // Sends complete before the list's buffers may be reused.
+  // Started all-reduces and sends complete before the list's buffers may
+  // be reused.
+  LOOM_RETURN_IF_ERROR(completeInFlight(nullptr));
   return comm->flush();
 }
 
@@ -349,8 +369,6 @@ bool mayAlias(Opcode op, size_t k) {
     return true;
   case Opcode::CrossEntropyGrad: // dlogits over logits
     return k == 1;
-  case Opcode::AllReduce: // in place
-    return true;
   default:
     return false;
   }
@@ -376,6 +394,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
+  // An all-reduce writes its outputs itself (in place, or unpacked from a
+  // bucket, possibly after it completes in flight).
+  if (op == Opcode::AllReduce)
+    return runAllReduce(ins, in, out, scr);
   // 1. Where each output is written: in place, or into a staging temporary
   //    when it shares bytes with an input the kernel still reads. Copy uses
   //    memmove; AdamW updates its state in place by contract.
@@ -666,13 +688,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       std::fill(dstF, dstF + n, static_cast<float>(ins.value()));
     break;
   }
-  case Opcode::ClipGradNorm: {
-    double sumSquares = 0;
+  case Opcode::SumSquares: {
+    std::vector<cpu::FloatSpan> tensors;
     for (uint32_t b : in)
-      sumSquares += cpu::gradNormSquared(f32(b), bufferNumel(b));
-    const double norm = std::sqrt(sumSquares);
-    *outF(0) = static_cast<float>(norm);
-    *outF(1) = cpu::clipCoefficient(norm, ins.max_norm());
+      tensors.push_back({f32(b), bufferNumel(b)});
+    *dstF = cpu::sumSquares(tensors);
+    break;
+  }
+  case Opcode::ClipCoef: {
+    const cpu::ClipCoefficient clip =
+        cpu::clipCoefficient(*f32(in[0]), ins.max_norm());
+    *outF(0) = clip.norm;
+    *outF(1) = clip.coef;
     break;
   }
   case Opcode::AdamW: {
@@ -700,7 +727,6 @@ Status Executor::runInstruction(const program::Instruction &ins) {
                    cfg);
     break;
   }
-  case Opcode::AllReduce:
   case Opcode::AllGather:
   case Opcode::ReduceScatter:
   case Opcode::AllToAll:
@@ -724,6 +750,91 @@ Status Executor::runInstruction(const program::Instruction &ins) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
+Status Executor::runAllReduce(const program::Instruction &ins,
+                              const std::vector<uint32_t> &in,
+                              const std::vector<uint32_t> &out,
+                              const std::vector<uint32_t> &scr) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt);
+  // One value reduces in place in its output; a bucket is packed into its
+  // scratch buffer, reduced there and unpacked into the outputs.
+  const bool bucket = in.size() > 1;
+  void *buf = bucket ? bufferData(scr[0]) : bufferData(out[0]);
+  int64_t count = 0;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const int64_t n = bufferNumel(in[k]);
+    uint8_t *at = static_cast<uint8_t *>(buf) + count * eb;
+    if (at != bufferData(in[k]))
+      std::memmove(at, bufferData(in[k]), static_cast<size_t>(n * eb));
+    count += n;
+  }
+  auto unpack = [this, buf, eb, out]() {
+    const uint8_t *from = static_cast<const uint8_t *>(buf);
+    for (uint32_t b : out) {
+      const size_t bytes = static_cast<size_t>(bufferNumel(b) * eb);
+      std::memcpy(bufferData(b), from, bytes);
+      from += bytes;
+    }
+  };
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(
+        comm->allReduce(buf, count, dt, ins.reduction(), axes));
+    if (bucket)
+      unpack();
+    return Status::success();
+  }
+  InFlight flight;
+  LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
+                                            axes, flight.ticket));
+  for (uint32_t b : out)
+    flight.busy.push_back(byteRange(b));
+  if (bucket) {
+    flight.busy.push_back(byteRange(scr[0]));
+    flight.finish = unpack;
+  }
+  inFlight.push_back(std::move(flight));
+  return Status::success();
+}
+
+std::pair<uint64_t, uint64_t> Executor::byteRange(uint32_t b) const {
+  const uint64_t off = stageTable->buffers()->Get(b)->offset();
+  return {off, off + static_cast<uint64_t>(
+                         bufferNumel(b) * program::dtypeBytes(bufferDType(b)))};
+}
+
+Status Executor::completeInFlight(const program::Instruction *ins) {
+  if (inFlight.empty())
+    return Status::success();
+  std::vector<std::pair<uint64_t, uint64_t>> touched;
+  if (ins)
+    for (const auto *list : {ins->inputs(), ins->outputs(), ins->scratch()})
+      if (list)
+        for (uint32_t b : *list)
+          touched.push_back(byteRange(b));
+  auto overlaps = [&](const InFlight &f) {
+    for (const auto &[b0, e0] : f.busy)
+      for (const auto &[b1, e1] : touched)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  for (size_t i = 0; i < inFlight.size();) {
+    if (ins && !overlaps(inFlight[i])) {
+      ++i;
+      continue;
+    }
+    InFlight f = std::move(inFlight[i]);
+    inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
+    LOOM_RETURN_IF_ERROR(comm->complete(f.ticket));
+    if (f.finish)
+      f.finish();
+  }
+  return Status::success();
+}
+
 Status Executor::runCollective(const program::Instruction &ins,
                                const std::vector<uint32_t> &in,
                                const std::vector<uint32_t> &out, void *dst) {
@@ -742,19 +853,28 @@ Status Executor::runCollective(const program::Instruction &ins,
     return static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
   switch (op) {
-  case Opcode::AllReduce: {
-    const DType dt = bufferDType(in[0]);
-    const int64_t count = bufferNumel(in[0]);
-    if (dst != bufferData(in[0]))
-      std::memcpy(dst, bufferData(in[0]),
-                  static_cast<size_t>(count * program::dtypeBytes(dt)));
-    return comm->allReduce(dst, count, dt, ins.reduction(), axes);
-  }
   case Opcode::AllGather: {
     const DType dt = bufferDType(in[0]);
     const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(in[0]);
     const auto &shape = shapes[in[0]];
     const int64_t dim = ins.dim();
+    if (ins.async_collective()) {
+      // Prefetch: in flight until an instruction touches input or output.
+      InFlight flight;
+      flight.busy = {byteRange(in[0]), byteRange(out[0])};
+      void *into = dst;
+      if (outerOf(shape, dim) != 1) {
+        flight.received.resize(static_cast<size_t>(count * n * eb));
+        into = flight.received.data();
+        flight.finish = [this, dst, into, shape, dim, n, eb]() {
+          unpackBlocks(dst, into, shape, dim, n, eb);
+        };
+      }
+      LOOM_RETURN_IF_ERROR(comm->startAllGather(bufferData(in[0]), into, count,
+                                                dt, axes, flight.ticket));
+      inFlight.push_back(std::move(flight));
+      return Status::success();
+    }
     if (outerOf(shape, dim) == 1)
       return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
     void *gathered = tempBytes(workspace, count * n * eb);

@@ -19,6 +19,7 @@
 #include "runtime/program/program.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -147,6 +148,11 @@ public:
   /// The scalar loss after run(). Errors when the stage has no loss buffer.
   Status readLoss(float &loss) const;
 
+  /// Bytes of the model state this rank holds: every parameter's buffer and
+  /// its gradient and AdamW moment buffers (local shapes), each buffer once.
+  /// What --loom-report predicts as model_state_bytes.
+  int64_t modelStateBytes() const;
+
   /// Bytes of the arena.
   uint64_t arenaBytes() const { return arenaSize; }
   /// Bytes the runtime has held for tensors at peak: the arena plus the
@@ -165,6 +171,15 @@ private:
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
                        const std::vector<uint32_t> &out, void *dst);
+  /// AllReduce of one value or a packed bucket, now or (async_collective)
+  /// started and left in flight.
+  Status runAllReduce(const program::Instruction &ins,
+                      const std::vector<uint32_t> &in,
+                      const std::vector<uint32_t> &out,
+                      const std::vector<uint32_t> &scr);
+  /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
+  /// writes or uses as scratch), or all of them when `ins` is null.
+  Status completeInFlight(const program::Instruction *ins);
   float *temp(std::vector<float> &pool, int64_t count);
 
   const program::Stage *stageTable = nullptr;
@@ -181,6 +196,20 @@ private:
   std::vector<float> workspace, workspace2;
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
+  /// An asynchronous all-reduce in flight: the arena bytes it still owns
+  /// (outputs, and the packed bucket) and, for a bucket, where each reduced
+  /// value goes when it completes.
+  struct InFlight {
+    Communicator::Ticket ticket = -1;
+    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    /// Runs on completion: unpack a bucket or a gathered non-leading dim.
+    std::function<void()> finish;
+    /// Receive buffer the finish step reads (a gather along dim > 0).
+    std::vector<uint8_t> received;
+  };
+  /// Arena bytes of buffer `b` as [begin, end).
+  std::pair<uint64_t, uint64_t> byteRange(uint32_t b) const;
+  std::vector<InFlight> inFlight;
 };
 
 } // namespace loom

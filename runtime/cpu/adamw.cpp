@@ -53,7 +53,7 @@ void adamwStepReference(float *params, const float *grads, float *m, float *v,
   }
 }
 
-double gradNormSquared(const float *x, int64_t n) {
+double sumSquares(const float *x, int64_t n) {
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
@@ -71,24 +71,25 @@ double gradNormSquared(const float *x, int64_t n) {
   return total;
 }
 
-double gradNormSquaredReference(const float *x, int64_t n) {
+double sumSquaresReference(const float *x, int64_t n) {
   double total = 0.0;
   for (int64_t i = 0; i < n; ++i)
     total += static_cast<double>(x[i]) * x[i];
   return total;
 }
 
-float clipScale(double normSquared, float maxNorm) {
-  if (maxNorm <= 0.0f)
-    return 1.0f;
-  double norm = std::sqrt(normSquared);
-  return norm > maxNorm ? static_cast<float>(maxNorm / norm) : 1.0f;
+float sumSquares(const std::vector<FloatSpan> &tensors) {
+  double total = 0.0;
+  for (const FloatSpan &t : tensors)
+    total += sumSquares(t.data, t.size);
+  return static_cast<float>(total);
 }
 
-float clipCoefficient(double norm, double maxNorm) {
-  if (!(maxNorm > 0.0))
-    return 1.0f;
-  return static_cast<float>(std::min(1.0, maxNorm / (norm + 1e-6)));
+ClipCoefficient clipCoefficient(float sumOfSquares, double maxNorm) {
+  const double norm = std::sqrt(static_cast<double>(sumOfSquares));
+  const double coef =
+      maxNorm > 0.0 ? std::min(1.0, maxNorm / (norm + 1e-6)) : 1.0;
+  return {static_cast<float>(norm), static_cast<float>(coef)};
 }
 
 } // namespace loom::cpu

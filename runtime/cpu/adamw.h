@@ -5,14 +5,16 @@
 //   m    = b1 * m + (1 - b1) * g
 //   v    = b2 * v + (1 - b2) * g^2
 //   p   -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// with t the 1-based step count. The gradient may be pre-scaled (global-norm
-// clipping multiplies every gradient by clip / max(norm, clip)).
+// with t the 1-based step count. The gradient may be pre-scaled: global-norm
+// clipping (SumSquares, then ClipCoef) multiplies every gradient by
+// min(1, max_norm / (norm + 1e-6)) as torch.nn.utils.clip_grad_norm_ does.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CPU_ADAMW_H
 #define LOOM_RUNTIME_CPU_ADAMW_H
 
 #include <cstdint>
+#include <vector>
 
 namespace loom::cpu {
 
@@ -42,18 +44,32 @@ void adamwStepReference(float *params, const float *grads, float *m, float *v,
 /// Sum of squares of x[0..n) accumulated in double. Summed in fixed-size
 /// chunks combined in order, so the result is independent of the thread count
 /// (every rank of a partitioned run reproduces the same clip factor).
-double gradNormSquared(const float *x, int64_t n);
+double sumSquares(const float *x, int64_t n);
 
 /// Reference: one serial double accumulator.
-double gradNormSquaredReference(const float *x, int64_t n);
+double sumSquaresReference(const float *x, int64_t n);
 
-/// The factor clipping multiplies gradients by: maxNorm / max(norm, maxNorm)
-/// given the global squared norm (1 when maxNorm <= 0, i.e. clipping off).
-float clipScale(double normSquared, float maxNorm);
+/// A tensor the SumSquares kernel reads.
+struct FloatSpan {
+  const float *data;
+  int64_t size;
+};
 
-/// The ClipGradNorm coefficient (torch.nn.utils.clip_grad_norm_):
-/// min(1, maxNorm / (norm + 1e-6)), or 1 when maxNorm <= 0 (no clipping).
-float clipCoefficient(double norm, double maxNorm);
+/// The SumSquares kernel: each tensor's sumSquares, added in order in double
+/// and rounded once to f32 (the scalar the partitioner may all-reduce).
+float sumSquares(const std::vector<FloatSpan> &tensors);
+
+/// What the ClipCoef kernel writes (torch.nn.utils.clip_grad_norm_).
+struct ClipCoefficient {
+  /// sqrt(sumSquares): the global gradient norm before clipping.
+  float norm;
+  /// min(1, maxNorm / (norm + 1e-6)), or 1 when maxNorm <= 0 (no clipping).
+  float coef;
+};
+
+/// The ClipCoef kernel, from the global sum of squares; computed in double
+/// and rounded once per output.
+ClipCoefficient clipCoefficient(float sumOfSquares, double maxNorm);
 
 } // namespace loom::cpu
 

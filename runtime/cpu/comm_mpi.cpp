@@ -153,20 +153,85 @@ Status MpiCommunicator::group(const std::vector<uint32_t> &axes,
   return Status::success();
 }
 
+Status MpiCommunicator::reductionArgs(const std::vector<uint32_t> &axes,
+                                      Reduction op, DType dtype, int64_t count,
+                                      MPI_Comm &comm, MPI_Op &mop, int &n) {
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
+  return intCount(count, n);
+}
+
 Status MpiCommunicator::doAllReduce(void *buf, int64_t count, DType dtype,
                                     Reduction op,
                                     const std::vector<uint32_t> &axes) {
   MPI_Comm comm;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
   MPI_Op mop;
-  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
-  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm),
             "MPI_Allreduce failed");
   if (op == Reduction::Avg)
     divide(buf, count, groupSize(axes));
   return Status::success();
+}
+
+Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
+                                         DType dtype, Reduction op,
+                                         const std::vector<uint32_t> &axes,
+                                         Ticket &ticket) {
+  MPI_Comm comm;
+  MPI_Op mop;
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
+  PendingCollective pending{MPI_REQUEST_NULL,
+                            op == Reduction::Avg ? buf : nullptr, count,
+                            groupSize(axes)};
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm,
+                           &pending.request),
+            "MPI_Iallreduce failed");
+  ticket = nextTicket++;
+  started.emplace(ticket, pending);
+  return Status::success();
+}
+
+Status MpiCommunicator::doStartAllGather(const void *in, void *out,
+                                         int64_t count, DType dtype,
+                                         const std::vector<uint32_t> &axes,
+                                         Ticket &ticket) {
+  MPI_Comm comm;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  int n = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes)};
+  MPI_CHECK(MPI_Iallgather(in, n, mpiType(dtype), out, n, mpiType(dtype),
+                           comm, &pending.request),
+            "MPI_Iallgather failed");
+  ticket = nextTicket++;
+  started.emplace(ticket, pending);
+  return Status::success();
+}
+
+Status MpiCommunicator::doComplete(Ticket ticket) {
+  auto it = started.find(ticket);
+  LOOM_CHECK(it != started.end(),
+             "no collective in flight with ticket " << ticket);
+  PendingCollective pending = it->second;
+  started.erase(it);
+  MPI_CHECK(MPI_Wait(&pending.request, MPI_STATUS_IGNORE),
+            "a started collective failed to complete");
+  if (pending.averageBuf)
+    divide(pending.averageBuf, pending.count, pending.groupSize);
+  return Status::success();
+}
+
+void MpiCommunicator::doProgress() {
+  for (auto &[ticket, pending] : started) {
+    int done = 0;
+    // Completion is taken by doComplete (MPI_Wait on a finished request
+    // returns at once); this only drives the progress engine.
+    if (pending.request != MPI_REQUEST_NULL)
+      MPI_Request_get_status(pending.request, &done, MPI_STATUS_IGNORE);
+  }
 }
 
 Status MpiCommunicator::doAllGather(const void *in, void *out, int64_t count,
@@ -187,11 +252,9 @@ Status MpiCommunicator::doReduceScatter(const void *in, void *out,
                                         Reduction op,
                                         const std::vector<uint32_t> &axes) {
   MPI_Comm comm;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
   MPI_Op mop;
-  LOOM_RETURN_IF_ERROR(mpiOp(op, dtype, mop));
   int n = 0;
-  LOOM_RETURN_IF_ERROR(intCount(count, n));
+  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, mpiType(dtype), mop, comm),
             "MPI_Reduce_scatter_block failed");
   if (op == Reduction::Avg)

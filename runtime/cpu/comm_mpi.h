@@ -38,6 +38,16 @@ protected:
   Status doAllReduce(void *buf, int64_t count, program::DType dtype,
                      program::Reduction op,
                      const std::vector<uint32_t> &axes) override;
+  Status doStartAllReduce(void *buf, int64_t count, program::DType dtype,
+                          program::Reduction op,
+                          const std::vector<uint32_t> &axes,
+                          Ticket &ticket) override;
+  Status doStartAllGather(const void *in, void *out, int64_t count,
+                          program::DType dtype,
+                          const std::vector<uint32_t> &axes,
+                          Ticket &ticket) override;
+  Status doComplete(Ticket ticket) override;
+  void doProgress() override;
   Status doAllGather(const void *in, void *out, int64_t count,
                      program::DType dtype,
                      const std::vector<uint32_t> &axes) override;
@@ -59,6 +69,10 @@ private:
   MpiCommunicator(MPI_Comm comm, int rank, int size)
       : Communicator(rank, size), world(comm) {}
   Status group(const std::vector<uint32_t> &axes, MPI_Comm &out);
+  /// The group, MPI reduction and int count of a reduction over `axes`.
+  Status reductionArgs(const std::vector<uint32_t> &axes,
+                       program::Reduction op, program::DType dtype,
+                       int64_t count, MPI_Comm &comm, MPI_Op &mop, int &n);
   MPI_Comm world;
   std::map<uint64_t, MPI_Comm> groups;
   struct PendingSend {
@@ -66,6 +80,16 @@ private:
     MPI_Request request;
   };
   std::list<PendingSend> sends;
+  /// Started collectives (MPI_Iallreduce, MPI_Iallgather) by ticket; an
+  /// average is divided by the group size on completion.
+  struct PendingCollective {
+    MPI_Request request;
+    void *averageBuf;   // non-null: divide `count` elements by groupSize
+    int64_t count;
+    int64_t groupSize;
+  };
+  std::map<Ticket, PendingCollective> started;
+  Ticket nextTicket = 0;
   std::vector<uint8_t> scratch;
 };
 

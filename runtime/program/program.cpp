@@ -320,11 +320,15 @@ Status InstructionChecker::scalar(uint32_t b, const char *role) {
 
 Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
+  INSTR_CHECK(!ins.async_collective() || op == Opcode::AllReduce ||
+                  op == Opcode::AllGather,
+              "only AllReduce and AllGather may be asynchronous, not "
+                  << opcodeName(op));
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
     return checkCompute();
-  if (op >= Opcode::EmbeddingGrad && op <= Opcode::AdamW)
+  if (op >= Opcode::EmbeddingGrad && op <= Opcode::ClipCoef)
     return checkTraining();
   if (op >= Opcode::RowMax && op <= Opcode::CrossEntropySumsGrad)
     return checkVocabParallelLoss();
@@ -337,7 +341,7 @@ Status InstructionChecker::check() {
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-29)");
+                                 "and optimizer opcodes 0-30)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -627,9 +631,14 @@ Status InstructionChecker::checkTraining() {
                 "value " << v << " is not an int32 (the result is I32)");
     return Status::success();
   }
-  case Opcode::ClipGradNorm: {
-    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 2, 0));
+  case Opcode::SumSquares: {
+    LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 1, 0));
     LOOM_RETURN_IF_ERROR(allF32(inputs, "gradient"));
+    return scalar(outputs[0], "sum of squares (scalar)");
+  }
+  case Opcode::ClipCoef: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 2, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "sumsq (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[0], "norm (scalar)"));
     LOOM_RETURN_IF_ERROR(scalar(outputs[1], "coef (scalar)"));
     INSTR_CHECK(std::isfinite(ins.max_norm()),
@@ -921,12 +930,38 @@ Status InstructionChecker::checkCollective() {
   };
   switch (op) {
   case Opcode::AllReduce: {
-    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
-    const uint32_t in = inputs[0], out = outputs[0];
-    LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
-    LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
-    LOOM_RETURN_IF_ERROR(checkReduction(in));
-    return inPlaceOrDisjoint(in, out);
+    // One value, or a bucket: k inputs packed into scratch[0], k outputs.
+    INSTR_CHECK(!inputs.empty() && inputs.size() == outputs.size(),
+                "AllReduce needs one output per input, got "
+                    << inputs.size() << " inputs and " << outputs.size()
+                    << " outputs");
+    const size_t k = inputs.size();
+    LOOM_RETURN_IF_ERROR(counts(k, k, k, k > 1 ? 1 : 0));
+    int64_t packed = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t in = inputs[j], out = outputs[j];
+      LOOM_RETURN_IF_ERROR(dtype(in, facts.dtypes[inputs[0]], "bucket input"));
+      LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+      LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
+      LOOM_RETURN_IF_ERROR(checkReduction(in));
+      LOOM_RETURN_IF_ERROR(inPlaceOrDisjoint(in, out));
+      packed += facts.bytes[in];
+    }
+    if (k > 1) {
+      INSTR_CHECK(scratch.size() == 1,
+                  "an AllReduce of " << k
+                                     << " values needs one scratch buffer to "
+                                        "pack them into, got "
+                                     << scratch.size());
+      INSTR_CHECK(facts.bytes[scratch[0]] >= packed,
+                  "the AllReduce scratch buffer has " << facts.bytes[scratch[0]]
+                      << " bytes, but its " << k << " values need " << packed);
+      for (size_t j = 0; j < k; ++j)
+        INSTR_CHECK(!overlaps(scratch[0], outputs[j]) &&
+                        !overlaps(scratch[0], inputs[j]),
+                    "the AllReduce scratch buffer overlaps value #" << j);
+    }
+    return Status::success();
   }
   case Opcode::AllGather:
   case Opcode::ReduceScatter:
@@ -1278,12 +1313,37 @@ Status checkInstructionList(
     std::string prefix = "stage " + std::to_string(si) + ", " + kind + " #" +
                          std::to_string(i) + " '" + nameOf(ins->name()) +
                          "' (" + opcodeName(op) + ")";
-    LOOM_CHECK(update || !(op == Opcode::ClipGradNorm || op == Opcode::AdamW),
+    LOOM_CHECK(update || !(op == Opcode::SumSquares || op == Opcode::ClipCoef ||
+                           op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
     LOOM_RETURN_IF_ERROR(
         InstructionChecker(facts, *ins, std::move(prefix)).check());
   }
+  return Status::success();
+}
+
+/// The compiler's predictions, when present: byte counts, never negative.
+Status checkPredictions(const Stage &stage) {
+  const Predictions *p = stage.predictions();
+  if (!p)
+    return Status::success();
+  const uint32_t si = stage.index();
+  LOOM_CHECK(p->model_state_bytes() >= 0,
+             "stage " << si << ": predicted model_state_bytes "
+                      << p->model_state_bytes() << " is negative");
+  const SentBytes *sent = p->sent_bytes_per_step();
+  LOOM_CHECK(sent,
+             "stage " << si << ": predictions have no sent_bytes_per_step");
+  const std::pair<const char *, int64_t> kinds[] = {
+      {"all_reduce", sent->all_reduce()},
+      {"all_gather", sent->all_gather()},
+      {"reduce_scatter", sent->reduce_scatter()},
+      {"all_to_all", sent->all_to_all()},
+      {"send", sent->send()}};
+  for (const auto &[kind, bytes] : kinds)
+    LOOM_CHECK(bytes >= 0, "stage " << si << ": predicted sent_bytes_per_step."
+                                    << kind << " " << bytes << " is negative");
   return Status::success();
 }
 
@@ -1371,6 +1431,7 @@ Status checkStage(const Stage &stage, const ModelInfo &model,
                           << " x " << model.seq() << " = " << want
                           << " tokens");
   }
+  LOOM_RETURN_IF_ERROR(checkPredictions(stage));
   if (training) {
     LOOM_CHECK(stage.lr() >= 0 && stage.step() >= 0,
                "stage " << si

@@ -33,7 +33,9 @@ constexpr char kProgramMagic[8] = {'L', 'O', 'O', 'M', 'P', 'R', 'O', 'G'};
 constexpr size_t kProgramHeaderBytes = 32;
 /// The format version this code writes and reads. Bump it only for changes an
 /// older runtime cannot run (appending FlatBuffers fields does not need it).
-constexpr uint32_t kFormatVersion = 1;
+/// 2: opcode 24 is SumSquares (it was ClipGradNorm, norm and coefficient in
+/// one); a version-1 file would be misread, so it is refused.
+constexpr uint32_t kFormatVersion = 2;
 
 /// FNV-1a 64-bit hash of `size` bytes at `data` (the payload checksum).
 inline uint64_t programChecksum(const uint8_t *data, size_t size) {

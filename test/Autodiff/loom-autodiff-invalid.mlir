@@ -38,3 +38,15 @@ func.func @unused(%w: tensor<4x8xf32> {loom.name = "w", loom.role = #loom.role<p
   %loss = loom.cross_entropy %w, %tgt : tensor<4x8xf32>, tensor<4xi32> -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// expected-warning@+2 {{parameter 'w' does not influence the loss; it gets no gradient and no update}}
+// expected-error@+1 {{'func.func' op has no parameter that influences the loss; there is nothing to train}}
+func.func @frozen(%w: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                  %x: tensor<4x8xf32>,
+                  %tgt: tensor<4xi32> {loom.name = "targets", loom.role = #loom.role<target>}) -> tensor<f32>
+    attributes {loom.model = {}} {
+  %loss = loom.cross_entropy %x, %tgt : tensor<4x8xf32>, tensor<4xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -31,7 +31,8 @@
 // CHECK: %[[A2:.*]] = loom.add %[[GB]], %[[DB]]
 // CHECK: return %[[LOSS]], %[[A0]], %[[A1]], %[[A2]]
 
-// The update: one global-norm clip, then AdamW per parameter, weight decay
+// The update: the global-norm clip (a sum of squares of every gradient,
+// then the norm and coefficient), then AdamW per parameter, weight decay
 // on rank >= 2 only (wte and w decay, the bias does not).
 // CHECK-LABEL: func.func @lm_update(
 // CHECK-SAME: loom.role = #loom.role<adam_m>
@@ -39,8 +40,9 @@
 // CHECK-SAME: loom.role = #loom.role<lr>
 // CHECK-SAME: loom.role = #loom.role<step>
 // CHECK-SAME: loom.train = {phase = "update"}
-// CHECK: %[[NORM:.*]], %[[COEF:.*]] = loom.clip_grad_norm %{{.*}}, %{{.*}}, %{{.*}} {max_norm = 1.000000e+00 : f64}
-// CHECK: loom.adamw %{{.*}} {beta1 = 9.000000e-01 : f64, beta2 = 0.998999{{[0-9]*}} : f64, eps = 1.000000e-08 : f64, weight_decay = 1.000000e-02
+// CHECK: %[[SUMSQ:.*]] = loom.sum_squares %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x8xf32>, tensor<8x8xf32>, tensor<8xf32> -> tensor<f32>
+// CHECK: %[[NORM:.*]], %[[COEF:.*]] = loom.clip_coef %[[SUMSQ]] {max_norm = 1.000000e+00 : f64}
+// CHECK: loom.adamw %{{.*}}, %[[COEF]] {beta1 = 9.000000e-01 : f64, beta2 = 0.998999{{[0-9]*}} : f64, eps = 1.000000e-08 : f64, weight_decay = 1.000000e-02
 // CHECK: loom.adamw %{{.*}} weight_decay = 1.000000e-02
 // CHECK: loom.adamw %{{.*}} weight_decay = 0.000000e+00
 // CHECK: return {{.*}}, %[[NORM]] :
@@ -48,7 +50,8 @@
 
 // HYPER: loom.train = {microbatches = 1 : i64, phase = "microbatch"}
 // HYPER: loom.fill 1.000000e+00
-// HYPER: loom.clip_grad_norm {{.*}}max_norm = 5.000000e-01
+// HYPER: loom.sum_squares
+// HYPER: loom.clip_coef {{.*}}max_norm = 5.000000e-01
 // HYPER: loom.adamw {{.*}}beta2 = 0.9499999{{[0-9]*}} : f64, eps = 1.000000e-08 : f64, weight_decay = 1.000000e-01
 
 func.func @lm(%wte: tensor<16x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<normal, std = 0.02>},

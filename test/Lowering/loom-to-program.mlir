@@ -2,11 +2,14 @@
 
 // The program holds the buffer plan, the parameter table and the
 // instruction stream; names come from the ops' locations.
-// CHECK: loom program v1 by loom-translate
+// CHECK: loom program v2 by loom-translate
 // CHECK: model: n_layer=1 n_head=2 n_embd=8 vocab_size=16 n_positions=4 batch=2 seq=4
 // CHECK: mesh: dp=2 tp=1
 // CHECK: stage 0: arena {{[0-9]+}} bytes, {{[0-9]+}} buffers, 2 params, 5 instructions
 // CHECK: tokens %2 targets %3 loss %[[LOSS:[0-9]+]]
+// What --loom-report predicts for a rank: the two parameters (512 + 256
+// bytes) and one ring all-reduce of 256 bytes over 2 ranks, 2·(2-1)/2·256.
+// CHECK-NEXT: predicted: model state 768 bytes; sent per step all_reduce 256, all_gather 0, reduce_scatter 0, all_to_all 0, send 0 bytes
 // CHECK: buffer %0 @0 F32 [16, 8] wte.weight
 // CHECK: buffer %1 @512 F32 [8, 8] w
 // CHECK: buffer %2 @768 I32 [2, 4] tokens

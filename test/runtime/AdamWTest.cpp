@@ -1,7 +1,10 @@
-//===- AdamWTest.cpp - AdamW and gradient norm tests -----------*- C++ -*-===//
+//===- AdamWTest.cpp - AdamW, sum of squares, clip coefficient -*- C++ -*-===//
 #include "runtime/cpu/adamw.h"
 
 #include "TestUtil.h"
+
+#include <algorithm>
+#include <cmath>
 
 using namespace loom;
 using namespace loom::test;
@@ -54,26 +57,72 @@ TEST(AdamW, MatchesReferenceWithGradScale) {
   expectClose(v, vRef, 1e-6, 1e-9, "v");
 }
 
-TEST(GradNorm, MatchesReferenceAndClipScale) {
-  const int64_t n = 50001;
+TEST(SumSquares, MatchesReference) {
+  const int64_t n = 50001; // several chunks: the threaded path
   auto g = randomVector(n, 5);
-  double fast = cpu::gradNormSquared(g.data(), n);
-  double ref = cpu::gradNormSquaredReference(g.data(), n);
-  EXPECT_NEAR(fast, ref, 1e-9 * ref);
+  double fast = cpu::sumSquares(g.data(), n);
+  double ref = cpu::sumSquaresReference(g.data(), n);
+  EXPECT_TRUE(std::isfinite(fast));
+  EXPECT_NEAR(fast, ref, 1e-12 * ref);
   std::vector<float> three = {3.0f, 4.0f};
-  EXPECT_DOUBLE_EQ(cpu::gradNormSquared(three.data(), 2), 25.0);
-  EXPECT_FLOAT_EQ(cpu::clipScale(25.0, 1.0f), 0.2f);
-  EXPECT_FLOAT_EQ(cpu::clipScale(25.0, 10.0f), 1.0f);
-  EXPECT_FLOAT_EQ(cpu::clipScale(25.0, 0.0f), 1.0f);
+  EXPECT_DOUBLE_EQ(cpu::sumSquares(three.data(), 2), 25.0);
+  EXPECT_EQ(cpu::sumSquares(three.data(), 0), 0.0);
 }
 
-TEST(GradNorm, ClipCoefficientFollowsTorch) {
-  // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), <= 1.
-  EXPECT_FLOAT_EQ(cpu::clipCoefficient(5.0, 1.0), 1.0f / (5.0f + 1e-6f));
-  EXPECT_EQ(cpu::clipCoefficient(0.5, 1.0), 1.0f);
-  EXPECT_EQ(cpu::clipCoefficient(0.0, 1.0), 1.0f);
-  EXPECT_EQ(cpu::clipCoefficient(1e9, 0.0), 1.0f); // clipping off
-  EXPECT_EQ(cpu::clipCoefficient(1e9, -1.0), 1.0f);
+TEST(SumSquares, OverTensorsIsOneRoundingOfTheDoubleSum) {
+  // The SumSquares kernel: every tensor in double, one rounding to f32 at
+  // the end, against a naive double loop over all elements.
+  auto a = randomVector(70000, 6), b = randomVector(3, 7, -100.0f, 100.0f);
+  std::vector<float> empty;
+  const std::vector<cpu::FloatSpan> tensors = {
+      {a.data(), static_cast<int64_t>(a.size())},
+      {empty.data(), 0},
+      {b.data(), static_cast<int64_t>(b.size())}};
+  double naive = 0.0;
+  for (const std::vector<float> *t : {&a, &b})
+    for (float x : *t)
+      naive += static_cast<double>(x) * x;
+  const float got = cpu::sumSquares(tensors);
+  EXPECT_TRUE(std::isfinite(got));
+  EXPECT_NEAR(got, naive, 1e-6 * naive);
+  EXPECT_EQ(got, static_cast<float>(cpu::sumSquares(a.data(), a.size()) +
+                                    cpu::sumSquares(b.data(), b.size())));
+  std::vector<float> three = {3.0f, 4.0f};
+  EXPECT_EQ(cpu::sumSquares({{three.data(), 2}}), 25.0f);
+}
+
+TEST(ClipCoef, FollowsTorch) {
+  // torch.nn.utils.clip_grad_norm_: norm = sqrt(sumsq),
+  // coef = min(1, max_norm / (norm + 1e-6)).
+  const cpu::ClipCoefficient active = cpu::clipCoefficient(25.0f, 1.0);
+  EXPECT_EQ(active.norm, 5.0f);
+  EXPECT_FLOAT_EQ(active.coef, 1.0f / (5.0f + 1e-6f));
+  EXPECT_LT(active.coef, 1.0f);
+  // Inactive: the norm is below max_norm (or zero gradients).
+  const cpu::ClipCoefficient inactive = cpu::clipCoefficient(0.25f, 1.0);
+  EXPECT_EQ(inactive.norm, 0.5f);
+  EXPECT_EQ(inactive.coef, 1.0f);
+  EXPECT_EQ(cpu::clipCoefficient(0.0f, 1.0).coef, 1.0f);
+  EXPECT_EQ(cpu::clipCoefficient(0.0f, 1.0).norm, 0.0f);
+  // max_norm <= 0 turns clipping off; the norm is still reported.
+  for (double off : {0.0, -1.0}) {
+    const cpu::ClipCoefficient c = cpu::clipCoefficient(1e18f, off);
+    EXPECT_EQ(c.coef, 1.0f) << off;
+    EXPECT_FLOAT_EQ(c.norm, 1e9f) << off;
+  }
+  // Against the naive formula in double over a range of sums and clips.
+  for (float sumsq : {1e-8f, 0.3f, 1.0f, 7.5f, 1234.5f, 3e12f})
+    for (double maxNorm : {1e-3, 0.5, 1.0, 2.5, 1e7}) {
+      const double norm = std::sqrt(static_cast<double>(sumsq));
+      const float coef =
+          static_cast<float>(std::min(1.0, maxNorm / (norm + 1e-6)));
+      const cpu::ClipCoefficient c = cpu::clipCoefficient(sumsq, maxNorm);
+      EXPECT_TRUE(std::isfinite(c.norm) && std::isfinite(c.coef));
+      EXPECT_EQ(c.norm, static_cast<float>(norm)) << sumsq << " " << maxNorm;
+      EXPECT_EQ(c.coef, coef) << sumsq << " " << maxNorm;
+      EXPECT_LE(c.coef, 1.0f);
+      EXPECT_GT(c.coef, 0.0f);
+    }
 }
 
 } // namespace

@@ -156,6 +156,17 @@ TEST_F(LoomRun, LossesMatchTheExecutorAndOutputsAreWellFormed) {
   EXPECT_EQ(rank.find("peak_bytes")->asInt(),
             static_cast<int64_t>(ex->peakTensorBytes()));
   EXPECT_GT(rank.find("rss_peak_bytes")->asInt(), 0);
+  // Evaluation: the model state is the parameters. The hand-built program
+  // carries no predictions, so none are reported.
+  int64_t paramBytes = 0;
+  for (const ParamView &p : ex->params())
+    paramBytes += ex->bufferNumel(p.buffer) * 4;
+  EXPECT_EQ(rank.find("model_state_bytes")->asInt(), paramBytes);
+  EXPECT_EQ(rank.find("predicted_model_state_bytes"), nullptr);
+  EXPECT_EQ(rank.find("predicted_sent_bytes_per_step"), nullptr);
+  for (const char *kind :
+       {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send"})
+    EXPECT_EQ(rank.find("sent_bytes_per_step")->find(kind)->asInt(), 0) << kind;
 
   // Trace: per step one data span and one event per instruction.
   JsonValue tr;
@@ -410,6 +421,55 @@ TEST_F(LoomRun, TrainingLogsScheduleAndResumesBitwise) {
   ASSERT_TRUE(writeSafetensors(w, partial).ok());
   expectError(train + " --data " + data + " --steps 1 --load-checkpoint " + w,
               "incomplete");
+}
+
+TEST_F(LoomRun, SummaryReportsModelStateAndTheProgramsPredictions) {
+  // Training: each parameter holds its values, gradient and two AdamW
+  // moments of its shape, 4 x 4 bytes per element.
+  const std::string train = tempPath("train.loom"), l1 = tempPath("l1.jsonl"),
+                    l2 = tempPath("l2.jsonl");
+  auto p = miniGptTrain();
+  int64_t elements = 0;
+  for (const auto &param : p->stages[0]->params) {
+    int64_t n = 1;
+    for (int64_t d : p->stages[0]->buffers[param->buffer]->shape)
+      n *= d;
+    elements += n;
+  }
+  writeText(train, serialize(*p));
+  std::string out, err;
+  ASSERT_EQ(runLoomRun(train + " --data " + data +
+                           " --steps 1 --quiet --log-json " + l1,
+                       &out, &err),
+            0)
+      << err;
+  const auto log1 = readLog(l1);
+  const JsonValue &plain = log1.back().find("ranks")->items().at(0);
+  EXPECT_EQ(plain.find("model_state_bytes")->asInt(), 16 * elements);
+  EXPECT_EQ(plain.find("predicted_model_state_bytes"), nullptr);
+  EXPECT_EQ(plain.find("predicted_sent_bytes_per_step"), nullptr);
+
+  // With predictions in the program, loom-run reports them as they are,
+  // next to what it measured.
+  setPredictions(*p->stages[0], 12345, {1, 2, 3, 4, 5});
+  writeText(train, serialize(*p));
+  ASSERT_EQ(runLoomRun(train + " --data " + data +
+                           " --steps 1 --quiet --log-json " + l2,
+                       &out, &err),
+            0)
+      << err;
+  const auto log2 = readLog(l2);
+  const JsonValue &rank = log2.back().find("ranks")->items().at(0);
+  EXPECT_EQ(rank.find("model_state_bytes")->asInt(), 16 * elements);
+  EXPECT_EQ(rank.find("predicted_model_state_bytes")->asInt(), 12345);
+  const JsonValue *predicted = rank.find("predicted_sent_bytes_per_step");
+  ASSERT_NE(predicted, nullptr);
+  int64_t want = 1;
+  for (const char *kind :
+       {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send"}) {
+    EXPECT_EQ(predicted->find(kind)->asInt(), want++) << kind;
+    EXPECT_EQ(rank.find("sent_bytes_per_step")->find(kind)->asInt(), 0) << kind;
+  }
 }
 
 TEST_F(LoomRun, TrainingStepsZeroSavesTheInitialModel) {

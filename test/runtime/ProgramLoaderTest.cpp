@@ -83,6 +83,13 @@ TEST(ProgramEnvelope, ClearErrors) {
   EXPECT_NE(error(v).find("version 7 unsupported"), std::string::npos)
       << error(v);
   EXPECT_NE(error(v).find("recompile"), std::string::npos);
+  // Version 1 files had ClipGradNorm at opcode 24 (SumSquares now): refused.
+  std::string v1 = good;
+  v1[8] = 1;
+  EXPECT_NE(error(v1).find("version 1 unsupported (this runtime reads version "
+                           "2)"),
+            std::string::npos)
+      << error(v1);
   const std::string cut = error(good.substr(0, good.size() - 3));
   EXPECT_NE(cut.find("truncated"), std::string::npos) << cut;
   EXPECT_NE(cut.find("file has 37 bytes, header says 40"), std::string::npos)
@@ -210,15 +217,46 @@ TEST(ProgramVerifier, OperandIndicesAndCounts) {
       {"overlaps input"});
   expectRejected(
       [](fb::ProgramT &p) {
-        stage0(p).instructions[0]->opcode = static_cast<fb::Opcode>(30);
+        stage0(p).instructions[0]->opcode = static_cast<fb::Opcode>(31);
       },
-      {"instruction #0", "unknown opcode 30"});
+      {"instruction #0", "unknown opcode 31"});
+}
+
+TEST(ProgramVerifier, Predictions) {
+  // Optional (hand-built programs have none); byte counts never negative.
+  EXPECT_TRUE(load(*miniGpt()).ok());
+  auto p = miniGpt();
+  setPredictions(stage0(*p), 0, {0, 0, 0, 0, 0});
+  EXPECT_TRUE(load(*p).ok());
+  setPredictions(stage0(*p), 1 << 20, {10, 20, 30, 40, 50});
+  EXPECT_TRUE(load(*p).ok());
+  expectRejected(
+      [](fb::ProgramT &p) {
+        setPredictions(stage0(p), -1, {0, 0, 0, 0, 0});
+      },
+      {"stage 0: predicted model_state_bytes -1 is negative"});
+  const char *kinds[] = {"all_reduce", "all_gather", "reduce_scatter",
+                         "all_to_all", "send"};
+  for (int k = 0; k < 5; ++k) {
+    std::vector<int64_t> sent(5, 8);
+    sent[k] = -8;
+    expectRejected(
+        [&](fb::ProgramT &p) { setPredictions(stage0(p), 64, sent); },
+        {std::string("stage 0: predicted sent_bytes_per_step.") + kinds[k] +
+         " -8 is negative"});
+  }
+  expectRejected(
+      [](fb::ProgramT &p) {
+        setPredictions(stage0(p), 64, {0, 0, 0, 0, 0});
+        stage0(p).predictions->sent_bytes_per_step.reset();
+      },
+      {"stage 0: predictions have no sent_bytes_per_step"});
 }
 
 TEST(ProgramVerifier, OpcodesThisRuntimeCannotRun) {
-  // Opcodes between the vocab-parallel loss and the collectives are not in
-  // the schema.
-  for (unsigned v = 30; v < 32; ++v) {
+  // Opcodes between the vocab-parallel loss (CrossEntropySumsGrad = 30)
+  // and the collectives are not in the schema.
+  for (unsigned v = 31; v < 32; ++v) {
     auto p = miniGpt();
     stage0(*p).instructions[3]->opcode = static_cast<fb::Opcode>(v);
     Status s = load(*p);
@@ -945,14 +983,41 @@ TEST(ProgramVerifier, SliceGradShapes) {
 }
 
 TEST(ProgramVerifier, OptimizerInstructions) {
-  // ClipGradNorm: gradients in, two scalars out.
-  expectTrainRejected([](fb::ProgramT &p) { update(p, "clip").inputs.clear(); },
-                      {"update instruction #0 'clip' (ClipGradNorm)",
-                       "takes 1 or more inputs, got 0"});
+  // SumSquares: F32 gradients in, one scalar out.
+  expectTrainRejected(
+      [](fb::ProgramT &p) { update(p, "sum_squares").inputs.clear(); },
+      {"update instruction #0 'sum_squares' (SumSquares)",
+       "takes 1 or more inputs, got 0"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        update(p, "sum_squares").inputs[0] = bufferIndex(p, "tokens");
+      },
+      {"(SumSquares)", "gradient (buffer", "must be F32, got I32"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) { shapeOf(p, "grad_sum_squares") = {2}; },
+      {"(SumSquares)", "sum of squares (scalar)", "expected 1"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        update(p, "sum_squares").outputs.push_back(bufferIndex(p, "lr"));
+      },
+      {"(SumSquares)", "has 1 output(s), got 2"});
+  // ClipCoef: the scalar sum in, norm and coefficient out.
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        update(p, "clip").inputs.push_back(bufferIndex(p, "lr"));
+      },
+      {"update instruction #1 'clip' (ClipCoef)", "takes 1 inputs, got 2"});
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        update(p, "clip").inputs[0] = bufferIndex(p, "grad.wte.weight");
+      },
+      {"(ClipCoef)", "sumsq (scalar)"});
+  expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "grad_norm") = {3}; },
+                      {"(ClipCoef)", "norm (scalar)"});
   expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "clip_coef") = {2}; },
-                      {"(ClipGradNorm)", "coef (scalar)"});
+                      {"(ClipCoef)", "coef (scalar)"});
   expectTrainRejected([](fb::ProgramT &p) { update(p, "clip").max_norm = NAN; },
-                      {"max_norm"});
+                      {"(ClipCoef)", "max_norm nan is not finite"});
   // AdamW: 7 inputs, outputs are the param / m / v inputs, hyper-parameters.
   const std::string w = "adamw.h.0.mlp.c_fc.weight";
   expectTrainRejected([&](fb::ProgramT &p) { update(p, w).inputs.pop_back(); },
@@ -995,6 +1060,19 @@ TEST(ProgramVerifier, OptimizerInstructions) {
         st.update_instructions.pop_back();
       },
       {"(AdamW)", "it belongs in update_instructions"});
+  for (const std::string name : {"sum_squares", "clip"})
+    expectTrainRejected(
+        [&](fb::ProgramT &p) {
+          auto &st = stage0(p);
+          for (auto it = st.update_instructions.begin();
+               it != st.update_instructions.end(); ++it)
+            if ((*it)->name == name) {
+              st.instructions.push_back(std::move(*it));
+              st.update_instructions.erase(it);
+              break;
+            }
+        },
+        {"'" + name + "'", "it belongs in update_instructions"});
 }
 
 TEST(ProgramVerifier, TrainingParamsAndStage) {

@@ -123,18 +123,20 @@ inline void addTrainingBuffers(StageBuilder &s) {
   }
 }
 
-/// Appends the optimizer the compiler emits: one ClipGradNorm over every
-/// gradient, then one in-place AdamW per parameter (weight decay on the
-/// parameters marked `decay`); sets Stage.lr / step / grad_norm.
+/// Appends the optimizer the compiler emits: one SumSquares over every
+/// gradient and its ClipCoef, then one in-place AdamW per parameter (weight
+/// decay on the parameters marked `decay`); sets Stage.lr / step / grad_norm.
 inline void addOptimizer(StageBuilder &s, double maxNorm,
                          double weightDecay = 0.1) {
   const uint32_t lr = s.buffer("lr", {}), step = s.buffer("step", {});
-  const uint32_t norm = s.buffer("grad_norm", {}),
+  const uint32_t sumsq = s.buffer("grad_sum_squares", {}),
+                 norm = s.buffer("grad_norm", {}),
                  coef = s.buffer("clip_coef", {});
   std::vector<uint32_t> grads;
   for (auto &param : s.stage.params)
     grads.push_back(static_cast<uint32_t>(param->grad_buffer));
-  s.updateOp(fb::Opcode::ClipGradNorm, "clip", grads, {norm, coef}).max_norm =
+  s.updateOp(fb::Opcode::SumSquares, "sum_squares", grads, {sumsq});
+  s.updateOp(fb::Opcode::ClipCoef, "clip", {sumsq}, {norm, coef}).max_norm =
       maxNorm;
   for (auto &param : s.stage.params) {
     const uint32_t p = param->buffer, g = param->grad_buffer,
@@ -149,6 +151,22 @@ inline void addOptimizer(StageBuilder &s, double maxNorm,
   s.stage.lr = static_cast<int32_t>(lr);
   s.stage.step = static_cast<int32_t>(step);
   s.stage.grad_norm = static_cast<int32_t>(norm);
+}
+
+/// Gives `stage` the compiler's predictions: model state bytes and bytes sent
+/// per step per collective kind (all_reduce, all_gather, reduce_scatter,
+/// all_to_all, send).
+inline void setPredictions(fb::StageT &stage, int64_t modelStateBytes,
+                           const std::vector<int64_t> &sent) {
+  stage.predictions = std::make_unique<fb::PredictionsT>();
+  stage.predictions->model_state_bytes = modelStateBytes;
+  auto bytes = std::make_unique<fb::SentBytesT>();
+  bytes->all_reduce = sent.at(0);
+  bytes->all_gather = sent.at(1);
+  bytes->reduce_scatter = sent.at(2);
+  bytes->all_to_all = sent.at(3);
+  bytes->send = sent.at(4);
+  stage.predictions->sent_bytes_per_step = std::move(bytes);
 }
 
 /// An empty single-stage program with model info filled in.
@@ -282,7 +300,7 @@ inline std::unique_ptr<fb::ProgramT> bigramLm(int64_t B, int64_t T, int64_t V,
 struct MiniGptTrainOptions {
   /// Stage.microbatches; the tokens buffer holds batch / microbatches rows.
   int64_t microbatches = 1;
-  /// ClipGradNorm max_norm (<= 0: no clipping).
+  /// ClipCoef max_norm (<= 0: no clipping).
   double maxNorm = 1.0;
   /// The backward seed dloss; < 0 means 1 / microbatches (what the compiler
   /// emits). Rows x 1 gives the gradient of the summed per-token losses.
@@ -293,8 +311,8 @@ struct MiniGptTrainOptions {
 /// gradient opcode the GPT needs (Fill seed, CrossEntropyGrad, MatmulGrad of
 /// the tied head, LayerNormGrad, LinearGrad, GeluGrad, AttentionGrad,
 /// ReduceLeading for wpe, EmbeddingGrad) and in-place Add accumulation into
-/// the parameters' grad buffers; then ClipGradNorm + AdamW. Gradient buffers
-/// are named "d.<activation>" and "d<op>.<param>".
+/// the parameters' grad buffers; then SumSquares + ClipCoef + AdamW.
+/// Gradient buffers are named "d.<activation>" and "d<op>.<param>".
 inline std::unique_ptr<fb::ProgramT>
 miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
   MiniGptDims local = d;
@@ -400,7 +418,7 @@ miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
 /// Makes a miniGptTrain() program data parallel over a new mesh axis "dp"
 /// of size `dp`: model.batch becomes dp x the rows the program holds, an
 /// AllReduce(avg) of every gradient accumulator opens update_instructions
-/// (before ClipGradNorm) and one of the loss follows the CrossEntropy.
+/// (before SumSquares) and one of the loss follows the CrossEntropy.
 inline void makeDataParallel(fb::ProgramT &p, int64_t dp) {
   p.model->batch *= dp;
   auto axis = std::make_unique<fb::MeshAxisT>();

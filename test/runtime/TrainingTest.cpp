@@ -3,10 +3,10 @@
 // The training half of the program contract through the executor: every
 // gradient opcode of miniGptTrain() against the reference kernels, the whole
 // backward against central differences of the loss, micro-batching against a
-// single batch, ClipGradNorm + AdamW against hand-computed and reference
-// values, the opcodes GPT-2 does not use (SoftmaxGrad, SliceGrad, Fill) on a
-// small program, in-place and staged aliasing, and the learning-rate
-// schedule.
+// single batch, SumSquares + ClipCoef + AdamW against hand-computed and
+// reference values, the opcodes GPT-2 does not use (SoftmaxGrad, SliceGrad,
+// Fill) on a small program, in-place and staged aliasing, and the
+// learning-rate schedule.
 //
 //===----------------------------------------------------------------------===//
 #include "ProgramTestUtil.h"
@@ -337,8 +337,14 @@ TEST(Training, TrainStepUpdateMatchesReferenceAdamW) {
   double sumSquares = 0;
   for (const ParamView &pv : ex->params()) {
     auto g = values(*ex, static_cast<uint32_t>(pv.gradBuffer));
-    sumSquares += cpu::gradNormSquaredReference(g.data(), g.size());
+    sumSquares += cpu::sumSquaresReference(g.data(), g.size());
   }
+  // SumSquares writes the f32 rounding of the double sum; ClipCoef's norm
+  // is its square root.
+  const float sumsq = values(*ex, "grad_sum_squares")[0];
+  EXPECT_TRUE(std::isfinite(sumsq));
+  EXPECT_NEAR(sumsq, sumSquares, 1e-6 * sumSquares);
+  EXPECT_EQ(r.gradNorm, static_cast<float>(std::sqrt(double(sumsq))));
   const double norm = std::sqrt(sumSquares);
   EXPECT_NEAR(r.gradNorm, norm, 1e-6 * norm);
   EXPECT_EQ(values(*ex, "grad_norm")[0], r.gradNorm);
@@ -386,6 +392,34 @@ std::unique_ptr<fb::ProgramT> adamwOnly(double maxNorm) {
   return p;
 }
 
+TEST(Training, ClipCoefIsOneWhenTheNormIsBelowMaxNorm) {
+  // norm 5 < max_norm 10: the update is AdamW on the unscaled gradient.
+  auto p = adamwOnly(10.0);
+  fb::LoadedProgram loaded;
+  auto ex = makeExecutor(*p, loaded);
+  ASSERT_TRUE(ex);
+  const ParamView &pv = ex->params()[0];
+  std::vector<float> w = {1.0f, -2.0f}, g = {3.0f, 4.0f}, m(2, 0.0f),
+                     v(2, 0.0f);
+  setValues(*ex, pv.buffer, w);
+  setValues(*ex, static_cast<uint32_t>(pv.gradBuffer), g);
+  ASSERT_TRUE(ex->runUpdate(1, 0.1f).ok());
+  EXPECT_EQ(values(*ex, "grad_sum_squares")[0], 25.0f);
+  EXPECT_EQ(values(*ex, "grad_norm")[0], 5.0f);
+  EXPECT_EQ(values(*ex, "clip_coef")[0], 1.0f);
+  cpu::AdamWConfig cfg;
+  cfg.lr = 0.1f;
+  cfg.beta1 = 0.9;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-8;
+  cfg.weightDecay = 0.1;
+  cfg.step = 1;
+  cpu::adamwStepReference(w.data(), g.data(), m.data(), v.data(), 2, cfg);
+  expectClose(values(*ex, pv.buffer), w, 1e-6, 1e-7, "w");
+  expectClose(values(*ex, static_cast<uint32_t>(pv.mBuffer)), m, 1e-6, 1e-9,
+              "m");
+}
+
 TEST(Training, AdamWStepMatchesHandComputedValues) {
   auto p = adamwOnly(1.0);
   fb::LoadedProgram loaded;
@@ -399,6 +433,7 @@ TEST(Training, AdamWStepMatchesHandComputedValues) {
   // norm 5 -> coef = 1 / (5 + 1e-6): g' = (0.6, 0.8). Step 1 bias
   // corrections make the Adam direction sign(g') * |g'| / (|g'| + eps):
   //   w = w * (1 - lr * wd) - lr * sign(g') = (0.99 - 0.1, -1.98 - 0.1).
+  EXPECT_EQ(values(*ex, "grad_sum_squares")[0], 25.0f);
   EXPECT_EQ(values(*ex, "grad_norm")[0], 5.0f);
   EXPECT_FLOAT_EQ(values(*ex, "clip_coef")[0], 1.0f / 5.000001f);
   auto w = values(*ex, pv.buffer);
@@ -425,6 +460,9 @@ TEST(Training, AdamWStepMatchesHandComputedValues) {
   setValues(*ex2, static_cast<uint32_t>(pv2.gradBuffer), {-1.0f, 0.5f});
   ASSERT_TRUE(ex2->runUpdate(2, 0.01f).ok());
   EXPECT_EQ(values(*ex2, "clip_coef")[0], 1.0f);
+  // Clipping off still reports the norm.
+  EXPECT_EQ(values(*ex2, "grad_sum_squares")[0], 1.25f);
+  EXPECT_EQ(values(*ex2, "grad_norm")[0], static_cast<float>(std::sqrt(1.25)));
   std::vector<float> g = {-1.0f, 0.5f};
   cpu::AdamWConfig cfg;
   cfg.lr = 0.01f;

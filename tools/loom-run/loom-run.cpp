@@ -27,7 +27,9 @@
 // rows [d*B/D, (d+1)*B/D) of global batch s (d, D: its coordinate on and the
 // size of the mesh axis "dp") and runs the collectives of the program over
 // MPI. Rank 0 prints progress and writes the JSON log (its summary has one
-// entry per rank); each rank writes its own trace, F.json -> F.rank<r>.json.
+// entry per rank: what the rank measured, next to what the program predicted
+// when it carries predictions); each rank writes its own trace, F.json ->
+// F.rank<r>.json.
 // A rank that fails prints `loom-run: rank R: error: ...` and takes the job
 // down (MPI_Abort).
 //
@@ -569,12 +571,52 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
   const CommStats stepStats = comm.stats(); // before the gather below
   const int64_t steps = std::max<int64_t>(opts.steps, 1);
-  std::vector<int64_t> mine = {
-      static_cast<int64_t>(ex->peakTensorBytes()),
-      static_cast<int64_t>(stage.arena_bytes()),
-      static_cast<int64_t>(rssPeakBytes()), stepStats.commNs / steps};
+  // One row of int64 per rank: the fixed fields, then per communication
+  // kind the bytes sent, then (when the program carries the compiler's
+  // predictions) the predicted ones. Each rank runs its own stage, so the
+  // predictions travel with the measurements.
+  enum Field {
+    kPeak,
+    kPredictedPeak,
+    kRssPeak,
+    kCommNs,
+    kModelState,
+    kHasPredictions,
+    kPredictedModelState,
+    kSent,
+    kPredictedSent = kSent + kNumCommKinds,
+    kNumFields = kPredictedSent + kNumCommKinds
+  };
+  std::vector<int64_t> mine(kNumFields, 0);
+  mine[kPeak] = static_cast<int64_t>(ex->peakTensorBytes());
+  mine[kPredictedPeak] = static_cast<int64_t>(stage.arena_bytes());
+  mine[kRssPeak] = static_cast<int64_t>(rssPeakBytes());
+  mine[kCommNs] = stepStats.commNs / steps;
+  mine[kModelState] = ex->modelStateBytes();
   for (int k = 0; k < kNumCommKinds; ++k)
-    mine.push_back(stepStats.sentBytes[k] / steps);
+    mine[kSent + k] = stepStats.sentBytes[k] / steps;
+  if (const program::Predictions *p = stage.predictions()) {
+    const program::SentBytes &sent = *p->sent_bytes_per_step(); // verified
+    mine[kHasPredictions] = 1;
+    mine[kPredictedModelState] = p->model_state_bytes();
+    auto predicted = [&](CommKind kind) -> int64_t {
+      switch (kind) {
+      case CommKind::AllReduce:
+        return sent.all_reduce();
+      case CommKind::AllGather:
+        return sent.all_gather();
+      case CommKind::ReduceScatter:
+        return sent.reduce_scatter();
+      case CommKind::AllToAll:
+        return sent.all_to_all();
+      case CommKind::Send:
+        return sent.send();
+      }
+      return 0;
+    };
+    for (int k = 0; k < kNumCommKinds; ++k)
+      mine[kPredictedSent + k] = predicted(static_cast<CommKind>(k));
+  }
   std::vector<int64_t> all(mine.size() * comm.size());
   std::vector<uint32_t> everyAxis;
   for (uint32_t a = 0; a < comm.mesh().size(); ++a)
@@ -582,6 +624,13 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   LOOM_RETURN_IF_ERROR(comm.allGather(mine.data(), all.data(),
                                       static_cast<int64_t>(mine.size()) * 2,
                                       program::DType::I32, everyAxis));
+  auto perKind = [](const int64_t *bytes) {
+    JsonValue kinds = JsonValue::object();
+    for (int k = 0; k < kNumCommKinds; ++k)
+      kinds.set(commKindName(static_cast<CommKind>(k)),
+                JsonValue::integer(bytes[k]));
+    return kinds;
+  };
   std::vector<JsonValue> rankEntries;
   for (int r = 0; r < comm.size(); ++r) {
     const int64_t *v = all.data() + r * mine.size();
@@ -592,15 +641,17 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     for (size_t a = 0; a < comm.mesh().size(); ++a)
       coords.set(comm.mesh()[a].name, JsonValue::integer(c[a]));
     rank.set("coords", coords);
-    rank.set("peak_bytes", JsonValue::integer(v[0]));
-    rank.set("predicted_peak_bytes", JsonValue::integer(v[1]));
-    rank.set("rss_peak_bytes", JsonValue::integer(v[2]));
-    JsonValue sent = JsonValue::object();
-    for (int k = 0; k < kNumCommKinds; ++k)
-      sent.set(commKindName(static_cast<CommKind>(k)),
-               JsonValue::integer(v[4 + k]));
-    rank.set("sent_bytes_per_step", sent);
-    rank.set("comm_ms_per_step", JsonValue::number(v[3] * 1e-6));
+    rank.set("peak_bytes", JsonValue::integer(v[kPeak]));
+    rank.set("predicted_peak_bytes", JsonValue::integer(v[kPredictedPeak]));
+    rank.set("rss_peak_bytes", JsonValue::integer(v[kRssPeak]));
+    rank.set("model_state_bytes", JsonValue::integer(v[kModelState]));
+    if (v[kHasPredictions])
+      rank.set("predicted_model_state_bytes",
+               JsonValue::integer(v[kPredictedModelState]));
+    rank.set("sent_bytes_per_step", perKind(v + kSent));
+    if (v[kHasPredictions])
+      rank.set("predicted_sent_bytes_per_step", perKind(v + kPredictedSent));
+    rank.set("comm_ms_per_step", JsonValue::number(v[kCommNs] * 1e-6));
     rankEntries.push_back(rank);
   }
   JsonValue summary = JsonValue::object();

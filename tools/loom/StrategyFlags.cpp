@@ -22,7 +22,7 @@ static bool parsePositive(llvm::StringRef text, int64_t &out) {
 bool loom::cli::strategyFlagTakesValue(const std::string &flag) {
   static const char *const kValueFlags[] = {
       "--mesh",           "--zero",    "--microbatches", "--schedule",
-      "--virtual-stages", "--backend", "--precision"};
+      "--virtual-stages", "--backend", "--precision",    "--bucket-mb"};
   return llvm::is_contained(kValueFlags, flag);
 }
 
@@ -59,6 +59,12 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
     if (llvm::StringRef(value).getAsInteger(10, s.zero) || s.zero < 0 ||
         s.zero > 3)
       error = "--zero takes a ZeRO stage 0, 1, 2 or 3, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--bucket-mb") {
+    if (llvm::StringRef(value).getAsDouble(s.bucketMb) || s.bucketMb < 0)
+      error = "--bucket-mb takes a bucket size in MiB >= 0 (0: one "
+              "all-reduce per gradient), got '" + value + "'";
     return true;
   }
   if (flag == "--microbatches") {

@@ -24,6 +24,7 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/SourceMgr.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -44,7 +45,8 @@ namespace {
 
 const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
-               [--emit-ir OUT.mlir] [--report] [--train [optimizer flags]]
+               [--emit-ir OUT.mlir] [--report] [--timing]
+               [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
                [--log-json F] [--trace F.json] [--quiet] [strategy flags]
@@ -53,12 +55,14 @@ const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model F
                [--seq T]   greedy byte-level generation from a trained model
 
   --batch (global rows per step) defaults to 8, --seq to the config's n_positions.
+  --timing prints the time of each compiler phase (model import, every pass,
+  program emission) on stderr, as loom-opt --mlir-timing does.
 optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
 strategy flags:
-  --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M
+  --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
 )";
@@ -218,6 +222,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
   pipeline.eps = *eps;
   pipeline.weightDecay = *wd;
 
+  // `--timing`: MLIR's execution time report over the whole compile, one
+  // line per phase, printed on stderr when `timing` goes out of scope.
+  DefaultTimingManager timing;
+  timing.setEnabled(inv.switches.count("--timing") > 0);
+  TimingScope rootTimer = timing.getRootScope();
+  TimingScope importTimer = rootTimer.nest("ModelImport");
+
   MLIRContext context;
   context.loadDialect<mlir::loom::LoomDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module;
@@ -303,9 +314,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.partition = true;
     pipeline.zeroStage = inv.strategy.zero;
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
+    pipeline.bucketMb = inv.strategy.bucketMb;
   }
+  importTimer.stop();
   PassManager pm(&context);
   mlir::loom::buildCompilePipeline(pm, pipeline);
+  if (timing.isEnabled())
+    pm.enableTiming(rootTimer);
   if (failed(pm.run(*module)))
     return fail(inv.command, "compilation failed (diagnostics above)");
 
@@ -313,10 +328,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     // What each rank will hold and send, before anything runs.
     PassManager report(&context);
     report.addPass(mlir::loom::createLoomReport());
+    if (timing.isEnabled())
+      report.enableTiming(rootTimer);
     if (failed(report.run(*module)))
       return fail(inv.command, "the report failed (diagnostics above)");
   }
   if (auto ir = inv.values.find("--emit-ir"); ir != inv.values.end()) {
+    TimingScope printTimer = rootTimer.nest("PrintIR");
     std::error_code ec;
     llvm::raw_fd_ostream os(ir->second, ec);
     if (ec)
@@ -328,6 +346,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
   // Write next to the target and rename, so a reader never sees half a file.
   std::string temp = output + ".tmp";
   {
+    TimingScope emitTimer = rootTimer.nest("ProgramEmission");
     std::error_code ec;
     llvm::raw_fd_ostream os(temp, ec, llvm::sys::fs::OF_None);
     if (ec)
@@ -346,7 +365,7 @@ int runCompile(std::vector<std::string> args) {
                    {"--config", "--model", "--batch", "--seq", "--output",
                     "--emit-ir",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
-                   {"--train", "--report"});
+                   {"--train", "--report", "--timing"});
   if (!inv)
     return 1;
   auto out = inv->values.find("--output");

@@ -577,6 +577,29 @@ static LogicalResult verifySplitDim(Operation *op,
 }
 
 // all_reduce
+LogicalResult AllReduceOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, ValueRange operands,
+    DictionaryAttr, OpaqueProperties, RegionRange,
+    SmallVectorImpl<Type> &inferred) {
+  // Each result has its input's type (a bucket keeps every member's shape).
+  llvm::append_range(inferred, operands.getTypes());
+  return success();
+}
+LogicalResult AllReduceOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one value to reduce";
+  if (getInputs().size() != getResults().size())
+    return emitOpError() << "has " << getInputs().size() << " inputs but "
+                         << getResults().size()
+                         << " results; each input has its result";
+  for (auto [i, input, result] : llvm::enumerate(getInputs(), getResults()))
+    if (input.getType() != result.getType())
+      return emitOpError() << "result #" << i << " has type "
+                           << result.getType() << " but input #" << i
+                           << " has type " << input.getType()
+                           << "; a reduction keeps each value's type";
+  return success();
+}
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
 }

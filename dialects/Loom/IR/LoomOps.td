@@ -24,6 +24,7 @@ class Loom_Op<string mnemonic, list<Trait> traits = []>
 def Loom_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Loom_IndexTensor : StaticShapeTensorOf<[I32]>;
 def Loom_ScalarFloatTensor : 0DTensorOf<[AnyFloat]>;
+def Loom_ScalarF32Tensor : 0DTensorOf<[F32]>;
 
 /// A compute op of the training graph: pure, with a cost and a sharding
 /// rule.
@@ -462,31 +463,63 @@ class Loom_CollectiveOp<string mnemonic, list<Trait> traits = []>
   let extraClassDeclaration = extraCollectiveDeclaration;
 }
 
-def Loom_AllReduceOp : Loom_CollectiveOp<"all_reduce",
-    [Pure, AllTypesMatch<["input", "result"]>]> {
-  let summary = "Reduce a value over a group; every member gets the result";
+def Loom_AllReduceOp : Loom_CollectiveOp<"all_reduce", [Pure,
+    DeclareOpInterfaceMethods<InferTypeOpInterface>]> {
+  let summary = "Reduce values over a group; every member gets the results";
   let description = [{
+    One collective over one or more values (a gradient bucket, as DDP's
+    bucketed all-reduce): result i is the reduction of input i. Several
+    inputs travel as one buffer, counted as one collective of their total
+    size.
+
+    With `async`, the runtime launches the reduction and runs the following
+    instructions while it is in flight, completing it before the first
+    instruction that reads one of its results (DDP's overlap of gradient
+    buckets with the rest of backward). `--loom-schedule-comm` forms the
+    buckets and places each right after its last input is produced.
+
     ```mlir
     %y = loom.all_reduce %x on @mesh [tp] sum {reason = "row-parallel c_proj"}
         : tensor<4x64x768xf32>
+    %gw, %gb = loom.all_reduce %w, %b on @mesh [dp] sum async
+        {reason = "gradient bucket 0 (2 tensors)"}
+        : tensor<768x3072xf32>, tensor<3072xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes,
-                       Loom_ReductionKindAttr:$reduction,
+  let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       Loom_ReductionKindAttr:$reduction, UnitAttr:$async,
                        OptionalAttr<StrAttr>:$reason);
-  let results = (outs Loom_FloatTensor:$result);
+  let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) custom<Reduction>($reduction) attr-dict `:`
-    type($input)
+    $inputs `on` $mesh custom<MeshAxes>($axes) custom<Reduction>($reduction)
+    (`async` $async^)? attr-dict `:` type($inputs)
   }];
+  let builders = [
+    // One value, reduced synchronously (what the partitioner inserts).
+    OpBuilder<(ins "Value":$input, "FlatSymbolRefAttr":$mesh,
+                   "ArrayAttr":$axes, "ReductionKindAttr":$reduction,
+                   "StringAttr":$reason), [{
+      build($_builder, $_state, TypeRange{input.getType()}, ValueRange{input},
+            mesh, axes, reduction, /*async=*/UnitAttr(), reason);
+    }]>
+  ];
+  let extraClassDeclaration = extraCollectiveDeclaration # [{
+    /// The single input / result of a one-value all-reduce.
+    Value getInput() { return getInputs().front(); }
+    Value getResult() { return getResults().front(); }
+  }];
+  let hasVerifier = 1;
 }
 
 def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
   let summary = "Concatenate the group's shards along one dimension";
   let description = [{
     The result's `dim` is the input's times the group size; the other
-    dimensions are equal.
+    dimensions are equal. With `async` the runtime runs the following
+    instructions while the gather is in flight and completes it before the
+    first instruction that touches its input or result (ZeRO-3's prefetch
+    of the next block's parameters, placed by `--loom-schedule-comm`).
 
     ```mlir
     %w = loom.all_gather %shard on @mesh [dp] dim 0
@@ -495,12 +528,12 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim,
+                       StrArrayAttr:$axes, I64Attr:$dim, UnitAttr:$async,
                        OptionalAttr<StrAttr>:$reason);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim attr-dict `:`
-    type($input) `->` type($result)
+    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim
+    (`async` $async^)? attr-dict `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;
 }

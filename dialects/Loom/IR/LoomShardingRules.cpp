@@ -412,8 +412,24 @@ ShardingRule FillOp::getShardingRule() { return elementwise(*this); }
 // Optimizer ops
 //===----------------------------------------------------------------------===//
 
-ShardingRule ClipGradNormOp::getShardingRule() {
-  // The norm is a square root of a global sum: gradients are read whole.
+ShardingRule SumSquaresOp::getShardingRule() {
+  // A sum over every element: each dimension of each operand is its own
+  // contracted factor, so a gradient split over an axis leaves a partial sum
+  // over it, and the reduction is one scalar all-reduce, not an all-gather
+  // of the gradients (ZeRO-2/3, tensor parallelism).
+  ShardingRule rule;
+  for (Value input : getInputs()) {
+    SmallVector<int64_t> factors;
+    for (int64_t size : shapeOf(input))
+      factors.push_back(rule.addFactor(size, /*reduction=*/true));
+    rule.addOperand(factors);
+  }
+  rule.addResult({});
+  return rule;
+}
+
+ShardingRule ClipCoefOp::getShardingRule() {
+  // Scalars in and out: the sum of squares arrives whole (reduced).
   return wholeTensors(*this);
 }
 

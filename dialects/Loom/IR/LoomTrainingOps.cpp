@@ -9,6 +9,8 @@
 #include "dialects/Loom/IR/LoomOps.h"
 #include "dialects/Loom/IR/OpShapes.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::loom;
 
@@ -236,18 +238,32 @@ int64_t FillOp::getBytesAccessed() { return bytesOf(getResult()); }
 // Optimizer ops
 //===----------------------------------------------------------------------===//
 
-LogicalResult ClipGradNormOp::verify() {
-  if (getGrads().empty())
-    return emitOpError() << "needs at least one gradient";
+LogicalResult SumSquaresOp::verify() {
+  // The element and result types are ODS constraints; the count is not.
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one operand to sum the squares of";
   return success();
 }
-int64_t ClipGradNormOp::getFlops() {
+// A multiply and an add per element.
+int64_t SumSquaresOp::getFlops() {
   int64_t total = 0;
-  for (Value g : getGrads())
+  for (Value g : getInputs())
     total += 2 * numElements(g);
   return total;
 }
-int64_t ClipGradNormOp::getBytesAccessed() { return sumBytes(*this); }
+int64_t SumSquaresOp::getBytesAccessed() { return sumBytes(*this); }
+
+LogicalResult ClipCoefOp::verify() {
+  double maxNorm = getMaxNorm().convertToDouble();
+  if (!std::isfinite(maxNorm))
+    return emitOpError() << "max_norm must be finite (<= 0 disables "
+                            "clipping), got "
+                         << maxNorm;
+  return success();
+}
+// sqrt, add, divide and min on one scalar.
+int64_t ClipCoefOp::getFlops() { return 4; }
+int64_t ClipCoefOp::getBytesAccessed() { return sumBytes(*this); }
 
 LogicalResult AdamWOp::verify() {
   double b1 = getBeta1().convertToDouble(), b2 = getBeta2().convertToDouble();

@@ -1,8 +1,9 @@
 //===- LoomTrainingOps.td - Backward and optimizer ops ------*- tablegen -*-===//
 //
 // What --loom-autodiff writes: one gradient op per forward op kind (each
-// forward op's GradientOpInterface builds them), gradient-norm clipping and
-// AdamW. Included from LoomOps.td.
+// forward op's GradientOpInterface builds them), gradient-norm clipping (a
+// shardable sum of squares, then the coefficient) and AdamW. Included from
+// LoomOps.td.
 //
 //===----------------------------------------------------------------------===//
 
@@ -248,24 +249,48 @@ def Loom_FillOp : Loom_ComputeOp<"fill"> {
 // Optimizer ops
 //===----------------------------------------------------------------------===//
 
-def Loom_ClipGradNormOp : Loom_ComputeOp<"clip_grad_norm"> {
-  let summary = "Global gradient norm and PyTorch's clipping coefficient";
+def Loom_SumSquaresOp : Loom_ComputeOp<"sum_squares"> {
+  let summary = "Sum of the squares of every element of its operands";
   let description = [{
-    `norm = sqrt(Σ over all gradients of g²)`;
-    `coef = min(1, max_norm / (norm + 1e-6))` as `clip_grad_norm_`, or 1
-    when `max_norm` <= 0 (no clipping). The gradients are not modified;
-    AdamW scales by `coef` as it reads them.
+    `result = Σ over all operands and all their elements of g²`, the first
+    half of global-norm clipping. It is a plain sum, so it shards: every
+    dimension of every operand is a reduction factor, and a gradient split
+    over a mesh axis (ZeRO-2/3, tensor parallelism) leaves a partial sum
+    over that axis that the partitioner all-reduces as one scalar, instead
+    of all-gathering the gradients.
 
     ```mlir
-    %norm, %coef = loom.clip_grad_norm %g0, %g1 {max_norm = 1.0 : f64}
-        : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<f32>, tensor<f32>
+    %sumsq = loom.sum_squares %g0, %g1
+        : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<f32>
     ```
   }];
-  let arguments = (ins Variadic<Loom_FloatTensor>:$grads, F64Attr:$max_norm);
-  let results = (outs Loom_ScalarFloatTensor:$norm,
-                      Loom_ScalarFloatTensor:$coef);
+  let arguments = (ins Variadic<Loom_FloatTensor>:$inputs);
+  let results = (outs Loom_ScalarF32Tensor:$result);
   let assemblyFormat = [{
-    $grads attr-dict `:` type($grads) `->` type($norm) `,` type($coef)
+    $inputs attr-dict `:` type($inputs) `->` type($result)
+  }];
+}
+
+def Loom_ClipCoefOp : Loom_ComputeOp<"clip_coef"> {
+  let summary = "Global gradient norm and PyTorch's clipping coefficient";
+  let description = [{
+    From the global sum of squares (`loom.sum_squares`, reduced over every
+    rank that holds a piece of the gradients): `norm = sqrt(sumsq)`,
+    `coef = min(1, max_norm / (norm + 1e-6))` as
+    `torch.nn.utils.clip_grad_norm_`, or 1 when `max_norm` <= 0 (no
+    clipping). The gradients are not modified; AdamW scales by `coef` as it
+    reads them.
+
+    ```mlir
+    %norm, %coef = loom.clip_coef %sumsq {max_norm = 1.0 : f64}
+        : tensor<f32> -> tensor<f32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Loom_ScalarF32Tensor:$sumsq, F64Attr:$max_norm);
+  let results = (outs Loom_ScalarF32Tensor:$norm,
+                      Loom_ScalarF32Tensor:$coef);
+  let assemblyFormat = [{
+    $sumsq attr-dict `:` type($sumsq) `->` type($norm) `,` type($coef)
   }];
 }
 

@@ -304,6 +304,9 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
 
   Block *entry = func.addEntryBlock();
   llvm::StringMap<Value> params;
+  // All argument attributes at once (setArgAttrs per argument rebuilds the
+  // whole list: quadratic in the parameter count).
+  SmallVector<DictionaryAttr> argAttrs;
   for (auto [i, a] : llvm::enumerate(args)) {
     SmallVector<NamedAttribute> attrs{
         b.getNamedAttr(LoomDialect::kNameAttr, b.getStringAttr(a.name)),
@@ -313,9 +316,10 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
     if (!a.checkpointShape.empty())
       attrs.push_back(b.getNamedAttr(LoomDialect::kCheckpointShapeAttr,
                                      b.getI64ArrayAttr(a.checkpointShape)));
-    func.setArgAttrs(i, b.getDictionaryAttr(attrs));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
     params[a.name] = entry->getArgument(i);
   }
+  func.setAllArgAttrs(argAttrs);
   Value tokens = entry->getArgument(args.size() - 2);
   Value targets = entry->getArgument(args.size() - 1);
 

@@ -64,7 +64,7 @@ func.func @axis_twice(%x: tensor<8x8xf32>) {
 
 loom.mesh @mesh <dp = 2>
 func.func @all_reduce_type(%x: tensor<8xf32>) {
-  // expected-error@+1 {{'loom.all_reduce' op failed to verify that all of {input, result} have same type}}
+  // expected-error@+1 {{'loom.all_reduce' op result #0 has type 'tensor<8xf16>' but input #0 has type 'tensor<8xf32>'; a reduction keeps each value's type}}
   %0 = "loom.all_reduce"(%x) <{axes = ["dp"], mesh = @mesh, reduction = #loom<reduction sum>}> : (tensor<8xf32>) -> tensor<8xf16>
   return
 }
@@ -254,5 +254,23 @@ loom.mesh @mesh <pp = 4>
 func.func @recv_negative_tag() {
   // expected-error@+1 {{'loom.recv' op tag must be non-negative, got -1}}
   %0 = loom.recv from @mesh [pp] peer 1 tag -1 : tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_reduce_counts(%x: tensor<8xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_reduce' op has 2 inputs but 1 results; each input has its result}}
+  %0 = "loom.all_reduce"(%x, %y) <{axes = ["dp"], mesh = @mesh, reduction = #loom<reduction sum>}> : (tensor<8xf32>, tensor<4xf32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_reduce_empty() {
+  // expected-error@+1 {{'loom.all_reduce' op needs at least one value to reduce}}
+  "loom.all_reduce"() <{axes = ["dp"], mesh = @mesh, reduction = #loom<reduction sum>}> : () -> ()
   return
 }

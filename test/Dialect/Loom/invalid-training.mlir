@@ -161,8 +161,72 @@ func.func @f(%d: tensor<4x8xf32>) {
 // -----
 
 func.func @f() {
-  // expected-error@+1 {{'loom.clip_grad_norm' op needs at least one gradient}}
-  %n:2 = "loom.clip_grad_norm"() {max_norm = 1.0 : f64} : () -> (tensor<f32>, tensor<f32>)
+  // expected-error@+1 {{'loom.sum_squares' op needs at least one operand to sum the squares of}}
+  %s = "loom.sum_squares"() : () -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.sum_squares' op result #0 must be 0D tensor of 32-bit float values, but got 'tensor<1xf32>'}}
+  %s = loom.sum_squares %g : tensor<8xf32> -> tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.sum_squares' op result #0 must be 0D tensor of 32-bit float values, but got 'tensor<f64>'}}
+  %s = loom.sum_squares %g : tensor<8xf32> -> tensor<f64>
+  return
+}
+
+// -----
+
+func.func @f(%g: tensor<8xi32>) {
+  // expected-error@+1 {{'loom.sum_squares' op operand #0 must be variadic of statically shaped tensor of floating-point values, but got 'tensor<8xi32>'}}
+  %s = loom.sum_squares %g : tensor<8xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<2xf32>) {
+  // expected-error@+1 {{'loom.clip_coef' op operand #0 must be 0D tensor of 32-bit float values, but got 'tensor<2xf32>'}}
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<2xf32> -> tensor<f32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<f32>) {
+  // expected-error@+1 {{'loom.clip_coef' op result #0 must be 0D tensor of 32-bit float values, but got 'tensor<bf16>'}}
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<bf16>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<f32>) {
+  // expected-error@+1 {{'loom.clip_coef' op result #1 must be 0D tensor of 32-bit float values, but got 'tensor<1xf32>'}}
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<f32>) {
+  // expected-error@+1 {{'loom.clip_coef' op max_norm must be finite (<= 0 disables clipping), got nan}}
+  %n, %c = loom.clip_coef %s {max_norm = 0x7FF8000000000000 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
+  return
+}
+
+// -----
+
+func.func @f(%s: tensor<f32>) {
+  // expected-error@+1 {{'loom.clip_coef' op requires attribute 'max_norm'}}
+  %n, %c = "loom.clip_coef"(%s) : (tensor<f32>) -> (tensor<f32>, tensor<f32>)
   return
 }
 

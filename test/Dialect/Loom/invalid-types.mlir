@@ -93,7 +93,7 @@ func.func @layer_norm_result_type(%x: tensor<4x8xf32>, %w: tensor<8xf32>) {
 
 loom.mesh @mesh <dp = 2>
 func.func @collective_dynamic(%x: tensor<?xf32>) {
-  // expected-error@+1 {{'loom.all_reduce' op operand #0 must be statically shaped tensor of floating-point values, but got 'tensor<?xf32>'}}
+  // expected-error@+1 {{'loom.all_reduce' op operand #0 must be variadic of statically shaped tensor of floating-point values, but got 'tensor<?xf32>'}}
   %0 = loom.all_reduce %x on @mesh [dp] sum : tensor<?xf32>
   return
 }

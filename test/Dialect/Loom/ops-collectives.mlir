@@ -22,6 +22,16 @@ func.func @all_reduce(%x: tensor<4x64x768xf32>) -> tensor<4x64x768xf32> {
   return %3 : tensor<4x64x768xf32>
 }
 
+// A gradient bucket: several values in one asynchronous all-reduce, each
+// result typed like its input.
+// CHECK-LABEL: func.func @all_reduce_bucket
+// CHECK: %[[R:.*]]:3 = loom.all_reduce %{{.*}}, %{{.*}}, %{{.*}} on @mesh [dp] sum async {reason = "gradient bucket 0"} : tensor<768x3072xf32>, tensor<3072xf32>, tensor<f32>
+// CHECK: return %[[R]]#0, %[[R]]#1, %[[R]]#2
+func.func @all_reduce_bucket(%w: tensor<768x3072xf32>, %b: tensor<3072xf32>, %l: tensor<f32>) -> (tensor<768x3072xf32>, tensor<3072xf32>, tensor<f32>) {
+  %0:3 = loom.all_reduce %w, %b, %l on @mesh [dp] sum async {reason = "gradient bucket 0"} : tensor<768x3072xf32>, tensor<3072xf32>, tensor<f32>
+  return %0#0, %0#1, %0#2 : tensor<768x3072xf32>, tensor<3072xf32>, tensor<f32>
+}
+
 // The gathered dimension grows by the group size: 96 * 2 (dp) and 96 * 8 (dp, tp).
 // CHECK-LABEL: func.func @all_gather
 // CHECK-SAME: (%[[S:.*]]: tensor<96x3072xf32>)

@@ -39,9 +39,21 @@ func.func @backward(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %ids: tensor<
 // CHECK-LABEL: func.func @optimizer
 func.func @optimizer(%p: tensor<8x8xf32>, %g: tensor<8x8xf32>, %m: tensor<8x8xf32>, %v: tensor<8x8xf32>,
                      %b: tensor<8xf32>, %lr: tensor<f32>, %step: tensor<f32>) {
-  // CHECK: %[[N:.*]], %[[C:.*]] = loom.clip_grad_norm %{{.*}}, %{{.*}} {max_norm = 1.000000e+00 : f64} : tensor<8x8xf32>, tensor<8xf32> -> tensor<f32>, tensor<f32>
-  %n, %c = loom.clip_grad_norm %g, %b {max_norm = 1.0 : f64} : tensor<8x8xf32>, tensor<8xf32> -> tensor<f32>, tensor<f32>
+  // CHECK: %[[S:.*]] = loom.sum_squares %{{.*}}, %{{.*}} : tensor<8x8xf32>, tensor<8xf32> -> tensor<f32>
+  %s = loom.sum_squares %g, %b : tensor<8x8xf32>, tensor<8xf32> -> tensor<f32>
+  // CHECK: %[[N:.*]], %[[C:.*]] = loom.clip_coef %[[S]] {max_norm = 1.000000e+00 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
   // CHECK: loom.adamw {{.*}}, %[[C]] {beta1 = 9.000000e-01 : f64, beta2 = 0.9499999{{[0-9]*}} : f64, eps = 1.000000e-08 : f64, weight_decay = 1.000000e-01 : f64} : tensor<8x8xf32>, tensor<f32>
   %np, %nm, %nv = loom.adamw %p, %g, %m, %v, %lr, %step, %c {beta1 = 0.9 : f64, beta2 = 0.95 : f64, eps = 1.0e-8 : f64, weight_decay = 0.1 : f64} : tensor<8x8xf32>, tensor<f32>
   return
+}
+
+// One operand of any float type; max_norm <= 0 (clipping off) is valid.
+// CHECK-LABEL: func.func @clip_off
+func.func @clip_off(%g: tensor<4x2x3xbf16>) -> (tensor<f32>, tensor<f32>) {
+  // CHECK: loom.sum_squares %{{.*}} : tensor<4x2x3xbf16> -> tensor<f32>
+  %s = loom.sum_squares %g : tensor<4x2x3xbf16> -> tensor<f32>
+  // CHECK: loom.clip_coef %{{.*}} {max_norm = 0.000000e+00 : f64}
+  %n, %c = loom.clip_coef %s {max_norm = 0.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
+  return %n, %c : tensor<f32>, tensor<f32>
 }

@@ -1,0 +1,154 @@
+//===- RankFigures.cpp - What one rank holds and sends per step -*- C++ -*-===//
+//
+// Counts with the runtime's conventions, so that predictions and
+// measurements are equal, not close: model state is the bytes of the
+// parameter, gradient and AdamW-moment buffers a rank holds (local shapes);
+// collectives are ring-counted as the communicator counts what it sends.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Analysis/RankFigures.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <set>
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+
+int64_t bytesOf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() *
+         std::max<int64_t>(1, (tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+/// Bytes one rank sends for one execution of `op`, ring-counted with S the
+/// full buffer, and the collective's kind (null for other ops).
+std::pair<const char *, int64_t> ringBytes(Operation *op) {
+  auto group = [&](auto c) { return c.getGroupSize().value_or(1); };
+  auto ring = [](int64_t factor, int64_t full, int64_t n) -> int64_t {
+    return n <= 1 ? 0 : factor * (n - 1) * full / n;
+  };
+  if (auto c = dyn_cast<AllReduceOp>(op)) {
+    // A bucket travels as one buffer: one ring over the members' total.
+    int64_t total = 0;
+    for (Value input : c.getInputs())
+      total += bytesOf(input.getType());
+    return {"all_reduce", ring(2, total, group(c))};
+  }
+  if (auto c = dyn_cast<AllGatherOp>(op))
+    return {"all_gather", ring(1, bytesOf(c.getResult().getType()), group(c))};
+  if (auto c = dyn_cast<ReduceScatterOp>(op))
+    return {"reduce_scatter",
+            ring(1, bytesOf(c.getInput().getType()), group(c))};
+  if (auto c = dyn_cast<AllToAllOp>(op))
+    return {"all_to_all", ring(1, bytesOf(c.getInput().getType()), group(c))};
+  if (auto c = dyn_cast<SendOp>(op))
+    return {"send", bytesOf(c.getInput().getType())};
+  return {nullptr, 0};
+}
+
+int64_t sum(const std::map<std::string, int64_t> &m) {
+  int64_t t = 0;
+  for (const auto &[key, value] : m)
+    t += value;
+  return t;
+}
+
+} // namespace
+
+int64_t RankFigures::modelStateBytes() const { return sum(stateBytes); }
+int64_t RankFigures::totalSentBytes() const { return sum(sentBytes); }
+
+int64_t RankFigures::mixedPrecisionStateBytes() const {
+  auto elements = [&](const char *role) -> int64_t {
+    auto it = stateElements.find(role);
+    return it == stateElements.end() ? 0 : it->second;
+  };
+  return 2 * elements("param") + 2 * elements("grad") +
+         4 * elements("adam_m") /* fp32 master */ + 4 * elements("adam_m") +
+         4 * elements("adam_v");
+}
+
+RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
+                                           MeshOp mesh) {
+  RankFigures fig;
+  if (mesh) {
+    fig.ranks = mesh.getShape().getNumDevices();
+    llvm::raw_string_ostream os(fig.mesh);
+    for (auto [i, name] : llvm::enumerate(mesh.getShape().getAxisNames()))
+      os << (i ? " " : "") << name.getValue() << "="
+         << mesh.getShape().getAxisSizes()[i];
+  }
+  for (const char *kind : kCollectiveKinds) {
+    fig.sentBytes[kind] = 0;
+    fig.calls[kind] = 0;
+  }
+  // 1. Model state: the micro-batch and update functions both take the
+  //    parameters (and the update the gradients); count each once.
+  std::set<std::string> seen;
+  for (func::FuncOp func : funcs) {
+    if (func.isExternal())
+      continue;
+    if (auto arena =
+            func->getAttrOfType<IntegerAttr>(LoomDialect::kArenaBytesAttr))
+      fig.arenaBytes = std::max(fig.arenaBytes, arena.getInt());
+    for (BlockArgument arg : func.getArguments()) {
+      unsigned i = arg.getArgNumber();
+      auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+      auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+      if (!role || !name)
+        continue;
+      Role r = role.getValue();
+      if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
+          r != Role::AdamV)
+        continue;
+      std::string key = (stringifyRole(r) + ":" + name.getValue()).str();
+      if (!seen.insert(key).second)
+        continue;
+      fig.stateBytes[stringifyRole(r).str()] += bytesOf(arg.getType());
+      int64_t elements =
+          cast<RankedTensorType>(arg.getType()).getNumElements();
+      fig.stateElements[stringifyRole(r).str()] += elements;
+      if (r == Role::Param) {
+        fig.params += elements;
+        // The argument is local after partitioning; its sharding (global
+        // layout) says how many ways each dimension was split.
+        int64_t ways = 1;
+        if (auto sharding = func.getArgAttrOfType<ShardingAttr>(
+                i, LoomDialect::kShardingAttr);
+            sharding && mesh && func->hasAttr(LoomDialect::kPartitionedAttr))
+          for (unsigned d = 0; d < sharding.getRank(); ++d)
+            for (StringRef axis : sharding.getDimAxes(d))
+              if (auto a = mesh.getShape().findAxis(axis))
+                ways *= mesh.getShape().getAxisSizes()[*a];
+        fig.globalParams += elements * ways;
+      }
+    }
+
+    // 2. Collectives, once per execution of their function.
+    int64_t executions = 1;
+    if (auto train =
+            func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr))
+      if (auto m = train.getAs<IntegerAttr>("microbatches"))
+        executions = m.getInt();
+    func.walk([&](Operation *op) {
+      auto [kind, bytes] = ringBytes(op);
+      if (!kind)
+        return;
+      fig.sentBytes[kind] += bytes * executions;
+      fig.calls[kind] += executions;
+    });
+  }
+  return fig;
+}
+
+RankFigures mlir::loom::measureRankFigures(ModuleOp module) {
+  SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+  auto meshes = module.getOps<MeshOp>();
+  MeshOp mesh = meshes.empty() ? MeshOp() : *meshes.begin();
+  return measureRankFigures(funcs, mesh);
+}

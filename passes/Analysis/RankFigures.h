@@ -1,0 +1,75 @@
+//===- RankFigures.h - What one rank holds and sends per step --*- C++ -*-===//
+//
+// The figures a user checks before launch and the runtime measures after:
+// model state resident on a rank, the planned arena and the bytes each
+// collective kind sends per step. Read off the partitioned IR once, here,
+// for both `--loom-report` (printed) and the program emitter (stored in the
+// program as predictions loom-run compares with what it counts).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_PASSES_ANALYSIS_RANKFIGURES_H
+#define LOOM_PASSES_ANALYSIS_RANKFIGURES_H
+
+#include "dialects/Loom/IR/LoomOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace mlir::loom {
+
+/// The collective kinds figures are kept for, in the runtime's CommKind
+/// order and with its names.
+inline constexpr const char *kCollectiveKinds[] = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send"};
+
+/// What one rank holds and sends.
+struct RankFigures {
+  /// Model state by role ("param", "grad", "adam_m", "adam_v"): bytes of the
+  /// arguments with that role, local shapes, each (role, name) once.
+  std::map<std::string, int64_t> stateBytes;
+  /// Local parameter elements.
+  int64_t params = 0;
+  /// Elements of the model's parameters (Φ, global shapes).
+  int64_t globalParams = 0;
+  /// Local elements by role, as stateBytes.
+  std::map<std::string, int64_t> stateElements;
+  /// The largest planned arena (loom.arena_bytes); -1 when nothing is
+  /// planned.
+  int64_t arenaBytes = -1;
+  /// Per collective kind (every kCollectiveKinds entry present): bytes one
+  /// rank sends per step, ring-counted with S the full buffer, and calls.
+  std::map<std::string, int64_t> sentBytes;
+  std::map<std::string, int64_t> calls;
+  /// Ranks of the mesh and its axes as "dp=4 tp=2" ("" without a mesh).
+  int64_t ranks = 1;
+  std::string mesh;
+
+  /// Sum of stateBytes over the roles.
+  int64_t modelStateBytes() const;
+  /// The model state this rank would hold in bf16 mixed precision (the
+  /// ZeRO paper's accounting, with the same shardings): 2-byte parameters
+  /// and gradients, and the fp32 optimizer state (master weights sharded
+  /// like the moments, plus both moments) at 12 bytes per moment element.
+  int64_t mixedPrecisionStateBytes() const;
+  /// Sum of sentBytes over the kinds.
+  int64_t totalSentBytes() const;
+};
+
+/// The figures of `funcs` (the functions one rank runs, e.g. a training
+/// step's micro-batch and update functions) on `mesh` (null: one rank).
+/// A function's collectives count once per execution: the micro-batch
+/// function's once per micro-batch (loom.train microbatches).
+RankFigures measureRankFigures(ArrayRef<func::FuncOp> funcs, MeshOp mesh);
+
+/// The figures of every defined function of `module` on its mesh.
+RankFigures measureRankFigures(ModuleOp module);
+
+} // namespace mlir::loom
+
+#endif // LOOM_PASSES_ANALYSIS_RANKFIGURES_H

@@ -1,0 +1,242 @@
+//===- ScheduleComm.cpp - Gradient buckets launched early ------*- C++ -*-===//
+//
+// `--loom-schedule-comm`: the partitioner places each all-reduce right
+// before its first user, which for gradients is the accumulation after the
+// whole backward pass: one small collective per tensor, all at the end,
+// nothing overlapped. This pass does what DDP's reducer does: coalesce
+// them into buckets in the order gradients become ready and launch each
+// bucket as soon as its last gradient exists, so it runs while the rest of
+// the backward pass computes.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/Sharding/OpNames.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/FormatVariadic.h"
+
+namespace mlir::loom {
+#define GEN_PASS_DEF_LOOMSCHEDULECOMM
+#include "passes/Passes.h.inc"
+} // namespace mlir::loom
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+
+/// One all-reduce the pass may move, with where it can go.
+struct Candidate {
+  AllReduceOp op;
+  /// Position (in the function's top level) of its last input's producer;
+  /// -1 when every input is a function argument.
+  int64_t ready = -1;
+  /// Position of the first op that reads one of its results.
+  int64_t firstUse = 0;
+  int64_t bytes = 0;
+};
+
+/// The all-reduces that may share one collective.
+struct BucketKey {
+  Attribute mesh, axes, reduction;
+  Type elementType;
+  bool operator==(const BucketKey &o) const {
+    return mesh == o.mesh && axes == o.axes && reduction == o.reduction &&
+           elementType == o.elementType;
+  }
+};
+
+int64_t bytesOf(Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  return type.getNumElements() *
+         std::max<int64_t>(1, (type.getElementTypeBitWidth() + 7) / 8);
+}
+
+struct LoomScheduleCommPass
+    : mlir::loom::impl::LoomScheduleCommBase<LoomScheduleCommPass> {
+  using Base::Base;
+
+  void scheduleFunction(func::FuncOp func) {
+    Block &top = func.getBody().front();
+    llvm::DenseMap<Operation *, int64_t> position;
+    SmallVector<Operation *> ops;
+    for (Operation &op : top) {
+      position[&op] = static_cast<int64_t>(ops.size());
+      ops.push_back(&op);
+    }
+    // The top-level op a (possibly nested) user belongs to.
+    auto topLevelPosition = [&](Operation *user) {
+      while (user->getBlock() != &top)
+        user = user->getParentOp();
+      return position.lookup(user);
+    };
+
+    // Groups in the order their first member appears (deterministic
+    // bucket numbering and placement).
+    SmallVector<std::pair<BucketKey, SmallVector<Candidate>>> groups;
+    for (auto ar : top.getOps<AllReduceOp>()) {
+      if (ar.getAsync())
+        continue; // already scheduled
+      // A value reduced twice stays where it is (its producer would move).
+      if (llvm::any_of(ar.getInputs(), [](Value v) {
+            return v.getDefiningOp<AllReduceOp>() != nullptr;
+          }))
+        continue;
+      Candidate c{ar, -1, static_cast<int64_t>(ops.size()), 0};
+      for (Value input : ar.getInputs()) {
+        if (Operation *def = input.getDefiningOp())
+          c.ready = std::max(c.ready, position.lookup(def));
+        c.bytes += bytesOf(input);
+      }
+      for (Value result : ar.getResults())
+        for (Operation *user : result.getUsers())
+          c.firstUse = std::min(c.firstUse, topLevelPosition(user));
+      BucketKey key{ar.getMeshAttr(), ar.getAxes(), ar.getReductionAttr(),
+                    getElementTypeOrSelf(ar.getInputs().front().getType())};
+      auto group = llvm::find_if(groups, [&](const auto &g) {
+        return g.first == key;
+      });
+      if (group == groups.end()) {
+        groups.push_back({key, {}});
+        group = std::prev(groups.end());
+      }
+      group->second.push_back(c);
+    }
+
+    const int64_t capacity =
+        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    int bucketIndex = 0;
+    for (auto &[key, candidates] : groups) {
+      llvm::stable_sort(candidates, [&](const Candidate &a,
+                                        const Candidate &b) {
+        return a.ready != b.ready
+                   ? a.ready < b.ready
+                   : position.lookup(a.op) < position.lookup(b.op);
+      });
+      SmallVector<Candidate> bucket;
+      int64_t bucketBytes = 0, bucketFirstUse = 0;
+      auto flush = [&]() {
+        if (!bucket.empty())
+          emitBucket(bucket, ops, bucketIndex++);
+        bucket.clear();
+        bucketBytes = 0;
+      };
+      for (const Candidate &c : candidates) {
+        bool fits = capacity > 0 && bucketBytes + c.bytes <= capacity &&
+                    c.ready < bucketFirstUse;
+        if (!bucket.empty() && !fits)
+          flush();
+        if (bucket.empty())
+          bucketFirstUse = c.firstUse;
+        bucket.push_back(c);
+        bucketBytes += c.bytes;
+        bucketFirstUse = std::min(bucketFirstUse, c.firstUse);
+      }
+      flush();
+    }
+  }
+
+  /// Replaces the bucket's all-reduces by one, right after the last
+  /// producer of its inputs (or at the top when all are arguments).
+  void emitBucket(ArrayRef<Candidate> bucket, ArrayRef<Operation *> ops,
+                  int index) {
+    int64_t ready = -1, bytes = 0;
+    SmallVector<Value> inputs;
+    SmallVector<Type> types;
+    for (Candidate c : bucket) {
+      ready = std::max(ready, c.ready);
+      bytes += c.bytes;
+      for (Value input : c.op.getInputs()) {
+        inputs.push_back(input);
+        types.push_back(input.getType());
+      }
+    }
+    AllReduceOp first = Candidate(bucket.front()).op;
+    OpBuilder b(first);
+    if (ready >= 0)
+      b.setInsertionPointAfter(ops[ready]);
+    else
+      b.setInsertionPointToStart(first->getBlock());
+    // One member keeps its own reason (and the partitioner's account of it).
+    std::string reason;
+    if (bucket.size() == 1 && first.getInputs().size() == 1 &&
+        first.getReason())
+      reason = first.getReason()->str();
+    else
+      reason = llvm::formatv("gradient bucket {0}: {1} tensors, {2} bytes",
+                             index, inputs.size(), bytes)
+                   .str();
+    if (ready >= 0)
+      reason += ", launched after " + describeOp(ops[ready]);
+    auto merged = AllReduceOp::create(
+        b, first.getLoc(), types, inputs, first.getMeshAttr(),
+        first.getAxes(), first.getReductionAttr(),
+        overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason));
+    unsigned next = 0;
+    for (Candidate c : bucket) {
+      for (Value result : c.op.getResults())
+        result.replaceAllUsesWith(merged.getResults()[next++]);
+      c.op.erase();
+    }
+  }
+
+  /// ZeRO-3 prefetch (FSDP's forward/backward prefetch): the gathers a
+  /// block makes of its own inputs (sharded parameters) move out of it, to
+  /// just before the previous block, asynchronous, and the gathered values
+  /// enter the block as extra inputs: they travel while the previous block
+  /// computes. Not when the previous block takes the same parameter (a
+  /// block's forward right before its backward): it gathers it itself.
+  void prefetchGathers(func::FuncOp func) {
+    SmallVector<BlockOp> blocks(func.getBody().front().getOps<BlockOp>());
+    for (size_t i = 1; i < blocks.size(); ++i) {
+      BlockOp block = blocks[i], previous = blocks[i - 1];
+      Block &body = block.getBody().front();
+      llvm::DenseSet<Value> previousInputs(previous.getInputs().begin(),
+                                           previous.getInputs().end());
+      SmallVector<AllGatherOp> gathers;
+      for (auto gather : body.getOps<AllGatherOp>()) {
+        auto arg = dyn_cast<BlockArgument>(gather.getInput());
+        if (arg && arg.getOwner() == &body && !gather.getAsync() &&
+            !previousInputs.contains(block.getInputs()[arg.getArgNumber()]))
+          gathers.push_back(gather);
+      }
+      for (AllGatherOp gather : gathers) {
+        Value shard = block.getInputs()[cast<BlockArgument>(gather.getInput())
+                                            .getArgNumber()];
+        OpBuilder b(previous);
+        std::string reason =
+            (gather.getReason() ? gather.getReason()->str() : "gather") +
+            ", prefetched during " + previous.getLabel().str();
+        auto early = AllGatherOp::create(
+            b, gather.getLoc(), gather.getResult().getType(), shard,
+            gather.getMeshAttr(), gather.getAxes(), gather.getDimAttr(),
+            overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason));
+        block->insertOperands(block->getNumOperands(), early.getResult());
+        BlockArgument whole =
+            body.addArgument(early.getResult().getType(), gather.getLoc());
+        gather.getResult().replaceAllUsesWith(whole);
+        gather.erase();
+      }
+    }
+  }
+
+  void runOnOperation() override {
+    if (bucketMb < 0) {
+      getOperation().emitError()
+          << "loom-schedule-comm: bucket-mb must be >= 0 (0 keeps one "
+             "all-reduce per value), got "
+          << bucketMb;
+      return signalPassFailure();
+    }
+    for (auto func : getOperation().getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      scheduleFunction(func);
+      if (prefetch)
+        prefetchGathers(func);
+    }
+  }
+};
+
+} // namespace

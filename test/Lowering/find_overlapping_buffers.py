@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""find_overlapping_buffers: checks a program's buffer plan from the outside.
+
+Reads the text of `loom-translate --loom-program-dump PROGRAM` (a file, or
+stdin with "-") and re-derives, independently of the planner, when each
+buffer is alive in the instruction stream the runtime executes; then checks
+that no two buffers alive at the same time share a byte, that every buffer
+lies inside the arena, and that no buffer is read before it is written.
+
+Lifetimes, per instruction list (the micro-batch list and the update list
+run at different times and share the bytes above the arguments):
+* arguments (parameters, their gradients and AdamW moments, tokens,
+  targets, lr, step) are alive throughout;
+* any other buffer lives from the instruction that first writes it to the
+  last one that reads it, both included (an instruction's outputs and
+  scratch never share bytes with its inputs); the loss and the gradient
+  norm, which the runtime reads after the list, live to its end;
+* a buffer read but never written in the list is a view (a reshape): it
+  shares the storage of the buffer at the same offset with the same size
+  (an argument, or the latest one written before the view is read; the
+  dump does not say which value a view reshapes), and extends that
+  buffer's lifetime.
+
+Prints one line per stage ("stage 0: 211 buffers, 82 + 29 instructions:
+no overlaps") and exits 0; otherwise prints each problem (at most 20) and
+exits 1. Runs in O(n log n), so a 96-layer GPT-3 plan takes a moment.
+"""
+import bisect
+import heapq
+import re
+import sys
+
+DTYPE_BYTES = {"F32": 4, "I32": 4, "BF16": 2}
+
+STAGE = re.compile(r"^stage (\d+): arena (\d+) bytes")
+HEADER = re.compile(r"^  tokens %(-?\d+) targets %(-?\d+) loss %(-?\d+)"
+                    r"(?: lr %(-?\d+) step %(-?\d+) grad_norm %(-?\d+))?")
+BUFFER = re.compile(r"^  buffer %(\d+) @(\d+) (\w+) \[([^\]]*)\] ?(.*)$")
+PARAM = re.compile(r"^  param \S+ \[[^\]]*\] slice \[[^\]]*\] %(\d+) ")
+PARAM_STATE = re.compile(r" grad %(\d+) m %(\d+) v %(\d+)")
+INSTRUCTION = re.compile(r"^  (update )?\d+: \w+ \[([^\]]*)\] -> \[([^\]]*)\]"
+                         r"(?: scratch \[([^\]]*)\])?")
+MAX_PROBLEMS = 20
+
+
+def indices(text):
+    return [int(x.strip().lstrip("%")) for x in text.split(",") if x.strip()]
+
+
+class Stage:
+    def __init__(self, index, arena):
+        self.index = index
+        self.arena = arena
+        self.buffers = {}  # id -> (offset, bytes, name)
+        self.persistent = set()
+        self.live_to_end = {"": set(), "update ": set()}
+        self.lists = {"": [], "update ": []}  # [(reads, writes)]
+
+
+def parse(lines):
+    stages = []
+    for line in lines:
+        line = line.rstrip("\n")
+        if m := STAGE.match(line):
+            stages.append(Stage(int(m.group(1)), int(m.group(2))))
+            continue
+        if not stages:
+            continue
+        st = stages[-1]
+        if m := HEADER.match(line):
+            tokens, targets, loss, lr, step, norm = m.groups()
+            for b in (tokens, targets, lr, step):
+                if b is not None and int(b) >= 0:
+                    st.persistent.add(int(b))
+            if int(loss) >= 0:
+                st.live_to_end[""].add(int(loss))
+            if norm is not None and int(norm) >= 0:
+                st.live_to_end["update "].add(int(norm))
+        elif m := BUFFER.match(line):
+            size = DTYPE_BYTES[m.group(3)]
+            for d in indices(m.group(4)):
+                size *= d
+            st.buffers[int(m.group(1))] = (int(m.group(2)), size,
+                                           m.group(5).strip())
+        elif m := PARAM.match(line):
+            st.persistent.add(int(m.group(1)))
+            if s := PARAM_STATE.search(line):
+                st.persistent.update(int(x) for x in s.groups())
+        elif m := INSTRUCTION.match(line):
+            kind = m.group(1) or ""
+            writes = indices(m.group(3)) + indices(m.group(4) or "")
+            st.lists[kind].append((indices(m.group(2)), writes))
+    return stages
+
+
+def lifetimes(st, kind, problems):
+    """{buffer: [first, last]} of the transients of one instruction list."""
+    instructions = st.lists[kind]
+    written, last_read, first_read = {}, {}, {}
+    for pos, (reads, writes) in enumerate(instructions):
+        for b in reads:
+            last_read[b] = pos
+            first_read.setdefault(b, pos)
+        for b in writes:
+            written.setdefault(b, pos)
+            last_read[b] = max(last_read.get(b, pos), pos)
+    span = {b: [w, last_read[b]] for b, w in written.items()
+            if b not in st.persistent}
+    for b in sorted(span):
+        if first_read.get(b, span[b][0]) < span[b][0]:
+            problems.append(f"stage {st.index}: {kind}buffer %{b} "
+                            f"'{st.buffers[b][2]}' is read (instruction "
+                            f"{first_read[b]}) before instruction "
+                            f"{span[b][0]} writes it")
+    # Views: read, never written here, not an argument.
+    for view in sorted(set(first_read) - set(written) - st.persistent,
+                       key=lambda b: first_read[b]):
+        offset, size, name = st.buffers[view]
+        owners = [b for b in list(span) + sorted(st.persistent)
+                  if st.buffers[b][:2] == (offset, size) and
+                  (b in st.persistent or span[b][0] < first_read[view])]
+        if not owners:
+            problems.append(f"stage {st.index}: {kind}buffer %{view} "
+                            f"'{name}' is read (instruction "
+                            f"{first_read[view]}) before anything writes it")
+            continue
+        owner = max(owners, key=lambda b: -1 if b in st.persistent
+                    else span[b][0])
+        if owner not in st.persistent:
+            span[owner][1] = max(span[owner][1], last_read[view])
+    end = max(len(instructions) - 1, 0)
+    for b in st.live_to_end[kind]:
+        if b in span:
+            span[b][1] = end
+    return span
+
+
+def check_stage(st, problems):
+    for b, (offset, size, name) in st.buffers.items():
+        if offset + size > st.arena:
+            problems.append(f"stage {st.index}: buffer %{b} '{name}' "
+                            f"[{offset}, {offset + size}) ends past the arena "
+                            f"({st.arena} bytes)")
+    forever = float("inf")
+    for kind in ("", "update "):
+        span = lifetimes(st, kind, problems)
+        alive = [(-1, forever, b) for b in st.persistent if b in st.buffers]
+        alive += [(s, e, b) for b, (s, e) in span.items()]
+        alive = [a for a in alive if st.buffers[a[2]][1] > 0]
+        alive.sort(key=lambda a: (a[0], a[2]))
+        # Sweep over time; `active` holds the buffers alive now, sorted by
+        # offset and (while no problem is found) disjoint, so a new buffer
+        # overlaps one of them exactly when it overlaps a neighbour.
+        active, expiry = [], []
+        for start, end, b in alive:
+            while expiry and expiry[0][0] < start:
+                _, gone = heapq.heappop(expiry)
+                offset = st.buffers[gone][0]
+                active.pop(bisect.bisect_left(active, (offset, gone)))
+            lo, size, name = st.buffers[b]
+            hi = lo + size
+            i = bisect.bisect_left(active, (lo, b))
+            for j in (i - 1, i):
+                if 0 <= j < len(active):
+                    other = active[j][1]
+                    olo, osize, oname = st.buffers[other]
+                    if olo < hi and lo < olo + osize:
+                        when = lambda x: ("always" if x in st.persistent else
+                                          "[%d, %d]" % tuple(span[x]))
+                        problems.append(
+                            f"stage {st.index}: {kind}buffer %{b} '{name}' "
+                            f"[{lo}, {hi}) alive {when(b)} overlaps buffer "
+                            f"%{other} '{oname}' [{olo}, {olo + osize}) "
+                            f"alive {when(other)}")
+            active.insert(i, (lo, b))
+            heapq.heappush(expiry, (end, b))
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: find_overlapping_buffers.py PROGRAM_DUMP.txt|-")
+    source = sys.stdin if sys.argv[1] == "-" else open(sys.argv[1])
+    stages = parse(source)
+    if not stages:
+        sys.exit("find_overlapping_buffers: no 'stage N: arena ...' line; "
+                 "is this loom-translate --loom-program-dump output?")
+    problems = []
+    for st in stages:
+        before = len(problems)
+        check_stage(st, problems)
+        if len(problems) == before:
+            print(f"stage {st.index}: {len(st.buffers)} buffers, "
+                  f"{len(st.lists[''])} + {len(st.lists['update '])} "
+                  f"instructions: no overlaps")
+    for p in problems[:MAX_PROBLEMS]:
+        print(p)
+    if len(problems) > MAX_PROBLEMS:
+        print(f"... and {len(problems) - MAX_PROBLEMS} more")
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+// RUN: split-file %s %t
+// RUN: loom-opt --loom-schedule-comm %t/buckets.mlir | FileCheck %s --check-prefix=BIG
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0.0003 %t/buckets.mlir | FileCheck %s --check-prefix=SMALL
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/buckets.mlir | FileCheck %s --check-prefix=NONE
+// RUN: loom-opt --loom-schedule-comm=overlap=false %t/buckets.mlir | FileCheck %s --check-prefix=SYNC
+// RUN: loom-opt --loom-schedule-comm %t/needed.mlir | FileCheck %s --check-prefix=NEEDED
+// RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
+
+// Three 128-byte values ready one after another, reduced (sum) only at the
+// end, plus a max-reduction that cannot share their collective.
+// BIG-LABEL: func.func @f
+// BIG: %[[A:.*]] = loom.gelu %arg0
+// BIG: %[[B:.*]] = loom.gelu %[[A]]
+// BIG: %[[C:.*]] = loom.gelu %[[B]]
+// BIG-NEXT: loom.all_reduce %[[C]] on @mesh [dp] max async {reason = "max, launched after c"}
+// BIG-NEXT: %[[R:.*]]:3 = loom.all_reduce %[[A]], %[[B]], %[[C]] on @mesh [dp] sum async {reason = "gradient bucket 0: 3 tensors, 384 bytes, launched after c"}
+// BIG: return %[[R]]#0, %[[R]]#1, %[[R]]#2
+
+// 0.0003 MiB = 314 bytes: two values per bucket, the first bucket launched
+// as soon as its second value exists, before the third is computed.
+// SMALL: %[[A:.*]] = loom.gelu %arg0
+// SMALL: %[[B:.*]] = loom.gelu %[[A]]
+// SMALL-NEXT: loom.all_reduce %[[A]], %[[B]] on @mesh [dp] sum async {reason = "gradient bucket 0: 2 tensors, 256 bytes, launched after b"}
+// SMALL-NEXT: %[[C:.*]] = loom.gelu %[[B]]
+// SMALL: loom.all_reduce %[[C]] on @mesh [dp] sum async {reason = "rc, launched after c"}
+
+// No coalescing: every all-reduce right after its value's producer.
+// NONE: %[[A:.*]] = loom.gelu %arg0
+// NONE-NEXT: loom.all_reduce %[[A]] on @mesh [dp] sum async {reason = "ra, launched after a"}
+// NONE-NEXT: %[[B:.*]] = loom.gelu %[[A]]
+// NONE-NEXT: loom.all_reduce %[[B]] on @mesh [dp] sum async {reason = "rb, launched after b"}
+
+// SYNC-NOT: async
+// SYNC: loom.all_reduce {{.*}} on @mesh [dp] sum {reason = "gradient bucket 0: 3 tensors, 384 bytes, launched after c"}
+
+// NEG: error: loom-schedule-comm: bucket-mb must be >= 0 (0 keeps one all-reduce per value), got -1
+
+//--- buckets.mlir
+loom.mesh @mesh <dp = 2>
+func.func @f(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = loom.gelu %x : tensor<4x8xf32> loc("a")
+  %b = loom.gelu %a : tensor<4x8xf32> loc("b")
+  %c = loom.gelu %b : tensor<4x8xf32> loc("c")
+  %ra = loom.all_reduce %a on @mesh [dp] sum {reason = "ra"} : tensor<4x8xf32>
+  %rb = loom.all_reduce %b on @mesh [dp] sum {reason = "rb"} : tensor<4x8xf32>
+  %rc = loom.all_reduce %c on @mesh [dp] sum {reason = "rc"} : tensor<4x8xf32>
+  %m = loom.all_reduce %c on @mesh [dp] max {reason = "max"} : tensor<4x8xf32>
+  return %ra, %rb, %rc, %m : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+//--- needed.mlir
+// %ra is read before %c exists: a bucket holding both would come too late
+// for that reader, so the bucket closes and %c gets its own.
+// NEEDED-LABEL: func.func @g
+// NEEDED: loom.all_reduce %{{.*}}, %{{.*}} on @mesh [dp] sum async {reason = "gradient bucket 0: 2 tensors, 256 bytes, launched after b"}
+// NEEDED: loom.add
+// NEEDED: %[[C:.*]] = loom.gelu
+// NEEDED-NEXT: loom.all_reduce %[[C]] on @mesh [dp] sum async {reason = "rc, launched after c"}
+loom.mesh @mesh <dp = 2>
+func.func @g(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %a = loom.gelu %x : tensor<4x8xf32> loc("a")
+  %b = loom.gelu %a : tensor<4x8xf32> loc("b")
+  %ra = loom.all_reduce %a on @mesh [dp] sum {reason = "ra"} : tensor<4x8xf32>
+  %rb = loom.all_reduce %b on @mesh [dp] sum {reason = "rb"} : tensor<4x8xf32>
+  %s = loom.add %ra, %rb : tensor<4x8xf32>, tensor<4x8xf32> loc("use")
+  %c = loom.gelu %s : tensor<4x8xf32> loc("c")
+  %rc = loom.all_reduce %c on @mesh [dp] sum {reason = "rc"} : tensor<4x8xf32>
+  return %rc, %s : tensor<4x8xf32>, tensor<4x8xf32>
+}

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Compares what loom-run measured with what the compiler predicted.
+
+    compare_predictions.py REPORT.json RUN.jsonl --ranks N
+
+REPORT.json is `loom-opt --loom-report=json=true` of the compiled IR;
+RUN.jsonl the `--log-json` of a run of the same program. On every rank of
+the run's summary line, exactly (DESIGN.md §7.3):
+
+* sent_bytes_per_step == predicted_sent_bytes_per_step (the figures the
+  program carries) == the report's sent_bytes_per_step, per collective kind;
+* model_state_bytes == predicted_model_state_bytes == the report's
+  model_state_bytes;
+* predicted_peak_bytes == the report's predicted_peak_bytes;
+and the measured peak_bytes (arena + runtime temporaries) within 10% of the
+predicted peak (the planned arena).
+
+Prints PASS with the figures, or FAIL with every mismatch; exit 1 on FAIL.
+"""
+import argparse
+import json
+import sys
+
+
+def summary_of(path):
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            if record.get("summary"):
+                return record
+    raise SystemExit(f"FAIL: {path} has no summary line")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report")
+    parser.add_argument("run")
+    parser.add_argument("--ranks", type=int, required=True)
+    args = parser.parse_args()
+
+    with open(args.report) as f:
+        report = json.load(f)
+    ranks = summary_of(args.run)["ranks"]
+    bad = []
+    if len(ranks) != args.ranks:
+        bad.append(f"{len(ranks)} ranks in the summary, expected {args.ranks}")
+    if report["ranks"] != args.ranks:
+        bad.append(f"the report is for {report['ranks']} ranks, "
+                   f"expected {args.ranks}")
+    for r in ranks:
+        where = f"rank {r['rank']}"
+        for key in ("predicted_model_state_bytes",
+                    "predicted_sent_bytes_per_step"):
+            if key not in r:
+                bad.append(f"{where}: no {key} (the program carries no "
+                           "predictions)")
+        if bad:
+            continue
+        want_state = report["model_state_bytes"]
+        for key in ("model_state_bytes", "predicted_model_state_bytes"):
+            if r[key] != want_state:
+                bad.append(f"{where}: {key} {r[key]} != report {want_state}")
+        if r["predicted_peak_bytes"] != report["predicted_peak_bytes"]:
+            bad.append(f"{where}: predicted_peak_bytes "
+                       f"{r['predicted_peak_bytes']} != report "
+                       f"{report['predicted_peak_bytes']}")
+        peak, planned = r["peak_bytes"], report["predicted_peak_bytes"]
+        if not 0.9 * planned <= peak <= 1.1 * planned:
+            bad.append(f"{where}: measured peak {peak} bytes is not within "
+                       f"10% of the predicted {planned}")
+        kinds = set(report["sent_bytes_per_step"]) | set(
+            r["sent_bytes_per_step"]) | set(r["predicted_sent_bytes_per_step"])
+        for kind in sorted(kinds):
+            want = report["sent_bytes_per_step"].get(kind)
+            for key in ("sent_bytes_per_step", "predicted_sent_bytes_per_step"):
+                got = r[key].get(kind)
+                if got != want:
+                    bad.append(f"{where}: {key}.{kind} {got} != report {want}")
+    if bad:
+        print("FAIL:\n  " + "\n  ".join(bad))
+        return 1
+    sent = report["sent_bytes_per_step"]
+    worst = max(abs(r["peak_bytes"] / report["predicted_peak_bytes"] - 1)
+                for r in ranks)
+    print(f"measured peak within {100 * worst:.1f}% of predicted")
+    print(f"PASS: {len(ranks)} ranks, model state "
+          f"{report['model_state_bytes']} bytes, sent per step " +
+          ", ".join(f"{k} {sent[k]}" for k in sorted(sent)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
