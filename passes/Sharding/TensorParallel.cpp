@@ -1,8 +1,10 @@
 //===- TensorParallel.cpp - Megatron shardings on tp -----------*- C++ -*-===//
 //
 // `--loom-tensor-parallel`: Megatron-LM tensor parallelism is shardings on
-// the tp axis, not a code path. This pass only seeds the parameters (and
-// their training state); propagation and the partitioner do the rest.
+// the tp axis, not a code path. This pass seeds the parameters (and their
+// training state) and, when it splits the vocabulary, rewrites the loss into
+// ops whose sharding rules make it vocab-parallel; propagation and the
+// partitioner do the rest.
 //
 // Parameters are recognized by the role they play in the forward graph, so
 // any model built from the same ops gets the same layout:
