@@ -140,6 +140,30 @@ def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
+def LoomRecompute : Pass<"loom-recompute", "::mlir::ModuleOp"> {
+  let summary = "Activation recomputation: backward blocks re-run their forward";
+  let description = [{
+    Runs on the training step (after `--loom-autodiff`, before any
+    partitioning). With `mode=full`, every backward `loom.block` that reads
+    activations its forward block saved clones the forward block's body at
+    its top, fed by the forward block's inputs (added as inputs of the
+    backward block where missing), and reads the recomputed values: between
+    the forward and the backward pass only each block's inputs stay alive
+    (Korthikanti et al. 2022, full recomputation), for one extra forward per
+    block. `selective` (recompute attention's T×T scores and probabilities)
+    is what the attention kernels always do — the forward keeps only qkv
+    and the output — so it changes nothing; `none` is the default.
+
+    **Options:**
+    * `mode`: none | selective | full.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
+           "none, selective or full">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 def LoomZero : Pass<"loom-zero", "::mlir::ModuleOp"> {
   let summary = "Seed the data-parallel / ZeRO shardings on the dp axis";
   let description = [{

@@ -19,6 +19,9 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     autodiff.eps = options.eps;
     autodiff.weightDecay = options.weightDecay;
     pm.addPass(createLoomAutodiff(autodiff));
+    LoomRecomputeOptions recompute;
+    recompute.mode = options.recompute;
+    pm.addPass(createLoomRecompute(recompute));
   }
   if (options.partition) {
     if (options.tensorParallel)

@@ -36,6 +36,10 @@ struct CompilePipelineOptions
       *this, "bucket-mb",
       llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
       llvm::cl::init(25.0)};
+  Option<std::string> recompute{
+      *this, "recompute",
+      llvm::cl::desc("Activation recomputation: none, selective or full"),
+      llvm::cl::init("none")};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),

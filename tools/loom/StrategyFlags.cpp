@@ -22,7 +22,8 @@ static bool parsePositive(llvm::StringRef text, int64_t &out) {
 bool loom::cli::strategyFlagTakesValue(const std::string &flag) {
   static const char *const kValueFlags[] = {
       "--mesh",           "--zero",    "--microbatches", "--schedule",
-      "--virtual-stages", "--backend", "--precision",    "--bucket-mb"};
+      "--virtual-stages", "--backend", "--precision",    "--bucket-mb",
+      "--recompute"};
   return llvm::is_contained(kValueFlags, flag);
 }
 
@@ -59,6 +60,12 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
     if (llvm::StringRef(value).getAsInteger(10, s.zero) || s.zero < 0 ||
         s.zero > 3)
       error = "--zero takes a ZeRO stage 0, 1, 2 or 3, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--recompute") {
+    s.recompute = value;
+    if (value != "none" && value != "selective" && value != "full")
+      error = "--recompute is none, selective or full, got '" + value + "'";
     return true;
   }
   if (flag == "--bucket-mb") {
@@ -117,6 +124,12 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             " shards the model state over data-parallel ranks: it needs "
             "training (loom train, compile --train) and --mesh dp=N with "
             "N > 1";
+    return false;
+  }
+  if (s.recompute != "none" && !train) {
+    error = "--recompute " + s.recompute +
+            " trades memory for recomputation in the backward pass; "
+            "evaluation has none (drop the flag)";
     return false;
   }
   if (s.microbatches != 1 && !train) {

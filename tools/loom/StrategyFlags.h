@@ -19,6 +19,8 @@ struct Strategy {
   /// Mesh axis sizes by name, in the order given (dp, tp, pp).
   std::map<std::string, int64_t> mesh{{"dp", 1}, {"tp", 1}, {"pp", 1}};
   int64_t zero = 0;
+  /// Activation recomputation (--recompute none|selective|full).
+  std::string recompute = "none";
   /// All-reduce bucket capacity in MiB (--bucket-mb; 0: one per tensor).
   double bucketMb = 25.0;
   int64_t microbatches = 1;

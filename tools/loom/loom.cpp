@@ -63,6 +63,7 @@ optimizer flags (train):
   --microbatches M splits each step's batch into M accumulated micro-batches.
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
+  --recompute none|selective|full
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
 )";
@@ -316,6 +317,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
+  pipeline.recompute = inv.strategy.recompute;
   importTimer.stop();
   PassManager pm(&context);
   mlir::loom::buildCompilePipeline(pm, pipeline);
