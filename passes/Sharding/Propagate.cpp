@@ -178,15 +178,52 @@ bool Propagator::propagateOp(Operation *op) {
   for (auto [i, result] : llvm::enumerate(op->getResults()))
     visit(result, rule.resultFactors[i], "result", i);
 
-  // 2. An axis can split only one dimension of a tensor: a factor whose
-  //    axes another factor already uses stays whole. (Sizes always divide:
-  //    every split comes from a verified seed of the same factor size.)
-  llvm::StringSet<> used;
+  // 2. An axis can split only one dimension of a tensor (and a result
+  //    cannot be split and partial over the same axis): a factor whose
+  //    axes another factor of the same tensor already uses stays whole.
+  //    Factors of different tensors may share axes (two gradients both split
+  //    over dp in one sum of squares). (Sizes always divide: every split
+  //    comes from a verified seed of the same factor size.)
+  // The factors of each tensor; a result also holds the partial sums of the
+  // contracted factors (several of which may share an axis: one sum).
+  struct Held {
+    int64_t factor;
+    bool partial;
+  };
+  SmallVector<SmallVector<Held>> tensors;
+  for (ArrayRef<int64_t> factors : rule.operandFactors) {
+    tensors.emplace_back();
+    for (int64_t f : factors)
+      tensors.back().push_back({f, false});
+  }
+  for (ArrayRef<int64_t> factors : rule.resultFactors) {
+    tensors.emplace_back();
+    for (int64_t f : factors)
+      tensors.back().push_back({f, false});
+    for (size_t f = 0; f < numFactors; ++f)
+      if (rule.isReduction[f] &&
+          !llvm::is_contained(factors, static_cast<int64_t>(f)))
+        tensors.back().push_back({static_cast<int64_t>(f), true});
+  }
+  // Axes already splitting a dimension / held as partial sums, per tensor.
+  SmallVector<llvm::StringSet<>> splitting(tensors.size()),
+      partialOver(tensors.size());
   for (size_t f = 0; f < numFactors; ++f) {
     if (!factorAxes[f])
       continue;
-    if (llvm::any_of(*factorAxes[f],
-                     [&](StringRef axis) { return used.contains(axis); })) {
+    SmallVector<std::pair<size_t, bool>> holders; // tensor, as partial
+    for (auto [t, held] : llvm::enumerate(tensors))
+      for (Held h : held)
+        if (h.factor == static_cast<int64_t>(f))
+          holders.push_back({t, h.partial});
+    bool clash = llvm::any_of(holders, [&](auto holder) {
+      auto [t, partial] = holder;
+      return llvm::any_of(*factorAxes[f], [&](StringRef axis) {
+        return splitting[t].contains(axis) ||
+               (!partial && partialOver[t].contains(axis));
+      });
+    });
+    if (clash) {
       remarkOnce(op, f,
                  "cannot split a dimension of size " +
                      Twine(rule.factorSizes[f]) + " by " +
@@ -196,8 +233,9 @@ bool Propagator::propagateOp(Operation *op) {
       factorAxes[f].reset();
       continue;
     }
-    for (StringRef axis : *factorAxes[f])
-      used.insert(axis);
+    for (auto [t, partial] : holders)
+      for (StringRef axis : *factorAxes[f])
+        (partial ? partialOver[t] : splitting[t]).insert(axis);
   }
 
   // 3. Give every unsharded operand and result its factors' splits; a
@@ -218,7 +256,9 @@ bool Propagator::propagateOp(Operation *op) {
     for (size_t f = 0; f < numFactors; ++f)
       if (rule.isReduction[f] && factorAxes[f] &&
           !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f))) {
-        llvm::append_range(s.partial, *factorAxes[f]);
+        for (StringRef axis : *factorAxes[f])
+          if (!llvm::is_contained(s.partial, axis))
+            s.partial.push_back(axis); // several contracted factors: one sum
         s.partialKind = rule.reductionKind[f];
       }
     changed |= assign(result, std::move(s));
