@@ -129,6 +129,13 @@ def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
     split with more axes wins, then the earlier operand; a remark explains
     each such choice. A mesh axis that would split two dimensions of one
     tensor is dropped from the later one, with a remark.
+
+    Training state (a parameter, its gradient accumulator, its moments) is
+    one tensor per `loom.name` and role across functions: functions are
+    propagated in order, and what one decided for such an argument seeds
+    the same argument of the next (a bias whose split followed from a
+    hand-annotated weight in the training step keeps it in the optimizer
+    update).
   }];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
@@ -180,6 +187,59 @@ def LoomZero : Pass<"loom-zero", "::mlir::ModuleOp"> {
     Option<"stage", "stage", "int64_t", /*default=*/"0", "ZeRO stage">,
     Option<"axis", "axis", "std::string", /*default=*/"\"dp\"",
            "Data-parallel mesh axis">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
+  let summary = "Seed Megatron-LM tensor-parallel shardings on the tp axis";
+  let description = [{
+    Tensor parallelism as shardings (DESIGN.md §2): this pass only seeds
+    parameters; propagation carries the splits through every activation and
+    gradient and the partitioner derives the collectives (Megatron's f and
+    g: one all-reduce after each row-parallel linear in the forward, one
+    before each block's layer norms in the backward).
+
+    Parameters are recognized by their role in the graph, not by name:
+
+    * the linear producing an attention op's `[B, T, 3, C]` q|k|v input
+      (GPT-2's `attn.c_attn`) is column-parallel: its weight and bias split
+      on the last dimension, so each rank holds whole heads' q, k and v and
+      attends with them (the attention op's heads factor);
+    * a linear reading an attention result (`attn.c_proj`) is row-parallel:
+      its weight splits on the input dimension; its bias stays whole and is
+      added after the all-reduce;
+    * in a linear -> gelu -> linear chain (`mlp.c_fc`, `mlp.c_proj`) the
+      first is column-parallel and the second row-parallel;
+    * an embedding table (`wte`, tied with the LM head) splits on vocabulary
+      rows (vocab-parallel embedding). The logits then come out split on the
+      vocabulary, and the loss is lowered to Megatron's vocab-parallel
+      cross-entropy (`loom.row_max`, `loom.cross_entropy_sums`,
+      `loom.cross_entropy_from_sums`; `loom.cross_entropy_sums_grad` for its
+      gradient): per-token maxima and sums are all-reduced, the logits are
+      never gathered.
+
+    The gradient accumulators and AdamW moments of a parameter (same
+    `loom.name`) get its sharding. Hand-written shardings on the axis (as
+    GSPMD's mark_sharding) take precedence: when any parameter carries one,
+    only those are used (and copied to the parameters' state). A model with
+    neither structure nor annotations stays replicated over the axis, with a
+    remark saying so.
+
+    Errors: heads, hidden sizes or vocabulary not divisible by the axis size,
+    with what to change.
+
+    **Options:**
+    * `axis`: the tensor-parallel mesh axis (default `tp`).
+    * `sequence-parallel`: split layer norms and residual adds on the
+      sequence (Korthikanti et al. 2022); not implemented yet (an error).
+  }];
+  let options = [
+    Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
+           "Tensor-parallel mesh axis">,
+    Option<"sequenceParallel", "sequence-parallel", "bool",
+           /*default=*/"false",
+           "Sequence parallelism on the same axis (not implemented yet)">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }

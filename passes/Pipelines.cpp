@@ -24,6 +24,8 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pm.addPass(createLoomRecompute(recompute));
   }
   if (options.partition) {
+    if (options.tensorParallel)
+      pm.addPass(createLoomTensorParallel());
     LoomZeroOptions zero;
     zero.stage = options.zeroStage;
     pm.addPass(createLoomZero(zero));

@@ -27,6 +27,11 @@ struct CompilePipelineOptions
       llvm::cl::init(false)};
   Option<int64_t> zeroStage{*this, "zero", llvm::cl::desc("ZeRO stage"),
                             llvm::cl::init(0)};
+  Option<bool> tensorParallel{
+      *this, "tensor-parallel",
+      llvm::cl::desc("With partition: seed Megatron tensor parallelism on "
+                     "the tp axis (--loom-tensor-parallel) before ZeRO"),
+      llvm::cl::init(false)};
   Option<double> bucketMb{
       *this, "bucket-mb",
       llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
@@ -58,8 +63,9 @@ struct CompilePipelineOptions
 
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
 /// training step is derived first (--loom-autodiff); with `partition`, the
-/// step is split over the module's mesh (--loom-zero, --loom-propagate,
-/// --loom-partition); then buffer planning.
+/// step is split over the module's mesh (--loom-tensor-parallel when
+/// `tensor-parallel`, --loom-zero, --loom-propagate, --loom-partition); then
+/// buffer planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

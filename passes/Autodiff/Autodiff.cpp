@@ -25,6 +25,10 @@ struct ParamArg {
   unsigned index;
   StringAttr name;
   RankedTensorType type;
+  /// Rank of the tensor as checkpoints (and PyTorch) see it: its
+  /// loom.checkpoint_shape when the type regroups it (GPT-2's c_attn bias is
+  /// [3, C] here, [3C] in HF), else the type's rank.
+  int64_t checkpointRank;
 };
 
 NamedAttribute roleAttr(Builder &b, Role role) {
@@ -107,10 +111,15 @@ LogicalResult LoomAutodiffPass::deriveTrainingStep(func::FuncOp model) {
         model.getArgAttrOfType<RoleAttr>(arg.getArgNumber(), LoomDialect::kRoleAttr);
     if (!role || role.getValue() != Role::Param)
       continue;
+    auto type = cast<RankedTensorType>(arg.getType());
+    std::optional<SmallVector<int64_t>> checkpointShape =
+        getCheckpointShape(model, arg.getArgNumber());
     params.push_back({arg.getArgNumber(),
                       model.getArgAttrOfType<StringAttr>(
                           arg.getArgNumber(), LoomDialect::kNameAttr),
-                      cast<RankedTensorType>(arg.getType())});
+                      type,
+                      checkpointShape ? int64_t(checkpointShape->size())
+                                      : type.getRank()});
   }
   if (params.empty())
     return model.emitOpError() << "has no parameters (arguments with "
@@ -257,7 +266,8 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
       b, NameLoc::get(StringAttr::get(ctx, "clip_coef")), scalar, scalar,
       sumSquares.getResult(), b.getF64FloatAttr(maxNorm));
 
-  // 2. AdamW per parameter; decay only on rank >= 2 (nanoGPT convention).
+  // 2. AdamW per parameter; decay only on rank >= 2 (nanoGPT convention,
+  //    on the checkpoint's rank).
   SmallVector<Value> results(3 * n);
   SmallVector<int64_t> updates(3 * n);
   for (size_t i = 0; i < n; ++i) {
@@ -268,7 +278,7 @@ void LoomAutodiffPass::buildUpdateFunction(func::FuncOp model,
     }
     if (!hasGrad[i])
       continue;
-    double decay = params[i].type.getRank() >= 2 ? weightDecay : 0.0;
+    double decay = params[i].checkpointRank >= 2 ? weightDecay : 0.0;
     auto adamw = AdamWOp::create(
         b,
         NameLoc::get(StringAttr::get(ctx, params[i].name.getValue() + ".adamw")),

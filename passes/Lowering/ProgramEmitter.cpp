@@ -116,6 +116,13 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<LayerNormOp>([](auto) { return fb::Opcode::LayerNorm; })
       .Case<GeluOp>([](auto) { return fb::Opcode::Gelu; })
       .Case<AttentionOp>([](auto) { return fb::Opcode::Attention; })
+      .Case<RowMaxOp>([](auto) { return fb::Opcode::RowMax; })
+      .Case<CrossEntropySumsOp>(
+          [](auto) { return fb::Opcode::CrossEntropySums; })
+      .Case<CrossEntropyFromSumsOp>(
+          [](auto) { return fb::Opcode::CrossEntropyFromSums; })
+      .Case<CrossEntropySumsGradOp>(
+          [](auto) { return fb::Opcode::CrossEntropySumsGrad; })
       .Case<SoftmaxOp>([](auto) { return fb::Opcode::Softmax; })
       .Case<CrossEntropyOp>([](auto) { return fb::Opcode::CrossEntropy; })
       .Case<ReshapeOp>([](auto) { return fb::Opcode::Copy; })
@@ -249,6 +256,12 @@ StageEmitter::emitInstruction(Operation *op) {
   };
   LogicalResult ok =
       llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case([&](EmbeddingOp e) {
+            // Vocab-parallel: the axes splitting the table's rows.
+            if (ArrayAttr rows = e.getRowAxesAttr())
+              return collective(rows, std::nullopt);
+            return success();
+          })
           .Case<LayerNormOp, LayerNormGradOp>([&](auto ln) {
             epsilon = ln.getEpsilon().convertToDouble();
             return success();
@@ -266,8 +279,21 @@ StageEmitter::emitInstruction(Operation *op) {
             offset = s.getOffset();
             return success();
           })
-          .Case<CrossEntropyOp, CrossEntropyGradOp>([&](auto ce) {
+          .Case<CrossEntropyOp, CrossEntropyGradOp, CrossEntropyFromSumsOp>(
+              [&](auto ce) {
+                value = static_cast<double>(ce.getNumTokens().value_or(0));
+                return success();
+              })
+          .Case([&](CrossEntropySumsOp ce) {
+            // Vocab-parallel: the axes splitting the logits' columns.
+            if (ArrayAttr vocab = ce.getVocabAxesAttr())
+              return collective(vocab, std::nullopt);
+            return success();
+          })
+          .Case([&](CrossEntropySumsGradOp ce) {
             value = static_cast<double>(ce.getNumTokens().value_or(0));
+            if (ArrayAttr vocab = ce.getVocabAxesAttr())
+              return collective(vocab, std::nullopt);
             return success();
           })
           .Case([&](FillOp fill) {
@@ -518,15 +544,22 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
                                                             : fb::InitKind::Ones;
     std::vector<int64_t> shape(globalShape.begin(), globalShape.end());
     std::vector<int64_t> sliceOffset(shape.size(), 0);
+    std::vector<int64_t> checkpointShape;
+    if (std::optional<SmallVector<int64_t>> hf = getCheckpointShape(step, i))
+      checkpointShape.assign(hf->begin(), hf->end());
     auto paramDims = dimShardings(paramSharding);
     auto gradDims = dimShardings(gradSharding);
     auto momentDims = dimShardings(momentSharding);
+    // Weight decay follows the checkpoint's rank (nanoGPT: >= 2-D).
+    size_t checkpointRank =
+        checkpointShape.empty() ? shape.size() : checkpointShape.size();
     params.push_back(fb::CreateParam(
         fbb, fbb.CreateString(name.str()), fbb.CreateVector(shape),
         fbb.CreateVector(sliceOffset), bufferIndex.lookup(arg), kind,
-        init.getStd().convertToDouble(), /*decay=*/type.getRank() >= 2,
+        init.getStd().convertToDouble(), /*decay=*/checkpointRank >= 2,
         bufferFor(Role::Grad, name), bufferFor(Role::AdamM, name),
-        bufferFor(Role::AdamV, name), paramDims, gradDims, momentDims));
+        bufferFor(Role::AdamV, name), paramDims, gradDims, momentDims,
+        checkpointShape.empty() ? 0 : fbb.CreateVector(checkpointShape)));
   }
 
   // 3. The buffer table (last: instructions add buffers).
@@ -754,6 +787,10 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
         if (p->grad_buffer() >= 0)
           os << " grad %" << p->grad_buffer() << " m %" << p->m_buffer()
              << " v %" << p->v_buffer();
+        if (p->checkpoint_shape() && p->checkpoint_shape()->size()) {
+          os << " checkpoint ";
+          printList(os, p->checkpoint_shape());
+        }
         os << "\n";
       }
     printInstructions(os, stage->instructions(), "");

@@ -27,6 +27,8 @@ namespace {
 struct Layout {
   SmallVector<SmallVector<StringRef>> dims;
   SmallVector<StringRef> partial;
+  /// How the partial results combine (sums, or a row maximum's maxima).
+  ReductionKind partialKind = ReductionKind::Sum;
 };
 
 Layout layoutOf(ShardingAttr attr) {
@@ -34,6 +36,7 @@ Layout layoutOf(ShardingAttr attr) {
   for (unsigned d = 0; d < attr.getRank(); ++d)
     l.dims.push_back(attr.getDimAxes(d));
   l.partial = attr.getPartialAxes();
+  l.partialKind = attr.getPartialKind();
   return l;
 }
 
@@ -100,6 +103,10 @@ private:
   /// A sum of squares over gradients split over different axes (ZeRO-2/3
   /// or tensor parallelism next to replicated ones): see the definition.
   LogicalResult balanceSumSquares(SumSquaresOp op);
+  /// Tensor parallelism: per-rank attributes of ops whose split dimensions
+  /// change what a rank computes (local head counts, table rows).
+  LogicalResult localizeHeadCounts(func::FuncOp func);
+  void markVocabShards(func::FuncOp func);
 
   MeshOp mesh;
   llvm::DenseMap<Value, Layout> layouts;
@@ -126,7 +133,8 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   //    reduce-scatter reduces and splits at once (ZeRO-2's gradients).
   if (!have.partial.empty() && want.partial.empty()) {
     for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
-      if (!have.dims[d].empty() || want.dims[d] != have.partial)
+      if (!have.dims[d].empty() || want.dims[d] != have.partial ||
+          have.partialKind != ReductionKind::Sum)
         continue;
       std::string reason = "partial sum over [" +
                            llvm::join(have.partial, ", ") + "] of " +
@@ -148,13 +156,15 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
     auto key = std::make_pair(value, user->getBlock());
     Value reduced = reducedCopies.lookup(key);
     if (!reduced) {
-      std::string reason = "partial sum over [" +
-                           llvm::join(have.partial, ", ") + "] of " +
-                           nameOf(value) + ", reduced for " + nameOf(user);
+      std::string reason = "partial " +
+                           stringifyReductionKind(have.partialKind).str() +
+                           " over [" + llvm::join(have.partial, ", ") +
+                           "] of " + nameOf(value) + ", reduced for " +
+                           nameOf(user);
       reduced = AllReduceOp::create(
                     b, value.getLoc(), value, meshRef,
                     axesAttr(b, have.partial),
-                    ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+                    ReductionKindAttr::get(b.getContext(), have.partialKind),
                     b.getStringAttr(reason))
                     .getResult();
       Layout l = have;
@@ -275,7 +285,7 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     if (rule->partialSumsPassThrough && op.getNumResults() == 1) {
       Layout first = layout(op.getOperand(0));
       bool samePartials =
-          !first.partial.empty() &&
+          !first.partial.empty() && first.partialKind == ReductionKind::Sum &&
           llvm::all_of(op.getOperands(), [&](Value v) {
             Layout l = layout(v);
             return l.partial == first.partial && l.dims == first.dims;
@@ -343,6 +353,12 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     if (auto ce = dyn_cast<CrossEntropyGradOp>(op))
       if (IntegerAttr n = globalTokens(ce.getTargets()))
         ce.setNumTokensAttr(n);
+    if (auto ce = dyn_cast<CrossEntropyFromSumsOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getRowMax()))
+        ce.setNumTokensAttr(n);
+    if (auto ce = dyn_cast<CrossEntropySumsGradOp>(op))
+      if (IntegerAttr n = globalTokens(ce.getTargets()))
+        ce.setNumTokensAttr(n);
   }
   return success();
 }
@@ -390,25 +406,158 @@ LogicalResult Partitioner::balanceSumSquares(SumSquaresOp op) {
   }
   if (whole.empty())
     return success();
-  // The indivisible ones: their own sum, the same on every rank.
+  // The indivisible ones, grouped by the partial axes that do split them:
+  // none (the same on every rank), or some (a ZeRO-2/3 shard on dp that is
+  // whole over tp). Each group's own sum, reduced over just its axes, is
+  // added after the reduction of the rest.
+  SmallVector<std::pair<SmallVector<StringRef>, SmallVector<Value>>> groups;
+  for (Value v : whole) {
+    Layout have = layout(v);
+    SmallVector<StringRef> split;
+    for (StringRef axis : result.partial)
+      if (llvm::any_of(have.dims, [&](const auto &axes) {
+            return llvm::is_contained(axes, axis);
+          }))
+        split.push_back(axis);
+    auto *group = llvm::find_if(
+        groups, [&](const auto &g) { return g.first == split; });
+    if (group == groups.end())
+      group = &groups.emplace_back(split, SmallVector<Value>());
+    group->second.push_back(v);
+  }
   for (unsigned i : llvm::reverse(wholeOperands))
     op->eraseOperand(i);
-  auto replicated =
-      SumSquaresOp::create(b, op.getLoc(), op.getResult().getType(), whole);
-  record(replicated.getResult(), layout(replicated.getResult()));
-  if (op.getInputs().empty()) {
-    op.getResult().replaceAllUsesWith(replicated.getResult());
-    op.erase();
-    return success();
-  }
+  Type scalar = op.getResult().getType();
+  Value rest = op.getInputs().empty() ? Value() : op.getResult();
   b.setInsertionPointAfter(op);
-  auto total = AddOp::create(b, op.getLoc(), op.getResult().getType(),
-                             op.getResult(), replicated.getResult());
-  op.getResult().replaceAllUsesExcept(total.getResult(), total);
-  record(total.getResult(), layout(replicated.getResult()));
-  // Reduce the split part before adding the replicated part.
-  Layout wholeLayout;
-  return reshard(total->getOpOperand(0), wholeLayout);
+  OpBuilder before(op);
+  Value total = rest;
+  SmallVector<AddOp> adds;
+  for (auto &[axes, values] : groups) {
+    auto sum = SumSquaresOp::create(before, op.getLoc(), scalar, values);
+    Layout l;
+    l.partial = axes;
+    record(sum.getResult(), l);
+    if (!total) {
+      total = sum.getResult();
+      continue;
+    }
+    auto add = AddOp::create(b, op.getLoc(), scalar, total, sum.getResult());
+    record(add.getResult(), Layout());
+    adds.push_back(add);
+    total = add.getResult();
+  }
+  if (!rest) {
+    op.getResult().replaceAllUsesWith(total);
+    op.erase();
+  } else if (!adds.empty()) {
+    op.getResult().replaceAllUsesExcept(total, adds.front());
+  }
+  // Reduce both sides of each addition (over their own axes) before it.
+  for (AddOp add : adds)
+    if (failed(reshard(add->getOpOperand(0), Layout())) ||
+        failed(reshard(add->getOpOperand(1), Layout())))
+      return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+/// A linear whose result holds partial sums (row-parallel: its K is split)
+/// would add its bias on every rank, once per rank in the sum. The bias is
+/// split off into an add of the reduced value, so it is added once, after
+/// the all-reduce (Megatron's row-parallel linear). Runs on the shardings
+/// propagation left, before anything is partitioned.
+void splitBiasFromPartialSums(func::FuncOp func) {
+  SmallVector<LinearOp> linears;
+  func.walk([&](LinearOp linear) {
+    auto attrs = linear->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr);
+    if (linear.getBias() && attrs &&
+        !cast<ShardingAttr>(attrs[0]).getPartialAxes().empty() &&
+        cast<ShardingAttr>(attrs[0]).getPartialKind() == ReductionKind::Sum)
+      linears.push_back(linear);
+  });
+  for (LinearOp linear : linears) {
+    auto attrs = linear->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr);
+    auto sharding = cast<ShardingAttr>(attrs[0]);
+    OpBuilder b(linear);
+    auto product =
+        LinearOp::create(b, linear.getLoc(), linear.getType(),
+                         linear.getInput(), linear.getWeight(), Value());
+    product->setAttr(LoomDialect::kShardingsAttr, attrs);
+    auto add = AddOp::create(
+        b, NameLoc::get(b.getStringAttr(nameOf(linear.getOperation()) + ".bias")),
+        linear.getType(), product.getResult(), linear.getBias());
+    add->setAttr(LoomDialect::kShardingsAttr,
+                 b.getArrayAttr({ShardingAttr::get(
+                     b.getContext(), sharding.getMesh(), sharding.getDims(),
+                     b.getArrayAttr({}))}));
+    linear.getResult().replaceAllUsesWith(add.getResult());
+    linear.erase();
+  }
+}
+
+/// Attention whose channels are split (in whole heads) attends with the
+/// heads this rank holds: num_heads becomes the local count.
+LogicalResult Partitioner::localizeHeadCounts(func::FuncOp func) {
+  auto localize = [&](Operation *op, Value qkv,
+                      int64_t heads) -> FailureOr<int64_t> {
+    Layout l = layout(qkv);
+    if (l.dims.size() != 4)
+      return heads;
+    int64_t n = ways(l.dims[3]);
+    if (heads % n != 0)
+      return op->emitOpError()
+             << "splits the channels of its " << heads << " heads over ["
+             << llvm::join(l.dims[3], ", ") << "] (" << n
+             << " ways), which does not give every rank whole heads; n_head "
+                "must be divisible by "
+             << n;
+    return heads / n;
+  };
+  WalkResult walk = func.walk([&](Operation *op) {
+    FailureOr<int64_t> local = int64_t(0);
+    Builder b(op->getContext());
+    if (auto att = dyn_cast<AttentionOp>(op)) {
+      local = localize(op, att.getQkv(), att.getNumHeads());
+      if (succeeded(local))
+        att.setNumHeadsAttr(b.getI64IntegerAttr(*local));
+    } else if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+      local = localize(op, grad.getQkv(), grad.getNumHeads());
+      if (succeeded(local))
+        grad.setNumHeadsAttr(b.getI64IntegerAttr(*local));
+    }
+    return failed(local) ? WalkResult::interrupt() : WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+/// Ops reading a vocabulary shard (an embedding table split on rows, logits
+/// split on the last dimension) need to know which shard this rank holds:
+/// name the axes so the kernel can find its offset.
+void Partitioner::markVocabShards(func::FuncOp func) {
+  Builder b(func.getContext());
+  auto axesOf = [&](Value v, bool last) -> ArrayAttr {
+    Layout l = layout(v);
+    if (l.dims.empty())
+      return {};
+    ArrayRef<StringRef> axes = last ? l.dims.back() : l.dims.front();
+    return axes.empty() ? ArrayAttr() : axesAttr(b, axes);
+  };
+  func.walk([&](Operation *op) {
+    if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
+      if (ArrayAttr axes = axesOf(embedding.getTable(), /*last=*/false))
+        embedding.setRowAxesAttr(axes);
+    } else if (auto sums = dyn_cast<CrossEntropySumsOp>(op)) {
+      if (ArrayAttr axes = axesOf(sums.getLogits(), /*last=*/true))
+        sums.setVocabAxesAttr(axes);
+    } else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op)) {
+      if (ArrayAttr axes = axesOf(grad.getLogits(), /*last=*/true))
+        grad.setVocabAxesAttr(axes);
+    }
+  });
 }
 
 /// The local type of a value with layout `l`.
@@ -427,8 +576,12 @@ LogicalResult Partitioner::run(func::FuncOp func) {
     if (auto attr = func.getArgAttrOfType<ShardingAttr>(
             arg.getArgNumber(), LoomDialect::kShardingAttr))
       record(arg, layoutOf(attr));
+  splitBiasFromPartialSums(func);
   if (failed(partitionOps(func.getBody().front())))
     return failure();
+  if (failed(localizeHeadCounts(func)))
+    return failure();
+  markVocabShards(func);
 
   // Shrink every value to its local shape (the collectives inserted above
   // are typed in global shapes and shrink with everything else).

@@ -10,6 +10,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <functional>
@@ -24,10 +25,12 @@ using namespace mlir::loom;
 
 namespace {
 
-/// Mesh axes per tensor dimension, plus partial-sum axes.
+/// Mesh axes per tensor dimension, plus partial-result axes (sums, or
+/// maxima).
 struct ValueSharding {
   SmallVector<SmallVector<StringRef>> dims;
   SmallVector<StringRef> partial;
+  ReductionKind partialKind = ReductionKind::Sum;
 
   bool isReplicated() const {
     return partial.empty() &&
@@ -73,6 +76,7 @@ ValueSharding fromAttr(ShardingAttr attr) {
   for (unsigned d = 0; d < attr.getRank(); ++d)
     s.dims.push_back(attr.getDimAxes(d));
   s.partial = attr.getPartialAxes();
+  s.partialKind = attr.getPartialKind();
   return s;
 }
 
@@ -90,7 +94,8 @@ ShardingAttr Propagator::toAttr(MLIRContext *ctx,
   for (StringRef axis : s.partial)
     partial.push_back(b.getStringAttr(axis));
   return ShardingAttr::get(ctx, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-                           b.getArrayAttr(dims), b.getArrayAttr(partial));
+                           b.getArrayAttr(dims), b.getArrayAttr(partial),
+                           s.partialKind);
 }
 
 void Propagator::seed(func::FuncOp func) {
@@ -250,10 +255,12 @@ bool Propagator::propagateOp(Operation *op) {
     ValueSharding s = shardingFor(rule.resultFactors[i]);
     for (size_t f = 0; f < numFactors; ++f)
       if (rule.isReduction[f] && factorAxes[f] &&
-          !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f)))
+          !llvm::is_contained(rule.resultFactors[i], static_cast<int64_t>(f))) {
         for (StringRef axis : *factorAxes[f])
           if (!llvm::is_contained(s.partial, axis))
             s.partial.push_back(axis); // several contracted factors: one sum
+        s.partialKind = rule.reductionKind[f];
+      }
     changed |= assign(result, std::move(s));
   }
   return changed;
@@ -326,6 +333,46 @@ void Propagator::annotate(func::FuncOp func) {
   });
 }
 
+/// Seeds the unsharded training-state arguments of `func` from `shardings`
+/// (by role and name), or with `record`, records the sharded ones.
+void linkTrainingState(func::FuncOp func,
+                       llvm::StringMap<ShardingAttr> &shardings, bool record) {
+  SmallVector<DictionaryAttr> argAttrs;
+  bool seeded = false;
+  for (BlockArgument arg : func.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+    auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    if (!role || !name ||
+        (role.getValue() != Role::Param && role.getValue() != Role::Grad &&
+         role.getValue() != Role::AdamM && role.getValue() != Role::AdamV))
+      continue;
+    std::string key = (stringifyRole(role.getValue()) + ":" + name.getValue()).str();
+    auto sharding =
+        func.getArgAttrOfType<ShardingAttr>(i, LoomDialect::kShardingAttr);
+    if (record) {
+      if (sharding)
+        shardings.try_emplace(key, sharding);
+      continue;
+    }
+    auto it = shardings.find(key);
+    if (sharding || it == shardings.end() ||
+        it->second.getRank() !=
+            static_cast<unsigned>(
+                cast<RankedTensorType>(arg.getType()).getRank()))
+      continue;
+    // All at once below: setArgAttr rebuilds the whole list each call.
+    if (argAttrs.empty())
+      func.getAllArgAttrs(argAttrs);
+    NamedAttrList attrs(argAttrs[i]);
+    attrs.set(LoomDialect::kShardingAttr, it->second);
+    argAttrs[i] = attrs.getDictionary(func.getContext());
+    seeded = true;
+  }
+  if (seeded)
+    func.setAllArgAttrs(argAttrs);
+}
+
 struct LoomPropagatePass
     : mlir::loom::impl::LoomPropagateBase<LoomPropagatePass> {
   using Base::Base;
@@ -340,13 +387,20 @@ struct LoomPropagatePass
           << "is a second mesh; sharding propagation works on one mesh";
       return signalPassFailure();
     }
+    // A parameter's state (the parameter, its gradient accumulator, its
+    // moments) is one tensor per name, however many functions take it:
+    // what propagation decided for it in one function seeds the next (the
+    // training step before the optimizer update).
+    llvm::StringMap<ShardingAttr> stateShardings;
     for (auto func : module.getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
+      linkTrainingState(func, stateShardings, /*record=*/false);
       Propagator propagator(meshes.front());
       propagator.seed(func);
       propagator.run(func);
       propagator.annotate(func);
+      linkTrainingState(func, stateShardings, /*record=*/true);
     }
   }
 };

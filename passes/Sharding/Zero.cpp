@@ -58,7 +58,10 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   /// fully resident. Stage 3 also splits the parameters: the partitioner
   /// gathers each where it is used (inside a block's forward, again inside
   /// its backward) and the gathered copy dies with its last use. State no
-  /// dimension of which the axis divides stays whole on every rank.
+  /// dimension of which the axis divides stays whole on every rank. State
+  /// already split by another axis (tensor parallelism) keeps that split and
+  /// takes dp on another dimension, or stays whole over dp when none is
+  /// left (a column-parallel bias).
   LogicalResult seedOptimizerState(func::FuncOp func, MeshOp mesh) {
     Builder b(func.getContext());
     int64_t n = mesh.getShape().getAxisSizes()[*mesh.getShape().findAxis(axis)];
@@ -76,14 +79,23 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
       bool split = r == Role::AdamM || r == Role::AdamV ||
                    (r == Role::Grad && stage >= 2) ||
                    (r == Role::Param && stage >= 3);
+      // A sharding seeded before (tensor parallelism) is kept; dp takes a
+      // dimension no other axis splits.
+      auto seeded = func.getArgAttrOfType<ShardingAttr>(
+          i, LoomDialect::kShardingAttr);
+      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
+      if (seeded)
+        dims.assign(seeded.getDims().begin(), seeded.getDims().end());
       std::optional<unsigned> splitDim;
       if (split)
         for (unsigned d = 0; d < type.getRank() && !splitDim; ++d)
-          if (type.getShape()[d] % n == 0)
+          if (type.getShape()[d] % n == 0 &&
+              cast<ArrayAttr>(dims[d]).empty())
             splitDim = d;
-      SmallVector<Attribute> dims(type.getRank(), b.getArrayAttr({}));
       if (splitDim)
         dims[*splitDim] = b.getArrayAttr({b.getStringAttr(axis)});
+      else if (seeded)
+        continue;
       shardings.set(i, ShardingAttr::get(func.getContext(),
                                          FlatSymbolRefAttr::get(
                                              mesh.getSymNameAttr()),
@@ -108,12 +120,15 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
       return signalPassFailure();
     }
     MeshOp mesh = meshes.front();
-    if (!mesh.getShape().findAxis(axis)) {
+    std::optional<unsigned> index = mesh.getShape().findAxis(axis);
+    if (!index) {
       mesh.emitOpError() << "has no axis '" << axis
                          << "' for data parallelism (axes: "
                          << mesh.getShape().axisNamesForDiagnostic() << ")";
       return signalPassFailure();
     }
+    if (mesh.getShape().getAxisSizes()[*index] == 1)
+      return; // one data-parallel rank: nothing to split
 
     // Token ids and targets are split by rows: each dp rank takes its rows
     // of the global batch.

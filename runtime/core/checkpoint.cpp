@@ -118,11 +118,12 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << tensorName
                                << "' (the program's parameter); was it "
                                   "saved from a different model?");
-  LOOM_CHECK(t->shape == p.globalShape,
+  // The checkpoint's shape (HF's), or the program's own grouping of it.
+  LOOM_CHECK(t->shape == p.checkpointShape || t->shape == p.globalShape,
              "checkpoint '" << path << "': tensor '" << tensorName
                             << "' has shape " << shapeStr(t->shape)
                             << " but the program expects "
-                            << shapeStr(p.globalShape));
+                            << shapeStr(p.checkpointShape));
   Status s = toFloat32(*t, values);
   if (!s.ok())
     return s.withContext("checkpoint '" + path + "', tensor '" + tensorName +
@@ -255,7 +256,9 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
     if (!s.ok())
       return s.withContext("cannot save '" + path + "'");
     if (writer)
-      file.addF32(name, p.globalShape, global.data());
+      file.addF32(name, p.checkpointShape.empty() ? p.globalShape
+                                                  : p.checkpointShape,
+                  global.data());
     return Status::success();
   };
   for (const ParamView &p : executor.params())

@@ -103,6 +103,10 @@ Status Executor::create(const program::LoadedProgram &program,
       if (p->slice_offset())
         v.sliceOffset.assign(p->slice_offset()->begin(),
                              p->slice_offset()->end());
+      v.checkpointShape = v.globalShape;
+      if (p->checkpoint_shape() && p->checkpoint_shape()->size() > 0)
+        v.checkpointShape.assign(p->checkpoint_shape()->begin(),
+                                 p->checkpoint_shape()->end());
       v.buffer = p->buffer();
       v.gradBuffer = p->grad_buffer();
       v.mBuffer = p->m_buffer();
@@ -424,6 +428,15 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   switch (op) {
   case Opcode::Embedding: {
     const auto &t = shapes[in[0]];
+    if (ins.axes() && ins.axes()->size() > 0) {
+      // Vocab-parallel: this rank holds block groupRank(axes) of the rows.
+      std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+      const int64_t rows = t[0], n = comm->groupSize(axes);
+      LOOM_RETURN_IF_ERROR(cpu::embeddingForwardRows(
+          dstF, i32(in[1]), f32(in[0]), bufferNumel(in[1]), rows * n,
+          comm->groupRank(axes) * rows, rows, t[1]));
+      break;
+    }
     LOOM_RETURN_IF_ERROR(cpu::embeddingForward(dstF, i32(in[1]), f32(in[0]),
                                                bufferNumel(in[1]), t[0], t[1]));
     break;
@@ -438,10 +451,12 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     break;
   }
   case Opcode::Linear: {
+    // The weight is [K, out...]: its output dimensions are one N.
     const auto &w = shapes[in[1]];
-    const int64_t M = bufferNumel(in[0]) / w[0];
+    const int64_t K = w[0], N = bufferNumel(in[1]) / K;
+    const int64_t M = bufferNumel(in[0]) / K;
     cpu::linearForward(dstF, f32(in[0]), f32(in[1]),
-                       in.size() == 3 ? f32(in[2]) : nullptr, M, w[0], w[1]);
+                       in.size() == 3 ? f32(in[2]) : nullptr, M, K, N);
     break;
   }
   case Opcode::Matmul: {
@@ -471,8 +486,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     break;
   }
   case Opcode::Attention: {
+    // [B, T, 3C] or [B, T, 3, C]: the same bytes.
     const auto &q = shapes[in[0]];
-    const int64_t B = q[0], T = q[1], C = q[2] / 3, NH = ins.num_heads();
+    const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
+                  NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
     cpu::attentionForward(dstF, att, f32(in[0]), B, T, C, NH);
     break;
@@ -489,6 +506,45 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     // rank's result is its share of the global mean.
     if (ins.value() > 0)
       *dstF = static_cast<float>(*dstF * (static_cast<double>(N) / ins.value()));
+    break;
+  }
+  case Opcode::RowMax:
+  case Opcode::CrossEntropySums:
+  case Opcode::CrossEntropySumsGrad: {
+    // This rank's columns of the vocabulary: block groupRank(axes) of it.
+    const uint32_t logits = op == Opcode::RowMax ? in[0]
+                            : op == Opcode::CrossEntropySums ? in[0]
+                                                             : in[1];
+    const int64_t V = shapes[logits].back();
+    const int64_t N = bufferNumel(logits) / V;
+    int64_t offset = 0, blocks = 1;
+    if (ins.axes() && ins.axes()->size() > 0) {
+      std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+      offset = comm->groupRank(axes) * V;
+      blocks = comm->groupSize(axes);
+    }
+    // Columns beyond the model's vocabulary are padding, as for CrossEntropy.
+    const int64_t validV = std::min<int64_t>(V * blocks, modelInfo->vocab_size());
+    if (op == Opcode::RowMax) {
+      cpu::crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV);
+    } else if (op == Opcode::CrossEntropySums) {
+      LOOM_RETURN_IF_ERROR(cpu::crossEntropySums(outF(0), outF(1), f32(in[0]),
+                                                 f32(in[1]), i32(in[2]), N, V,
+                                                 offset, validV));
+    } else {
+      const double tokens = ins.value() > 0 ? ins.value() : double(N);
+      const float g = static_cast<float>(*f32(in[0]) / tokens);
+      LOOM_RETURN_IF_ERROR(cpu::crossEntropySumsBackward(
+          dstF, f32(in[1]), f32(in[2]), f32(in[3]), i32(in[4]), N, V, offset,
+          validV, g));
+    }
+    break;
+  }
+  case Opcode::CrossEntropyFromSums: {
+    const int64_t N = bufferNumel(in[0]);
+    const double tokens = ins.value() > 0 ? ins.value() : double(N);
+    *dstF = cpu::crossEntropyFromSums(f32(in[0]), f32(in[1]), f32(in[2]), N,
+                                      tokens);
     break;
   }
   case Opcode::Copy:
@@ -545,7 +601,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   }
   case Opcode::LinearGrad: {
     const auto &w = shapes[in[2]];
-    const int64_t K = w[0], N = w[1], M = bufferNumel(in[1]) / K;
+    const int64_t K = w[0], N = bufferNumel(in[2]) / K;
+    const int64_t M = bufferNumel(in[1]) / K;
     const float *dout = f32(in[0]);
     // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
     cpu::gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f, outF(0),
@@ -597,7 +654,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   }
   case Opcode::AttentionGrad: {
     const auto &q = shapes[in[1]];
-    const int64_t B = q[0], T = q[1], C = q[2] / 3, NH = ins.num_heads();
+    const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
+                  NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
     cpu::attentionProbs(att, f32(in[1]), B, T, C, NH);
     cpu::attentionBackward(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH);

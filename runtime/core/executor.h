@@ -50,6 +50,9 @@ struct TrainStepResult {
 struct ParamView {
   std::string name;
   std::vector<int64_t> globalShape;
+  /// Param.checkpoint_shape: the shape checkpoints hold (the same row-major
+  /// elements as globalShape, grouped as in HF's layout).
+  std::vector<int64_t> checkpointShape;
   std::vector<int64_t> sliceOffset;
   std::vector<int64_t> localShape;
   uint32_t buffer = 0;

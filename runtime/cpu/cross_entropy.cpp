@@ -1,6 +1,7 @@
 //===- cross_entropy.cpp - Fused softmax + cross entropy -------*- C++ -*-===//
 #include "runtime/cpu/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -71,6 +72,89 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
       dx[c] = (p - (c == tgt ? 1.0f : 0.0f)) * g;
     }
     for (int64_t c = validV; c < V; ++c)
+      dx[c] = 0.0f;
+  }
+  return Status::success();
+}
+
+namespace {
+
+/// This rank's valid columns: those of [offset, offset + V) below validV.
+int64_t localValid(int64_t V, int64_t offset, int64_t validV) {
+  return std::max<int64_t>(0, std::min(V, validV - offset));
+}
+
+Status checkShardTargets(const int32_t *targets, int64_t N, int64_t validV) {
+  for (int64_t n = 0; n < N; ++n)
+    LOOM_CHECK(targets[n] >= 0 && targets[n] < validV,
+               "cross_entropy: target " << targets[n] << " at row " << n
+                                        << " is outside [0, " << validV
+                                        << "); the data does not match the "
+                                           "model's vocabulary");
+  return Status::success();
+}
+
+} // namespace
+
+void crossEntropyRowMax(float *rowMax, const float *logits, int64_t N,
+                        int64_t V, int64_t offset, int64_t validV) {
+  const int64_t cols = localValid(V, offset, validV);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *x = logits + n * V;
+    float maxv = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c)
+      maxv = std::fmax(maxv, x[c]);
+    rowMax[n] = maxv;
+  }
+}
+
+Status crossEntropySums(float *sumExp, float *targetLogit, const float *logits,
+                        const float *rowMax, const int32_t *targets, int64_t N,
+                        int64_t V, int64_t offset, int64_t validV) {
+  LOOM_RETURN_IF_ERROR(checkShardTargets(targets, N, validV));
+  const int64_t cols = localValid(V, offset, validV);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *x = logits + n * V;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += std::exp(x[c] - rowMax[n]);
+    sumExp[n] = sum;
+    const int64_t t = static_cast<int64_t>(targets[n]) - offset;
+    targetLogit[n] = t >= 0 && t < cols ? x[t] : 0.0f;
+  }
+  return Status::success();
+}
+
+float crossEntropyFromSums(const float *rowMax, const float *sumExp,
+                           const float *targetLogit, int64_t N,
+                           double divisor) {
+  double total = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int64_t n = 0; n < N; ++n)
+    total += std::log(sumExp[n]) + rowMax[n] - targetLogit[n];
+  return divisor > 0 ? static_cast<float>(total / divisor) : 0.0f;
+}
+
+Status crossEntropySumsBackward(float *dlogits, const float *logits,
+                                const float *rowMax, const float *sumExp,
+                                const int32_t *targets, int64_t N, int64_t V,
+                                int64_t offset, int64_t validV, float g) {
+  LOOM_RETURN_IF_ERROR(checkShardTargets(targets, N, validV));
+  const int64_t cols = localValid(V, offset, validV);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float *x = logits + n * V;
+    float *dx = dlogits + n * V;
+    const float inv = 1.0f / sumExp[n];
+    const int64_t t = static_cast<int64_t>(targets[n]) - offset;
+    // Element-wise read-then-write keeps in-place (dlogits == logits) valid.
+    for (int64_t c = 0; c < cols; ++c) {
+      float p = std::exp(x[c] - rowMax[n]) * inv;
+      dx[c] = (p - (c == t ? 1.0f : 0.0f)) * g;
+    }
+    for (int64_t c = cols; c < V; ++c)
       dx[c] = 0.0f;
   }
   return Status::success();

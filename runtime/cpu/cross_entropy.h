@@ -30,6 +30,38 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
                             const int32_t *targets, int64_t N, int64_t V,
                             int64_t validV, float dloss);
 
+//===----------------------------------------------------------------------===//
+// Vocab-parallel pieces (Megatron's): logits[N, V] hold columns
+// [offset, offset + V) of a vocabulary whose first validV columns are valid
+// (the rest is padding). Each rank reduces its columns to per-row
+// statistics; all-reducing the maxima (max) and then the sums (sum) gives
+// the full softmax's, from which the loss and each rank's gradient follow.
+//===----------------------------------------------------------------------===//
+
+/// rowMax[n] = max over this rank's valid columns (-inf when it has none).
+void crossEntropyRowMax(float *rowMax, const float *logits, int64_t N,
+                        int64_t V, int64_t offset, int64_t validV);
+
+/// sumExp[n] = Σ exp(logits[n, c] - rowMax[n]) over this rank's valid
+/// columns; targetLogit[n] = logits[n, target - offset] when this rank
+/// holds the target, else 0. Errors when a target is not in [0, validV).
+Status crossEntropySums(float *sumExp, float *targetLogit, const float *logits,
+                        const float *rowMax, const int32_t *targets, int64_t N,
+                        int64_t V, int64_t offset, int64_t validV);
+
+/// Σ_n (log sumExp[n] + rowMax[n] - targetLogit[n]) / divisor.
+float crossEntropyFromSums(const float *rowMax, const float *sumExp,
+                           const float *targetLogit, int64_t N,
+                           double divisor);
+
+/// dlogits[n, c] = (exp(logits[n, c] - rowMax[n]) / sumExp[n] -
+/// [offset + c == target]) * g on valid columns, 0 on padding (overwritten;
+/// may alias logits). Same errors as crossEntropySums.
+Status crossEntropySumsBackward(float *dlogits, const float *logits,
+                                const float *rowMax, const float *sumExp,
+                                const int32_t *targets, int64_t N, int64_t V,
+                                int64_t offset, int64_t validV, float g);
+
 /// Reference versions in double precision, same contracts.
 Status crossEntropyForwardReference(float *meanLoss, float *losses,
                                     const float *logits, const int32_t *targets,

@@ -30,6 +30,22 @@ Status embeddingForward(float *out, const int32_t *idx, const float *wte,
   return Status::success();
 }
 
+Status embeddingForwardRows(float *out, const int32_t *idx, const float *rows,
+                            int64_t N, int64_t V, int64_t rowBegin, int64_t R,
+                            int64_t C) {
+  LOOM_RETURN_IF_ERROR(checkIndices(idx, N, V));
+#pragma omp parallel for schedule(static) if (N * C > 65536)
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t r = static_cast<int64_t>(idx[n]) - rowBegin;
+    if (r >= 0 && r < R)
+      std::memcpy(out + n * C, rows + r * C,
+                  static_cast<size_t>(C) * sizeof(float));
+    else
+      std::memset(out + n * C, 0, static_cast<size_t>(C) * sizeof(float));
+  }
+  return Status::success();
+}
+
 Status embeddingBackward(float *dwte, const float *dout, const int32_t *idx,
                          int64_t N, int64_t V, int64_t C) {
   LOOM_RETURN_IF_ERROR(checkIndices(idx, N, V));

@@ -25,6 +25,14 @@ Status embeddingForward(float *out, const int32_t *idx, const float *wte,
 Status embeddingBackward(float *dwte, const float *dout, const int32_t *idx,
                          int64_t N, int64_t V, int64_t C);
 
+/// Vocab-parallel forward: `rows` holds rows [rowBegin, rowBegin + R) of a
+/// table of V rows. out[n, :] is that row for ids in the range, zeros for
+/// the others (the ranks' outputs sum to the full lookup). Errors when an
+/// id is outside [0, V).
+Status embeddingForwardRows(float *out, const int32_t *idx, const float *rows,
+                            int64_t N, int64_t V, int64_t rowBegin, int64_t R,
+                            int64_t C);
+
 /// Reference versions (serial loops), same contracts.
 Status embeddingForwardReference(float *out, const int32_t *idx,
                                  const float *wte, int64_t N, int64_t V,

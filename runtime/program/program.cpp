@@ -196,7 +196,11 @@ private:
   Status checkCompute();
   Status checkMovement();
   Status checkTraining();
+  Status checkVocabParallelLoss();
   Status checkCollective();
+  /// `axes` of an op reading a vocabulary shard (Embedding, the vocab-
+  /// parallel loss): none, or distinct axes of a non-empty mesh.
+  Status checkShardAxes();
   /// Layer norm (forward or gradient) over rows of `x`: epsilon in (0, 1),
   /// scratch empty or [mean, rstd] with one value per row.
   Status checkLayerNormStats(const std::vector<int64_t> &x);
@@ -326,6 +330,8 @@ Status InstructionChecker::check() {
     return checkCompute();
   if (op >= Opcode::EmbeddingGrad && op <= Opcode::ClipCoef)
     return checkTraining();
+  if (op >= Opcode::RowMax && op <= Opcode::CrossEntropySumsGrad)
+    return checkVocabParallelLoss();
   // LocalSlice is no collective (it communicates nothing) but shares the
   // mesh / axes checks.
   if (isCollective(op) || op == Opcode::LocalSlice)
@@ -335,7 +341,7 @@ Status InstructionChecker::check() {
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-26)");
+                                 "and optimizer opcodes 0-30)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -353,6 +359,8 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "result"));
     INSTR_CHECK(shape(table).size() == 2, "table must be [vocab, width], got "
                                               << shapeString(shape(table)));
+    // Vocab-parallel: axes splitting the table's rows.
+    LOOM_RETURN_IF_ERROR(checkShardAxes());
     std::vector<int64_t> want = shape(ids);
     want.push_back(shape(table)[1]);
     return sameShape(out, want, "result");
@@ -378,17 +386,18 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
     const auto &x = shape(inputs[0]), &w = shape(inputs[1]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
-    INSTR_CHECK(w.size() == 2,
-                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(w.size() >= 2,
+                "weight must be [in, out...], got " << shapeString(w));
     INSTR_CHECK(x.back() == w[0], "input features "
                                       << x.back()
                                       << " do not match the weight's input "
                                          "dimension "
                                       << w[0] << " (weight is [in, out])");
+    const std::vector<int64_t> out(w.begin() + 1, w.end());
     if (inputs.size() == 3)
-      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], {w[1]}, "bias"));
+      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], out, "bias"));
     std::vector<int64_t> want(x.begin(), x.end() - 1);
-    want.push_back(w[1]);
+    want.insert(want.end(), out.begin(), out.end());
     return sameShape(outputs[0], want, "result");
   }
   case Opcode::Matmul: {
@@ -501,21 +510,22 @@ Status InstructionChecker::checkTraining() {
     const auto &dy = shape(inputs[0]), &x = shape(inputs[1]),
                &w = shape(inputs[2]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
-    INSTR_CHECK(w.size() == 2,
-                "weight must be [in, out], got " << shapeString(w));
+    INSTR_CHECK(w.size() >= 2,
+                "weight must be [in, out...], got " << shapeString(w));
     INSTR_CHECK(x.back() == w[0], "input features "
                                       << x.back()
                                       << " do not match the weight's input "
                                          "dimension "
                                       << w[0] << " (weight is [in, out])");
+    const std::vector<int64_t> out(w.begin() + 1, w.end());
     std::vector<int64_t> want(x.begin(), x.end() - 1);
-    want.push_back(w[1]);
+    want.insert(want.end(), out.begin(), out.end());
     LOOM_RETURN_IF_ERROR(sameShape(inputs[0], want, "dout"));
     (void)dy;
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], x, "dinput"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[1], w, "dweight"));
     if (outputs.size() == 3)
-      LOOM_RETURN_IF_ERROR(sameShape(outputs[2], {w[1]}, "dbias"));
+      LOOM_RETURN_IF_ERROR(sameShape(outputs[2], out, "dbias"));
     return Status::success();
   }
   case Opcode::MatmulGrad: {
@@ -680,12 +690,11 @@ Status InstructionChecker::checkTraining() {
 Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                                                const std::vector<int64_t> &out,
                                                const char *role) {
-  INSTR_CHECK(q.size() == 3,
-              "qkv must be [batch, seq, 3 * channels], got " << shapeString(q));
-  INSTR_CHECK(q[2] % 3 == 0, "qkv last dimension "
-                                 << q[2]
-                                 << " is not 3 * channels (q, k, v packed)");
-  const int64_t C = q[2] / 3, NH = ins.num_heads();
+  INSTR_CHECK((q.size() == 3 && q[2] % 3 == 0) || (q.size() == 4 && q[2] == 3),
+              "qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, "
+              "channels], got "
+                  << shapeString(q));
+  const int64_t C = q.size() == 4 ? q[3] : q[2] / 3, NH = ins.num_heads();
   INSTR_CHECK(NH > 0, "num_heads must be positive, got " << NH);
   INSTR_CHECK(C % NH == 0,
               "channels " << C << " are not divisible by num_heads " << NH);
@@ -711,6 +720,85 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                 "scratch (att) has "
                     << s << " elements, expected B*NH*T*T = " << q[0] << "*"
                     << NH << "*" << q[1] << "*" << q[1]);
+  }
+  return Status::success();
+}
+
+Status InstructionChecker::checkShardAxes() {
+  const std::vector<uint32_t> axes = toVector(ins.axes());
+  INSTR_CHECK(axes.empty() || !facts.mesh.empty(),
+              "reads a shard split over mesh axes, but Program.mesh is empty "
+              "(a single-rank program)");
+  for (size_t k = 0; k < axes.size(); ++k) {
+    INSTR_CHECK(axes[k] < facts.mesh.size(),
+                "axis " << axes[k] << " is out of range (the mesh has "
+                        << facts.mesh.size() << " axes)");
+    for (size_t m = 0; m < k; ++m)
+      INSTR_CHECK(axes[m] != axes[k], "axis " << axes[k] << " appears twice");
+  }
+  return Status::success();
+}
+
+Status InstructionChecker::checkVocabParallelLoss() {
+  const Opcode op = ins.opcode();
+  LOOM_RETURN_IF_ERROR(checkShardAxes());
+  auto allF32 = [&](const std::vector<uint32_t> &v,
+                    const char *role) -> Status {
+    for (uint32_t b : v)
+      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+    return Status::success();
+  };
+  // Per-token shapes: the logits without their last dimension.
+  auto tokensOf = [&](uint32_t logits, std::vector<int64_t> &tokens) -> Status {
+    const auto &l = shape(logits);
+    INSTR_CHECK(l.size() >= 2,
+                "logits must be [..., vocab], got " << shapeString(l));
+    tokens.assign(l.begin(), l.end() - 1);
+    return Status::success();
+  };
+  std::vector<int64_t> tokens;
+  switch (op) {
+  case Opcode::RowMax: {
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[0], outputs[0]}, "operand"));
+    const auto &x = shape(inputs[0]);
+    INSTR_CHECK(!x.empty(), "input must have rank >= 1");
+    return sameShape(outputs[0], std::vector<int64_t>(x.begin(), x.end() - 1),
+                     "result");
+  }
+  case Opcode::CrossEntropySums:
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0));
+    LOOM_RETURN_IF_ERROR(
+        allF32({inputs[0], inputs[1], outputs[0], outputs[1]}, "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[2], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(tokensOf(inputs[0], tokens));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], tokens, "row_max"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], tokens, "targets"));
+    LOOM_RETURN_IF_ERROR(sameShape(outputs[0], tokens, "sum_exp"));
+    return sameShape(outputs[1], tokens, "target_logit");
+  case Opcode::CrossEntropyFromSums:
+    LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[0], inputs[1], inputs[2]}, "operand"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[1], shape(inputs[0]), "sum_exp"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], shape(inputs[0]), "target_logit"));
+    INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
+                "value (global token count) must be >= 0, got " << ins.value());
+    return numel(outputs[0], 1, "result (scalar loss)");
+  case Opcode::CrossEntropySumsGrad:
+    LOOM_RETURN_IF_ERROR(counts(5, 5, 1, 0));
+    LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
+    LOOM_RETURN_IF_ERROR(allF32({inputs[1], inputs[2], inputs[3], outputs[0]},
+                                "operand"));
+    LOOM_RETURN_IF_ERROR(dtype(inputs[4], DType::I32, "targets"));
+    LOOM_RETURN_IF_ERROR(tokensOf(inputs[1], tokens));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[2], tokens, "row_max"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[3], tokens, "sum_exp"));
+    LOOM_RETURN_IF_ERROR(sameShape(inputs[4], tokens, "targets"));
+    INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
+                "value (global token count) must be >= 0, got " << ins.value());
+    return sameShape(outputs[0], shape(inputs[1]), "dlogits");
+  default:
+    break;
   }
   return Status::success();
 }
@@ -1008,6 +1096,22 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                        << " of size " << shapeString(local)
                        << " leaves the global shape " << shapeString(global)
                        << " in dimension " << d);
+    }
+    // A checkpoint shape regroups the same elements.
+    const std::vector<int64_t> checkpoint =
+        toVector(param->checkpoint_shape());
+    if (!checkpoint.empty()) {
+      int64_t cnumel = 1;
+      for (int64_t d : checkpoint) {
+        LOOM_CHECK(d > 0 && cnumel <= std::numeric_limits<int64_t>::max() / d,
+                   label << ": checkpoint shape " << shapeString(checkpoint)
+                         << " is invalid (dimensions must be positive)");
+        cnumel *= d;
+      }
+      LOOM_CHECK(cnumel == gnumel,
+                 label << ": checkpoint shape " << shapeString(checkpoint)
+                       << " has " << cnumel << " elements but the global shape "
+                       << shapeString(global) << " has " << gnumel);
     }
     // ZeRO: grad_sharding / moment_sharding (when present) give the
     // gradient / moments the global shape divided per dimension by the

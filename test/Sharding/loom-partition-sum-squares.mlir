@@ -75,3 +75,26 @@ func.func @mixed(%g0: tensor<4x4xf32> {loom.sharding = #loom.sharding<@mesh, [[d
   %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
   return %n, %c : tensor<f32>, tensor<f32>
 }
+
+// -----
+
+// Tensor parallelism with ZeRO-2: a gradient split over tp and dp, one split
+// over dp only (a layer norm's, whole over tp) that no dimension lets tp
+// split further, one split over tp only. Each piece is counted once: the
+// dp-only one is summed apart and reduced over dp alone, then added.
+loom.mesh @mesh <dp = 2, tp = 2>
+// CHECK-LABEL: func.func @tp_and_zero(
+// CHECK: %[[DPONLY:.*]] = loom.sum_squares %{{.*}} : tensor<3xf32> -> tensor<f32>
+// CHECK: %[[LOCAL:.*]] = loom.sum_squares %{{.*}}, %{{.*}} : tensor<2x2xf32>, tensor<2x2xf32> -> tensor<f32>
+// CHECK: %[[GLOBAL:.*]] = loom.all_reduce %[[LOCAL]] on @mesh [dp, tp] sum
+// CHECK: %[[DP:.*]] = loom.all_reduce %[[DPONLY]] on @mesh [dp] sum
+// CHECK: %[[TOTAL:.*]] = loom.add %[[GLOBAL]], %[[DP]]
+// CHECK: loom.clip_coef %[[TOTAL]]
+func.func @tp_and_zero(%g0: tensor<4x4xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], [tp]]>},
+                       %g1: tensor<6xf32> {loom.sharding = #loom.sharding<@mesh, [[dp]]>},
+                       %g2: tensor<4x4xf32> {loom.sharding = #loom.sharding<@mesh, [[], [tp]]>})
+    -> (tensor<f32>, tensor<f32>) {
+  %s = loom.sum_squares %g0, %g1, %g2 : tensor<4x4xf32>, tensor<6xf32>, tensor<4x4xf32> -> tensor<f32>
+  %n, %c = loom.clip_coef %s {max_norm = 1.0 : f64} : tensor<f32> -> tensor<f32>, tensor<f32>
+  return %n, %c : tensor<f32>, tensor<f32>
+}

@@ -137,4 +137,70 @@ TEST(CrossEntropy, RejectsBadTargetsAndVocab) {
                    .ok());
 }
 
+// Megatron's vocab-parallel cross-entropy: the logits' columns split over
+// `shards` ranks (the last one holding padding columns), each reduced to a
+// row maximum and sums, combined as the all-reduces would (max, then sum),
+// give the fused kernel's loss and, shard by shard, its gradient.
+TEST(CrossEntropy, VocabShardsCombineToFused) {
+  const int64_t N = 5, shards = 3, V = 8, full = V * shards, validV = 21;
+  auto logits = randomVector(N * full, 3, -5.0f, 5.0f);
+  std::vector<int32_t> tgt = {0, 20, 7, 8, 15};
+  float fused = 0;
+  ASSERT_TRUE(cpu::crossEntropyForward(&fused, nullptr, logits.data(),
+                                       tgt.data(), N, full, validV)
+                  .ok());
+  std::vector<float> dfused(N * full);
+  ASSERT_TRUE(cpu::crossEntropyBackward(dfused.data(), logits.data(),
+                                        tgt.data(), N, full, validV, 1.0f)
+                  .ok());
+
+  // Each rank's block of columns, contiguous as the partitioner lays it out.
+  std::vector<std::vector<float>> block(shards, std::vector<float>(N * V));
+  for (int64_t r = 0; r < shards; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < V; ++c)
+        block[r][n * V + c] = logits[n * full + r * V + c];
+  std::vector<float> rowMax(N, -INFINITY), sumExp(N, 0.0f), target(N, 0.0f);
+  for (int64_t r = 0; r < shards; ++r) {
+    std::vector<float> m(N);
+    cpu::crossEntropyRowMax(m.data(), block[r].data(), N, V, r * V, validV);
+    for (int64_t n = 0; n < N; ++n)
+      rowMax[n] = std::fmax(rowMax[n], m[n]); // all-reduce max
+  }
+  for (int64_t r = 0; r < shards; ++r) {
+    std::vector<float> s(N), t(N);
+    ASSERT_TRUE(cpu::crossEntropySums(s.data(), t.data(), block[r].data(),
+                                      rowMax.data(), tgt.data(), N, V, r * V,
+                                      validV)
+                    .ok());
+    for (int64_t n = 0; n < N; ++n) {
+      sumExp[n] += s[n]; // all-reduce sum
+      target[n] += t[n];
+    }
+  }
+  const float loss = cpu::crossEntropyFromSums(rowMax.data(), sumExp.data(),
+                                               target.data(), N, double(N));
+  EXPECT_NEAR(loss, fused, 1e-5);
+
+  for (int64_t r = 0; r < shards; ++r) {
+    std::vector<float> d(N * V), want(N * V);
+    ASSERT_TRUE(cpu::crossEntropySumsBackward(
+                    d.data(), block[r].data(), rowMax.data(), sumExp.data(),
+                    tgt.data(), N, V, r * V, validV, 1.0f / N)
+                    .ok());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < V; ++c)
+        want[n * V + c] = dfused[n * full + r * V + c];
+    expectClose(d, want, 1e-6, 1e-5, "dlogits of a vocabulary shard");
+  }
+
+  // A target outside the vocabulary is an error, as for the fused kernel.
+  std::vector<int32_t> bad = {0, 21, 0, 0, 0};
+  std::vector<float> s(N), t(N);
+  EXPECT_FALSE(cpu::crossEntropySums(s.data(), t.data(), block[0].data(),
+                                     rowMax.data(), bad.data(), N, V, 0,
+                                     validV)
+                   .ok());
+}
+
 } // namespace

@@ -217,9 +217,9 @@ TEST(ProgramVerifier, OperandIndicesAndCounts) {
       {"overlaps input"});
   expectRejected(
       [](fb::ProgramT &p) {
-        stage0(p).instructions[0]->opcode = static_cast<fb::Opcode>(30);
+        stage0(p).instructions[0]->opcode = static_cast<fb::Opcode>(31);
       },
-      {"instruction #0", "unknown opcode 30"});
+      {"instruction #0", "unknown opcode 31"});
 }
 
 TEST(ProgramVerifier, Predictions) {
@@ -254,9 +254,9 @@ TEST(ProgramVerifier, Predictions) {
 }
 
 TEST(ProgramVerifier, OpcodesThisRuntimeCannotRun) {
-  // Opcodes between the optimizer (ClipCoef = 26) and the collectives are
-  // not in the schema.
-  for (unsigned v = 27; v < 32; ++v) {
+  // Opcodes between the vocab-parallel loss (CrossEntropySumsGrad = 30)
+  // and the collectives are not in the schema.
+  for (unsigned v = 31; v < 32; ++v) {
     auto p = miniGpt();
     stage0(*p).instructions[3]->opcode = static_cast<fb::Opcode>(v);
     Status s = load(*p);
@@ -745,6 +745,37 @@ TEST(ProgramVerifier, ParamSlices) {
         stage0(p).params[0]->init = static_cast<fb::InitKind>(7);
       },
       {"unknown init kind 7"});
+}
+
+TEST(ProgramVerifier, CheckpointShape) {
+  // A checkpoint shape regroups the parameter's elements (c_attn's [C, 3, C]
+  // saved as HF's [C, 3C]); any other count is rejected.
+  auto p = miniGpt();
+  const std::vector<int64_t> global = stage0(*p).params[1]->global_shape;
+  stage0(*p).params[1]->checkpoint_shape = {global[0] * global[1]};
+  EXPECT_TRUE(load(*p).ok());
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).params[1]->checkpoint_shape = {3, 5}; },
+      {"'wpe.weight'", "checkpoint shape [3, 5] has 15 elements"});
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).params[1]->checkpoint_shape = {0}; },
+      {"'wpe.weight'", "checkpoint shape [0] is invalid"});
+}
+
+TEST(ProgramVerifier, VocabShards) {
+  // Reading a vocabulary shard needs a mesh to find the shard.
+  expectRejected([](fb::ProgramT &p) { instr(p, "wte").axes = {0}; },
+                 {"'wte' (Embedding)", "Program.mesh is empty"});
+  // The vocab-parallel loss checks its per-token shapes.
+  expectRejected(
+      [](fb::ProgramT &p) {
+        fb::InstructionT &ce = instr(p, "loss");
+        ce.opcode = fb::Opcode::CrossEntropySums;
+        ce.outputs = {ce.scratch[0], ce.outputs[0]};
+        ce.scratch.clear();
+        ce.inputs = {ce.inputs[0], ce.inputs[0], ce.inputs[1]};
+      },
+      {"row_max", "has shape"});
 }
 
 TEST(ProgramVerifier, SpecialBuffers) {

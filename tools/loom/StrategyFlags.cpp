@@ -111,12 +111,12 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
 
 bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
                                       std::string &error) {
-  if (s.mesh.at("tp") != 1 || s.mesh.at("pp") != 1) {
+  if (s.mesh.at("pp") != 1) {
     error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
             ",tp=" + std::to_string(s.mesh.at("tp")) +
             ",pp=" + std::to_string(s.mesh.at("pp")) +
-            ": tensor and pipeline parallelism are not supported yet; use "
-            "data parallelism only (--mesh dp=N)";
+            ": pipeline parallelism is not supported yet; use data and "
+            "tensor parallelism (--mesh dp=D,tp=T)";
     return false;
   }
   if (s.zero >= 1 && (!train || s.mesh.at("dp") == 1)) {
@@ -144,8 +144,11 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
     return false;
   }
   if (s.sequenceParallel) {
-    error = "--sequence-parallel needs tensor parallelism, which this build "
-            "does not support yet";
+    error = s.mesh.at("tp") == 1
+                ? "--sequence-parallel splits the sequence over the "
+                  "tensor-parallel ranks: it needs --mesh tp=T with T > 1"
+                : "--sequence-parallel is not supported yet; drop it (tensor "
+                  "parallelism alone works)";
     return false;
   }
   if (s.precision != "fp32") {

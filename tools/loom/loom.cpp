@@ -265,7 +265,41 @@ int compileProgram(const Invocation &inv, const std::string &output,
                   configPath + ": " + llvm::toString(config.takeError()));
     module = mlir::loom::buildGPTModel(&context, *config);
   }
-  if (inv.strategy.worldSize() > 1) {
+  // A model file may declare the mesh its hand-written shardings refer to;
+  // it must agree with --mesh, and is replaced by the full one.
+  std::string meshName = "mesh";
+  bool fileMesh = false;
+  {
+    SmallVector<mlir::loom::MeshOp> meshes(
+        module->getOps<mlir::loom::MeshOp>());
+    if (meshes.size() > 1)
+      return fail(inv.command, "the model declares " +
+                                   std::to_string(meshes.size()) +
+                                   " loom.mesh ops; a program is partitioned "
+                                   "over one");
+    if (!meshes.empty()) {
+      mlir::loom::MeshAttr shape = meshes.front().getShape();
+      for (auto [name, size] :
+           llvm::zip(shape.getAxisNames(), shape.getAxisSizes())) {
+        auto it = inv.strategy.mesh.find(name.str());
+        if (it == inv.strategy.mesh.end())
+          return fail(inv.command, "the model's loom.mesh has axis '" +
+                                       name.str() +
+                                       "'; the axes are dp, tp and pp");
+        if (it->second != size)
+          return fail(inv.command,
+                      "the model's loom.mesh @" +
+                          meshes.front().getSymName().str() + " declares " +
+                          name.str() + " = " + std::to_string(size) +
+                          " but --mesh gives " + name.str() + "=" +
+                          std::to_string(it->second) + "; make them agree");
+      }
+      meshName = meshes.front().getSymName().str();
+      meshes.front().erase();
+      fileMesh = true;
+    }
+  }
+  if (inv.strategy.worldSize() > 1 || fileMesh) {
     // The device mesh the program is partitioned over.
     OpBuilder b(&context);
     b.setInsertionPointToStart(module->getBody());
@@ -276,10 +310,11 @@ int compileProgram(const Invocation &inv, const std::string &output,
       sizes.push_back(inv.strategy.mesh.at(axis));
     }
     mlir::loom::MeshOp::create(
-        b, module->getLoc(), "mesh",
+        b, module->getLoc(), meshName,
         mlir::loom::MeshAttr::get(&context, names, sizes));
     pipeline.partition = true;
     pipeline.zeroStage = inv.strategy.zero;
+    pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
   pipeline.recompute = inv.strategy.recompute;

@@ -208,9 +208,24 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
             return success();
           }))
     return {};
+  ReductionKind kind = ReductionKind::Sum;
   if (succeeded(parser.parseOptionalComma())) {
-    if (parser.parseKeyword("partial") || parser.parseEqual() ||
-        parseAxisList(parser, partial))
+    if (parser.parseKeyword("partial"))
+      return {};
+    // `partial = [...]` (sums) or `partial max = [...]`.
+    StringRef kindName;
+    if (succeeded(parser.parseOptionalKeyword(&kindName))) {
+      std::optional<ReductionKind> parsed = symbolizeReductionKind(kindName);
+      if (!parsed || (*parsed != ReductionKind::Sum &&
+                      *parsed != ReductionKind::Max)) {
+        parser.emitError(parser.getCurrentLocation())
+            << "partial results combine by sum or max, not '" << kindName
+            << "'";
+        return {};
+      }
+      kind = *parsed;
+    }
+    if (parser.parseEqual() || parseAxisList(parser, partial))
       return {};
   }
   if (parser.parseGreater())
@@ -218,7 +233,7 @@ Attribute ShardingAttr::parse(AsmParser &parser, Type) {
   Builder &b = parser.getBuilder();
   return parser.getChecked<ShardingAttr>(
       loc, parser.getContext(), FlatSymbolRefAttr::get(meshName),
-      b.getArrayAttr(dims), b.getArrayAttr(partial));
+      b.getArrayAttr(dims), b.getArrayAttr(partial), kind);
 }
 
 void ShardingAttr::print(AsmPrinter &printer) const {
@@ -230,7 +245,10 @@ void ShardingAttr::print(AsmPrinter &printer) const {
   });
   printer << ']';
   if (!getPartial().empty()) {
-    printer << ", partial = ";
+    printer << ", partial";
+    if (getPartialKind() != ReductionKind::Sum)
+      printer << ' ' << stringifyReductionKind(getPartialKind());
+    printer << " = ";
     printAxisList(printer, getPartial());
   }
   printer << '>';
@@ -239,9 +257,12 @@ void ShardingAttr::print(AsmPrinter &printer) const {
 LogicalResult
 ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                      FlatSymbolRefAttr mesh, ArrayAttr dims,
-                     ArrayAttr partial) {
+                     ArrayAttr partial, ReductionKind partialKind) {
   if (!mesh)
     return emitError() << "sharding needs a mesh";
+  if (partialKind != ReductionKind::Sum && partialKind != ReductionKind::Max)
+    return emitError() << "partial results combine by sum or max, not "
+                       << stringifyReductionKind(partialKind);
   llvm::StringSet<> seen;
   auto checkAxis = [&](Attribute axis) -> LogicalResult {
     auto name = dyn_cast<StringAttr>(axis);
@@ -446,6 +467,42 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
              << what << " has an initializer but is not a param";
     return success();
   }
+  if (name == kCheckpointShapeAttr) {
+    auto array = dyn_cast<ArrayAttr>(attr.getValue());
+    SmallVector<int64_t> shape;
+    for (Attribute size : array ? array.getValue() : ArrayRef<Attribute>()) {
+      auto integer = dyn_cast<IntegerAttr>(size);
+      if (!integer || integer.getValue().getSignificantBits() > 64 ||
+          integer.getValue().getSExtValue() < 1) {
+        shape.clear();
+        break;
+      }
+      shape.push_back(integer.getValue().getSExtValue());
+    }
+    if (shape.empty())
+      return op->emitOpError()
+             << what << ": loom.checkpoint_shape must be a list of positive "
+                        "sizes such as [768, 2304]";
+    auto role = argAttrs ? argAttrs.getAs<RoleAttr>(kRoleAttr) : RoleAttr();
+    if (!role || role.getValue() != Role::Param)
+      return op->emitOpError()
+             << what << " has a checkpoint shape but is not a param";
+    // Partitioned: the type is local, its element count a share.
+    auto type = dyn_cast<RankedTensorType>(argType);
+    int64_t elements = 1;
+    for (int64_t d : shape)
+      if (__builtin_mul_overflow(elements, d, &elements))
+        return op->emitOpError() << what << ": loom.checkpoint_shape overflows "
+                                            "64-bit element counts";
+    if (!op->hasAttr(kPartitionedAttr) && type &&
+        type.getNumElements() != elements)
+      return op->emitOpError()
+             << what << " of type " << argType << " has checkpoint shape ["
+             << ArrayRef<int64_t>(shape) << "] of " << elements
+             << " elements; a checkpoint shape only regroups the same "
+                "row-major elements";
+    return success();
+  }
   if (name == kShardingAttr) {
     // In a partitioned function the type is local and the sharding global:
     // the global shape is the local one times the splits, so only the axes
@@ -589,4 +646,16 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
     return success();
   }
   return op->emitOpError() << "unknown loom attribute '" << name << "'";
+}
+
+std::optional<SmallVector<int64_t>>
+mlir::loom::getCheckpointShape(func::FuncOp func, unsigned arg) {
+  auto array = func.getArgAttrOfType<ArrayAttr>(arg,
+                                                LoomDialect::kCheckpointShapeAttr);
+  if (!array)
+    return std::nullopt;
+  SmallVector<int64_t> shape;
+  for (Attribute size : array)
+    shape.push_back(cast<IntegerAttr>(size).getInt());
+  return shape;
 }

@@ -34,7 +34,10 @@ def Loom_Dialect : Dialect {
     Discardable attributes the dialect verifies:
     * on function arguments: `loom.name` (string), `loom.role`
       (`#loom.role<param|input|target>`), `loom.init` (`#loom.init<...>`),
-      `loom.sharding` (`#loom.sharding<...>`);
+      `loom.sharding` (`#loom.sharding<...>`), `loom.checkpoint_shape`
+      (`array<i64: ...>`, a param's shape in checkpoints when its type groups
+      the same row-major elements otherwise, as GPT-2's c_attn `[C, 3, C]`
+      saved as HF's `[C, 3C]`);
     * on functions: `loom.model` (dictionary of the model configuration);
     * on ops: `loom.shardings` (one `#loom.sharding` per result).
 
@@ -55,6 +58,10 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kShardingAttr = "loom.sharding";
     static constexpr ::llvm::StringLiteral kShardingsAttr = "loom.shardings";
     static constexpr ::llvm::StringLiteral kModelAttr = "loom.model";
+    /// On a param whose type regroups the dimensions of its HF tensor (GPT-2's
+    /// c_attn as [C, 3, C] for HF's [C, 3C]): the shape checkpoints hold.
+    static constexpr ::llvm::StringLiteral kCheckpointShapeAttr =
+        "loom.checkpoint_shape";
     // Written by --loom-plan-buffers, read by the program emitter.
     static constexpr ::llvm::StringLiteral kOffsetAttr = "loom.offset";
     static constexpr ::llvm::StringLiteral kOffsetsAttr = "loom.offsets";
@@ -186,22 +193,35 @@ def Loom_ShardingAttr : Loom_Attr<"Sharding", "sharding"> {
   let summary = "How one tensor value is laid out over a mesh";
   let description = [{
     For each tensor dimension, the mesh axes that split it (majors first);
-    plus the axes over which the local values are partial sums still to be
-    reduced. An axis that appears nowhere means the value is replicated over
-    it.
+    plus the axes over which the local values are partial results still to
+    be reduced: partial sums, or with `partial max`, partial maxima (each
+    rank's maximum over its shard, as a vocab-parallel loss's row maximum).
+    An axis that appears nowhere means the value is replicated over it.
 
     ```mlir
     // Column-parallel weight on tp, replicated on dp:
     #loom.sharding<@mesh, [[], [tp]]>
     // Row-parallel matmul output before its all-reduce:
     #loom.sharding<@mesh, [[dp], [], []], partial = [tp]>
+    // Row maxima of logits split on the vocabulary over tp:
+    #loom.sharding<@mesh, [[dp], []], partial max = [tp]>
     ```
   }];
   let parameters = (ins
     "::mlir::FlatSymbolRefAttr":$mesh,
     "::mlir::ArrayAttr":$dims,
-    "::mlir::ArrayAttr":$partial
+    "::mlir::ArrayAttr":$partial,
+    "::mlir::loom::ReductionKind":$partialKind
   );
+  let skipDefaultBuilders = 1;
+  let builders = [
+    AttrBuilder<(ins "::mlir::FlatSymbolRefAttr":$mesh,
+                     "::mlir::ArrayAttr":$dims, "::mlir::ArrayAttr":$partial,
+                     CArg<"::mlir::loom::ReductionKind",
+                          "::mlir::loom::ReductionKind::Sum">:$partialKind), [{
+      return $_get($_ctxt, mesh, dims, partial, partialKind);
+    }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let genVerifyDecl = 1;
   let extraClassDeclaration = [{

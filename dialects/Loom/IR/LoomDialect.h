@@ -25,6 +25,10 @@ namespace mlir::loom {
 ParseResult parseAxisList(AsmParser &parser, SmallVectorImpl<Attribute> &axes);
 /// Prints `[dp, tp]` for an ArrayAttr of StringAttr axis names.
 void printAxisList(AsmPrinter &printer, ArrayAttr axes);
+/// The `loom.checkpoint_shape` of argument `arg` of `func` (an array of
+/// integers; verified by the dialect), or std::nullopt when it has none.
+std::optional<SmallVector<int64_t>> getCheckpointShape(func::FuncOp func,
+                                                       unsigned arg);
 } // namespace mlir::loom
 
 #endif // LOOM_DIALECTS_LOOM_IR_LOOMDIALECT_H

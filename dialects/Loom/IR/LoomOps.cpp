@@ -68,19 +68,20 @@ LogicalResult LinearOp::verify() {
   ArrayRef<int64_t> in = shapeOf(getInput()), w = shapeOf(getWeight());
   if (in.empty())
     return emitOpError() << "input must have rank >= 1";
-  if (w.size() != 2)
-    return emitOpError() << "weight must be [in, out], got "
+  if (w.size() < 2)
+    return emitOpError() << "weight must be [in, out...], got "
                          << shapeRef(getWeight());
   if (in.back() != w[0])
     return emitOpError() << "input features " << in.back()
                          << " do not match the weight's input dimension "
                          << w[0] << " (weight is [in, out] as in HF Conv1D)";
+  ArrayRef<int64_t> out = w.drop_front();
   if (Value bias = getBias())
-    if (shapeOf(bias) != ArrayRef<int64_t>{w[1]})
+    if (shapeOf(bias) != out)
       return emitOpError() << "bias shape " << shapeRef(bias)
-                           << " should be [" << w[1] << "]";
+                           << " should be " << shapeStr(out);
   SmallVector<int64_t> expected(in.drop_back());
-  expected.push_back(w[1]);
+  llvm::append_range(expected, out);
   if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
     return emitOpError() << "result shape " << shapeRef(getResult())
                          << " should be " << shapeStr(expected);
@@ -90,11 +91,13 @@ LogicalResult LinearOp::verify() {
 int64_t LinearOp::getFlops() {
   ArrayRef<int64_t> w = shapeOf(getWeight());
   // Rows are the input's leading dimensions (not elements / w[0]: w[0] may be
-  // 0 in a zero-sized tensor).
-  int64_t rows = 1;
+  // 0 in a zero-sized tensor); columns are every output dimension.
+  int64_t rows = 1, cols = 1;
   for (int64_t d : shapeOf(getInput()).drop_back())
     rows *= d;
-  return 2 * rows * w[0] * w[1] + (getBias() ? rows * w[1] : 0);
+  for (int64_t d : w.drop_front())
+    cols *= d;
+  return 2 * rows * w[0] * cols + (getBias() ? rows * cols : 0);
 }
 int64_t LinearOp::getBytesAccessed() {
   return bytesOf(getInput()) + bytesOf(getWeight()) +
@@ -190,20 +193,10 @@ int64_t SoftmaxOp::getBytesAccessed() {
 
 LogicalResult AttentionOp::verify() {
   ArrayRef<int64_t> qkv = shapeOf(getQkv());
-  if (qkv.size() != 3)
-    return emitOpError() << "qkv must be [batch, seq, 3 * channels], got "
-                         << shapeRef(getQkv());
-  if (qkv[2] % 3 != 0)
-    return emitOpError() << "qkv last dimension " << qkv[2]
-                         << " is not 3 * channels (q, k and v packed)";
-  int64_t channels = qkv[2] / 3;
-  int64_t heads = getNumHeads();
-  if (heads <= 0)
-    return emitOpError() << "num_heads must be positive, got " << heads;
-  if (channels % heads != 0)
-    return emitOpError() << "channels " << channels
-                         << " are not divisible by num_heads " << heads;
-  SmallVector<int64_t> expected{qkv[0], qkv[1], channels};
+  FailureOr<int64_t> channels = verifyQkv(*this, getQkv(), getNumHeads());
+  if (failed(channels))
+    return failure();
+  SmallVector<int64_t> expected{qkv[0], qkv[1], *channels};
   if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
     return emitOpError() << "result shape " << shapeRef(getResult())
                          << " should be " << shapeStr(expected);
@@ -212,7 +205,7 @@ LogicalResult AttentionOp::verify() {
 
 int64_t AttentionOp::getFlops() {
   ArrayRef<int64_t> qkv = shapeOf(getQkv());
-  int64_t batch = qkv[0], seq = qkv[1], channels = qkv[2] / 3;
+  int64_t batch = qkv[0], seq = qkv[1], channels = *qkvChannels(qkv);
   int64_t heads = getNumHeads(), headSize = channels / heads;
   // Causal: query i sees keys 0..i, T(T+1)/2 pairs per head. Each pair costs
   // a q·k dot product and a p·v accumulation (2·hs each) plus the softmax
@@ -250,6 +243,74 @@ int64_t CrossEntropyOp::getFlops() {
 }
 int64_t CrossEntropyOp::getBytesAccessed() {
   return bytesOf(getLogits()) + bytesOf(getTargets()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+/// Every value in `values` has the per-token shape `tokens`.
+static LogicalResult verifyPerToken(Operation *op, ArrayRef<int64_t> tokens,
+                                    ArrayRef<std::pair<StringRef, Value>> values) {
+  for (auto [what, v] : values)
+    if (shapeOf(v) != tokens)
+      return op->emitOpError() << what << " shape " << shapeRef(v)
+                               << " should be the per-token shape "
+                               << shapeStr(tokens);
+  return success();
+}
+
+LogicalResult RowMaxOp::verify() {
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  if (in.empty())
+    return emitOpError() << "input must have rank >= 1";
+  if (failed(verifyPerToken(*this, in.drop_back(), {{"result", getResult()}})))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
+int64_t RowMaxOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+LogicalResult CrossEntropySumsOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.size() < 2)
+    return emitOpError() << "logits must be [..., vocab], got "
+                         << shapeRef(getLogits());
+  if (failed(verifyPerToken(*this, logits.drop_back(),
+                            {{"row_max", getRowMax()},
+                             {"targets", getTargets()},
+                             {"sum_exp", getSumExp()},
+                             {"target_logit", getTargetLogit()}})))
+    return failure();
+  return verifySameFloatElementType(*this);
+}
+// exp and add per logit; one read per token for the target.
+int64_t CrossEntropySumsOp::getFlops() { return 3 * numElements(getLogits()); }
+int64_t CrossEntropySumsOp::getBytesAccessed() {
+  return bytesOf(getLogits()) + bytesOf(getRowMax()) + bytesOf(getTargets()) +
+         bytesOf(getSumExp()) + bytesOf(getTargetLogit());
+}
+
+LogicalResult CrossEntropyFromSumsOp::verify() {
+  ArrayRef<int64_t> tokens = shapeOf(getRowMax());
+  if (failed(verifyPerToken(*this, tokens,
+                            {{"sum_exp", getSumExp()},
+                             {"target_logit", getTargetLogit()}})))
+    return failure();
+  if (auto n = getNumTokens(); n && *n < numElements(getRowMax()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getRowMax()) << " tokens";
+  return verifySameFloatElementType(*this);
+}
+int64_t CrossEntropyFromSumsOp::getFlops() {
+  return 4 * numElements(getRowMax());
+}
+int64_t CrossEntropyFromSumsOp::getBytesAccessed() {
+  return bytesOf(getRowMax()) + bytesOf(getSumExp()) +
+         bytesOf(getTargetLogit()) + bytesOf(getResult());
 }
 
 //===----------------------------------------------------------------------===//

@@ -67,12 +67,21 @@ def Loom_EmbeddingOp : Loom_DifferentiableOp<"embedding"> {
     `result[i..., :] = table[ids[i...], :]`. GPT-2 ties this table with the
     LM head (`loom.matmul ... transpose_rhs`), so one parameter feeds both.
 
+    When the partitioner splits the table's rows over mesh axes (Megatron's
+    vocab-parallel embedding) it names them in `row_axes`: a rank holding
+    rows `[b·R, (b+1)·R)` (b its block index on the axes, R its rows) looks
+    up the ids in that range and writes zeros for the others, so the ranks'
+    results are partial sums of the lookup.
+
     ```mlir
     %x = loom.embedding %wte, %ids
         : tensor<50257x768xf32>, tensor<4x64xi32> -> tensor<4x64x768xf32>
+    %p = loom.embedding %wte_shard, %ids {row_axes = ["tp"]}
+        : tensor<128x64xf32>, tensor<4x64xi32> -> tensor<4x64x64xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$table, Loom_IndexTensor:$ids);
+  let arguments = (ins Loom_FloatTensor:$table, Loom_IndexTensor:$ids,
+                       OptionalAttr<StrArrayAttr>:$row_axes);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $table `,` $ids attr-dict `:` type($table) `,` type($ids) `->` type($result)
@@ -99,11 +108,17 @@ def Loom_LinearOp : Loom_DifferentiableOp<"linear"> {
   let summary = "x·W + b with W laid out [in, out] (HF GPT-2 Conv1D)";
   let description = [{
     Contracts the last dimension of the input with the first of the
-    weight; the optional bias is added along the output dimension.
+    weight; the optional bias is added along the output dimensions. The
+    weight may have several output dimensions (`[in, out...]`, as flax's
+    DenseGeneral): GPT-2's c_attn is `[C, 3, C]`, the bytes of HF's packed
+    `[C, 3C]` with q, k and v as a dimension, so that attention heads are a
+    plain split of the last one.
 
     ```mlir
     %y = loom.linear %x, %w, %b : tensor<4x64x768xf32>, tensor<768x3072xf32>,
         tensor<3072xf32> -> tensor<4x64x3072xf32>
+    %qkv = loom.linear %x, %wa, %ba : tensor<4x64x768xf32>,
+        tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<4x64x3x768xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, Loom_FloatTensor:$weight,
@@ -178,13 +193,18 @@ def Loom_AttentionOp : Loom_DifferentiableOp<"attention"> {
   let summary = "Causal multi-head self-attention on packed q|k|v";
   let description = [{
     The input is `[B, T, 3C]`: queries, keys and values of C channels each,
-    laid out as GPT-2's `c_attn` produces them; C is split into `num_heads`
-    heads. Each position attends to itself and earlier positions, scores
-    scaled by 1/sqrt(C/num_heads). The result is `[B, T, C]`.
+    laid out as GPT-2's `c_attn` produces them, or the same bytes as
+    `[B, T, 3, C]`; C is split into `num_heads` heads. Each position attends
+    to itself and earlier positions, scores scaled by 1/sqrt(C/num_heads).
+    The result is `[B, T, C]`. In the `[B, T, 3, C]` form the channels may be
+    split across ranks in whole heads (tensor parallelism); the partitioner
+    then sets `num_heads` to the heads each rank holds.
 
     ```mlir
     %y = loom.attention %qkv {num_heads = 12 : i64}
         : tensor<4x64x2304xf32> -> tensor<4x64x768xf32>
+    %y = loom.attention %qkv {num_heads = 12 : i64}
+        : tensor<4x64x3x768xf32> -> tensor<4x64x768xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$qkv, I64Attr:$num_heads);
@@ -224,6 +244,85 @@ def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)
     `->` type($result)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+// `loom.cross_entropy` split into the three steps of Megatron's
+// vocab-parallel cross-entropy, each an op with a sharding rule, so that
+// logits split on the vocabulary are never gathered: a row maximum (partial
+// maxima over the vocabulary shards), the sums of exp(logit - max) and the
+// target logits (partial sums: a shard without the target adds 0), and the
+// mean of log(sum) + max - target logit. --loom-tensor-parallel lowers the
+// loss to these ops (and its gradient to `loom.cross_entropy_sums_grad`)
+// when it splits the vocabulary.
+
+def Loom_RowMaxOp : Loom_ComputeOp<"row_max"> {
+  let summary = "Maximum over the last dimension";
+  let description = [{
+    `result[i...] = max_v input[i..., v]`. Split over the last dimension,
+    each rank's result is its shard's maximum: a partial maximum
+    (`partial max`), combined by an all-reduce max.
+
+    ```mlir
+    %m = loom.row_max %logits : tensor<4x64x50304xf32> -> tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums"> {
+  let summary = "Sums of exp(logit - max) and the target logits, per token";
+  let description = [{
+    `sum_exp[i...] = Σ_v exp(logits[i..., v] - row_max[i...])` and
+    `target_logit[i...] = logits[i..., targets[i...]]`. When the
+    partitioner splits the vocabulary over mesh axes it names them in
+    `vocab_axes`: a rank holding columns `[b·V, (b+1)·V)` (b its block index
+    on the axes) sums its columns and contributes 0 as the target logit of a
+    token whose target is elsewhere, so both results are partial sums.
+
+    ```mlir
+    %s, %t = loom.cross_entropy_sums %logits, %m, %targets
+        : tensor<4x64x256xf32>, tensor<4x64xf32>, tensor<4x64xi32>
+        -> tensor<4x64xf32>, tensor<4x64xf32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$logits, Loom_FloatTensor:$row_max,
+                       Loom_IndexTensor:$targets,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+  let results = (outs Loom_FloatTensor:$sum_exp,
+                      Loom_FloatTensor:$target_logit);
+  let assemblyFormat = [{
+    $logits `,` $row_max `,` $targets attr-dict `:` type($logits) `,`
+    type($row_max) `,` type($targets) `->` type($sum_exp) `,`
+    type($target_logit)
+  }];
+}
+
+def Loom_CrossEntropyFromSumsOp : Loom_ComputeOp<"cross_entropy_from_sums"> {
+  let summary = "Mean cross-entropy from per-token maxima and sums";
+  let description = [{
+    The scalar mean over tokens of `log(sum_exp) + row_max - target_logit`
+    (= -log softmax(logits)[target]); over `num_tokens` tokens when set (the
+    global count of tokens split across ranks), as `loom.cross_entropy`.
+
+    ```mlir
+    %loss = loom.cross_entropy_from_sums %m, %s, %t
+        : tensor<4x64xf32>, tensor<4x64xf32>, tensor<4x64xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$row_max, Loom_FloatTensor:$sum_exp,
+                       Loom_FloatTensor:$target_logit,
+                       OptionalAttr<I64Attr>:$num_tokens);
+  let results = (outs Loom_ScalarFloatTensor:$result);
+  let assemblyFormat = [{
+    $row_max `,` $sum_exp `,` $target_logit attr-dict `:` type($row_max) `,`
+    type($sum_exp) `,` type($target_logit) `->` type($result)
   }];
 }
 

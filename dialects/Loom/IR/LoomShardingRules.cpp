@@ -2,9 +2,9 @@
 //
 // One rule per op kind (ShardingRuleOpInterface::getShardingRule). Factors
 // that a kernel needs whole (a layer norm's row, attention's sequence, the
-// vocabulary of a softmax) map to no factor; Megatron's splits of those
-// (heads, vocab-parallel loss) refine these rules when tensor parallelism
-// lands.
+// vocabulary of a softmax) map to no factor. Megatron's splits are plain
+// factors: a linear's output dimensions (column-parallel) and its K
+// (row-parallel, partial sums), attention heads, embedding rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -95,18 +95,21 @@ ShardingRule AddOp::getShardingRule() {
 }
 
 ShardingRule LinearOp::getShardingRule() {
+  // Column-parallel splits an output dimension (the weight's, the bias's and
+  // the result's); row-parallel splits K, leaving partial sums.
   ShardingRule rule;
   ArrayRef<int64_t> in = shapeOf(getInput()), w = shapeOf(getWeight());
   SmallVector<int64_t> lead = addFactors(rule, in.drop_back());
   int64_t k = rule.addFactor(w[0], /*reduction=*/true);
-  int64_t n = rule.addFactor(w[1]);
-  SmallVector<int64_t> x(lead), y(lead);
+  SmallVector<int64_t> n = addFactors(rule, w.drop_front());
+  SmallVector<int64_t> x(lead), y(lead), weight{k};
   x.push_back(k);
-  y.push_back(n);
+  llvm::append_range(y, n);
+  llvm::append_range(weight, n);
   rule.addOperand(x);
-  rule.addOperand({k, n});
+  rule.addOperand(weight);
   if (getBias())
-    rule.addOperand({n});
+    rule.addOperand(n);
   rule.addResult(y);
   return rule;
 }
@@ -141,14 +144,31 @@ ShardingRule LayerNormOp::getShardingRule() {
 ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
 ShardingRule SoftmaxOp::getShardingRule() { return rowwise(*this); }
 
-ShardingRule AttentionOp::getShardingRule() {
-  // The batch may be split; the sequence and the packed heads stay whole
-  // until tensor parallelism splits heads.
+/// Attention's rule, shared by the forward and the backward: the batch may
+/// be split; with q, k and v as a dimension (`[B, T, 3, C]`) so may the
+/// channels, in whole heads (Megatron's head-parallel attention: each rank
+/// attends with its heads; the partitioner gives it the local head count).
+/// The sequence and packed `[B, T, 3C]` channels stay whole.
+/// The backward takes (dout, qkv) and returns dqkv.
+static ShardingRule attentionRule(Value qkv, bool backward) {
   ShardingRule rule;
-  int64_t b = rule.addFactor(shapeOf(getQkv())[0]);
-  rule.addOperand({b, kNone, kNone});
-  rule.addResult({b, kNone, kNone});
+  ArrayRef<int64_t> shape = shapeOf(qkv);
+  int64_t b = rule.addFactor(shape[0]);
+  int64_t h = shape.size() == 4 ? rule.addFactor(shape[3])
+                                : ShardingRule::kNoFactor;
+  SmallVector<int64_t> qkvFactors =
+      shape.size() == 4 ? SmallVector<int64_t>{b, kNone, kNone, h}
+                        : SmallVector<int64_t>{b, kNone, kNone};
+  SmallVector<int64_t> outFactors{b, kNone, h};
+  if (backward)
+    rule.addOperand(outFactors);
+  rule.addOperand(qkvFactors);
+  rule.addResult(backward ? qkvFactors : outFactors);
   return rule;
+}
+
+ShardingRule AttentionOp::getShardingRule() {
+  return attentionRule(getQkv(), /*backward=*/false);
 }
 
 ShardingRule CrossEntropyOp::getShardingRule() {
@@ -161,6 +181,54 @@ ShardingRule CrossEntropyOp::getShardingRule() {
   SmallVector<int64_t> logits(tokens);
   logits.push_back(kNone);
   rule.addOperand(logits);
+  rule.addOperand(tokens);
+  rule.addResult({});
+  return rule;
+}
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel loss
+//===----------------------------------------------------------------------===//
+
+ShardingRule RowMaxOp::getShardingRule() {
+  // Split over the last dimension: partial maxima.
+  ShardingRule rule;
+  ArrayRef<int64_t> in = shapeOf(getInput());
+  SmallVector<int64_t> tokens = addFactors(rule, in.drop_back());
+  int64_t v = rule.addFactor(in.back(), /*reduction=*/true, ReductionKind::Max);
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand(x);
+  rule.addResult(tokens);
+  return rule;
+}
+
+ShardingRule CrossEntropySumsOp::getShardingRule() {
+  // Split over the vocabulary: partial sums (a shard without the target
+  // contributes 0 to the target logit). The row maximum is read whole.
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  SmallVector<int64_t> tokens = addFactors(rule, logits.drop_back());
+  int64_t v = rule.addFactor(logits.back(), /*reduction=*/true);
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand(x);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addResult(tokens);
+  rule.addResult(tokens);
+  return rule;
+}
+
+ShardingRule CrossEntropyFromSumsOp::getShardingRule() {
+  // A mean over tokens: split tokens leave partial sums of the scaled
+  // per-token losses, as for loom.cross_entropy.
+  ShardingRule rule;
+  SmallVector<int64_t> tokens;
+  for (int64_t size : shapeOf(getRowMax()))
+    tokens.push_back(rule.addFactor(size, /*reduction=*/true));
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
   rule.addOperand(tokens);
   rule.addResult({});
   return rule;
@@ -237,17 +305,20 @@ ShardingRule LinearGradOp::getShardingRule() {
   for (int64_t size : in.drop_back())
     lead.push_back(rule.addFactor(size, /*reduction=*/true));
   int64_t k = rule.addFactor(w[0]);
-  int64_t n = rule.addFactor(w[1], /*reduction=*/true);
-  SmallVector<int64_t> dout(lead), x(lead);
-  dout.push_back(n);
+  SmallVector<int64_t> n;
+  for (int64_t size : w.drop_front())
+    n.push_back(rule.addFactor(size, /*reduction=*/true));
+  SmallVector<int64_t> dout(lead), x(lead), weight{k};
+  llvm::append_range(dout, n);
   x.push_back(k);
+  llvm::append_range(weight, n);
   rule.addOperand(dout);
   rule.addOperand(x);
-  rule.addOperand({k, n});
+  rule.addOperand(weight);
   rule.addResult(x);
-  rule.addResult({k, n});
+  rule.addResult(weight);
   if (getBiasGrad())
-    rule.addResult({n});
+    rule.addResult(n);
   return rule;
 }
 
@@ -293,12 +364,7 @@ ShardingRule GeluGradOp::getShardingRule() { return elementwise(*this); }
 ShardingRule SoftmaxGradOp::getShardingRule() { return rowwise(*this); }
 
 ShardingRule AttentionGradOp::getShardingRule() {
-  ShardingRule rule;
-  int64_t b = rule.addFactor(shapeOf(getQkv())[0]);
-  rule.addOperand({b, kNone, kNone});
-  rule.addOperand({b, kNone, kNone});
-  rule.addResult({b, kNone, kNone});
-  return rule;
+  return attentionRule(getQkv(), /*backward=*/true);
 }
 
 ShardingRule CrossEntropyGradOp::getShardingRule() {
@@ -310,6 +376,24 @@ ShardingRule CrossEntropyGradOp::getShardingRule() {
   rule.addOperand(logits);
   rule.addOperand(tokens);
   rule.addResult(logits);
+  return rule;
+}
+
+ShardingRule CrossEntropySumsGradOp::getShardingRule() {
+  // Each rank computes the gradient of its vocabulary shard from the reduced
+  // statistics.
+  ShardingRule rule;
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  SmallVector<int64_t> tokens = addFactors(rule, logits.drop_back());
+  int64_t v = rule.addFactor(logits.back());
+  SmallVector<int64_t> x(tokens);
+  x.push_back(v);
+  rule.addOperand({});
+  rule.addOperand(x);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addOperand(tokens);
+  rule.addResult(x);
   return rule;
 }
 

@@ -64,26 +64,29 @@ int64_t ReduceLeadingOp::getBytesAccessed() { return sumBytes(*this); }
 
 LogicalResult LinearGradOp::verify() {
   ArrayRef<int64_t> w = shapeOf(getWeight()), in = shapeOf(getInput());
-  if (w.size() != 2 || in.empty() || in.back() != w[0])
+  if (w.size() < 2 || in.empty() || in.back() != w[0])
     return emitOpError() << "input " << shapeRef(getInput())
                          << " and weight " << shapeRef(getWeight())
-                         << " do not form a linear layer [..., K] x [K, N]";
+                         << " do not form a linear layer [..., K] x [K, N...]";
   SmallVector<int64_t> out(in.drop_back());
-  out.push_back(w[1]);
+  llvm::append_range(out, w.drop_front());
   if (failed(expectShape(*this, "dout", getDout(), out)) ||
       failed(expectShape(*this, "input gradient", getInputGrad(), in)) ||
       failed(expectShape(*this, "weight gradient", getWeightGrad(), w)))
     return failure();
   if (Value db = getBiasGrad())
-    if (failed(expectShape(*this, "bias gradient", db, {w[1]})))
+    if (failed(expectShape(*this, "bias gradient", db, w.drop_front())))
       return failure();
   return verifySameFloatElementType(*this);
 }
 int64_t LinearGradOp::getFlops() {
   ArrayRef<int64_t> w = shapeOf(getWeight());
   int64_t rows = numElements(getInput()) / std::max<int64_t>(1, w[0]);
+  int64_t cols = 1;
+  for (int64_t d : w.drop_front())
+    cols *= d;
   // dinput and dweight are each a GEMM of the forward's size.
-  return 4 * rows * w[0] * w[1] + (getBiasGrad() ? rows * w[1] : 0);
+  return 4 * rows * w[0] * cols + (getBiasGrad() ? rows * cols : 0);
 }
 int64_t LinearGradOp::getBytesAccessed() { return sumBytes(*this); }
 
@@ -136,22 +139,18 @@ int64_t GeluGradOp::getBytesAccessed() { return sumBytes(*this); }
 
 LogicalResult AttentionGradOp::verify() {
   ArrayRef<int64_t> qkv = shapeOf(getQkv());
-  if (qkv.size() != 3 || qkv[2] % 3 != 0)
-    return emitOpError() << "qkv must be [batch, seq, 3 * channels], got "
-                         << shapeRef(getQkv());
-  int64_t heads = getNumHeads(), channels = qkv[2] / 3;
-  if (heads <= 0 || channels % heads != 0)
-    return emitOpError() << "channels " << channels
-                         << " are not divisible by num_heads " << heads;
+  FailureOr<int64_t> channels = verifyQkv(*this, getQkv(), getNumHeads());
+  if (failed(channels))
+    return failure();
   if (failed(expectShape(*this, "dout", getDout(),
-                         {qkv[0], qkv[1], channels})) ||
+                         {qkv[0], qkv[1], *channels})) ||
       failed(expectShape(*this, "result", getResult(), qkv)))
     return failure();
   return verifySameFloatElementType(*this);
 }
 int64_t AttentionGradOp::getFlops() {
   ArrayRef<int64_t> qkv = shapeOf(getQkv());
-  int64_t heads = getNumHeads(), headSize = qkv[2] / 3 / heads;
+  int64_t heads = getNumHeads(), headSize = *qkvChannels(qkv) / heads;
   int64_t pairs = qkv[1] * (qkv[1] + 1) / 2;
   // Recompute q·k and softmax (2·hs + 6), then dv, dp, dq, dk (4 × 2·hs) and
   // the softmax backward (3) per causal pair.
@@ -183,6 +182,31 @@ LogicalResult CrossEntropyGradOp::verify() {
 }
 int64_t CrossEntropyGradOp::getFlops() { return 6 * numElements(getLogits()); }
 int64_t CrossEntropyGradOp::getBytesAccessed() { return sumBytes(*this); }
+
+LogicalResult CrossEntropySumsGradOp::verify() {
+  ArrayRef<int64_t> logits = shapeOf(getLogits());
+  if (logits.size() < 2)
+    return emitOpError() << "logits must be [..., vocab], got "
+                         << shapeRef(getLogits());
+  ArrayRef<int64_t> tokens = logits.drop_back();
+  for (auto [what, v] :
+       {std::pair<StringRef, Value>{"row_max", getRowMax()},
+        {"sum_exp", getSumExp()},
+        {"targets", getTargets()}})
+    if (failed(expectShape(*this, what, v, tokens)))
+      return failure();
+  if (failed(expectShape(*this, "result", getResult(), logits)))
+    return failure();
+  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+    return emitOpError() << "num_tokens " << *n
+                         << " is less than this rank's "
+                         << numElements(getTargets()) << " tokens";
+  return verifySameFloatElementType(*this);
+}
+int64_t CrossEntropySumsGradOp::getFlops() {
+  return 4 * numElements(getLogits());
+}
+int64_t CrossEntropySumsGradOp::getBytesAccessed() { return sumBytes(*this); }
 
 LogicalResult SliceGradOp::verify() {
   ArrayRef<int64_t> in = shapeOf(getDout()), out = shapeOf(getResult());

@@ -51,7 +51,8 @@ def Loom_LinearGradOp : Loom_ComputeOp<"linear_grad"> {
   let summary = "Gradients of x·W + b";
   let description = [{
     `dinput = dout·Wᵀ`, `dweight = xᵀ·dout` (over all leading dims),
-    `dbias = Σ dout` when the forward op had a bias.
+    `dbias = Σ dout` when the forward op had a bias. As in `loom.linear`,
+    the weight is `[in, out...]`.
 
     ```mlir
     %dx, %dw, %db = loom.linear_grad %dy, %x, %w
@@ -133,6 +134,7 @@ def Loom_AttentionGradOp : Loom_ComputeOp<"attention_grad"> {
   let description = [{
     Recomputes the attention probabilities from `qkv` (as flash attention
     does) instead of keeping the `[B, NH, T, T]` tensor from the forward.
+    `qkv` is `[B, T, 3C]` or `[B, T, 3, C]`, as for `loom.attention`.
 
     ```mlir
     %dqkv = loom.attention_grad %dy, %qkv {num_heads = 12 : i64}
@@ -181,6 +183,34 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   let assemblyFormat = [{
     $dloss `,` $logits `,` $targets attr-dict `:` type($dloss) `,`
     type($logits) `,` type($targets) `->` type($result)
+  }];
+}
+
+def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad"> {
+  let summary = "Gradient of the mean cross-entropy from its maxima and sums";
+  let description = [{
+    `dlogits = (exp(logits - row_max) / sum_exp − onehot(targets)) · dloss
+    / N`: `loom.cross_entropy_grad` with the softmax's statistics given, so
+    that each rank computes the gradient of its vocabulary shard
+    (`vocab_axes`, as for `loom.cross_entropy_sums`) from the reduced
+    statistics, never the full logits.
+
+    ```mlir
+    %dl = loom.cross_entropy_sums_grad %seed, %logits, %m, %s, %targets
+        : tensor<f32>, tensor<4x64x256xf32>, tensor<4x64xf32>,
+          tensor<4x64xf32>, tensor<4x64xi32> -> tensor<4x64x256xf32>
+    ```
+  }];
+  let arguments = (ins Loom_ScalarFloatTensor:$dloss, Loom_FloatTensor:$logits,
+                       Loom_FloatTensor:$row_max, Loom_FloatTensor:$sum_exp,
+                       Loom_IndexTensor:$targets,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<I64Attr>:$num_tokens);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = [{
+    $dloss `,` $logits `,` $row_max `,` $sum_exp `,` $targets attr-dict `:`
+    type($dloss) `,` type($logits) `,` type($row_max) `,` type($sum_exp) `,`
+    type($targets) `->` type($result)
   }];
 }
 

@@ -13,6 +13,7 @@
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <optional>
 #include <string>
 
 namespace mlir::loom {
@@ -64,6 +65,34 @@ inline LogicalResult verifySameFloatElementType(Operation *op) {
     if (failed(check(v)))
       return failure();
   return success();
+}
+
+/// Channels C of an attention input: `[B, T, 3C]` (q|k|v packed along the
+/// last dimension, as GPT-2's c_attn produces them) or `[B, T, 3, C]` (the
+/// same bytes with q, k and v as a dimension, so heads are a plain split of
+/// the last one); std::nullopt for any other shape.
+inline std::optional<int64_t> qkvChannels(ArrayRef<int64_t> qkv) {
+  if (qkv.size() == 3 && qkv[2] % 3 == 0)
+    return qkv[2] / 3;
+  if (qkv.size() == 4 && qkv[2] == 3)
+    return qkv[3];
+  return std::nullopt;
+}
+
+/// Verifies an attention input against `heads` and returns its channels.
+inline FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
+  std::optional<int64_t> channels = qkvChannels(shapeOf(qkv));
+  if (!channels)
+    return op->emitOpError()
+           << "qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, "
+              "channels], got "
+           << shapeRef(qkv);
+  if (heads <= 0)
+    return op->emitOpError() << "num_heads must be positive, got " << heads;
+  if (*channels % heads != 0)
+    return op->emitOpError() << "channels " << *channels
+                             << " are not divisible by num_heads " << heads;
+  return *channels;
 }
 
 } // namespace mlir::loom

@@ -9,6 +9,7 @@
 #ifndef LOOM_DIALECTS_LOOM_IR_SHARDINGRULE_H
 #define LOOM_DIALECTS_LOOM_IR_SHARDINGRULE_H
 
+#include "dialects/Loom/IR/LoomDialect.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -28,6 +29,9 @@ struct ShardingRule {
   /// Whether the factor is a real contraction when missing from a result;
   /// false for factors of ops that keep a missing factor whole.
   llvm::SmallVector<bool> isReduction;
+  /// How a split contraction's partial results combine: by sum (a matmul's
+  /// K) or by max (a row maximum over the vocabulary).
+  llvm::SmallVector<ReductionKind> reductionKind;
   /// The op is linear in its operands (addition): operands holding partial
   /// sums over the same axes give a result holding partial sums, so the
   /// reduction can wait until after the op.
@@ -36,9 +40,11 @@ struct ShardingRule {
   llvm::SmallVector<llvm::SmallVector<int64_t>> resultFactors;
 
   /// Adds a factor of `size` and returns its index.
-  int64_t addFactor(int64_t size, bool reduction = false) {
+  int64_t addFactor(int64_t size, bool reduction = false,
+                    ReductionKind kind = ReductionKind::Sum) {
     factorSizes.push_back(size);
     isReduction.push_back(reduction);
+    reductionKind.push_back(kind);
     return static_cast<int64_t>(factorSizes.size()) - 1;
   }
   /// Appends an operand (or result) whose dimensions map to `factors`.

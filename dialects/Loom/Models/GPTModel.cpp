@@ -143,6 +143,9 @@ struct ModelArg {
   RankedTensorType type;
   Role role;
   InitAttr init; // null for inputs and targets
+  /// The HF tensor's shape when `type` regroups its dimensions (empty: the
+  /// type's shape).
+  SmallVector<int64_t> checkpointShape;
 };
 
 /// Builds the model function; keeps the builder, types and argument table.
@@ -161,8 +164,9 @@ private:
     return NameLoc::get(b.getStringAttr(name));
   }
   void addParam(const std::string &name, ArrayRef<int64_t> shape,
-                InitAttr init) {
-    args.push_back({name, f32(shape), Role::Param, init});
+                InitAttr init, ArrayRef<int64_t> checkpointShape = {}) {
+    args.push_back({name, f32(shape), Role::Param, init,
+                    SmallVector<int64_t>(checkpointShape)});
   }
   void declareArguments();
   Value buildBlock(int64_t layer, Value x,
@@ -194,8 +198,12 @@ void GPTBuilder::declareArguments() {
     std::string h = "h." + std::to_string(l) + ".";
     addParam(h + "ln_1.weight", {C}, ones);
     addParam(h + "ln_1.bias", {C}, zeros);
-    addParam(h + "attn.c_attn.weight", {C, 3 * C}, normal(std));
-    addParam(h + "attn.c_attn.bias", {3 * C}, zeros);
+    // HF packs q|k|v along the last dimension ([C, 3C]); the same bytes as
+    // [C, 3, C] make q, k and v a dimension of their own, so splitting the
+    // heads (the last dimension) over tensor-parallel ranks is a plain split
+    // that gives each rank its heads' q, k and v. Checkpoints keep HF's shape.
+    addParam(h + "attn.c_attn.weight", {C, 3, C}, normal(std), {C, 3 * C});
+    addParam(h + "attn.c_attn.bias", {3, C}, zeros, {3 * C});
     addParam(h + "attn.c_proj.weight", {C, C}, normal(projStd));
     addParam(h + "attn.c_proj.bias", {C}, zeros);
     addParam(h + "ln_2.weight", {C}, ones);
@@ -247,7 +255,7 @@ Value GPTBuilder::buildBlock(int64_t layer, Value x,
 
   Value ln1 = LayerNormOp::create(b, loc(h + "ln_1"), act, in,
                                   p["ln_1.weight"], p["ln_1.bias"], eps);
-  Value qkv = LinearOp::create(b, loc(h + "attn.c_attn"), f32({B, T, 3 * C}),
+  Value qkv = LinearOp::create(b, loc(h + "attn.c_attn"), f32({B, T, 3, C}),
                                ln1, p["attn.c_attn.weight"],
                                p["attn.c_attn.bias"]);
   Value att = AttentionOp::create(b, loc(h + "attn"), act, qkv,
@@ -305,6 +313,9 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
         b.getNamedAttr(LoomDialect::kRoleAttr, RoleAttr::get(ctx, a.role))};
     if (a.init)
       attrs.push_back(b.getNamedAttr(LoomDialect::kInitAttr, a.init));
+    if (!a.checkpointShape.empty())
+      attrs.push_back(b.getNamedAttr(LoomDialect::kCheckpointShapeAttr,
+                                     b.getI64ArrayAttr(a.checkpointShape)));
     argAttrs.push_back(b.getDictionaryAttr(attrs));
     params[a.name] = entry->getArgument(i);
   }
@@ -316,7 +327,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   int64_t B = c.batch, T = c.seq, C = c.nEmbd;
   auto act = f32({B, T, C});
   Value tok = EmbeddingOp::create(b, loc("wte"), act, params["wte.weight"],
-                                  tokens);
+                                  tokens, /*row_axes=*/nullptr);
   // Positions 0..T-1 are the first T rows of wpe, broadcast over the batch.
   Value pos = SliceOp::create(b, loc("wpe"), f32({T, C}), params["wpe.weight"],
                               b.getI64IntegerAttr(0), b.getI64IntegerAttr(0));

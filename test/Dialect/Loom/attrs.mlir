@@ -17,12 +17,15 @@ func.func @mesh_attrs() attributes {
 }
 
 // Empty per-dimension lists mean replicated; `partial` is printed only when
-// it is not empty; names that are not identifiers stay quoted.
+// it is not empty, with its kind unless it is sums (`partial sum` reads
+// back as `partial`); names that are not identifiers stay quoted.
 // CHECK-LABEL: func.func @sharding_attrs
 // CHECK-SAME: attrs.col = #loom.sharding<@mesh, {{\[}}[], [tp]]>
 // CHECK-SAME: attrs.multi = #loom.sharding<@mesh, {{\[}}[dp, tp], []]>
 // CHECK-SAME: attrs.no_partial = #loom.sharding<@mesh, {{\[}}[dp], []]>{{[,}]}}
 // CHECK-SAME: attrs.partial = #loom.sharding<@mesh, {{\[}}[dp], [], []], partial = [tp]>
+// CHECK-SAME: attrs.partial_max = #loom.sharding<@mesh, {{\[}}[dp], []], partial max = [tp]>
+// CHECK-SAME: attrs.partial_sum = #loom.sharding<@mesh, {{\[}}[dp], []], partial = [tp]>
 // CHECK-SAME: attrs.quoted = #loom.sharding<@"my mesh", {{\[}}["data parallel"], ["t-p"]], partial = ["pp 2"]>
 // CHECK-SAME: attrs.replicated = #loom.sharding<@mesh, {{\[}}[], []]>
 // CHECK-SAME: attrs.scalar = #loom.sharding<@mesh, []>
@@ -31,6 +34,8 @@ func.func @sharding_attrs() attributes {
     attrs.multi = #loom.sharding<@mesh, [[dp, tp], []]>,
     attrs.no_partial = #loom.sharding<@mesh, [[dp], []], partial = []>,
     attrs.partial = #loom.sharding<@mesh, [[dp], [], []], partial = [tp]>,
+    attrs.partial_max = #loom.sharding<@mesh, [[dp], []], partial max = [tp]>,
+    attrs.partial_sum = #loom.sharding<@mesh, [[dp], []], partial sum = [tp]>,
     attrs.quoted = #loom.sharding<@"my mesh", [["data parallel"], ["t-p"]], partial = ["pp 2"]>,
     attrs.replicated = #loom.sharding<@mesh, [[], []]>,
     attrs.scalar = #loom.sharding<@mesh, []>} {

@@ -1,7 +1,7 @@
 // RUN: loom-opt %s -split-input-file -verify-diagnostics
 
 // Errors in the discardable attributes of function arguments: loom.name,
-// loom.role, loom.init, loom.sharding.
+// loom.role, loom.init, loom.sharding, loom.checkpoint_shape.
 
 // expected-error@+1 {{'func.func' op argument #0: loom.name must be a non-empty string such as "h.0.attn.c_attn.weight"}}
 func.func @name_not_string(%x: tensor<8xf32> {loom.name = 3 : i64}) {
@@ -159,3 +159,24 @@ func.func @unknown_arg_attr(%x: tensor<8xf32> {loom.weight = 1 : i64}) {
 // Arguments of a declaration are checked against its signature.
 // expected-error@+1 {{'func.func' op argument #1 is a param of type 'tensor<4xi32>'; parameters must be float tensors}}
 func.func private @declaration(tensor<8xf32>, tensor<4xi32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0: loom.checkpoint_shape must be a list of positive sizes such as [768, 2304]}}
+func.func @checkpoint_shape_not_positive(%w: tensor<4x3x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.checkpoint_shape = [4, 0]}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has a checkpoint shape but is not a param}}
+func.func @checkpoint_shape_not_param(%x: tensor<4x3x4xf32> {loom.name = "x", loom.role = #loom.role<grad>, loom.checkpoint_shape = [4, 12]}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 of type 'tensor<4x3x4xf32>' has checkpoint shape [4, 13] of 52 elements; a checkpoint shape only regroups the same row-major elements}}
+func.func @checkpoint_shape_elements(%w: tensor<4x3x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.checkpoint_shape = [4, 13]}) {
+  return
+}

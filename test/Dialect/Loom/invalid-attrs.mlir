@@ -75,6 +75,14 @@ func.func @f() attributes {attrs.s = #loom.sharding<@m, [[dp]], partial = [""]>}
 
 // -----
 
+// Partial results combine by sum or max only.
+// expected-error@+1 {{partial results combine by sum or max, not 'avg'}}
+func.func @f() attributes {attrs.s = #loom.sharding<@m, [[dp]], partial avg = [tp]>} {
+  return
+}
+
+// -----
+
 // expected-error@+1 {{expected valid '@'-identifier for symbol name}}
 func.func @f() attributes {attrs.s = #loom.sharding<m, [[dp]]>} {
   return

@@ -59,7 +59,7 @@ func.func @linear_scalar_input(%x: tensor<f32>, %w: tensor<1x4xf32>) {
 // -----
 
 func.func @linear_weight_rank(%x: tensor<8x64xf32>, %w: tensor<64xf32>) {
-  // expected-error@+1 {{'loom.linear' op weight must be [in, out], got [64]}}
+  // expected-error@+1 {{'loom.linear' op weight must be [in, out...], got [64]}}
   %0 = loom.linear %x, %w : tensor<8x64xf32>, tensor<64xf32> -> tensor<8xf32>
   return
 }
@@ -78,6 +78,15 @@ func.func @linear_features(%x: tensor<8x64xf32>, %w: tensor<256x64xf32>) {
 func.func @linear_bias_shape(%x: tensor<8x64xf32>, %w: tensor<64x256xf32>, %b: tensor<64xf32>) {
   // expected-error@+1 {{'loom.linear' op bias shape [64] should be [256]}}
   %0 = loom.linear %x, %w, %b : tensor<8x64xf32>, tensor<64x256xf32>, tensor<64xf32> -> tensor<8x256xf32>
+  return
+}
+
+// -----
+
+// With several output dimensions the bias has all of them.
+func.func @linear_bias_output_dims(%x: tensor<8x64xf32>, %w: tensor<64x3x64xf32>, %b: tensor<192xf32>) {
+  // expected-error@+1 {{'loom.linear' op bias shape [192] should be [3, 64]}}
+  %0 = loom.linear %x, %w, %b : tensor<8x64xf32>, tensor<64x3x64xf32>, tensor<192xf32> -> tensor<8x3x64xf32>
   return
 }
 
@@ -237,7 +246,7 @@ func.func @softmax_result_type(%x: tensor<4x64xf32>) {
 // -----
 
 func.func @attention_rank(%qkv: tensor<32x192xf32>) {
-  // expected-error@+1 {{'loom.attention' op qkv must be [batch, seq, 3 * channels], got [32, 192]}}
+  // expected-error@+1 {{'loom.attention' op qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, channels], got [32, 192]}}
   %0 = loom.attention %qkv {num_heads = 4 : i64} : tensor<32x192xf32> -> tensor<32x64xf32>
   return
 }
@@ -245,8 +254,16 @@ func.func @attention_rank(%qkv: tensor<32x192xf32>) {
 // -----
 
 func.func @attention_not_packed(%qkv: tensor<4x32x64xf32>) {
-  // expected-error@+1 {{'loom.attention' op qkv last dimension 64 is not 3 * channels (q, k and v packed)}}
+  // expected-error@+1 {{'loom.attention' op qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, channels], got [4, 32, 64]}}
   %0 = loom.attention %qkv {num_heads = 4 : i64} : tensor<4x32x64xf32> -> tensor<4x32x64xf32>
+  return
+}
+
+// -----
+
+func.func @attention_qkv_dim_not_three(%qkv: tensor<4x32x2x64xf32>) {
+  // expected-error@+1 {{'loom.attention' op qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, channels], got [4, 32, 2, 64]}}
+  %0 = loom.attention %qkv {num_heads = 4 : i64} : tensor<4x32x2x64xf32> -> tensor<4x32x64xf32>
   return
 }
 
@@ -319,5 +336,29 @@ func.func @cross_entropy_targets(%l: tensor<4x32x256xf32>, %t: tensor<4x16xi32>)
 func.func @cross_entropy_mixed_types(%l: tensor<4x256xf32>, %t: tensor<4xi32>) {
   // expected-error@+1 {{'loom.cross_entropy' op mixes element types 'f32' and 'f16'}}
   %0 = loom.cross_entropy %l, %t : tensor<4x256xf32>, tensor<4xi32> -> tensor<f16>
+  return
+}
+
+// -----
+
+func.func @row_max_shape(%x: tensor<4x32x128xf32>) {
+  // expected-error@+1 {{'loom.row_max' op result shape [4, 128] should be the per-token shape [4, 32]}}
+  %0 = loom.row_max %x : tensor<4x32x128xf32> -> tensor<4x128xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_sums_targets(%l: tensor<4x32x128xf32>, %m: tensor<4x32xf32>, %t: tensor<4x31xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_sums' op targets shape [4, 31] should be the per-token shape [4, 32]}}
+  %0:2 = loom.cross_entropy_sums %l, %m, %t : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x31xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  return
+}
+
+// -----
+
+func.func @cross_entropy_from_sums_tokens(%m: tensor<4x32xf32>, %s: tensor<4x32xf32>) {
+  // expected-error@+1 {{'loom.cross_entropy_from_sums' op num_tokens 100 is less than this rank's 128 tokens}}
+  %0 = loom.cross_entropy_from_sums %m, %s, %s {num_tokens = 100 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
   return
 }

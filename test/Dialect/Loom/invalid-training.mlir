@@ -25,7 +25,7 @@ func.func @f(%dy: tensor<2x4x8xf32>) {
 // -----
 
 func.func @f(%dy: tensor<2x8xf32>, %x: tensor<2x4xf32>, %w: tensor<8x8xf32>) {
-  // expected-error@+1 {{'loom.linear_grad' op input [2, 4] and weight [8, 8] do not form a linear layer [..., K] x [K, N]}}
+  // expected-error@+1 {{'loom.linear_grad' op input [2, 4] and weight [8, 8] do not form a linear layer [..., K] x [K, N...]}}
   %0:2 = loom.linear_grad %dy, %x, %w : tensor<2x8xf32>, tensor<2x4xf32>, tensor<8x8xf32> -> tensor<2x4xf32>, tensor<8x8xf32>
   return
 }
@@ -89,7 +89,7 @@ func.func @f(%dy: tensor<f32>, %x: tensor<f32>, %w: tensor<1xf32>) {
 // -----
 
 func.func @f(%dy: tensor<2x4x8xf32>, %qkv: tensor<2x4x25xf32>) {
-  // expected-error@+1 {{'loom.attention_grad' op qkv must be [batch, seq, 3 * channels], got [2, 4, 25]}}
+  // expected-error@+1 {{'loom.attention_grad' op qkv must be [batch, seq, 3 * channels] or [batch, seq, 3, channels], got [2, 4, 25]}}
   %0 = loom.attention_grad %dy, %qkv {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x25xf32> -> tensor<2x4x25xf32>
   return
 }
@@ -301,5 +301,13 @@ func.func @f(%g: tensor<8xf32> {loom.role = #loom.role<grad>}) {
 
 // expected-error@+1 {{'func.func' op argument #0 is the lr scalar; it must be tensor<f32>, not 'tensor<2xf32>'}}
 func.func @f(%lr: tensor<2xf32> {loom.role = #loom.role<lr>}) {
+  return
+}
+
+// -----
+
+func.func @cross_entropy_sums_grad_stats(%dl: tensor<f32>, %l: tensor<2x4x16xf32>, %m: tensor<2x4xf32>, %s: tensor<2x3xf32>, %t: tensor<2x4xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_sums_grad' op sum_exp has shape [2, 3] but should be [2, 4]}}
+  %0 = loom.cross_entropy_sums_grad %dl, %l, %m, %s, %t : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<2x3xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
   return
 }

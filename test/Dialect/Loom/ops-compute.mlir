@@ -11,6 +11,14 @@ func.func @embedding(%table: tensor<256x64xf32>, %ids: tensor<4x32xi32>) -> tens
   return %0 : tensor<4x32x64xf32>
 }
 
+// A vocab-parallel shard of the table: this rank's rows of it.
+// CHECK-LABEL: func.func @embedding_rows
+// CHECK: loom.embedding %{{.*}}, %{{.*}} {row_axes = ["tp"]} : tensor<128x64xf32>, tensor<4x32xi32> -> tensor<4x32x64xf32>
+func.func @embedding_rows(%table: tensor<128x64xf32>, %ids: tensor<4x32xi32>) -> tensor<4x32x64xf32> {
+  %0 = loom.embedding %table, %ids {row_axes = ["tp"]} : tensor<128x64xf32>, tensor<4x32xi32> -> tensor<4x32x64xf32>
+  return %0 : tensor<4x32x64xf32>
+}
+
 // CHECK-LABEL: func.func @add_same_shape
 // CHECK-SAME: (%[[A:.*]]: tensor<4x32x64xf32>, %[[B:.*]]: tensor<4x32x64xf32>)
 // CHECK: loom.add %[[A]], %[[B]] : tensor<4x32x64xf32>, tensor<4x32x64xf32>
@@ -37,6 +45,14 @@ func.func @add_trailing_broadcast(%a: tensor<4x32x64xf32>, %p: tensor<32x64xf32>
 func.func @linear_with_bias(%x: tensor<4x32x64xf32>, %w: tensor<64x192xf32>, %b: tensor<192xf32>) -> tensor<4x32x192xf32> {
   %0 = loom.linear %x, %w, %b : tensor<4x32x64xf32>, tensor<64x192xf32>, tensor<192xf32> -> tensor<4x32x192xf32>
   return %0 : tensor<4x32x192xf32>
+}
+
+// A weight with several output dimensions: GPT-2's c_attn as [C, 3, C].
+// CHECK-LABEL: func.func @linear_output_dims
+// CHECK: loom.linear %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x32x64xf32>, tensor<64x3x64xf32>, tensor<3x64xf32> -> tensor<4x32x3x64xf32>
+func.func @linear_output_dims(%x: tensor<4x32x64xf32>, %w: tensor<64x3x64xf32>, %b: tensor<3x64xf32>) -> tensor<4x32x3x64xf32> {
+  %0 = loom.linear %x, %w, %b : tensor<4x32x64xf32>, tensor<64x3x64xf32>, tensor<3x64xf32> -> tensor<4x32x3x64xf32>
+  return %0 : tensor<4x32x3x64xf32>
 }
 
 // CHECK-LABEL: func.func @linear_without_bias
@@ -94,6 +110,26 @@ func.func @gelu(%x: tensor<4x32x256xf32>) -> tensor<4x32x256xf32> {
 func.func @attention(%qkv: tensor<4x32x192xf32>) -> tensor<4x32x64xf32> {
   %0 = loom.attention %qkv {num_heads = 4 : i64} : tensor<4x32x192xf32> -> tensor<4x32x64xf32>
   return %0 : tensor<4x32x64xf32>
+}
+
+// q, k and v as a dimension of their own.
+// CHECK-LABEL: func.func @attention_qkv_dim
+// CHECK: loom.attention %{{.*}} {num_heads = 4 : i64} : tensor<4x32x3x64xf32> -> tensor<4x32x64xf32>
+func.func @attention_qkv_dim(%qkv: tensor<4x32x3x64xf32>) -> tensor<4x32x64xf32> {
+  %0 = loom.attention %qkv {num_heads = 4 : i64} : tensor<4x32x3x64xf32> -> tensor<4x32x64xf32>
+  return %0 : tensor<4x32x64xf32>
+}
+
+// Megatron's vocab-parallel cross-entropy, step by step.
+// CHECK-LABEL: func.func @vocab_parallel_loss
+// CHECK: %[[M:.*]] = loom.row_max %{{.*}} : tensor<4x32x128xf32> -> tensor<4x32xf32>
+// CHECK: %[[S:.*]], %[[T:.*]] = loom.cross_entropy_sums %{{.*}}, %[[M]], %{{.*}} {vocab_axes = ["tp"]} : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x32xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+// CHECK: loom.cross_entropy_from_sums %[[M]], %[[S]], %[[T]] {num_tokens = 256 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
+func.func @vocab_parallel_loss(%logits: tensor<4x32x128xf32>, %targets: tensor<4x32xi32>) -> tensor<f32> {
+  %m = loom.row_max %logits : tensor<4x32x128xf32> -> tensor<4x32xf32>
+  %s, %t = loom.cross_entropy_sums %logits, %m, %targets {vocab_axes = ["tp"]} : tensor<4x32x128xf32>, tensor<4x32xf32>, tensor<4x32xi32> -> tensor<4x32xf32>, tensor<4x32xf32>
+  %l = loom.cross_entropy_from_sums %m, %s, %t {num_tokens = 256 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>
+  return %l : tensor<f32>
 }
 
 // CHECK-LABEL: func.func @softmax

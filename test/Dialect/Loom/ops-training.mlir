@@ -6,7 +6,7 @@
 func.func @backward(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %ids: tensor<2x4xi32>,
                     %w: tensor<8x8xf32>, %c: tensor<8xf32>, %qkv: tensor<2x4x24xf32>,
                     %dl: tensor<f32>, %logits: tensor<2x4x16xf32>, %wte: tensor<16x8xf32>,
-                    %pos: tensor<4x8xf32>) {
+                    %pos: tensor<4x8xf32>, %stat: tensor<2x4xf32>) {
   // CHECK: loom.embedding_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
   %0 = loom.embedding_grad %dy, %ids : tensor<2x4x8xf32>, tensor<2x4xi32> -> tensor<16x8xf32>
   // CHECK: loom.reduce_leading %{{.*}} : tensor<2x4x8xf32> -> tensor<4x8xf32>
@@ -27,6 +27,8 @@ func.func @backward(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %ids: tensor<
   %8 = loom.softmax_grad %dy, %x : tensor<2x4x8xf32>
   // CHECK: loom.cross_entropy_grad {{.*}} -> tensor<2x4x16xf32>
   %9 = loom.cross_entropy_grad %dl, %logits, %ids : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+  // CHECK: loom.cross_entropy_sums_grad {{.*}} {num_tokens = 16 : i64, vocab_axes = ["tp"]} : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+  %12 = loom.cross_entropy_sums_grad %dl, %logits, %stat, %stat, %ids {num_tokens = 16 : i64, vocab_axes = ["tp"]} : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<2x4xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
   // CHECK: loom.slice_grad %{{.*}} dim 0 offset 2 : tensor<4x8xf32> -> tensor<8x8xf32>
   %10 = loom.slice_grad %pos dim 0 offset 2 : tensor<4x8xf32> -> tensor<8x8xf32>
   // CHECK: loom.fill 2.500000e-01 : tensor<f32>

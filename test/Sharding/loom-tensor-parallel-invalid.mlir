@@ -1,0 +1,54 @@
+// RUN: loom-opt --loom-tensor-parallel %s -split-input-file -verify-diagnostics
+
+// Splits the sizes do not allow and what the pass says to change.
+// (Module-level errors and remarks: loom-tensor-parallel-errors.mlir.)
+
+loom.mesh @mesh <tp = 2>
+func.func @heads(%x: tensor<2x4x6xf32>,
+                 %w: tensor<6x3x6xf32> {loom.name = "attn.c_attn.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  %qkv = loom.linear %x, %w : tensor<2x4x6xf32>, tensor<6x3x6xf32> -> tensor<2x4x3x6xf32>
+  // expected-error@+1 {{'loom.attention' op has n_head = 3 attention heads, not divisible by tp = 2: tensor parallelism gives every rank whole heads; choose tp dividing 3}}
+  %y = loom.attention %qkv {num_heads = 3 : i64} : tensor<2x4x3x6xf32> -> tensor<2x4x6xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 4>
+func.func @hidden(%x: tensor<2x4x8xf32>,
+                  %w1: tensor<8x6xf32> {loom.name = "fc1.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                  %w2: tensor<6x8xf32> {loom.name = "fc2.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  // expected-error@+1 {{'loom.linear' op is the first linear of an MLP whose hidden size 6 is not divisible by tp = 4; choose tp dividing 6}}
+  %h = loom.linear %x, %w1 : tensor<2x4x8xf32>, tensor<8x6xf32> -> tensor<2x4x6xf32>
+  %g = loom.gelu %h : tensor<2x4x6xf32>
+  %y = loom.linear %g, %w2 : tensor<2x4x6xf32>, tensor<6x8xf32> -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <tp = 2>
+func.func @vocab(%wte: tensor<255x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                 %ids: tensor<2x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  // expected-error@+1 {{'loom.embedding' op has vocab_size = 255 rows, not divisible by tp = 2: the vocab-parallel embedding gives every rank the same number of rows, and vocab padding is not implemented yet; use a vocabulary divisible by 2 (e.g. 256)}}
+  %x = loom.embedding %wte, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// One parameter in two roles that split different dimensions.
+loom.mesh @mesh <tp = 2>
+func.func @conflict(%x: tensor<2x4x8xf32>,
+                    %w: tensor<8x8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>}) {
+  %h = loom.linear %x, %w : tensor<2x4x8xf32>, tensor<8x8xf32> -> tensor<2x4x8xf32>
+  %g = loom.gelu %h : tensor<2x4x8xf32>
+  // expected-error@+1 {{'loom.linear' op is row-parallel loom.linear (MLP output), which splits dimension 0 of "w", but it is also column-parallel loom.linear (MLP input), which splits dimension 1; annotate the parameter by hand (loom.sharding) to choose}}
+  %y = loom.linear %g, %w : tensor<2x4x8xf32>, tensor<8x8xf32> -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'loom.mesh' op has no axis 'tp' for tensor parallelism (axes: dp)}}
+loom.mesh @mesh <dp = 2>
