@@ -1,4 +1,4 @@
-//===- Plan.h - `loom plan`: search parallel plans ---------------*- C++ -*-===//
+//===- Plan.h - `loom plan`: search parallel plans --------------*- C++ -*-===//
 //
 // `loom plan --config CFG.json --gpus G --gpu-mem-gb M --batch B ...`:
 // enumerates dp x tp x pp meshes, ZeRO stages, micro-batches, pipeline

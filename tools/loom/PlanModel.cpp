@@ -87,8 +87,7 @@ double loom::plan::modelStateBytesPerParam(int zero, int64_t dp,
 }
 
 std::string loom::plan::modelStateFormula(int zero, Precision precision) {
-  static const char *const kBF16[] = {"16Φ", "4Φ+12Φ/N", "2Φ+14Φ/N",
-                                      "16Φ/N"};
+  static const char *const kBF16[] = {"16Φ", "4Φ+12Φ/N", "2Φ+14Φ/N", "16Φ/N"};
   static const char *const kFP32[] = {"16Φ", "8Φ+8Φ/N", "4Φ+12Φ/N", "16Φ/N"};
   int z = std::clamp(zero, 0, 3);
   return precision == Precision::BF16 ? kBF16[z] : kFP32[z];
@@ -183,8 +182,16 @@ static double layerFlopsPerToken(const ModelShape &model, int64_t seq) {
 }
 
 static double headFlopsPerToken(const ModelShape &model) {
-  return std::max(0.0, 6.0 * double(model.params -
-                                    model.layers * model.paramsPerBlock));
+  return std::max(
+      0.0, 6.0 * double(model.params - model.layers * model.paramsPerBlock));
+}
+
+/// What `comm` seconds of communication overlapping `window` seconds of
+/// compute add to the step: the part that does not fit the window, plus
+/// kOverlapCost of the part that does.
+static double overlappedTime(double comm, double window) {
+  double exposed = std::max(0.0, comm - window);
+  return exposed + kOverlapCost * (comm - exposed);
 }
 
 std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
@@ -204,7 +211,8 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
   for (int64_t last = 1; last <= L - (pp - 1); ++last) {
     int64_t rest = L - last;
     int64_t front = (rest + pp - 2) / (pp - 1);
-    double largest = std::max(double(front) * layer, double(last) * layer + head);
+    double largest =
+        std::max(double(front) * layer, double(last) * layer + head);
     if (largest < bestMax - 1e-9 * bestMax) {
       bestMax = largest;
       bestLast = last;
@@ -305,20 +313,17 @@ std::string loom::plan::checkPlan(const ModelShape &model,
     return "tp " + str(plan.tp) + " is more than --gpus-per-node " +
            str(cluster.gpusPerNode) + " (a TP group stays inside a node)";
   if (model.heads % plan.tp != 0)
-    return "tp " + str(plan.tp) + " does not divide n_head " +
-           str(model.heads);
+    return "tp " + str(plan.tp) + " does not divide n_head " + str(model.heads);
   if (plan.pp > model.layers)
     return "pp " + str(plan.pp) + " is more stages than n_layer " +
            str(model.layers);
   if (work.batch % plan.dp != 0)
-    return "dp " + str(plan.dp) + " does not divide --batch " +
-           str(work.batch);
+    return "dp " + str(plan.dp) + " does not divide --batch " + str(work.batch);
   if (plan.zero < 0 || plan.zero > 3)
     return "zero must be 0, 1, 2 or 3";
   if (plan.microbatches < 1 || (work.batch / plan.dp) % plan.microbatches)
-    return "microbatches " + str(plan.microbatches) +
-           " does not divide the " + str(work.batch / plan.dp) +
-           " rows of a dp rank";
+    return "microbatches " + str(plan.microbatches) + " does not divide the " +
+           str(work.batch / plan.dp) + " rows of a dp rank";
   if (plan.pp == 1) {
     if (plan.virtualStages != 1)
       return "virtual stages need pp > 1";
@@ -385,9 +390,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   double blockPerGpu = double(model.paramsPerBlock) / double(t);
 
   // 2. Memory per stage.
-  cost.activationBytesPerLayer = activationBytesPerLayer(
-      s, b, h, model.heads, t, work.sequenceParallel, plan.recompute,
-      cluster.precision);
+  cost.activationBytesPerLayer =
+      activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
+                              plan.recompute, cluster.precision);
   const double bytesPerParam =
       modelStateBytesPerParam(plan.zero, n, cluster.precision);
   cost.stages.resize(p);
@@ -418,10 +423,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     }
     if (plan.zero == 3 && n > 1 && layers[i] > 0)
       st.gatheredBytes = 3.0 * blockPerGpu * elementBytes;
-    st.workspaceBytes =
-        kWorkspaceBytes +
-        kFragmentation *
-            (st.modelStateBytes + st.activationBytes + st.gatheredBytes);
+    st.workspaceBytes = kWorkspaceBytes + kFragmentation * (st.modelStateBytes +
+                                                            st.activationBytes +
+                                                            st.gatheredBytes);
     if (st.peakBytes() > cost.peakBytes) {
       cost.peakBytes = st.peakBytes();
       cost.peakStage = i;
@@ -433,16 +437,16 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   const double tokens = double(work.batch) * double(s);
   double recomputePerLayer = 0; // per token
   if (plan.recompute == Recompute::Full)
-    recomputePerLayer = 2.0 * double(model.paramsPerBlock) +
-                        2.0 * double(h) * double(s);
+    recomputePerLayer =
+        2.0 * double(model.paramsPerBlock) + 2.0 * double(h) * double(s);
   else if (plan.recompute == Recompute::Selective)
     recomputePerLayer = 2.0 * double(h) * double(s);
   cost.modelFlops = modelFlopsPerToken(model, s) * tokens;
   cost.hardwareFlops =
       cost.modelFlops + double(model.layers) * recomputePerLayer * tokens;
   double rows = double(b) * double(s), width = double(h) / double(t);
-  cost.computeEfficiency = kMaxComputeEfficiency *
-                           rows / (rows + kHalfEfficiencyRows) * width /
+  cost.computeEfficiency = kMaxComputeEfficiency * rows /
+                           (rows + kHalfEfficiencyRows) * width /
                            (width + kHalfEfficiencyWidth);
   const double flopRate = cluster.peakFlops * cost.computeEfficiency;
 
@@ -454,9 +458,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   double slowest = -1;
   for (int64_t i = 0; i < p; ++i) {
     const StageMemory &st = cost.stages[i];
-    double flops =
-        double(st.layers) *
-        (layerFlopsPerToken(model, s) + recomputePerLayer) * microTokens;
+    double flops = double(st.layers) *
+                   (layerFlopsPerToken(model, s) + recomputePerLayer) *
+                   microTokens;
     if (i == p - 1)
       flops += headFlopsPerToken(model) * microTokens;
     double compute = flops / double(t) / flopRate;
@@ -470,13 +474,13 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double zeroBytes = 0, zeroWindow = 0;
     if (plan.zero == 2) {
       zeroBytes = ringGatherBytes(stageParamBytes, n);
-      zeroWindow = kOverlapFraction * compute * 2.0 / 3.0;
+      zeroWindow = compute * 2.0 / 3.0;
     } else if (plan.zero == 3) {
       zeroBytes = 3.0 * ringGatherBytes(stageParamBytes, n);
-      zeroWindow = kOverlapFraction * compute;
+      zeroWindow = compute;
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
-    double zeroExposed = std::max(0.0, zeroTime - zeroWindow);
+    double zeroExposed = overlappedTime(zeroTime, zeroWindow);
     // Activations forward to the next stage, gradients back to the
     // previous one; every chunk boundary with interleaving.
     int sends = (i < p - 1 ? 1 : 0) + (i > 0 ? 1 : 0);
@@ -490,27 +494,26 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     cost.tpBytes = std::max(cost.tpBytes, tpBytes * double(m));
     cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
 
-    // Once per step: DDP all-reduces after the last micro-batch's backward
-    // (hidden behind it); ZeRO-1 reduce-scatters there and all-gathers
-    // the updated params after the optimizer (exposed); ZeRO-2 only
-    // gathers the params.
+    // Once per step: DDP all-reduces behind the last micro-batch's
+    // backward; ZeRO-1 reduce-scatters there and all-gathers the updated
+    // params after the optimizer (exposed); ZeRO-2 only gathers the params.
     double dpBytes = 0, dpExposed = 0, dpTotal = 0;
-    double lastBackward = kOverlapFraction * compute * 2.0 / 3.0;
+    double lastBackward = compute * 2.0 / 3.0;
     double dpBandwidth = bandwidth(cost.dpCrossesNodes);
     switch (plan.zero) {
     case 0: {
       double ar = ringAllReduceBytes(stageParamBytes, n);
       dpBytes = ar;
       dpTotal = ar / dpBandwidth;
-      dpExposed = std::max(0.0, dpTotal - lastBackward);
+      dpExposed = overlappedTime(dpTotal, lastBackward);
       break;
     }
     case 1: {
       double rs = ringGatherBytes(stageParamBytes, n);
       dpBytes = 2 * rs;
       dpTotal = 2 * rs / dpBandwidth;
-      dpExposed = std::max(0.0, rs / dpBandwidth - lastBackward) +
-                  rs / dpBandwidth;
+      dpExposed =
+          overlappedTime(rs / dpBandwidth, lastBackward) + rs / dpBandwidth;
       break;
     }
     case 2: {
@@ -551,7 +554,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   cost.bubble = bubbleFraction(p, m, v);
   double slots = double(m) + double(p - 1) / double(v);
   cost.stepS = slowest * slots + cost.dpExposedS + cost.embeddingSyncS;
-  cost.mfu = cost.modelFlops /
-             (cost.stepS * double(cluster.gpus) * cluster.peakFlops);
+  cost.mfu =
+      cost.modelFlops / (cost.stepS * double(cluster.gpus) * cluster.peakFlops);
   return cost;
 }

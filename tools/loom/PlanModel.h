@@ -50,10 +50,12 @@ inline constexpr double kMaxComputeEfficiency = 0.70;
 /// r = rows per micro-batch (b·s), w = hidden columns per GPU (h/t).
 inline constexpr double kHalfEfficiencyRows = 128;
 inline constexpr double kHalfEfficiencyWidth = 128;
-/// Fraction of a compute window that data-parallel communication can hide
-/// behind (bucketed all-reduce after each backward block, ZeRO-3
-/// prefetch); the rest of the window is lost to SM and memory contention.
-inline constexpr double kOverlapFraction = 0.8;
+/// Data-parallel communication overlaps the compute it can run behind
+/// (bucketed all-reduce after each backward block, ZeRO-3 prefetch): the
+/// part longer than that compute is exposed, and the hidden part still
+/// costs this fraction of its time (NCCL kernels take SMs, both stream
+/// through HBM).
+inline constexpr double kOverlapCost = 0.2;
 /// Memory no plan can use: CUDA context, cuBLAS workspace, NCCL buffers,
 /// gradient buckets.
 inline constexpr double kWorkspaceBytes = 1e9;
@@ -238,9 +240,11 @@ struct PlanCost {
   double microbatchTpS = 0;
   double microbatchZeroS = 0;
   double microbatchP2pS = 0;
-  /// ZeRO-2/3 per-micro-batch traffic time, hidden or not.
+  /// ZeRO-2/3 per-micro-batch traffic time, hidden or not (the
+  /// microbatchZeroS above is what it adds to the micro-batch).
   double microbatchZeroTotalS = 0;
-  /// Once per step: the DP gradient/parameter traffic left exposed, and
+  /// Once per step: what the DP gradient/parameter traffic adds (exposed
+  /// + kOverlapCost of the hidden part), and
   /// the all-reduce of the tied embedding's gradient between the first
   /// and last stage.
   double dpExposedS = 0;
