@@ -24,8 +24,16 @@
 //    (Narayanan et al. 2021); activations in flight on stage i: GPipe m,
 //    1F1B min(m, p-i), interleaved 2(p-i-1)+(v-1)p+1 chunks of 1/v stage.
 //
+// The step: the slowest stage's micro-batch (compute + TP collectives +
+// exposed ZeRO-2/3 traffic + p2p) times m + (p-1)/v slots, plus the DP
+// traffic of the step that is not hidden and the tied-embedding gradient
+// all-reduce between the first and last stage.
+//
 // The assumptions that are not formulas (GEMM efficiency, overlap, workspace)
-// are the named constants below; docs in README.md (`loom plan`).
+// are the named constants below; docs in README.md (`loom plan`). Not
+// modelled: collective latency (only bandwidth), contention between axes
+// sharing a link, the optimizer step, TP's embedding / LM-head collectives,
+// and the biases and layer norms TP replicates (a block counts Φ_block/t).
 //
 //===----------------------------------------------------------------------===//
 
