@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Analysis/ModelSummary.h"
 #include "passes/Passes.h"
 
 #include "llvm/Support/Format.h"
@@ -22,22 +23,6 @@ using namespace mlir::loom;
 
 namespace {
 
-/// What the summary reports about one model function.
-struct ModelFigures {
-  std::string function;
-  DictionaryAttr config;
-  int64_t params = 0;
-  int64_t paramsInBlocks = 0;
-  int64_t numBlocks = 0;
-  int64_t tokensPerStep = 0;
-  int64_t forwardFlops = 0;
-  int64_t forwardBytes = 0;
-  /// Parameters used outside any block, by name, in argument order.
-  SmallVector<std::pair<std::string, int64_t>> outsideBlocks;
-  /// Parameter count per block label, in program order.
-  SmallVector<std::pair<std::string, int64_t>> perBlock;
-};
-
 static int64_t numElements(Type type) {
   return cast<RankedTensorType>(type).getNumElements();
 }
@@ -47,7 +32,9 @@ static bool isParam(func::FuncOp func, unsigned argIndex) {
   return role && role.getValue() == Role::Param;
 }
 
-static ModelFigures measure(func::FuncOp func) {
+} // namespace
+
+ModelFigures mlir::loom::measureModel(func::FuncOp func) {
   ModelFigures fig;
   fig.function = func.getSymName().str();
   fig.config = func->getAttrOfType<DictionaryAttr>(LoomDialect::kModelAttr);
@@ -89,6 +76,8 @@ static ModelFigures measure(func::FuncOp func) {
     }
   return fig;
 }
+
+namespace {
 
 static std::string humanBytes(double bytes) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -179,7 +168,7 @@ struct LoomSummaryPass : mlir::loom::impl::LoomSummaryBase<LoomSummaryPass> {
     getOperation().walk([&](func::FuncOp func) {
       if (!func->hasAttr(LoomDialect::kModelAttr) || func.isExternal())
         return;
-      ModelFigures fig = measure(func);
+      ModelFigures fig = measureModel(func);
       if (json)
         printJson(fig, llvm::outs());
       else

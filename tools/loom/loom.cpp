@@ -5,10 +5,12 @@
 //   loom eval    --config C.json --data TOK.bin --steps N [run flags]
 //   loom train   --config C.json --data TOK.bin --steps N [run flags]
 //                [optimizer flags]
+//   loom plan    --config C.json --gpus G --gpu-mem-gb M --batch B ...
 //
 // `compile` runs the whole compiler in process (import, passes, program
 // emission); `eval` and `train` compile to a temporary program and launch
-// loom-run, which lives next to this binary.
+// loom-run, which lives next to this binary; `plan` searches parallel
+// strategies with an analytic cost model (Plan.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +19,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
+#include "tools/loom/Plan.h"
 #include "tools/loom/StrategyFlags.h"
 
 #include "mlir/IR/Builders.h"
@@ -53,6 +56,9 @@ const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model F
   loom train   (the flags of eval) [optimizer flags]
   loom sample  --config CFG.json --load-checkpoint F --prompt TEXT [--tokens N]
                [--seq T]   greedy byte-level generation from a trained model
+  loom plan    --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
+               [--gpus-per-node K] [--json] ...   search dp x tp x pp, ZeRO,
+               micro-batches, schedule and recomputation (loom plan --help)
 
   --batch (global rows per step) defaults to 8, --seq to the config's n_positions.
   --timing prints the time of each compiler phase (model import, every pass,
@@ -502,6 +508,8 @@ int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "compile")
     return runCompile(std::move(args));
+  if (command == "plan")
+    return ::loom::cli::runPlan(args);
   if (command == "eval" || command == "train" || command == "sample")
     return runProgram(argv[0], command, std::move(args));
   llvm::errs() << "loom: error: unknown command '" << command << "'\n"

@@ -1,0 +1,560 @@
+//===- PlanModel.cpp - Analytic cost model of a parallel plan ---*- C++ -*-===//
+//
+// The formulas and the evaluation of one plan; see PlanModel.h for the
+// sources and the assumptions.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tools/loom/PlanModel.h"
+
+#include <algorithm>
+#include <cmath>
+
+using namespace loom::plan;
+
+const char *loom::plan::name(Precision p) {
+  return p == Precision::BF16 ? "bf16" : "fp32";
+}
+
+const char *loom::plan::name(Schedule s) {
+  switch (s) {
+  case Schedule::GPipe:
+    return "gpipe";
+  case Schedule::OneFOneB:
+    return "1f1b";
+  case Schedule::Interleaved:
+    return "interleaved";
+  }
+  return "?";
+}
+
+const char *loom::plan::name(Recompute r) {
+  switch (r) {
+  case Recompute::None:
+    return "none";
+  case Recompute::Selective:
+    return "selective";
+  case Recompute::Full:
+    return "full";
+  }
+  return "?";
+}
+
+const char *loom::plan::name(Axis axis) {
+  switch (axis) {
+  case Axis::DP:
+    return "dp";
+  case Axis::TP:
+    return "tp";
+  case Axis::PP:
+    return "pp";
+  }
+  return "?";
+}
+
+//===----------------------------------------------------------------------===//
+// Formulas
+//===----------------------------------------------------------------------===//
+
+double loom::plan::modelStateBytesPerParam(int zero, int64_t dp,
+                                           Precision precision) {
+  double n = double(dp);
+  if (precision == Precision::BF16) {
+    // 2-byte params, 2-byte grads, 12 bytes of fp32 optimizer state
+    // (master weights, Adam m and v): K = 12 in the ZeRO paper.
+    switch (zero) {
+    case 0:
+      return 16;
+    case 1:
+      return 4 + 12 / n;
+    case 2:
+      return 2 + 14 / n;
+    default:
+      return 16 / n;
+    }
+  }
+  // fp32: 4-byte params and grads, 8 bytes of moments (no master copy).
+  switch (zero) {
+  case 0:
+    return 16;
+  case 1:
+    return 8 + 8 / n;
+  case 2:
+    return 4 + 12 / n;
+  default:
+    return 16 / n;
+  }
+}
+
+std::string loom::plan::modelStateFormula(int zero, Precision precision) {
+  static const char *const kBF16[] = {"16Φ", "4Φ+12Φ/N", "2Φ+14Φ/N", "16Φ/N"};
+  static const char *const kFP32[] = {"16Φ", "8Φ+8Φ/N", "4Φ+12Φ/N", "16Φ/N"};
+  int z = std::clamp(zero, 0, 3);
+  return precision == Precision::BF16 ? kBF16[z] : kFP32[z];
+}
+
+double loom::plan::activationBytesPerLayer(int64_t s, int64_t b, int64_t h,
+                                           int64_t a, int64_t t,
+                                           bool sequenceParallel,
+                                           Recompute recompute,
+                                           Precision precision) {
+  double sbh = double(s) * double(b) * double(h);
+  double scale = precision == Precision::FP32 ? 2.0 : 1.0;
+  bool sp = sequenceParallel && t > 1;
+  if (recompute == Recompute::Full) {
+    // Only the layer's input is kept; with SP it is sharded over tp.
+    return scale * 2.0 * sbh / (sp ? double(t) : 1.0);
+  }
+  // The attention scores, softmax output and its dropout mask: 5as/h.
+  double scores = recompute == Recompute::Selective
+                      ? 0.0
+                      : 5.0 * double(a) * double(s) / double(h);
+  double perLayer;
+  if (t == 1)
+    perLayer = sbh * (34.0 + scores);
+  else if (sp)
+    perLayer = sbh * (34.0 + scores) / double(t);
+  else
+    perLayer = sbh * (10.0 + 24.0 / double(t) + scores / double(t));
+  return scale * perLayer;
+}
+
+std::string loom::plan::activationFormula(int64_t t, bool sequenceParallel,
+                                          Recompute recompute) {
+  bool sp = sequenceParallel && t > 1;
+  switch (recompute) {
+  case Recompute::Full:
+    return sp ? "2sbh/t" : "2sbh";
+  case Recompute::Selective:
+    return t == 1 ? "34sbh" : sp ? "34sbh/t" : "sbh(10+24/t)";
+  case Recompute::None:
+    break;
+  }
+  return t == 1 ? "sbh(34+5as/h)"
+         : sp   ? "sbh(34+5as/h)/t"
+                : "sbh(10+24/t+5as/(ht))";
+}
+
+double loom::plan::ringAllReduceBytes(double bytes, int64_t n) {
+  return n <= 1 ? 0.0 : 2.0 * double(n - 1) / double(n) * bytes;
+}
+
+double loom::plan::ringGatherBytes(double bytes, int64_t n) {
+  return n <= 1 ? 0.0 : double(n - 1) / double(n) * bytes;
+}
+
+double loom::plan::bubbleFraction(int64_t p, int64_t m, int64_t v) {
+  double idle = double(p - 1) / double(std::max<int64_t>(v, 1));
+  return idle / (double(m) + idle);
+}
+
+double loom::plan::microbatchesInFlight(const Plan &plan, int64_t stage) {
+  int64_t p = plan.pp, m = plan.microbatches;
+  if (p == 1)
+    return 1; // gradient accumulation: one micro-batch at a time
+  switch (plan.schedule) {
+  case Schedule::GPipe:
+    return double(m);
+  case Schedule::OneFOneB:
+    return double(std::min(m, p - stage));
+  case Schedule::Interleaved: {
+    // Megatron's warm-up: 2(p-i-1) + (v-1)p chunks, plus the one in the
+    // steady state, each 1/v of the stage's layers.
+    int64_t v = plan.virtualStages;
+    int64_t chunks = std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p + 1);
+    return double(chunks) / double(v);
+  }
+  }
+  return double(m);
+}
+
+double loom::plan::modelFlopsPerToken(const ModelShape &model, int64_t seq) {
+  return 6.0 * double(model.params) +
+         6.0 * double(model.layers) * double(model.hidden) * double(seq);
+}
+
+/// FLOPs per token of one layer (6·Φ_block + 6·C·T) and of everything
+/// outside the layers (6·(Φ - L·Φ_block): the LM head through the tied
+/// wte, wpe and ln_f, as llm.c counts them).
+static double layerFlopsPerToken(const ModelShape &model, int64_t seq) {
+  return 6.0 * double(model.paramsPerBlock) +
+         6.0 * double(model.hidden) * double(seq);
+}
+
+static double headFlopsPerToken(const ModelShape &model) {
+  return std::max(
+      0.0, 6.0 * double(model.params - model.layers * model.paramsPerBlock));
+}
+
+/// What `comm` seconds of communication overlapping `window` seconds of
+/// compute add to the step: the part that does not fit the window, plus
+/// kOverlapCost of the part that does.
+static double overlappedTime(double comm, double window) {
+  double exposed = std::max(0.0, comm - window);
+  return exposed + kOverlapCost * (comm - exposed);
+}
+
+std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
+                                             int64_t pp, int64_t seq,
+                                             bool uniform) {
+  int64_t L = model.layers;
+  if (pp <= 1)
+    return {L};
+  if (uniform)
+    return std::vector<int64_t>(pp, L / pp);
+  // 1. How many layers the last stage (with the LM head) takes: the count
+  //    that minimises the largest stage.
+  double layer = layerFlopsPerToken(model, seq);
+  double head = headFlopsPerToken(model);
+  int64_t bestLast = 1;
+  double bestMax = INFINITY;
+  for (int64_t last = 1; last <= L - (pp - 1); ++last) {
+    int64_t rest = L - last;
+    int64_t front = (rest + pp - 2) / (pp - 1);
+    double largest =
+        std::max(double(front) * layer, double(last) * layer + head);
+    if (largest < bestMax - 1e-9 * bestMax) {
+      bestMax = largest;
+      bestLast = last;
+    }
+  }
+  // 2. The rest spread evenly over the other stages, extras first.
+  std::vector<int64_t> layers(pp);
+  int64_t rest = L - bestLast;
+  for (int64_t i = 0; i < pp - 1; ++i)
+    layers[i] = rest / (pp - 1) + (i < rest % (pp - 1) ? 1 : 0);
+  layers[pp - 1] = bestLast;
+  return layers;
+}
+
+//===----------------------------------------------------------------------===//
+// Placement
+//===----------------------------------------------------------------------===//
+
+int64_t Placement::rank(int64_t d, int64_t t, int64_t p) const {
+  return t + tp * (d + dp * p);
+}
+
+void Placement::coordinates(int64_t r, int64_t &d, int64_t &t,
+                            int64_t &p) const {
+  t = r % tp;
+  d = (r / tp) % dp;
+  p = r / (tp * dp);
+}
+
+std::vector<int64_t> Placement::group(Axis axis, int64_t r) const {
+  int64_t d, t, p;
+  coordinates(r, d, t, p);
+  std::vector<int64_t> ranks;
+  switch (axis) {
+  case Axis::DP:
+    for (int64_t i = 0; i < dp; ++i)
+      ranks.push_back(rank(i, t, p));
+    break;
+  case Axis::TP:
+    for (int64_t i = 0; i < tp; ++i)
+      ranks.push_back(rank(d, i, p));
+    break;
+  case Axis::PP:
+    for (int64_t i = 0; i < pp; ++i)
+      ranks.push_back(rank(d, t, i));
+    break;
+  }
+  return ranks;
+}
+
+bool Placement::crossesNodes(Axis axis) const {
+  int64_t world = dp * tp * pp;
+  for (int64_t r = 0; r < world; ++r) {
+    int64_t d, t, p;
+    coordinates(r, d, t, p);
+    // One group per rank at coordinate 0 of the axis.
+    int64_t first = r, last = r;
+    switch (axis) {
+    case Axis::DP:
+      if (d != 0)
+        continue;
+      first = r;
+      last = rank(dp - 1, t, p);
+      break;
+    case Axis::TP:
+      if (t != 0)
+        continue;
+      first = r;
+      last = rank(d, tp - 1, p);
+      break;
+    case Axis::PP:
+      if (p != 0)
+        continue;
+      first = r;
+      last = rank(d, t, pp - 1);
+      break;
+    }
+    if (node(first) != node(last))
+      return true;
+  }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Evaluation
+//===----------------------------------------------------------------------===//
+
+std::string loom::plan::checkPlan(const ModelShape &model,
+                                  const Cluster &cluster, const Workload &work,
+                                  const Plan &plan) {
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (plan.dp < 1 || plan.tp < 1 || plan.pp < 1)
+    return "mesh sizes must be positive";
+  if (plan.dp * plan.tp * plan.pp != cluster.gpus)
+    return "dp x tp x pp = " + str(plan.dp * plan.tp * plan.pp) +
+           " is not --gpus " + str(cluster.gpus);
+  if (plan.tp > cluster.gpusPerNode)
+    return "tp " + str(plan.tp) + " is more than --gpus-per-node " +
+           str(cluster.gpusPerNode) + " (a TP group stays inside a node)";
+  if (model.heads % plan.tp != 0)
+    return "tp " + str(plan.tp) + " does not divide n_head " + str(model.heads);
+  if (plan.pp > model.layers)
+    return "pp " + str(plan.pp) + " is more stages than n_layer " +
+           str(model.layers);
+  if (work.batch % plan.dp != 0)
+    return "dp " + str(plan.dp) + " does not divide --batch " + str(work.batch);
+  if (plan.zero < 0 || plan.zero > 3)
+    return "zero must be 0, 1, 2 or 3";
+  if (plan.microbatches < 1 || (work.batch / plan.dp) % plan.microbatches)
+    return "microbatches " + str(plan.microbatches) + " does not divide the " +
+           str(work.batch / plan.dp) + " rows of a dp rank";
+  if (plan.pp == 1) {
+    if (plan.virtualStages != 1)
+      return "virtual stages need pp > 1";
+    return "";
+  }
+  switch (plan.schedule) {
+  case Schedule::GPipe:
+    break;
+  case Schedule::OneFOneB:
+    if (plan.microbatches < plan.pp)
+      return "1f1b needs microbatches >= pp (" + str(plan.microbatches) +
+             " < " + str(plan.pp) + ")";
+    break;
+  case Schedule::Interleaved:
+    if (plan.virtualStages < 2)
+      return "interleaved needs virtual stages >= 2";
+    if (model.layers % (plan.pp * plan.virtualStages))
+      return "interleaved needs n_layer " + str(model.layers) +
+             " divisible by pp x virtual stages = " +
+             str(plan.pp * plan.virtualStages);
+    if (plan.microbatches % plan.pp)
+      return "interleaved needs microbatches divisible by pp (" +
+             str(plan.microbatches) + " % " + str(plan.pp) + ")";
+    return "";
+  }
+  if (plan.virtualStages != 1)
+    return "virtual stages need the interleaved schedule";
+  return "";
+}
+
+PlanCost loom::plan::evaluatePlan(const ModelShape &model,
+                                  const Cluster &cluster, const Workload &work,
+                                  const Plan &plan) {
+  PlanCost cost;
+  const int64_t p = plan.pp, t = plan.tp, n = plan.dp, m = plan.microbatches;
+  const int64_t v = p > 1 ? plan.virtualStages : 1;
+  const int64_t s = work.seq, h = model.hidden;
+  const int64_t b = work.batch / (n * m);
+  const bool sp = work.sequenceParallel && t > 1;
+  const bool fp32 = cluster.precision == Precision::FP32;
+  // Bytes of a parameter / gradient / activation element on the wire and
+  // in the working copies.
+  const double elementBytes = fp32 ? 4.0 : 2.0;
+  cost.microbatchRows = double(b);
+
+  Placement placement{n, t, p, cluster.gpusPerNode};
+  cost.tpCrossesNodes = placement.crossesNodes(Axis::TP);
+  cost.dpCrossesNodes = placement.crossesNodes(Axis::DP);
+  cost.ppCrossesNodes = placement.crossesNodes(Axis::PP);
+  auto bandwidth = [&](bool crosses) {
+    return crosses ? cluster.interNodeBandwidth : cluster.intraNodeBandwidth;
+  };
+
+  // 1. Parameters per GPU of each stage: the blocks split over tp, the
+  //    (vocab-padded) wte on the first stage and, tied, on the last one,
+  //    wpe on the first and ln_f on the last (replicated over tp).
+  std::vector<int64_t> layers =
+      stageLayers(model, p, s, plan.schedule == Schedule::Interleaved);
+  double vocabPerGpu = std::ceil(double(model.vocab) / double(t));
+  double wtePerGpu = vocabPerGpu * double(h);
+  double wpe = std::min<double>(double(model.positions) * double(h),
+                                double(model.otherParams));
+  double lnf = double(model.otherParams) - wpe;
+  double blockPerGpu = double(model.paramsPerBlock) / double(t);
+
+  // 2. Memory per stage.
+  cost.activationBytesPerLayer =
+      activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
+                              plan.recompute, cluster.precision);
+  const double bytesPerParam =
+      modelStateBytesPerParam(plan.zero, n, cluster.precision);
+  cost.stages.resize(p);
+  for (int64_t i = 0; i < p; ++i) {
+    StageMemory &st = cost.stages[i];
+    st.layers = layers[i];
+    st.paramsPerGpu = double(layers[i]) * blockPerGpu;
+    if (i == 0)
+      st.paramsPerGpu += wtePerGpu + wpe;
+    if (i == p - 1)
+      st.paramsPerGpu += (p > 1 ? wtePerGpu : 0.0) + lnf;
+    st.modelStateBytes = st.paramsPerGpu * bytesPerParam;
+
+    double inFlight = microbatchesInFlight(plan, i);
+    st.activationBytes =
+        double(layers[i]) * inFlight * cost.activationBytesPerLayer;
+    if (plan.recompute == Recompute::Full && layers[i] > 0)
+      // The layer being recomputed holds its whole working set.
+      st.activationBytes += activationBytesPerLayer(
+          s, b, h, model.heads, t, work.sequenceParallel, Recompute::None,
+          cluster.precision);
+    if (i == p - 1) {
+      // fp32 logits of the vocab-parallel LM head for the loss.
+      double logitsInFlight =
+          (p > 1 && plan.schedule == Schedule::GPipe) ? double(m) : 1.0;
+      st.activationBytes +=
+          4.0 * double(s) * double(b) * vocabPerGpu * logitsInFlight;
+    }
+    if (plan.zero == 3 && n > 1 && layers[i] > 0)
+      st.gatheredBytes = 3.0 * blockPerGpu * elementBytes;
+    st.workspaceBytes = kWorkspaceBytes + kFragmentation * (st.modelStateBytes +
+                                                            st.activationBytes +
+                                                            st.gatheredBytes);
+    if (st.peakBytes() > cost.peakBytes) {
+      cost.peakBytes = st.peakBytes();
+      cost.peakStage = i;
+    }
+  }
+  cost.fits = cost.peakBytes <= cluster.memoryBytes;
+
+  // 3. FLOPs: the model's, and what runs with recomputation.
+  const double tokens = double(work.batch) * double(s);
+  double recomputePerLayer = 0; // per token
+  if (plan.recompute == Recompute::Full)
+    recomputePerLayer =
+        2.0 * double(model.paramsPerBlock) + 2.0 * double(h) * double(s);
+  else if (plan.recompute == Recompute::Selective)
+    recomputePerLayer = 2.0 * double(h) * double(s);
+  cost.modelFlops = modelFlopsPerToken(model, s) * tokens;
+  cost.hardwareFlops =
+      cost.modelFlops + double(model.layers) * recomputePerLayer * tokens;
+  double rows = double(b) * double(s), width = double(h) / double(t);
+  cost.computeEfficiency = kMaxComputeEfficiency * rows /
+                           (rows + kHalfEfficiencyRows) * width /
+                           (width + kHalfEfficiencyWidth);
+  const double flopRate = cluster.peakFlops * cost.computeEfficiency;
+
+  // 4. Time of one micro-batch on each stage; the slowest sets the pace.
+  const double microTokens = rows;
+  const double tpMessage = rows * double(h) * elementBytes; // b·s·h
+  const int collectivesPerLayer = plan.recompute == Recompute::Full ? 6 : 4;
+  const double p2pMessage = tpMessage / (sp ? double(t) : 1.0);
+  double slowest = -1;
+  for (int64_t i = 0; i < p; ++i) {
+    const StageMemory &st = cost.stages[i];
+    double flops = double(st.layers) *
+                   (layerFlopsPerToken(model, s) + recomputePerLayer) *
+                   microTokens;
+    if (i == p - 1)
+      flops += headFlopsPerToken(model) * microTokens;
+    double compute = flops / double(t) / flopRate;
+    double tpBytes = double(st.layers) * collectivesPerLayer *
+                     ringAllReduceBytes(tpMessage, t);
+    double tpTime = tpBytes / bandwidth(cost.tpCrossesNodes);
+    // ZeRO-2 reduce-scatters each micro-batch's gradients (hidden behind
+    // its backward, 2/3 of the compute); ZeRO-3 also gathers the params
+    // for the forward and again for the backward (hidden behind both).
+    double stageParamBytes = st.paramsPerGpu * elementBytes;
+    double zeroBytes = 0, zeroWindow = 0;
+    if (plan.zero == 2) {
+      zeroBytes = ringGatherBytes(stageParamBytes, n);
+      zeroWindow = compute * 2.0 / 3.0;
+    } else if (plan.zero == 3) {
+      zeroBytes = 3.0 * ringGatherBytes(stageParamBytes, n);
+      zeroWindow = compute;
+    }
+    double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
+    double zeroExposed = overlappedTime(zeroTime, zeroWindow);
+    // Activations forward to the next stage, gradients back to the
+    // previous one; every chunk boundary with interleaving.
+    int sends = (i < p - 1 ? 1 : 0) + (i > 0 ? 1 : 0);
+    if (v > 1)
+      sends = 2;
+    double p2pBytes = double(sends * v) * p2pMessage;
+    double p2pTime = p2pBytes / bandwidth(cost.ppCrossesNodes);
+    double total = compute + tpTime + zeroExposed + p2pTime;
+
+    // Per-step traffic of this stage's GPUs.
+    cost.tpBytes = std::max(cost.tpBytes, tpBytes * double(m));
+    cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
+
+    // Once per step: DDP all-reduces behind the last micro-batch's
+    // backward; ZeRO-1 reduce-scatters there and all-gathers the updated
+    // params after the optimizer (exposed); ZeRO-2 only gathers the params.
+    double dpBytes = 0, dpExposed = 0, dpTotal = 0;
+    double lastBackward = compute * 2.0 / 3.0;
+    double dpBandwidth = bandwidth(cost.dpCrossesNodes);
+    switch (plan.zero) {
+    case 0: {
+      double ar = ringAllReduceBytes(stageParamBytes, n);
+      dpBytes = ar;
+      dpTotal = ar / dpBandwidth;
+      dpExposed = overlappedTime(dpTotal, lastBackward);
+      break;
+    }
+    case 1: {
+      double rs = ringGatherBytes(stageParamBytes, n);
+      dpBytes = 2 * rs;
+      dpTotal = 2 * rs / dpBandwidth;
+      dpExposed =
+          overlappedTime(rs / dpBandwidth, lastBackward) + rs / dpBandwidth;
+      break;
+    }
+    case 2: {
+      double ag = ringGatherBytes(stageParamBytes, n);
+      dpBytes = double(m) * zeroBytes + ag;
+      dpTotal = double(m) * zeroTime + ag / dpBandwidth;
+      dpExposed = ag / dpBandwidth;
+      break;
+    }
+    default:
+      dpBytes = double(m) * zeroBytes;
+      dpTotal = double(m) * zeroTime;
+      break;
+    }
+    cost.dpBytes = std::max(cost.dpBytes, dpBytes);
+    if (total > slowest) {
+      slowest = total;
+      cost.slowestStage = i;
+      cost.microbatchComputeS = compute;
+      cost.microbatchTpS = tpTime;
+      cost.microbatchZeroS = zeroExposed;
+      cost.microbatchP2pS = p2pTime;
+      cost.microbatchZeroTotalS = zeroTime;
+    }
+    cost.dpExposedS = std::max(cost.dpExposedS, dpExposed);
+    cost.dpTotalS = std::max(cost.dpTotalS, dpTotal);
+  }
+
+  // 5. The tied embedding: its gradient is all-reduced between the first
+  //    and the last stage once per step (Megatron), exposed.
+  if (p > 1) {
+    double bytes = ringAllReduceBytes(wtePerGpu * elementBytes, 2);
+    cost.embeddingSyncS = bytes / bandwidth(cost.ppCrossesNodes);
+    cost.ppBytes += bytes;
+  }
+
+  // 6. The step: m micro-batch slots plus the (p-1)/v fill and drain.
+  cost.bubble = bubbleFraction(p, m, v);
+  double slots = double(m) + double(p - 1) / double(v);
+  cost.stepS = slowest * slots + cost.dpExposedS + cost.embeddingSyncS;
+  cost.mfu =
+      cost.modelFlops / (cost.stepS * double(cluster.gpus) * cluster.peakFlops);
+  return cost;
+}
