@@ -299,6 +299,110 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Pipeline
+//===----------------------------------------------------------------------===//
+
+def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
+  let summary = "Cut the training step into pipeline stages with a schedule";
+  let description = [{
+    Runs on a training step (`--loom-autodiff`, optionally partitioned over
+    dp). The micro-batch function is a sequence of units: `embedding` (the
+    ops before the first block), each transformer block, `head` (final
+    norm, LM head, loss). They are grouped into `stages` x `virtual-stages`
+    contiguous chunks balanced by the ops' cost interface (a roofline per
+    op, forward plus backward; the embedding and the head count like any
+    block), and each chunk becomes two functions: `@<model>_fwd<k>` (one
+    micro-batch's forward of its units; returns the loss on the last chunk
+    and the activations its backward needs, `loom.stash`) and
+    `@<model>_bwd<k>` (the backward of the same units, accumulating the
+    gradients of the parameters it holds). Chunk k runs on stage k mod
+    stages. Values crossing chunks travel by `loom.send` / `loom.recv` on
+    the pipeline axis: activations forward, their gradients backward.
+
+    A parameter used on several stages (GPT-2's tied `wte`: embedding on the
+    first stage, LM head on the last) lives on each of them; each
+    accumulates its own contribution and `@<model>_update_stage<s>` sums
+    them with a `loom.group_all_reduce` among those stages before clipping
+    and AdamW (Megatron's embedding group). Each stage's update counts its
+    own gradients in the norm (a shared one once) and all-reduces the sum of
+    squares over the pipeline axis.
+
+    A `loom.pipeline_schedule` records the cut and every stage's ordered
+    actions: GPipe, 1F1B or interleaved 1F1B; the pass then simulates the
+    sends and receives in that order and fails if the schedule could
+    deadlock or mismatch micro-batches.
+
+    **Options:**
+    * `stages`: pipeline stages (the size of `axis`; a mesh is created when
+      the module has none).
+    * `microbatches`: micro-batches per step (0: those of the training step;
+      another count is an error, since the loss seed is 1/microbatches).
+    * `schedule`: `gpipe`, `1f1b` or `interleaved`.
+    * `virtual-stages`: chunks per stage (interleaved only).
+    * `axis`: the pipeline mesh axis (default `pp`).
+    * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
+      estimated on (only their ratio changes the cut).
+  }];
+  let options = [
+    Option<"stages", "stages", "int64_t", /*default=*/"1",
+           "Pipeline stages">,
+    Option<"microbatches", "microbatches", "int64_t", /*default=*/"0",
+           "Micro-batches per step (0: those of the training step)">,
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"1f1b\"",
+           "gpipe, 1f1b or interleaved">,
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
+           "Model chunks per stage (interleaved)">,
+    Option<"axis", "axis", "std::string", /*default=*/"\"pp\"",
+           "Pipeline mesh axis">,
+    Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
+           "Peak FLOP/s of the cost model, in TFLOP/s">,
+    Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",
+           "Memory bandwidth of the cost model, in GB/s">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
+  let summary = "Simulated timeline, bubble and activations in flight";
+  let description = [{
+    Reads the `loom.pipeline_schedule` of a pipelined module, checks it by
+    simulation (a deadlock or a mismatched send / receive is an error
+    naming the stage, the action and the micro-batch), and prints the
+    timeline the cost model predicts: per stage its chunks and units, the
+    forward and backward time of one micro-batch, busy and idle time, and
+    the activations in flight (micro-batches whose forward ran and whose
+    backward has not, and the bytes they stash). The bubble fraction is the
+    idle share of the step, next to the formula for equal stages:
+    (p - 1) / (m + p - 1) for GPipe and 1F1B, (p - 1) / (v m + p - 1)
+    interleaved. For comparison the report also simulates the other
+    schedule of the same cut (GPipe for 1F1B and back); an interleaved cut
+    is compared with 1F1B on the same layers per stage (one chunk per
+    stage), which shows the bubble shrinking by v.
+
+    **Options:**
+    * `json`: print one JSON object instead of text.
+    * `svg`: also draw the schedule to this file (stages x time, forward
+      and backward boxes, bubbles as gaps).
+    * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline).
+    * `link-gbs`: point-to-point bandwidth between stages (0: free).
+  }];
+  let options = [
+    Option<"json", "json", "bool", /*default=*/"false",
+           "Print JSON instead of text">,
+    Option<"svg", "svg", "std::string", /*default=*/"\"\"",
+           "Write the schedule as SVG to this file">,
+    Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
+           "Peak FLOP/s of the cost model, in TFLOP/s">,
+    Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",
+           "Memory bandwidth of the cost model, in GB/s">,
+    Option<"linkGbs", "link-gbs", "double", /*default=*/"0.0",
+           "Point-to-point bandwidth between stages in GB/s (0: free)">
+  ];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Lowering
 //===----------------------------------------------------------------------===//
 

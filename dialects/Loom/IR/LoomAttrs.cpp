@@ -453,6 +453,11 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
                << what << " is the " << stringifyRole(role.getValue())
                << " scalar; it must be tensor<f32>, not " << argType;
       return success();
+    case Role::Stash:
+      if (!argAttrs || !argAttrs.get(kNameAttr))
+        return op->emitOpError() << what << " is a stashed activation "
+                                            "without a loom.name";
+      return success();
     case Role::Param:
       break;
     }
@@ -541,6 +546,13 @@ LogicalResult LoomDialect::verifyRegionResultAttribute(Operation *op,
                                                        unsigned regionIndex,
                                                        unsigned resultIndex,
                                                        NamedAttribute attr) {
+  if (attr.getName().getValue() == kStashAttr) {
+    auto name = dyn_cast<StringAttr>(attr.getValue());
+    if (!name || name.getValue().empty() || !isa<FunctionOpInterface>(op))
+      return op->emitOpError() << "result #" << resultIndex
+                               << ": loom.stash must name a stash argument";
+    return success();
+  }
   if (attr.getName().getValue() != kUpdatesAttr)
     return op->emitOpError() << "unknown loom result attribute '"
                              << attr.getName().getValue() << "'";
@@ -633,16 +645,25 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
     auto train = dyn_cast<DictionaryAttr>(attr.getValue());
     auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
     if (!isa<FunctionOpInterface>(op) || !phase ||
-        (phase.getValue() != "microbatch" && phase.getValue() != "update"))
+        !llvm::is_contained({"microbatch", "update", "forward", "backward"},
+                            phase.getValue()))
       return op->emitOpError() << "loom.train must be a dictionary on a "
-                                  "function with phase = \"microbatch\" or "
-                                  "\"update\"";
+                                  "function with phase = \"microbatch\", "
+                                  "\"update\", \"forward\" or \"backward\"";
     if (auto m = train.get("microbatches")) {
       auto count = dyn_cast<IntegerAttr>(m);
       if (!count || count.getInt() < 1)
         return op->emitOpError() << "loom.train microbatches must be a "
                                     "positive integer";
     }
+    return success();
+  }
+  if (name == kPipelineAttr) {
+    auto stage = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto index = stage ? stage.getAs<IntegerAttr>("stage") : IntegerAttr();
+    if (!isa<FunctionOpInterface>(op) || !index || index.getInt() < 0)
+      return op->emitOpError() << "loom.pipeline must be a dictionary on a "
+                                  "function with a stage index >= 0";
     return success();
   }
   return op->emitOpError() << "unknown loom attribute '" << name << "'";

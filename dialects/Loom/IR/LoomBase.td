@@ -77,6 +77,14 @@ def Loom_Dialect : Dialect {
     // Written by --loom-partition: the function has per-rank (local)
     // shapes; its arguments' loom.sharding still describe the global layout.
     static constexpr ::llvm::StringLiteral kPartitionedAttr = "loom.partitioned";
+    // Written by --loom-pipeline.
+    /// On a stage function: {stage = S, chunk = K} (chunk K of the model on
+    /// pipeline stage S); its loom.train phase is "forward", "backward" or
+    /// "update".
+    static constexpr ::llvm::StringLiteral kPipelineAttr = "loom.pipeline";
+    /// On a forward function's result: the loom.name of the backward
+    /// function's `stash` argument that receives it.
+    static constexpr ::llvm::StringLiteral kStashAttr = "loom.stash";
 
   private:
     void registerAttributes();
@@ -97,7 +105,10 @@ def Loom_Role : I32EnumAttr<"Role", "what a function argument is", [
   I32EnumAttrCase<"AdamV", 5, "adam_v">,
   // Scalars the runtime sets each step.
   I32EnumAttrCase<"LearningRate", 6, "lr">,
-  I32EnumAttrCase<"Step", 7, "step">
+  I32EnumAttrCase<"Step", 7, "step">,
+  // Pipeline: an activation the forward of a stage keeps for its backward
+  // (one copy per micro-batch in flight).
+  I32EnumAttrCase<"Stash", 8, "stash">
 ]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::mlir::loom";

@@ -646,5 +646,6 @@ def Loom_RecvOp : Loom_CollectiveOp<"recv", [MemoryEffects<[MemRead]>]> {
 }
 
 include "dialects/Loom/IR/LoomTrainingOps.td"
+include "dialects/Loom/IR/LoomPipelineOps.td"
 
 #endif // LOOM_DIALECT_LOOM_IR_LOOMOPS_TD

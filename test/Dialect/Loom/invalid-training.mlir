@@ -278,8 +278,8 @@ func.func @f(%p: tensor<8xf32>) -> (tensor<8xf32> {loom.bogus = 1 : i64}) {
 
 // -----
 
-// expected-error@+1 {{'func.func' op loom.train must be a dictionary on a function with phase = "microbatch" or "update"}}
-func.func @f() attributes {loom.train = {phase = "forward"}} {
+// expected-error@+1 {{'func.func' op loom.train must be a dictionary on a function with phase = "microbatch", "update", "forward" or "backward"}}
+func.func @f() attributes {loom.train = {phase = "bogus"}} {
   return
 }
 

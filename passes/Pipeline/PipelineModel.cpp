@@ -1,0 +1,105 @@
+//===- PipelineModel.cpp - A pipelined module as the simulator sees it -*- C++ -*-===//
+
+#include "passes/Pipeline/PipelineModel.h"
+
+#include "mlir/IR/SymbolTable.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::loom;
+
+static int64_t tensorBytes(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() *
+         std::max<int64_t>(1, (tensor.getElementTypeBitWidth() + 7) / 8);
+}
+
+double CostModel::seconds(Operation *op) const {
+  auto cost = dyn_cast<CostOpInterface>(op);
+  if (!cost)
+    return 0.0;
+  double flops = static_cast<double>(cost.getFlops());
+  double bytes = static_cast<double>(cost.getBytesAccessed());
+  return std::max(peakFlopsPerSecond > 0 ? flops / peakFlopsPerSecond : 0.0,
+                  memoryBytesPerSecond > 0 ? bytes / memoryBytesPerSecond
+                                           : 0.0);
+}
+
+double CostModel::seconds(func::FuncOp func) const {
+  double total = 0;
+  if (func.isExternal())
+    return total;
+  for (Operation &op : func.getBody().front())
+    total += seconds(&op);
+  return total;
+}
+
+/// The sends and receives of `func`'s top level, in program order.
+static LogicalResult collectComm(func::FuncOp func,
+                                 SmallVectorImpl<CommEvent> &events) {
+  if (func.isExternal())
+    return success();
+  for (Operation &op : func.getBody().front()) {
+    if (auto send = dyn_cast<SendOp>(op))
+      events.push_back({true, send.getPeer(), send.getTag(),
+                        tensorBytes(send.getInput().getType())});
+    else if (auto recv = dyn_cast<RecvOp>(op))
+      events.push_back({false, recv.getPeer(), recv.getTag(),
+                        tensorBytes(recv.getResult().getType())});
+  }
+  return success();
+}
+
+FailureOr<PipelineModel>
+mlir::loom::buildPipelineModel(PipelineScheduleOp schedule,
+                               const CostModel &costs) {
+  PipelineModel model;
+  model.stages = schedule.getStages();
+  model.virtualStages = schedule.getVirtualStages();
+  model.microbatches = schedule.getMicrobatches();
+  model.linkBytesPerSecond = costs.linkBytesPerSecond;
+  SymbolTableCollection symbols;
+  auto lookup = [&](Attribute ref) -> func::FuncOp {
+    return symbols.lookupNearestSymbolFrom<func::FuncOp>(
+        schedule, cast<FlatSymbolRefAttr>(ref));
+  };
+  for (auto [fwdRef, bwdRef] :
+       llvm::zip(schedule.getForward(), schedule.getBackward())) {
+    func::FuncOp fwd = lookup(fwdRef), bwd = lookup(bwdRef);
+    if (!fwd || !bwd)
+      return schedule.emitOpError() << "names a chunk function that does "
+                                       "not exist";
+    ChunkModel chunk;
+    chunk.forwardSeconds = costs.seconds(fwd);
+    chunk.backwardSeconds = costs.seconds(bwd);
+    if (failed(collectComm(fwd, chunk.forwardComm)) ||
+        failed(collectComm(bwd, chunk.backwardComm)))
+      return failure();
+    for (unsigned i = 0; i < fwd.getNumResults(); ++i)
+      if (fwd.getResultAttr(i, LoomDialect::kStashAttr))
+        chunk.stashBytes += tensorBytes(fwd.getResultTypes()[i]);
+    model.chunks.push_back(std::move(chunk));
+  }
+  for (Attribute list : schedule.getActions())
+    model.actions.push_back(
+        decodePipelineActions(cast<DenseI64ArrayAttr>(list)));
+  return model;
+}
+
+LogicalResult mlir::loom::checkPipelineSchedule(PipelineScheduleOp schedule,
+                                                const CostModel &costs,
+                                                Timeline *timeline,
+                                                PipelineModel *modelOut) {
+  FailureOr<PipelineModel> model = buildPipelineModel(schedule, costs);
+  if (failed(model))
+    return failure();
+  Timeline local;
+  std::string error;
+  if (!simulatePipeline(*model, timeline ? *timeline : local, error))
+    return schedule.emitOpError() << "schedule \"" << schedule.getSchedule()
+                                  << "\" fails: " << error;
+  if (modelOut)
+    *modelOut = std::move(*model);
+  return success();
+}
