@@ -300,6 +300,7 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
     * `json`: print one JSON object instead of text.
     * `svg`: also draw the schedule to this file (stages x time, forward
       and backward boxes, bubbles as gaps).
+    * `print`: print the report (default); false only checks and draws.
     * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline).
     * `link-gbs`: point-to-point bandwidth between stages (0: free).
   }];
@@ -308,6 +309,8 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
            "Print JSON instead of text">,
     Option<"svg", "svg", "std::string", /*default=*/"\"\"",
            "Write the schedule as SVG to this file">,
+    Option<"print", "print", "bool", /*default=*/"true",
+           "Print the report (false: only check and draw)">,
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",

@@ -73,11 +73,40 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    RankFigures fig = measureRankFigures(getOperation());
-    if (json)
-      printJson(fig, llvm::outs());
-    else
-      printText(fig, llvm::outs());
+    // A pipelined module: the ranks of each stage run its functions only.
+    ModuleOp module = getOperation();
+    auto schedules = module.getOps<PipelineScheduleOp>();
+    if (schedules.empty()) {
+      RankFigures fig = measureRankFigures(module);
+      if (json)
+        printJson(fig, llvm::outs());
+      else
+        printText(fig, llvm::outs());
+      markAllAnalysesPreserved();
+      return;
+    }
+    int64_t stages = (*schedules.begin()).getStages();
+    auto meshes = module.getOps<MeshOp>();
+    MeshOp mesh = meshes.empty() ? MeshOp() : *meshes.begin();
+    for (int64_t s = 0; s < stages; ++s) {
+      SmallVector<func::FuncOp> funcs;
+      for (auto func : module.getOps<func::FuncOp>())
+        if (auto stage = func->getAttrOfType<DictionaryAttr>(
+                LoomDialect::kPipelineAttr))
+          if (auto index = stage.getAs<IntegerAttr>("stage");
+              index && index.getInt() == s)
+            funcs.push_back(func);
+      RankFigures fig = measureRankFigures(funcs, mesh);
+      // The runtime all-reduces the step's loss over the pipeline.
+      fig.sentBytes["all_reduce"] += pipelineLossReduceBytes(stages);
+      fig.calls["all_reduce"] += stages > 1 ? 1 : 0;
+      if (json) {
+        printJson(fig, llvm::outs());
+      } else {
+        llvm::outs() << "pipeline stage " << s << ":\n";
+        printText(fig, llvm::outs());
+      }
+    }
     markAllAnalysesPreserved();
   }
 };
