@@ -482,6 +482,17 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                 producer ? producer->c_str() : "unknown producer", opts.stage,
                 instructions ? instructions->size() : 0u, ex->params().size(),
                 paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
+    if (const program::Pipeline *pipe = stage.pipeline()) {
+      uint32_t chunkInstructions = 0;
+      for (const program::PipelineChunk *c : *pipe->chunks())
+        chunkInstructions += (c->forward() ? c->forward()->size() : 0) +
+                             (c->backward() ? c->backward()->size() : 0);
+      std::printf("pipeline: %s schedule, %u stages, rank 0 runs %u chunk(s) "
+                  "(%u instructions) in %u actions per step\n",
+                  pipe->schedule() ? pipe->schedule()->c_str() : "?",
+                  pipe->stages(), pipe->chunks()->size(), chunkInstructions,
+                  pipe->actions() ? pipe->actions()->size() : 0u);
+    }
     if (multi)
       std::printf("ranks: %d (%s, %s communicator); rank 0 holds %" PRId64
                   " rows of each batch\n",
