@@ -49,6 +49,10 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
       all_gather and reduce_scatter (n-1)/n·S, all_to_all (n-1)/n·S, send S;
       the micro-batch function's collectives count once per micro-batch.
 
+    A pipelined module (`--loom-pipeline`) gets one set of figures per
+    pipeline stage (its ranks run only that stage's functions); the loss
+    all-reduce the runtime adds over the pipeline is counted too.
+
     The figures come from `measureRankFigures` (Analysis/RankFigures.h),
     which `--loom-to-program` also uses to store them in the program as
     the predictions loom-run reports next to what it measures.

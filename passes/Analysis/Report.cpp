@@ -48,7 +48,13 @@ void printText(const RankFigures &fig, raw_ostream &os) {
        << "\n";
 }
 
+llvm::json::Object toJson(const RankFigures &fig);
+
 void printJson(const RankFigures &fig, raw_ostream &os) {
+  os << llvm::formatv("{0:2}", llvm::json::Value(toJson(fig))) << "\n";
+}
+
+llvm::json::Object toJson(const RankFigures &fig) {
   llvm::json::Object state, sent, calls;
   for (const auto &[role, bytes] : fig.stateBytes)
     state[role] = bytes;
@@ -66,7 +72,7 @@ void printJson(const RankFigures &fig, raw_ostream &os) {
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
   };
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  return root;
 }
 
 struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
@@ -85,7 +91,9 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
       markAllAnalysesPreserved();
       return;
     }
+    // One figure set per pipeline stage (JSON: {"pipeline_stages": [...]}).
     int64_t stages = (*schedules.begin()).getStages();
+    llvm::json::Array stageFigures;
     auto meshes = module.getOps<MeshOp>();
     MeshOp mesh = meshes.empty() ? MeshOp() : *meshes.begin();
     for (int64_t s = 0; s < stages; ++s) {
@@ -101,12 +109,20 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
       fig.sentBytes["all_reduce"] += pipelineLossReduceBytes(stages);
       fig.calls["all_reduce"] += stages > 1 ? 1 : 0;
       if (json) {
-        printJson(fig, llvm::outs());
+        llvm::json::Object figures = toJson(fig);
+        figures["stage"] = s;
+        stageFigures.push_back(std::move(figures));
       } else {
         llvm::outs() << "pipeline stage " << s << ":\n";
         printText(fig, llvm::outs());
       }
     }
+    if (json)
+      llvm::outs() << llvm::formatv(
+                          "{0:2}",
+                          llvm::json::Value(llvm::json::Object{
+                              {"pipeline_stages", std::move(stageFigures)}}))
+                   << "\n";
     markAllAnalysesPreserved();
   }
 };
