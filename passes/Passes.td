@@ -49,6 +49,10 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
       all_gather and reduce_scatter (n-1)/n·S, all_to_all (n-1)/n·S, send S;
       the micro-batch function's collectives count once per micro-batch.
 
+    A pipelined module (`--loom-pipeline`) gets one set of figures per
+    pipeline stage (its ranks run only that stage's functions); the loss
+    all-reduce the runtime adds over the pipeline is counted too.
+
     The figures come from `measureRankFigures` (Analysis/RankFigures.h),
     which `--loom-to-program` also uses to store them in the program as
     the predictions loom-run reports next to what it measures.
@@ -384,6 +388,7 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
     * `json`: print one JSON object instead of text.
     * `svg`: also draw the schedule to this file (stages x time, forward
       and backward boxes, bubbles as gaps).
+    * `print`: print the report (default); false only checks and draws.
     * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline).
     * `link-gbs`: point-to-point bandwidth between stages (0: free).
   }];
@@ -392,6 +397,8 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
            "Print JSON instead of text">,
     Option<"svg", "svg", "std::string", /*default=*/"\"\"",
            "Write the schedule as SVG to this file">,
+    Option<"print", "print", "bool", /*default=*/"true",
+           "Print the report (false: only check and draw)">,
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",

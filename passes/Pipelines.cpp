@@ -31,6 +31,15 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pm.addPass(createLoomZero(zero));
     pm.addPass(createLoomPropagate());
     pm.addPass(createLoomPartition());
+  }
+  if (options.pipelineStages > 1) {
+    LoomPipelineOptions pipeline;
+    pipeline.stages = options.pipelineStages;
+    pipeline.schedule = options.schedule;
+    pipeline.virtualStages = options.virtualStages;
+    pm.addPass(createLoomPipeline(pipeline));
+  }
+  if (options.partition) {
     LoomScheduleCommOptions comm;
     comm.bucketMb = options.bucketMb;
     pm.addPass(createLoomScheduleComm(comm));

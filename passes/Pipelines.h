@@ -40,6 +40,18 @@ struct CompilePipelineOptions
       *this, "recompute",
       llvm::cl::desc("Activation recomputation: none, selective or full"),
       llvm::cl::init("none")};
+  Option<int64_t> pipelineStages{
+      *this, "pp",
+      llvm::cl::desc("Pipeline stages (> 1: --loom-pipeline after "
+                     "partitioning)"),
+      llvm::cl::init(1)};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("gpipe, 1f1b or interleaved"),
+                               llvm::cl::init("1f1b")};
+  Option<int64_t> virtualStages{
+      *this, "virtual-stages",
+      llvm::cl::desc("Model chunks per pipeline stage (interleaved)"),
+      llvm::cl::init(1)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),
@@ -64,8 +76,9 @@ struct CompilePipelineOptions
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
 /// training step is derived first (--loom-autodiff); with `partition`, the
 /// step is split over the module's mesh (--loom-tensor-parallel when
-/// `tensor-parallel`, --loom-zero, --loom-propagate, --loom-partition); then
-/// buffer planning.
+/// `tensor-parallel`, --loom-zero, --loom-propagate, --loom-partition); with
+/// `pp` > 1 it is cut into pipeline stages (--loom-pipeline); then buffer
+/// planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

@@ -39,6 +39,9 @@ std::pair<const char *, int64_t> ringBytes(Operation *op) {
       total += bytesOf(input.getType());
     return {"all_reduce", ring(2, total, group(c))};
   }
+  if (auto c = dyn_cast<GroupAllReduceOp>(op))
+    return {"all_reduce",
+            ring(2, bytesOf(c.getInput().getType()), group(c))};
   if (auto c = dyn_cast<AllGatherOp>(op))
     return {"all_gather", ring(1, bytesOf(c.getResult().getType()), group(c))};
   if (auto c = dyn_cast<ReduceScatterOp>(op))

@@ -67,6 +67,13 @@ struct RankFigures {
 /// function's once per micro-batch (loom.train microbatches).
 RankFigures measureRankFigures(ArrayRef<func::FuncOp> funcs, MeshOp mesh);
 
+/// Bytes a pipeline stage sends per step when the runtime all-reduces the
+/// step's loss (one f32) over the `stages` ranks of the pipeline axis
+/// (program.fbs, Pipeline), ring-counted as an all_reduce.
+inline int64_t pipelineLossReduceBytes(int64_t stages) {
+  return stages <= 1 ? 0 : 2 * (stages - 1) * 4 / stages;
+}
+
 /// The figures of every defined function of `module` on its mesh.
 RankFigures measureRankFigures(ModuleOp module);
 

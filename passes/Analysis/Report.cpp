@@ -62,7 +62,13 @@ void printText(const RankFigures &fig, raw_ostream &os) {
        << "\n";
 }
 
+llvm::json::Object toJson(const RankFigures &fig);
+
 void printJson(const RankFigures &fig, raw_ostream &os) {
+  os << llvm::formatv("{0:2}", llvm::json::Value(toJson(fig))) << "\n";
+}
+
+llvm::json::Object toJson(const RankFigures &fig) {
   llvm::json::Object state, sent, calls;
   for (const auto &[role, bytes] : fig.stateBytes)
     state[role] = bytes;
@@ -82,18 +88,57 @@ void printJson(const RankFigures &fig, raw_ostream &os) {
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
   };
-  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+  return root;
 }
 
 struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
   using Base::Base;
 
   void runOnOperation() override {
-    RankFigures fig = measureRankFigures(getOperation());
+    // A pipelined module: the ranks of each stage run its functions only.
+    ModuleOp module = getOperation();
+    auto schedules = module.getOps<PipelineScheduleOp>();
+    if (schedules.empty()) {
+      RankFigures fig = measureRankFigures(module);
+      if (json)
+        printJson(fig, llvm::outs());
+      else
+        printText(fig, llvm::outs());
+      markAllAnalysesPreserved();
+      return;
+    }
+    // One figure set per pipeline stage (JSON: {"pipeline_stages": [...]}).
+    int64_t stages = (*schedules.begin()).getStages();
+    llvm::json::Array stageFigures;
+    auto meshes = module.getOps<MeshOp>();
+    MeshOp mesh = meshes.empty() ? MeshOp() : *meshes.begin();
+    for (int64_t s = 0; s < stages; ++s) {
+      SmallVector<func::FuncOp> funcs;
+      for (auto func : module.getOps<func::FuncOp>())
+        if (auto stage = func->getAttrOfType<DictionaryAttr>(
+                LoomDialect::kPipelineAttr))
+          if (auto index = stage.getAs<IntegerAttr>("stage");
+              index && index.getInt() == s)
+            funcs.push_back(func);
+      RankFigures fig = measureRankFigures(funcs, mesh);
+      // The runtime all-reduces the step's loss over the pipeline.
+      fig.sentBytes["all_reduce"] += pipelineLossReduceBytes(stages);
+      fig.calls["all_reduce"] += stages > 1 ? 1 : 0;
+      if (json) {
+        llvm::json::Object figures = toJson(fig);
+        figures["stage"] = s;
+        stageFigures.push_back(std::move(figures));
+      } else {
+        llvm::outs() << "pipeline stage " << s << ":\n";
+        printText(fig, llvm::outs());
+      }
+    }
     if (json)
-      printJson(fig, llvm::outs());
-    else
-      printText(fig, llvm::outs());
+      llvm::outs() << llvm::formatv(
+                          "{0:2}",
+                          llvm::json::Value(llvm::json::Object{
+                              {"pipeline_stages", std::move(stageFigures)}}))
+                   << "\n";
     markAllAnalysesPreserved();
   }
 };

@@ -45,19 +45,24 @@ struct LoomPlanBuffersPass
           << static_cast<int64_t>(alignment);
       return signalPassFailure();
     }
-    // The functions of a training step share one arena; any other function
-    // is a program of its own.
-    SmallVector<func::FuncOp> trainingStep;
+    // The functions of a training step share one arena (one per pipeline
+    // stage, loom.pipeline); any other function is a program of its own.
+    std::map<int64_t, SmallVector<func::FuncOp>> trainingSteps;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
-      if (func->hasAttr(LoomDialect::kTrainAttr))
-        trainingStep.push_back(func);
+      if (auto where =
+              func->getAttrOfType<DictionaryAttr>(LoomDialect::kPipelineAttr))
+        trainingSteps[where.getAs<IntegerAttr>("stage").getInt()].push_back(
+            func);
+      else if (func->hasAttr(LoomDialect::kTrainAttr))
+        trainingSteps[-1].push_back(func);
       else if (failed(plan({func})))
         return signalPassFailure();
     }
-    if (!trainingStep.empty() && failed(plan(trainingStep)))
-      return signalPassFailure();
+    for (auto &[stage, funcs] : trainingSteps)
+      if (failed(plan(funcs)))
+        return signalPassFailure();
   }
 
   /// Plans `funcs` into one arena: arguments (by storageKey) once, at the

@@ -11,6 +11,7 @@
 #include "dialects/Loom/IR/LoomOps.h"
 #include "passes/Analysis/RankFigures.h"
 #include "passes/Lowering/ExecutionOrder.h"
+#include "passes/Pipeline/PipelineModel.h"
 #include "runtime/program/program_envelope.h"
 #include "runtime/program/program_generated.h"
 
@@ -18,6 +19,7 @@
 #include "llvm/Support/Format.h"
 
 #include <map>
+#include <set>
 
 using namespace mlir;
 using namespace mlir::loom;
@@ -31,10 +33,18 @@ public:
   StageEmitter(flatbuffers::FlatBufferBuilder &fbb, MeshOp mesh)
       : fbb(fbb), mesh(mesh) {}
 
-  /// Emits one stage from `funcs`: an eval program's single function, or
-  /// a training step's micro-batch and update functions (loom.train).
-  FailureOr<flatbuffers::Offset<fb::Stage>> emit(ArrayRef<func::FuncOp> funcs,
-                                                 unsigned index);
+  /// What a pipeline stage adds to its Stage table.
+  struct PipelineInfo {
+    mutable PipelineScheduleOp schedule; // accessors are not const
+    double stepSeconds = 0, idleFraction = 0;
+  };
+
+  /// Emits one stage from `funcs`: an eval program's single function, a
+  /// training step's micro-batch and update functions (loom.train), or a
+  /// pipeline stage's chunk functions and update (with `pipeline`).
+  FailureOr<flatbuffers::Offset<fb::Stage>>
+  emit(ArrayRef<func::FuncOp> funcs, unsigned index,
+       const PipelineInfo *pipeline = nullptr);
 
 private:
   struct BufferDesc {
@@ -58,6 +68,8 @@ private:
   FailureOr<flatbuffers::Offset<fb::Instruction>>
   emitInstruction(Operation *op);
   FailureOr<std::vector<uint32_t>> meshAxes(Operation *op, ArrayAttr axes);
+  FailureOr<flatbuffers::Offset<fb::Pipeline>>
+  emitPipeline(ArrayRef<func::FuncOp> funcs, const PipelineInfo &info);
 
   flatbuffers::FlatBufferBuilder &fbb;
   MeshOp mesh;
@@ -129,7 +141,8 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<TransposeOp>([](auto) { return fb::Opcode::Transpose; })
       .Case<SliceOp>([](auto) { return fb::Opcode::Slice; })
       .Case<ConcatOp>([](auto) { return fb::Opcode::Concat; })
-      .Case<AllReduceOp>([](auto) { return fb::Opcode::AllReduce; })
+      .Case<AllReduceOp, GroupAllReduceOp>(
+          [](auto) { return fb::Opcode::AllReduce; })
       .Case<AllGatherOp>([](auto) { return fb::Opcode::AllGather; })
       .Case<ReduceScatterOp>([](auto) { return fb::Opcode::ReduceScatter; })
       .Case<AllToAllOp>([](auto) { return fb::Opcode::AllToAll; })
@@ -241,7 +254,7 @@ StageEmitter::emitInstruction(Operation *op) {
          adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
   bool transposeRhs = false, async = false;
-  std::vector<int64_t> permutation;
+  std::vector<int64_t> permutation, members;
   std::vector<uint32_t> axes;
   fb::Reduction reduction = fb::Reduction::Sum;
   StringRef reason;
@@ -330,6 +343,11 @@ StageEmitter::emitInstruction(Operation *op) {
             async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
+          .Case([&](GroupAllReduceOp c) {
+            reduction = reductionOf(c.getReduction());
+            members.assign(c.getMembers().begin(), c.getMembers().end());
+            return collective(c.getAxes(), c.getReason());
+          })
           .Case([&](AllGatherOp c) {
             dim = c.getDim();
             async = c.getAsync();
@@ -369,7 +387,8 @@ StageEmitter::emitInstruction(Operation *op) {
       permutation.empty() ? nullptr : &permutation,
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
       reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
-      beta2, adamEps, weightDecay, async);
+      beta2, adamEps, weightDecay, async,
+      members.empty() ? nullptr : &members);
 }
 
 LogicalResult StageEmitter::addArguments(func::FuncOp func) {
@@ -438,7 +457,8 @@ StageEmitter::emitBody(func::FuncOp func) {
 }
 
 FailureOr<flatbuffers::Offset<fb::Stage>>
-StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
+StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index,
+                   const PipelineInfo *pipelineInfo) {
   func::FuncOp step = funcs.front(), update;
   int64_t microbatches = 1;
   for (func::FuncOp func : funcs) {
@@ -448,26 +468,39 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
     if (train.getAs<StringAttr>("phase").getValue() == "update") {
       update = func;
     } else {
-      step = func;
+      if (train.getAs<StringAttr>("phase").getValue() == "microbatch")
+        step = func;
       if (auto m = train.getAs<IntegerAttr>("microbatches"))
         microbatches = m.getInt();
     }
   }
   auto arena = step->getAttrOfType<IntegerAttr>(LoomDialect::kArenaBytesAttr);
 
-  // 1. Arguments of every function, then the instruction streams.
+  // 1. Arguments of every function, then the instruction streams (a
+  //    pipeline stage: one forward and one backward list per chunk).
   for (func::FuncOp func : funcs)
     if (failed(addArguments(func)))
       return failure();
-  auto instructions = emitBody(step);
-  if (failed(instructions))
-    return failure();
+  std::vector<flatbuffers::Offset<fb::Instruction>> stepInstructions;
   int32_t loss = -1;
-  if (!order.returned.empty()) {
-    FailureOr<unsigned> lossIndex = bufferOf(order.returned.front(), step);
-    if (failed(lossIndex))
+  flatbuffers::Offset<fb::Pipeline> pipeline = 0;
+  if (pipelineInfo) {
+    FailureOr<flatbuffers::Offset<fb::Pipeline>> emitted =
+        emitPipeline(funcs, *pipelineInfo);
+    if (failed(emitted))
       return failure();
-    loss = *lossIndex;
+    pipeline = *emitted;
+  } else {
+    auto instructions = emitBody(step);
+    if (failed(instructions))
+      return failure();
+    stepInstructions = std::move(*instructions);
+    if (!order.returned.empty()) {
+      FailureOr<unsigned> lossIndex = bufferOf(order.returned.front(), step);
+      if (failed(lossIndex))
+        return failure();
+      loss = *lossIndex;
+    }
   }
   std::vector<flatbuffers::Offset<fb::Instruction>> updateInstructions;
   int32_t gradNorm = -1;
@@ -489,10 +522,24 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
   };
   std::vector<flatbuffers::Offset<fb::Param>> params;
   int32_t tokens = -1, targets = -1;
-  ShardingsByRoleAndName stepShardings = shardingsByRoleAndName(step);
+  // The step's functions (a pipeline stage has several), each argument
+  // once by role and name.
+  ShardingsByRoleAndName stepShardings;
+  SmallVector<std::pair<func::FuncOp, BlockArgument>> stepArgs;
+  std::set<std::string> seenArgs;
+  for (func::FuncOp func : funcs) {
+    if (func == update)
+      continue;
+    for (auto &entry : shardingsByRoleAndName(func))
+      stepShardings.try_emplace(entry.first, entry.second);
+    for (BlockArgument arg : func.getArguments())
+      if (seenArgs.insert(storageKey(func, arg)).second)
+        stepArgs.push_back({func, arg});
+  }
   ShardingsByRoleAndName updateShardings =
       update ? shardingsByRoleAndName(update) : ShardingsByRoleAndName();
-  for (BlockArgument arg : step.getArguments()) {
+  for (auto [owner, arg] : stepArgs) {
+    func::FuncOp step = owner;
     unsigned i = arg.getArgNumber();
     Role role =
         step.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr).getValue();
@@ -572,6 +619,9 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
   // 4. What a rank running this stage will hold and send, as --loom-report
   //    predicts it, for loom-run to report next to what it measures.
   RankFigures figures = measureRankFigures(funcs, mesh);
+  if (pipelineInfo) // the runtime all-reduces the loss over the pipeline
+    figures.sentBytes["all_reduce"] +=
+        pipelineLossReduceBytes(pipelineInfo->schedule.getStages());
   auto sentBytes = [&](const char *kind) { return figures.sentBytes.at(kind); };
   auto predictions = fb::CreatePredictions(
       fbb, figures.modelStateBytes(),
@@ -580,9 +630,88 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index) {
                           sentBytes("send")));
   return fb::CreateStageDirect(
       fbb, index, arena.getInt(), &bufferTable, &params, tokens, targets, loss,
-      &*instructions, microbatches, update ? &updateInstructions : nullptr,
+      &stepInstructions, microbatches,
+      update ? &updateInstructions : nullptr,
       bufferFor(Role::LearningRate, "lr"), bufferFor(Role::Step, "step"),
-      gradNorm, predictions);
+      gradNorm, predictions, pipeline);
+}
+
+FailureOr<flatbuffers::Offset<fb::Pipeline>>
+StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
+                           const PipelineInfo &info) {
+  // 1. The stage's chunks, in local order (global index stage + j*stages).
+  std::map<int64_t, std::pair<func::FuncOp, func::FuncOp>> chunkFuncs;
+  for (func::FuncOp func : funcs) {
+    auto where = func->getAttrOfType<DictionaryAttr>(LoomDialect::kPipelineAttr);
+    auto chunk = where ? where.getAs<IntegerAttr>("chunk") : IntegerAttr();
+    auto train = func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
+    if (!chunk || !train)
+      continue;
+    bool forward = train.getAs<StringAttr>("phase").getValue() == "forward";
+    (forward ? chunkFuncs[chunk.getInt()].first
+             : chunkFuncs[chunk.getInt()].second) = func;
+  }
+  std::map<int64_t, int64_t> localOf;
+  std::vector<flatbuffers::Offset<fb::PipelineChunk>> chunks;
+  for (auto &[global, pair] : chunkFuncs) {
+    auto [fwd, bwd] = pair;
+    if (!fwd || !bwd)
+      return func::FuncOp(funcs.front()).emitOpError()
+             << "pipeline chunk " << global
+             << " needs both a forward and a backward function";
+    localOf[global] = localOf.size();
+    // 2. The forward: its loss (a result without loom.stash) and what it
+    //    stashes, by name.
+    auto forward = emitBody(fwd);
+    if (failed(forward))
+      return failure();
+    int32_t loss = -1;
+    std::vector<uint32_t> stashOut, stashIn;
+    std::vector<std::string> stashNames;
+    for (auto [i, value] : llvm::enumerate(order.returned)) {
+      FailureOr<unsigned> buffer = bufferOf(value, fwd);
+      if (failed(buffer))
+        return failure();
+      if (auto name = fwd.getResultAttrOfType<StringAttr>(
+              i, LoomDialect::kStashAttr)) {
+        stashOut.push_back(*buffer);
+        stashNames.push_back(name.str());
+      } else {
+        loss = *buffer;
+      }
+    }
+    auto backward = emitBody(bwd);
+    if (failed(backward))
+      return failure();
+    for (const std::string &name : stashNames) {
+      auto it = argumentBuffers.find((stringifyRole(Role::Stash) + ":" + name).str());
+      if (it == argumentBuffers.end())
+        return bwd.emitOpError() << "has no stash argument '" << name
+                                 << "' for what its forward keeps";
+      stashIn.push_back(it->second);
+    }
+    chunks.push_back(fb::CreatePipelineChunkDirect(
+        fbb, global, &*forward, &*backward, &stashOut, &stashIn, loss));
+  }
+  // 3. The stage's actions (local chunk indices, as the schedule's).
+  int64_t stage = -1;
+  if (auto where = func::FuncOp(funcs.front())->getAttrOfType<DictionaryAttr>(
+          LoomDialect::kPipelineAttr))
+    stage = where.getAs<IntegerAttr>("stage").getInt();
+  auto encoded = dyn_cast_or_null<DenseI64ArrayAttr>(
+      stage >= 0 && stage < static_cast<int64_t>(info.schedule.getActions().size())
+          ? info.schedule.getActions()[stage]
+          : Attribute());
+  if (!encoded)
+    return info.schedule.emitOpError() << "has no actions for stage " << stage;
+  std::vector<fb::PipelineAction> actions;
+  for (const PipelineAction &a : decodePipelineActions(encoded))
+    actions.emplace_back(static_cast<uint32_t>(a.chunk),
+                         static_cast<uint32_t>(a.microbatch), a.backward);
+  return fb::CreatePipelineDirect(
+      fbb, info.schedule.getSchedule().str().c_str(),
+      info.schedule.getStages(), info.schedule.getVirtualStages(), &chunks,
+      &actions, info.stepSeconds, info.idleFraction);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -600,18 +729,33 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
            << "is a second mesh; a program runs on exactly one mesh";
   MeshOp mesh = meshes.empty() ? MeshOp() : meshes.front();
 
-  // A training step (loom.train functions) is one stage; otherwise each
-  // planned function is one.
+  // A training step (loom.train functions) is one stage, a pipelined one
+  // one stage per pipeline stage (loom.pipeline); otherwise each planned
+  // function is one.
   SmallVector<SmallVector<func::FuncOp>> groups;
   SmallVector<func::FuncOp> trainingStep;
+  std::map<int64_t, SmallVector<func::FuncOp>> pipelineStages;
   for (func::FuncOp func : planned) {
-    if (func->hasAttr(LoomDialect::kTrainAttr))
+    if (auto where =
+            func->getAttrOfType<DictionaryAttr>(LoomDialect::kPipelineAttr))
+      pipelineStages[where.getAs<IntegerAttr>("stage").getInt()].push_back(
+          func);
+    else if (func->hasAttr(LoomDialect::kTrainAttr))
       trainingStep.push_back(func);
     else
       groups.push_back({func});
   }
   if (!trainingStep.empty())
     groups.push_back(trainingStep);
+  SmallVector<PipelineScheduleOp> schedules(module.getOps<PipelineScheduleOp>());
+  if (!pipelineStages.empty() && schedules.size() != 1)
+    return module.emitError() << "pipeline stage functions need exactly one "
+                                 "loom.pipeline_schedule";
+  // The simulated timeline of the schedule: each stage's predicted bubble.
+  Timeline timeline;
+  if (!pipelineStages.empty() &&
+      failed(checkPipelineSchedule(schedules.front(), CostModel(), &timeline)))
+    return failure();
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<flatbuffers::Offset<fb::Stage>> stages;
   for (auto [i, group] : llvm::enumerate(groups)) {
@@ -620,6 +764,22 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
     if (failed(stage))
       return failure();
     stages.push_back(*stage);
+  }
+  for (auto &[index, group] : pipelineStages) {
+    StageEmitter emitter(fbb, mesh);
+    StageEmitter::PipelineInfo info;
+    info.schedule = schedules.front();
+    info.stepSeconds = timeline.makespan;
+    if (index < static_cast<int64_t>(timeline.stages.size()) &&
+        timeline.makespan > 0)
+      info.idleFraction =
+          timeline.stages[index].idleSeconds / timeline.makespan;
+    FailureOr<flatbuffers::Offset<fb::Stage>> stage =
+        emitter.emit(group, index, &info);
+    if (failed(stage))
+      return failure();
+    stages.push_back(*stage);
+    groups.push_back(group);
   }
 
   // Model and step shape, from the first stage's loom.model.
@@ -703,6 +863,10 @@ static void printInstructions(
       break;
     default:
       break;
+    }
+    if (inst->members() && inst->members()->size()) {
+      os << " members=";
+      printList(os, inst->members());
     }
     if (inst->reason())
       os << " reason=\"" << inst->reason()->str() << "\"";
@@ -794,6 +958,33 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
         os << "\n";
       }
     printInstructions(os, stage->instructions(), "");
+    if (const fb::Pipeline *pipe = stage->pipeline()) {
+      os << "  pipeline " << (pipe->schedule() ? pipe->schedule()->str() : "?")
+         << ": " << pipe->stages() << " stages x " << pipe->virtual_stages()
+         << ", predicted idle "
+         << llvm::format("%.4f", pipe->predicted_idle_fraction())
+         << " of the micro-batch phase\n";
+      if (pipe->chunks())
+        for (const fb::PipelineChunk *chunk : *pipe->chunks()) {
+          os << "  chunk " << chunk->index() << ": loss %" << chunk->loss()
+             << ", stash ";
+          printList(os, chunk->stash_out(), "%");
+          os << " -> ";
+          printList(os, chunk->stash_in(), "%");
+          os << "\n";
+          std::string tag = "chunk" + std::to_string(chunk->index());
+          printInstructions(os, chunk->forward(), tag + " forward ");
+          printInstructions(os, chunk->backward(), tag + " backward ");
+        }
+      os << "  actions:";
+      if (pipe->actions())
+        for (const fb::PipelineAction *a : *pipe->actions())
+          os << " " << (a->backward() ? "B" : "F") << a->microbatch()
+             << (pipe->virtual_stages() > 1
+                     ? "." + std::to_string(a->chunk())
+                     : std::string());
+      os << "\n";
+    }
     if (stage->update_instructions() && stage->update_instructions()->size())
       printInstructions(os, stage->update_instructions(), "update ");
   }

@@ -145,7 +145,9 @@ void LoomPipelineReportPass::runOnOperation() {
 
   // 2. Print.
   int64_t v = op.getVirtualStages();
-  if (json) {
+  if (!print) {
+    // Only checked (above) and drawn (below).
+  } else if (json) {
     llvm::json::Array chunks;
     for (auto [k, chunk] : llvm::enumerate(main.model.chunks)) {
       llvm::json::Array names;

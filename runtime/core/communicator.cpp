@@ -268,6 +268,57 @@ Status Communicator::recv(void *buf, int64_t count, DType dtype, int peer,
   return doRecv(buf, count, dtype, peer, tag);
 }
 
+Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
+                                    Reduction op, uint32_t axis,
+                                    const std::vector<int64_t> &members) {
+  CommTimer t(counters);
+  LOOM_CHECK(axis < meshAxes.size(), "mesh axis " << axis
+                                                  << " is out of range ("
+                                                  << meshAxes.size()
+                                                  << " axes)");
+  LOOM_CHECK(dtype == DType::F32,
+             "an all-reduce among members needs F32 data");
+  const std::vector<int64_t> mine = coords();
+  const auto self = std::find(members.begin(), members.end(), mine[axis]);
+  LOOM_CHECK(self != members.end(),
+             "rank " << worldRank << " (coordinate " << mine[axis] << " on "
+                     << meshAxes[axis].name
+                     << ") is not among the members of the all-reduce");
+  const int64_t n = static_cast<int64_t>(members.size());
+  COUNT(CommKind::AllReduce, bytesOf(count, dtype), n);
+  // 1. Every member sends its values to the others (sends are buffered),
+  //    2. receives theirs, 3. reduces them in member order.
+  constexpr int64_t kMembersTag = 32767; // MPI guarantees tags up to 32767
+  const size_t bytes = static_cast<size_t>(bytesOf(count, dtype));
+  std::vector<float> all(static_cast<size_t>(count * n));
+  std::vector<int> ranks(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    std::vector<int64_t> c = mine;
+    c[axis] = members[k];
+    ranks[k] = rankOf(c);
+    if (members[k] == mine[axis])
+      std::memcpy(all.data() + k * count, buf, bytes);
+    else
+      LOOM_RETURN_IF_ERROR(doSend(buf, count, dtype, ranks[k], kMembersTag));
+  }
+  for (size_t k = 0; k < members.size(); ++k)
+    if (members[k] != mine[axis])
+      LOOM_RETURN_IF_ERROR(doRecv(all.data() + k * count, count, dtype,
+                                  ranks[k], kMembersTag));
+  float *out = static_cast<float *>(buf);
+  for (int64_t i = 0; i < count; ++i) {
+    float acc = all[i];
+    for (int64_t k = 1; k < n; ++k) {
+      const float v = all[k * count + i];
+      acc = op == Reduction::Max   ? std::max(acc, v)
+            : op == Reduction::Min ? std::min(acc, v)
+                                   : acc + v;
+    }
+    out[i] = op == Reduction::Avg ? acc / static_cast<float>(n) : acc;
+  }
+  return Status::success();
+}
+
 Status Communicator::flush() {
   CommTimer t(counters);
   return doFlush();

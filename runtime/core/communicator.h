@@ -134,6 +134,15 @@ public:
   /// the n received blocks in group-rank order.
   Status allToAll(const void *in, void *out, int64_t count,
                   program::DType dtype, const std::vector<uint32_t> &axes);
+  /// In place over `count` f32 elements of `buf`, among the ranks whose
+  /// coordinate on mesh axis `axis` is one of `members` (increasing; this
+  /// rank must be one; all other coordinates equal to this rank's): a
+  /// pipeline's shared parameter. Every member reduces the values in member
+  /// order, so all get the same bits. Counted as an all_reduce of a group of
+  /// members.size().
+  Status allReduceAmong(void *buf, int64_t count, program::DType dtype,
+                        program::Reduction op, uint32_t axis,
+                        const std::vector<int64_t> &members);
   /// To / from world rank `peer`, matched by `tag` (>= 0). send() copies the
   /// data and returns at once; flush() waits until every send completed.
   Status send(const void *buf, int64_t count, program::DType dtype, int peer,

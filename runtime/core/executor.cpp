@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <new>
 #include <set>
 #include <stdexcept>
@@ -227,12 +228,16 @@ float *Executor::temp(std::vector<float> &pool, int64_t count) {
 //===----------------------------------------------------------------------===//
 
 Status Executor::run(std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(!isPipelined(),
+             "stage " << stageTable->index()
+                      << " is a pipeline stage; it runs as a training step");
   return runList(stageTable->instructions(), false, 0, timings);
 }
 
 Status Executor::runList(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> *list,
-    bool update, uint32_t microbatch, std::vector<InstructionTiming> *timings) {
+    bool update, uint32_t microbatch, std::vector<InstructionTiming> *timings,
+    int32_t chunk, bool backward, bool flush) {
   if (!list)
     return Status::success();
   for (uint32_t i = 0; i < list->size(); ++i) {
@@ -249,21 +254,105 @@ Status Executor::runList(
                         e.what());
     }
     if (!s.ok())
-      return s.withContext("stage " + std::to_string(stageTable->index()) +
-                           ", " +
-                           (update ? "update instruction #" : "instruction #") +
-                           std::to_string(i) + " '" +
-                           (ins->name() ? ins->name()->str() : std::string()) +
-                           "' (" + program::opcodeName(ins->opcode()) + ")");
+      return s.withContext(
+          "stage " + std::to_string(stageTable->index()) + ", " +
+          (chunk >= 0 ? "chunk " + std::to_string(chunk) +
+                            (backward ? " backward " : " forward ")
+                      : std::string()) +
+          (update ? "update instruction #" : "instruction #") +
+          std::to_string(i) + " '" +
+          (ins->name() ? ins->name()->str() : std::string()) + "' (" +
+          program::opcodeName(ins->opcode()) + ")");
     if (timings)
-      timings->push_back({i, start, steadyNowNs(), microbatch, update});
+      timings->push_back(
+          {i, start, steadyNowNs(), microbatch, update, chunk, backward});
     if (!inFlight.empty())
       comm->progress();
   }
   // Started all-reduces and sends complete before the list's buffers may
-  // be reused.
+  // be reused. (A pipeline's sends are copied when started; waiting for
+  // them after each action could block on a neighbour that first needs
+  // this stage's next message, so the step flushes them once at its end.)
   LOOM_RETURN_IF_ERROR(completeInFlight(nullptr));
-  return comm->flush();
+  return flush ? comm->flush() : Status::success();
+}
+
+bool Executor::isPipelined() const { return stageTable->pipeline() != nullptr; }
+
+Status Executor::trainStepPipelined(const int32_t *inputs,
+                                    const int32_t *targets,
+                                    TrainStepResult &result,
+                                    std::vector<InstructionTiming> *timings) {
+  const program::Pipeline &pipe = *stageTable->pipeline();
+  const int64_t M = stageTable->microbatches();
+  const int64_t rows = localBatch() / M, T = modelInfo->seq();
+  const size_t tokenBytes = static_cast<size_t>(rows * T) * sizeof(int32_t);
+  // Stashed activations of the micro-batches in flight, by (chunk, mb).
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint8_t>> stash;
+  double lossSum = 0;
+  const int64_t start = steadyNowNs();
+  recvWaitNs = 0;
+  for (const program::PipelineAction *a : *pipe.actions()) {
+    const program::PipelineChunk &chunk = *pipe.chunks()->Get(a->chunk());
+    const uint32_t mb = a->microbatch();
+    // 1. The micro-batch's tokens and targets, when this stage reads them.
+    if (stageTable->tokens() >= 0)
+      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->tokens())),
+                  inputs + mb * rows * T, tokenBytes);
+    if (stageTable->targets() >= 0)
+      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->targets())),
+                  targets + mb * rows * T, tokenBytes);
+    const auto key = std::make_pair(a->chunk(), mb);
+    if (!a->backward()) {
+      // 2. Forward; keep what the backward needs, and the loss.
+      LOOM_RETURN_IF_ERROR(runList(chunk.forward(), false, mb, timings,
+                                   static_cast<int32_t>(a->chunk()), false,
+                                   /*flush=*/false));
+      std::vector<uint8_t> &kept = stash[key];
+      if (chunk.stash_out())
+        for (uint32_t b : *chunk.stash_out()) {
+          const size_t bytes = static_cast<size_t>(
+              bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
+          const uint8_t *from = static_cast<const uint8_t *>(bufferData(b));
+          kept.insert(kept.end(), from, from + bytes);
+        }
+      if (chunk.loss() >= 0) {
+        float loss = 0;
+        std::memcpy(&loss, bufferData(static_cast<uint32_t>(chunk.loss())),
+                    sizeof(float));
+        lossSum += loss;
+      }
+      continue;
+    }
+    // 3. Backward, from the micro-batch's stash.
+    auto it = stash.find(key);
+    LOOM_CHECK(it != stash.end(), "stage " << stageTable->index()
+                                           << ": backward of micro-batch "
+                                           << mb << " before its forward");
+    const uint8_t *from = it->second.data();
+    if (chunk.stash_in())
+      for (uint32_t b : *chunk.stash_in()) {
+        const size_t bytes = static_cast<size_t>(
+            bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
+        std::memcpy(bufferData(b), from, bytes);
+        from += bytes;
+      }
+    stash.erase(it);
+    LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
+                                 static_cast<int32_t>(a->chunk()), true,
+                                 /*flush=*/false));
+  }
+  LOOM_RETURN_IF_ERROR(comm->flush());
+  result.pipelineNs = steadyNowNs() - start;
+  result.pipelineWaitNs = recvWaitNs;
+  // 4. The loss lives on the last stage: sum it over the pipeline.
+  float loss = static_cast<float>(lossSum);
+  for (uint32_t a = 0; a < comm->mesh().size(); ++a)
+    if (comm->mesh()[a].name == "pp" && comm->mesh()[a].size > 1)
+      LOOM_RETURN_IF_ERROR(
+          comm->allReduce(&loss, 1, DType::F32, program::Reduction::Sum, {a}));
+  result.loss = loss / static_cast<float>(M);
+  return Status::success();
 }
 
 //===----------------------------------------------------------------------===//
@@ -314,7 +403,10 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
   // 1. Gradients accumulate over the micro-batches from zero.
   zeroGradients();
   double lossSum = 0;
-  for (int64_t i = 0; i < M; ++i) {
+  if (isPipelined())
+    LOOM_RETURN_IF_ERROR(
+        trainStepPipelined(inputs, targets, result, timings));
+  for (int64_t i = 0; !isPipelined() && i < M; ++i) {
     // 2. Micro-batch i is rows [i*b, (i+1)*b) of the batch.
     if (stageTable->tokens() >= 0)
       std::memcpy(bufferData(static_cast<uint32_t>(stageTable->tokens())),
@@ -330,7 +422,8 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
       lossSum += loss;
     }
   }
-  result.loss = static_cast<float>(lossSum / static_cast<double>(M));
+  if (!isPipelined())
+    result.loss = static_cast<float>(lossSum / static_cast<double>(M));
   // 3. Clip and update once.
   LOOM_RETURN_IF_ERROR(runUpdate(step, lr, timings));
   result.gradNorm = std::numeric_limits<float>::quiet_NaN();
@@ -779,6 +872,12 @@ Status Executor::runAllReduce(const program::Instruction &ins,
       from += bytes;
     }
   };
+  if (ins.members() && ins.members()->size() > 0) {
+    // Among some coordinates of one axis (a pipeline's shared parameter).
+    std::vector<int64_t> members(ins.members()->begin(), ins.members()->end());
+    return comm->allReduceAmong(buf, count, dt, ins.reduction(), axes[0],
+                                members);
+  }
   if (!ins.async_collective()) {
     LOOM_RETURN_IF_ERROR(
         comm->allReduce(buf, count, dt, ins.reduction(), axes));
@@ -925,8 +1024,11 @@ Status Executor::runCollective(const program::Instruction &ins,
     if (op == Opcode::Send)
       return comm->send(bufferData(in[0]), bufferNumel(in[0]),
                         bufferDType(in[0]), peer, ins.tag());
-    return comm->recv(dst, bufferNumel(out[0]), bufferDType(out[0]), peer,
-                      ins.tag());
+    const int64_t waitStart = steadyNowNs();
+    Status received = comm->recv(dst, bufferNumel(out[0]),
+                                 bufferDType(out[0]), peer, ins.tag());
+    recvWaitNs += steadyNowNs() - waitStart;
+    return received;
   }
   default:
     break;

@@ -36,6 +36,10 @@ struct InstructionTiming {
   /// The micro-batch (0-based) whose pass ran it (instructions only).
   uint32_t microbatch = 0;
   bool update = false;
+  /// A pipeline stage's instruction: `index` is into the forward (or, with
+  /// `backward`, the backward) list of Pipeline.chunks[chunk]; -1 otherwise.
+  int32_t chunk = -1;
+  bool backward = false;
 };
 
 /// What one training step reports.
@@ -44,6 +48,10 @@ struct TrainStepResult {
   float loss = 0;
   /// Global gradient norm before clipping (Stage.grad_norm; NaN if absent).
   float gradNorm = 0;
+  /// A pipeline stage: how long its actions took (the micro-batch phase)
+  /// and how much of it the stage waited for its neighbours (receives).
+  int64_t pipelineNs = 0;
+  int64_t pipelineWaitNs = 0;
 };
 
 /// A parameter of the stage, as the executor holds it.
@@ -113,12 +121,18 @@ public:
   Status runUpdate(int64_t step, float lr,
                    std::vector<InstructionTiming> *timings = nullptr);
 
+  /// True when the stage is a pipeline stage (Stage.pipeline).
+  bool isPipelined() const;
+
   /// One training step (DESIGN.md §5): zero the gradients; for micro-batch i
   /// of M = Stage.microbatches copy rows [i*b, (i+1)*b) of `inputs` and
   /// `targets` (this rank's localBatch() x model.seq tokens, b =
   /// localBatch() / M)
   /// into the tokens / targets buffers, run the instructions and add up the
   /// loss; then runUpdate(step, lr). `step` is 1-based (AdamW's t).
+  /// A pipeline stage runs its actions instead (each micro-batch's tokens
+  /// and targets loaded before each of its actions, forward stashes kept
+  /// per micro-batch in flight), then all-reduces the loss over `pp`.
   Status trainStep(const int32_t *inputs, const int32_t *targets, int64_t step,
                    float lr, TrainStepResult &result,
                    std::vector<InstructionTiming> *timings = nullptr);
@@ -166,7 +180,11 @@ private:
   runList(const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
               *list,
           bool update, uint32_t microbatch,
-          std::vector<InstructionTiming> *timings);
+          std::vector<InstructionTiming> *timings, int32_t chunk = -1,
+          bool backward = false, bool flush = true);
+  Status trainStepPipelined(const int32_t *inputs, const int32_t *targets,
+                            TrainStepResult &result,
+                            std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
@@ -210,6 +228,8 @@ private:
   /// Arena bytes of buffer `b` as [begin, end).
   std::pair<uint64_t, uint64_t> byteRange(uint32_t b) const;
   std::vector<InFlight> inFlight;
+  /// Nanoseconds spent blocked in Recv (a pipeline stage's wait).
+  int64_t recvWaitNs = 0;
 };
 
 } // namespace loom

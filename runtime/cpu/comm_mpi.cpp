@@ -108,7 +108,7 @@ MpiCommunicator::~MpiCommunicator() {
   if (finalized)
     return;
   (void)doFlush();
-  meshChanged();
+  freeGroups();
   MPI_Comm_free(&world);
 }
 
@@ -119,10 +119,30 @@ void MpiCommunicator::abort(int code) {
   std::_Exit(code);
 }
 
-void MpiCommunicator::meshChanged() {
+void MpiCommunicator::freeGroups() {
   for (auto &[mask, comm] : groups)
     MPI_Comm_free(&comm);
   groups.clear();
+}
+
+void MpiCommunicator::meshChanged() {
+  freeGroups();
+  // Every group now, while all ranks are here: MPI_Comm_split is collective
+  // over the whole world, and later the ranks of different pipeline stages
+  // reach their first collective on a group at different times (a stage
+  // waiting in a receive would never join the split).
+  const size_t n = meshAxes.size();
+  if (n > 6)
+    return; // many axes: groups are made when first used
+  for (uint64_t mask = 1; mask < (uint64_t(1) << n); ++mask) {
+    std::vector<uint32_t> axes;
+    for (uint32_t a = 0; a < n; ++a)
+      if (mask >> a & 1)
+        axes.push_back(a);
+    MPI_Comm comm;
+    if (!group(axes, comm).ok())
+      return; // reported again when the group is used
+  }
 }
 
 Status MpiCommunicator::group(const std::vector<uint32_t> &axes,

@@ -64,6 +64,8 @@ protected:
   Status doFlush() override;
   Status doBarrier() override;
   void meshChanged() override;
+  /// Frees the cached group communicators.
+  void freeGroups();
 
 private:
   MpiCommunicator(MPI_Comm comm, int rank, int size)

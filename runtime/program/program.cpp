@@ -961,6 +961,23 @@ Status InstructionChecker::checkCollective() {
                         !overlaps(scratch[0], inputs[j]),
                     "the AllReduce scratch buffer overlaps value #" << j);
     }
+    if (ins.members() && ins.members()->size() > 0) {
+      // Among some coordinates of one axis (a pipeline's shared parameter).
+      const std::vector<int64_t> members = toVector(ins.members());
+      INSTR_CHECK(axes.size() == 1 && k == 1 && !ins.async_collective(),
+                  "an AllReduce among members reduces one value over one "
+                  "axis, synchronously");
+      INSTR_CHECK(facts.dtypes[inputs[0]] == DType::F32,
+                  "an AllReduce among members needs F32 data");
+      INSTR_CHECK(members.size() >= 2, "an AllReduce among members needs at "
+                                       "least two members");
+      for (size_t m = 0; m < members.size(); ++m)
+        INSTR_CHECK(members[m] >= 0 && members[m] < n &&
+                        (m == 0 || members[m] > members[m - 1]),
+                    "members must be increasing coordinates below the axis "
+                    "size "
+                        << n << ", got " << members[m]);
+    }
     return Status::success();
   }
   case Opcode::AllGather:
@@ -1323,6 +1340,81 @@ Status checkInstructionList(
   return Status::success();
 }
 
+/// A pipeline stage: its chunks' instruction lists, stashes and loss, and
+/// actions that run every chunk's forward and backward on every
+/// micro-batch once, the forward first.
+Status checkPipeline(const Stage &stage, const StageFacts &facts) {
+  const Pipeline *pipe = stage.pipeline();
+  if (!pipe)
+    return Status::success();
+  const uint32_t si = stage.index();
+  const uint32_t nb = static_cast<uint32_t>(facts.shapes.size());
+  LOOM_CHECK(!stage.instructions() || stage.instructions()->size() == 0,
+             "stage " << si << ": a pipeline stage runs its chunks' "
+                             "instructions, so Stage.instructions must be "
+                             "empty");
+  LOOM_CHECK(stage.update_instructions() &&
+                 stage.update_instructions()->size() > 0,
+             "stage " << si << ": a pipeline stage is a training step and "
+                             "needs update_instructions");
+  const auto *chunks = pipe->chunks();
+  LOOM_CHECK(chunks && chunks->size() > 0,
+             "stage " << si << ": the pipeline has no chunks");
+  for (uint32_t c = 0; c < chunks->size(); ++c) {
+    const PipelineChunk *chunk = chunks->Get(c);
+    const std::string label =
+        "stage " + std::to_string(si) + ", chunk #" + std::to_string(c);
+    LOOM_RETURN_IF_ERROR(
+        checkInstructionList(stage, facts, chunk->forward(), false));
+    LOOM_RETURN_IF_ERROR(
+        checkInstructionList(stage, facts, chunk->backward(), false));
+    const std::vector<uint32_t> out = toVector(chunk->stash_out()),
+                                in = toVector(chunk->stash_in());
+    LOOM_CHECK(out.size() == in.size(),
+               label << ": " << out.size() << " stashed buffers but "
+                     << in.size() << " buffers to restore them into");
+    for (size_t k = 0; k < out.size(); ++k) {
+      LOOM_CHECK(out[k] < nb && in[k] < nb,
+                 label << ": stash buffer index out of range (" << nb
+                       << " buffers)");
+      LOOM_CHECK(facts.shapes[out[k]] == facts.shapes[in[k]] &&
+                     facts.dtypes[out[k]] == facts.dtypes[in[k]],
+                 label << ": stash #" << k << " has shape "
+                       << shapeString(facts.shapes[out[k]])
+                       << " but is restored into "
+                       << shapeString(facts.shapes[in[k]]));
+    }
+    const int32_t loss = chunk->loss();
+    LOOM_CHECK(loss < 0 || (static_cast<uint32_t>(loss) < nb &&
+                            shapeNumel(facts.shapes[loss]) == 1 &&
+                            facts.dtypes[loss] == DType::F32),
+               label << ": loss buffer " << loss
+                     << " must be an F32 scalar");
+  }
+  const int64_t m = stage.microbatches();
+  std::set<std::pair<uint32_t, uint32_t>> forward, backward;
+  if (pipe->actions())
+    for (const PipelineAction *a : *pipe->actions()) {
+      const std::string name = std::string(a->backward() ? "B" : "F") +
+                               std::to_string(a->microbatch()) + "." +
+                               std::to_string(a->chunk());
+      LOOM_CHECK(a->chunk() < chunks->size() && a->microbatch() < m,
+                 "stage " << si << ": action " << name
+                          << " names a chunk or micro-batch out of range");
+      std::pair<uint32_t, uint32_t> key{a->chunk(), a->microbatch()};
+      LOOM_CHECK(a->backward() ? forward.count(key) && backward.insert(key).second
+                               : forward.insert(key).second,
+                 "stage " << si << ": action " << name
+                          << " repeats or precedes its forward");
+    }
+  LOOM_CHECK(static_cast<int64_t>(backward.size()) ==
+                 static_cast<int64_t>(chunks->size()) * m,
+             "stage " << si << ": the actions run " << backward.size()
+                      << " backwards but " << chunks->size() << " chunks x "
+                      << m << " micro-batches need one each");
+  return Status::success();
+}
+
 /// The compiler's predictions, when present: byte counts, never negative.
 Status checkPredictions(const Stage &stage) {
   const Predictions *p = stage.predictions();
@@ -1368,6 +1460,7 @@ Status checkStage(const Stage &stage, const ModelInfo &model,
       checkInstructionList(stage, facts, stage.instructions(), false));
   LOOM_RETURN_IF_ERROR(
       checkInstructionList(stage, facts, stage.update_instructions(), true));
+  LOOM_RETURN_IF_ERROR(checkPipeline(stage, facts));
   // After the instructions, whose messages are more specific.
   LOOM_RETURN_IF_ERROR(
       checkSpecialBuffer(stage, facts, stage.tokens(), "tokens", DType::I32));

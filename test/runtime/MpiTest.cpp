@@ -345,6 +345,36 @@ TEST_F(Mpi, SendRecvRing) {
   EXPECT_EQ(gy[0], prev * 7);
 }
 
+// A pipeline's shared parameter: on a dp=2 x pp=2 mesh the first and the
+// last pipeline stage of each dp replica sum their values (pp coordinates 0
+// and 1 as members); both get the same bits, the other replica's values
+// stay out, and it counts as an all-reduce of two.
+TEST_F(Mpi, AllReduceAmongMembers) {
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"pp", 2}}).ok());
+  const std::vector<int64_t> c = comm->coords();
+  std::vector<float> buf(6);
+  for (int i = 0; i < 6; ++i)
+    buf[i] = inputValue(comm->rank(), i);
+  comm->resetStats();
+  Status s = comm->allReduceAmong(buf.data(), 6, fb::DType::F32,
+                                  fb::Reduction::Sum, 1, {0, 1});
+  ASSERT_TRUE(s.ok()) << s.toString();
+  ASSERT_TRUE(comm->flush().ok());
+  const int first = comm->rankOf({c[0], 0}), last = comm->rankOf({c[0], 1});
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(buf[i], inputValue(first, i) + inputValue(last, i)) << i;
+  EXPECT_EQ(comm->stats().sentBytes[static_cast<int>(CommKind::AllReduce)],
+            ringBytes(CommKind::AllReduce, 24, 2));
+  // Only members may call it.
+  s = comm->allReduceAmong(buf.data(), 6, fb::DType::F32, fb::Reduction::Sum,
+                           1, {c[1]});
+  ASSERT_TRUE(s.ok()) << s.toString(); // a group of one: nothing to do
+  s = comm->allReduceAmong(buf.data(), 6, fb::DType::F32, fb::Reduction::Sum,
+                           1, {1 - c[1]});
+  EXPECT_NE(s.message().find("is not among the members"), std::string::npos)
+      << s.message();
+}
+
 TEST_F(Mpi, ByteCountersFollowTheRingFormulas) {
   ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
   std::vector<float> buf(24, 1.0f), big(96);

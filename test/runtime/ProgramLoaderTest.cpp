@@ -1075,6 +1075,104 @@ TEST(ProgramVerifier, OptimizerInstructions) {
         {"'" + name + "'", "it belongs in update_instructions"});
 }
 
+TEST(ProgramVerifier, PipelineStages) {
+  // Applies `edit` to a one-chunk pipeline stage of the trained mini GPT.
+  auto rejected = [](const std::function<void(fb::ProgramT &)> &edit,
+                     const std::string &needle) {
+    MiniGptTrainOptions o;
+    o.microbatches = 2;
+    MiniGptDims d;
+    d.B = 4;
+    auto p = miniGptTrain(d, o);
+    makeSingleChunkPipeline(*p);
+    edit(*p);
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+    EXPECT_NE(s.message().find(needle), std::string::npos)
+        << "message: " << s.message() << "\nmissing: " << needle;
+  };
+  {
+    MiniGptTrainOptions o;
+    o.microbatches = 2;
+    MiniGptDims d;
+    d.B = 4;
+    auto p = miniGptTrain(d, o);
+    makeSingleChunkPipeline(*p);
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  rejected(
+      [](fb::ProgramT &p) {
+        auto &chunk = *p.stages[0]->pipeline->chunks[0];
+        p.stages[0]->instructions.push_back(std::move(chunk.forward.back()));
+        chunk.forward.pop_back();
+      },
+      "Stage.instructions must be empty");
+  rejected([](fb::ProgramT &p) { p.stages[0]->pipeline->chunks.clear(); },
+           "the pipeline has no chunks");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->chunks[0]->stash_in = {
+            static_cast<uint32_t>(p.stages[0]->tokens)};
+      },
+      "is restored into");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->chunks[0]->stash_in.push_back(0);
+      },
+      "buffers to restore them into");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->chunks[0]->loss = p.stages[0]->tokens;
+      },
+      "must be an F32 scalar");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->actions[1] = fb::PipelineAction(0, 5, true);
+      },
+      "out of range");
+  rejected(
+      [](fb::ProgramT &p) {
+        auto &a = p.stages[0]->pipeline->actions;
+        std::swap(a[0], a[1]);
+      },
+      "repeats or precedes its forward");
+  rejected([](fb::ProgramT &p) { p.stages[0]->pipeline->actions.pop_back(); },
+           "need one each");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->chunks[0]->backward[0]->opcode =
+            fb::Opcode::AdamW;
+      },
+      "belongs in update_instructions");
+}
+
+TEST(ProgramVerifier, AllReduceAmongMembers) {
+  auto p = miniGptTrain();
+  makeDataParallel(*p, 4);
+  auto &sync = *p->stages[0]->update_instructions[0];
+  sync.reduction = fb::Reduction::Sum;
+  sync.members = {0, 3};
+  Status ok = load(*p);
+  EXPECT_TRUE(ok.ok()) << ok.toString();
+  sync.members = {0, 4};
+  Status s = load(*p);
+  EXPECT_NE(s.message().find("members must be increasing coordinates below "
+                             "the axis size 4, got 4"),
+            std::string::npos)
+      << s.message();
+  sync.members = {2};
+  s = load(*p);
+  EXPECT_NE(s.message().find("needs at least two members"), std::string::npos)
+      << s.message();
+  sync.members = {0, 1};
+  sync.async_collective = true;
+  s = load(*p);
+  EXPECT_NE(s.message().find("reduces one value over one axis, synchronously"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(ProgramVerifier, TrainingParamsAndStage) {
   // Param training buffers: in range, the param's shape, F32, disjoint.
   expectTrainRejected(

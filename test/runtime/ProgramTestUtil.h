@@ -451,6 +451,38 @@ inline void makeDataParallel(fb::ProgramT &p, int64_t dp) {
                          allReduce("dp.loss", static_cast<uint32_t>(st.loss)));
 }
 
+/// Makes a miniGptTrain() program a one-stage pipeline (Stage.pipeline):
+/// one chunk whose forward is the instructions up to the loss and whose
+/// backward is the rest, the loss buffer moved to the chunk, the logits
+/// stashed (copied aside after each forward and back before its backward),
+/// and actions F0 B0 F1 B1 ... over the micro-batches.
+inline void makeSingleChunkPipeline(fb::ProgramT &p) {
+  fb::StageT &st = *p.stages[0];
+  auto pipe = std::make_unique<fb::PipelineT>();
+  pipe->schedule = "1f1b";
+  pipe->stages = 1;
+  auto chunk = std::make_unique<fb::PipelineChunkT>();
+  bool backward = false;
+  for (auto &ins : st.instructions) {
+    backward |= ins->name == "loss.seed";
+    (backward ? chunk->backward : chunk->forward).push_back(std::move(ins));
+  }
+  st.instructions.clear();
+  chunk->loss = st.loss;
+  st.loss = -1;
+  for (uint32_t b = 0; b < st.buffers.size(); ++b)
+    if (st.buffers[b]->name == "logits") {
+      chunk->stash_out = {b};
+      chunk->stash_in = {b};
+    }
+  pipe->chunks.push_back(std::move(chunk));
+  for (uint32_t mb = 0; mb < st.microbatches; ++mb) {
+    pipe->actions.emplace_back(0, mb, false);
+    pipe->actions.emplace_back(0, mb, true);
+  }
+  st.pipeline = std::move(pipe);
+}
+
 } // namespace loom::test
 
 #endif // LOOM_TEST_RUNTIME_PROGRAMTESTUTIL_H

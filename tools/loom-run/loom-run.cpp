@@ -417,7 +417,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   LOOM_CHECK(training || opts.steps >= 1,
              "--steps must be at least 1 for an evaluation program (0 only "
              "initializes a training program)");
-  LOOM_CHECK(stage.loss() >= 0,
+  LOOM_CHECK(stage.loss() >= 0 || ex->isPipelined(),
              "stage " << opts.stage
                       << " has no loss buffer; loom-run evaluates the loss, "
                          "which the last pipeline stage computes");
@@ -434,6 +434,11 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                              << (localB != B ? " / dp" : "")
                              << (M > 1 ? " / microbatches" : "") << " x seq = "
                              << localB / M << " x " << T << " tokens");
+  LOOM_CHECK(!ex->isPipelined() ||
+                 (opts.loadCheckpoint.empty() && opts.saveCheckpoint.empty()),
+             "checkpoints of pipeline-parallel runs are not supported yet "
+             "(each stage holds other parameters); drop --load-checkpoint / "
+             "--save-checkpoint or train without --mesh pp");
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -488,6 +493,17 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                 producer ? producer->c_str() : "unknown producer", opts.stage,
                 instructions ? instructions->size() : 0u, ex->params().size(),
                 paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
+    if (const program::Pipeline *pipe = stage.pipeline()) {
+      uint32_t chunkInstructions = 0;
+      for (const program::PipelineChunk *c : *pipe->chunks())
+        chunkInstructions += (c->forward() ? c->forward()->size() : 0) +
+                             (c->backward() ? c->backward()->size() : 0);
+      std::printf("pipeline: %s schedule, %u stages, rank 0 runs %u chunk(s) "
+                  "(%u instructions) in %u actions per step\n",
+                  pipe->schedule() ? pipe->schedule()->c_str() : "?",
+                  pipe->stages(), pipe->chunks()->size(), chunkInstructions,
+                  pipe->actions() ? pipe->actions()->size() : 0u);
+    }
     if (multi)
       std::printf("ranks: %d (%s, %s communicator); rank 0 holds %" PRId64
                   " rows of each batch\n",
@@ -507,6 +523,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
 
   // 4. Steps (numbered from the checkpoint's step count when resuming).
   double lossSum = 0;
+  int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
   const int64_t lastStep = startStep + opts.steps;
   comm.resetStats();
   for (int64_t s = startStep; s < lastStep; ++s) {
@@ -523,6 +540,8 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       LOOM_RETURN_IF_ERROR(ex->trainStep(
           inputs, targets, s + 1, static_cast<float>(lr), result, timed));
       loss = result.loss;
+      pipelineNs += result.pipelineNs;
+      pipelineWaitNs += result.pipelineWaitNs;
     } else {
       LOOM_RETURN_IF_ERROR(ex->run(timed));
       LOOM_RETURN_IF_ERROR(ex->readLoss(loss));
@@ -534,8 +553,13 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       trace.addComplete("load batch " + std::to_string(s), "data", t0, t1,
                         comm.rank());
       for (const InstructionTiming &t : timings) {
-        const program::Instruction *ins =
-            (t.update ? updates : instructions)->Get(t.index);
+        const auto *list = t.update ? updates : instructions;
+        if (t.chunk >= 0) {
+          const program::PipelineChunk *chunk =
+              stage.pipeline()->chunks()->Get(static_cast<uint32_t>(t.chunk));
+          list = t.backward ? chunk->backward() : chunk->forward();
+        }
+        const program::Instruction *ins = list->Get(t.index);
         std::string name = ins->name() && ins->name()->size()
                                ? ins->name()->str()
                                : program::opcodeName(ins->opcode());
@@ -594,6 +618,9 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     kModelState,
     kHasPredictions,
     kPredictedModelState,
+    kPipelineNs,          // a pipeline stage: micro-batch phase, all steps
+    kPipelineWaitNs,      // ... and the time it waited for its neighbours
+    kPredictedIdlePpm,    // the compiler's idle share, in millionths
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -606,6 +633,12 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   mine[kModelState] = ex->modelStateBytes();
   for (int k = 0; k < kNumCommKinds; ++k)
     mine[kSent + k] = stepStats.sentBytes[k] / steps;
+  mine[kPipelineNs] = pipelineNs;
+  mine[kPipelineWaitNs] = pipelineWaitNs;
+  mine[kPredictedIdlePpm] =
+      stage.pipeline() ? static_cast<int64_t>(std::llround(
+                             stage.pipeline()->predicted_idle_fraction() * 1e6))
+                       : -1;
   if (const program::Predictions *p = stage.predictions()) {
     const program::SentBytes &sent = *p->sent_bytes_per_step(); // verified
     mine[kHasPredictions] = 1;
@@ -663,6 +696,27 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     if (v[kHasPredictions])
       rank.set("predicted_sent_bytes_per_step", perKind(v + kPredictedSent));
     rank.set("comm_ms_per_step", JsonValue::number(v[kCommNs] * 1e-6));
+    if (v[kPredictedIdlePpm] >= 0 && v[kPipelineNs] > 0) {
+      // The measured bubble: the share of the micro-batch phase the stage
+      // spent waiting for a neighbour, next to the simulated one.
+      rank.set("pipeline_idle_fraction",
+               JsonValue::number(double(v[kPipelineWaitNs]) /
+                                 double(v[kPipelineNs])));
+      rank.set("predicted_pipeline_idle_fraction",
+               JsonValue::number(v[kPredictedIdlePpm] * 1e-6));
+      if (!opts.quiet) {
+        int64_t stageOfRank = 0;
+        for (size_t a = 0; a < comm.mesh().size(); ++a)
+          if (comm.mesh()[a].name == "pp")
+            stageOfRank = comm.coordsOf(r)[a];
+        std::printf("pipeline stage %" PRId64 " (rank %d): idle %.1f%% of the "
+                    "micro-batch phase (%.2f ms per step), predicted %.1f%%\n",
+                    stageOfRank, r,
+                    100.0 * double(v[kPipelineWaitNs]) / double(v[kPipelineNs]),
+                    v[kPipelineNs] * 1e-6 / double(steps),
+                    v[kPredictedIdlePpm] * 1e-4);
+      }
+    }
     rankEntries.push_back(rank);
   }
   JsonValue summary = JsonValue::object();

@@ -48,7 +48,7 @@ namespace {
 
 const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
-               [--emit-ir OUT.mlir] [--report] [--timing]
+               [--emit-ir OUT.mlir] [--report] [--timing] [--schedule-svg F.svg]
                [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
@@ -63,6 +63,9 @@ const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model F
   --batch (global rows per step) defaults to 8, --seq to the config's n_positions.
   --timing prints the time of each compiler phase (model import, every pass,
   program emission) on stderr, as loom-opt --mlir-timing does.
+  --report prints what each rank holds and sends; with --mesh pp=P also the
+  simulated pipeline schedule (bubble fraction, activations in flight), and
+  --schedule-svg F.svg draws it.
 optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
@@ -318,7 +321,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     mlir::loom::MeshOp::create(
         b, module->getLoc(), meshName,
         mlir::loom::MeshAttr::get(&context, names, sizes));
-    pipeline.partition = true;
+    // Partitioning splits over the axes other than pp (which the pipeline
+    // pass cuts along).
+    int64_t pp = inv.strategy.mesh.at("pp");
+    pipeline.partition = inv.strategy.worldSize() / pp > 1;
+    pipeline.pipelineStages = pp;
+    pipeline.schedule = inv.strategy.schedule;
+    pipeline.virtualStages = inv.strategy.virtualStages;
     pipeline.zeroStage = inv.strategy.zero;
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
     pipeline.bucketMb = inv.strategy.bucketMb;
@@ -332,10 +341,23 @@ int compileProgram(const Invocation &inv, const std::string &output,
   if (failed(pm.run(*module)))
     return fail(inv.command, "compilation failed (diagnostics above)");
 
-  if (inv.switches.count("--report")) {
-    // What each rank will hold and send, before anything runs.
+  auto svg = inv.values.find("--schedule-svg");
+  if (svg != inv.values.end() && inv.strategy.mesh.at("pp") == 1)
+    return fail(inv.command, "--schedule-svg draws a pipeline schedule; it "
+                             "needs --mesh pp=P with P > 1");
+  if (inv.switches.count("--report") || svg != inv.values.end()) {
+    // What each rank will hold and send, before anything runs; for a
+    // pipeline also the simulated schedule (bubble, activations in flight).
     PassManager report(&context);
-    report.addPass(mlir::loom::createLoomReport());
+    if (inv.switches.count("--report"))
+      report.addPass(mlir::loom::createLoomReport());
+    if (inv.strategy.mesh.at("pp") > 1) {
+      mlir::loom::LoomPipelineReportOptions options;
+      options.print = inv.switches.count("--report") > 0;
+      if (svg != inv.values.end())
+        options.svg = svg->second;
+      report.addPass(mlir::loom::createLoomPipelineReport(options));
+    }
     if (timing.isEnabled())
       report.enableTiming(rootTimer);
     if (failed(report.run(*module)))
@@ -371,7 +393,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
 int runCompile(std::vector<std::string> args) {
   auto inv = parse("compile", std::move(args),
                    {"--config", "--model", "--batch", "--seq", "--output",
-                    "--emit-ir",
+                    "--emit-ir", "--schedule-svg",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
                    {"--train", "--report", "--timing"});
   if (!inv)
@@ -418,6 +440,16 @@ int runProgram(const char *argv0, const std::string &command,
   for (const char *flag : required)
     if (!inv->values.count(flag))
       return fail(command, std::string(flag) + " is required\n" + kUsage);
+
+  if (inv->strategy.mesh.at("pp") > 1 &&
+      (inv->values.count("--save-checkpoint") ||
+       inv->values.count("--load-checkpoint")))
+    return fail(command, "--mesh pp=" +
+                             std::to_string(inv->strategy.mesh.at("pp")) +
+                             ": checkpoints of pipeline-parallel runs are not "
+                             "supported yet (each stage holds other "
+                             "parameters); drop --save-checkpoint / "
+                             "--load-checkpoint");
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
