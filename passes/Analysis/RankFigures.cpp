@@ -9,6 +9,8 @@
 
 #include "passes/Analysis/RankFigures.h"
 
+#include "dialects/Loom/IR/OpShapes.h"
+
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -18,12 +20,6 @@ using namespace mlir;
 using namespace mlir::loom;
 
 namespace {
-
-int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  return tensor.getNumElements() *
-         std::max<int64_t>(1, (tensor.getElementTypeBitWidth() + 7) / 8);
-}
 
 /// Bytes one rank sends for one execution of `op`, ring-counted with S the
 /// full buffer, and the collective's kind (null for other ops).

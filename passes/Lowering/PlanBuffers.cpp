@@ -8,6 +8,7 @@
 
 #include "passes/Lowering/BestFitPlacement.h"
 #include "passes/Lowering/ExecutionOrder.h"
+#include "dialects/Loom/IR/OpShapes.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -27,12 +28,6 @@ using namespace mlir;
 using namespace mlir::loom;
 
 namespace {
-
-int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  int64_t width = std::max<int64_t>(1, (tensor.getElementTypeBitWidth() + 7) / 8);
-  return tensor.getNumElements() * width;
-}
 
 struct LoomPlanBuffersPass
     : mlir::loom::impl::LoomPlanBuffersBase<LoomPlanBuffersPass> {

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/Loom/IR/OpShapes.h"
 #include "passes/Passes.h"
 #include "passes/Sharding/OpNames.h"
 
@@ -46,12 +47,6 @@ struct BucketKey {
            elementType == o.elementType;
   }
 };
-
-int64_t bytesOf(Value v) {
-  auto type = cast<RankedTensorType>(v.getType());
-  return type.getNumElements() *
-         std::max<int64_t>(1, (type.getElementTypeBitWidth() + 7) / 8);
-}
 
 struct LoomScheduleCommPass
     : mlir::loom::impl::LoomScheduleCommBase<LoomScheduleCommPass> {

@@ -36,12 +36,14 @@ inline Type elementTypeOf(Value v) {
 inline int64_t numElements(Value v) {
   return cast<RankedTensorType>(v.getType()).getNumElements();
 }
-/// Bytes of a tensor value (sub-byte types round up to a byte per element).
-inline int64_t bytesOf(Value v) {
-  auto type = cast<RankedTensorType>(v.getType());
+/// Bytes of a tensor type or value (sub-byte types round up to a byte per
+/// element).
+inline int64_t bytesOf(Type t) {
+  auto type = cast<RankedTensorType>(t);
   int64_t bits = type.getElementTypeBitWidth();
   return type.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
 }
+inline int64_t bytesOf(Value v) { return bytesOf(v.getType()); }
 
 /// All float operands and results of `op` share one element type.
 inline LogicalResult verifySameFloatElementType(Operation *op) {
