@@ -57,6 +57,15 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
     which `--loom-to-program` also uses to store them in the program as
     the predictions loom-run reports next to what it measures.
 
+    A non-pipelined step with a `loom.model` also gets, for its first
+    transformer block, the activation memory of Korthikanti et al. 2022
+    (sbh(34+5as/h), with TP sbh(10+24/t+5as/(ht)), with TP+SP
+    sbh(34+5as/h)/t, selective 34sbh/t; 16-bit and fp32) next to the bytes
+    Loom's own graph keeps for the backward, and the tensor-parallel
+    traffic per block (Megatron: 2 + 2 all-reduces of b·s·h) next to the
+    collectives Loom placed in the block (BlockActivations.h; JSON:
+    `block_activations`).
+
     **Options:**
     * `json`: print one JSON object instead of text.
   }];
@@ -230,20 +239,40 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
     neither structure nor annotations stays replicated over the axis, with a
     remark saying so.
 
-    Errors: heads, hidden sizes or vocabulary not divisible by the axis size,
-    with what to change.
+    Vocab padding (Megatron-LM's `--make-vocab-size-divisible-by`): an
+    embedding table whose rows the axis does not divide (GPT-2's 50257 at
+    tp = 8) is padded to the next multiple of `vocab-divisible-by` x tp rows
+    (50257 -> 51200 at tp = 8 with the default 128: each rank a block of 6400
+    rows, a multiple of 128 for the GEMMs); a table the axis divides is
+    left as it is. The padding spreads through the graph along the ops'
+    sharding-rule factors (logits, table gradient, AdamW state); the padding
+    rows start at zero and stay zero (`loom.unpadded_rows` on the param), the
+    padded logit columns are masked out of the loss (`vocab_size` on
+    `loom.row_max`, `loom.cross_entropy_sums`,
+    `loom.cross_entropy_sums_grad`: they enter neither the maximum nor the
+    sums, and their gradient is zero), and checkpoints hold the unpadded
+    `[vocab, n_embd]` tensor.
+
+    Errors: heads or hidden sizes not divisible by the axis size, with what
+    to change; a padded dimension an op needs whole.
 
     **Options:**
     * `axis`: the tensor-parallel mesh axis (default `tp`).
     * `sequence-parallel`: split layer norms and residual adds on the
       sequence (Korthikanti et al. 2022); not implemented yet (an error).
+    * `vocab-divisible-by`: the padding granularity per rank (default 128,
+      as Megatron's; 1 pads to the next multiple of tp).
   }];
   let options = [
     Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
            "Tensor-parallel mesh axis">,
     Option<"sequenceParallel", "sequence-parallel", "bool",
            /*default=*/"false",
-           "Sequence parallelism on the same axis (not implemented yet)">
+           "Sequence parallelism on the same axis (not implemented yet)">,
+    Option<"vocabDivisibleBy", "vocab-divisible-by", "int64_t",
+           /*default=*/"128",
+           "Pad an embedding table tp does not divide to a multiple of this "
+           "times tp rows (Megatron's make-vocab-size-divisible-by)">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
@@ -386,6 +415,15 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
 
     **Options:**
     * `json`: print one JSON object instead of text.
+
+    A non-pipelined step with a `loom.model` also gets, for its first
+    transformer block, the activation memory of Korthikanti et al. 2022
+    (sbh(34+5as/h), with TP sbh(10+24/t+5as/(ht)), with TP+SP
+    sbh(34+5as/h)/t, selective 34sbh/t; 16-bit and fp32) next to the bytes
+    Loom's own graph keeps for the backward, and the tensor-parallel
+    traffic per block (Megatron: 2 + 2 all-reduces of b·s·h) next to the
+    collectives Loom placed in the block (BlockActivations.h; JSON:
+    `block_activations`).
     * `svg`: also draw the schedule to this file (stages x time, forward
       and backward boxes, bubbles as gaps).
     * `print`: print the report (default); false only checks and draws.

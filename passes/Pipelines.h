@@ -32,6 +32,11 @@ struct CompilePipelineOptions
       llvm::cl::desc("With partition: seed Megatron tensor parallelism on "
                      "the tp axis (--loom-tensor-parallel) before ZeRO"),
       llvm::cl::init(false)};
+  Option<int64_t> vocabDivisibleBy{
+      *this, "vocab-divisible-by",
+      llvm::cl::desc("With tensor-parallel: pad a vocabulary tp does not "
+                     "divide to a multiple of this times tp"),
+      llvm::cl::init(128)};
   Option<double> bucketMb{
       *this, "bucket-mb",
       llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/Analysis/BlockActivations.h"
 #include "passes/Analysis/RankFigures.h"
 #include "passes/Passes.h"
 
@@ -62,12 +63,6 @@ void printText(const RankFigures &fig, raw_ostream &os) {
        << "\n";
 }
 
-llvm::json::Object toJson(const RankFigures &fig);
-
-void printJson(const RankFigures &fig, raw_ostream &os) {
-  os << llvm::formatv("{0:2}", llvm::json::Value(toJson(fig))) << "\n";
-}
-
 llvm::json::Object toJson(const RankFigures &fig) {
   llvm::json::Object state, sent, calls;
   for (const auto &[role, bytes] : fig.stateBytes)
@@ -100,10 +95,21 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
     auto schedules = module.getOps<PipelineScheduleOp>();
     if (schedules.empty()) {
       RankFigures fig = measureRankFigures(module);
-      if (json)
-        printJson(fig, llvm::outs());
-      else
+      // Per transformer block: activations kept for the backward and the
+      // tensor-parallel traffic, next to Korthikanti's / Megatron's figures.
+      std::optional<BlockActivationFigures> block =
+          measureBlockActivations(module);
+      if (json) {
+        llvm::json::Object root = toJson(fig);
+        if (block)
+          root["block_activations"] = blockActivationsToJson(*block);
+        llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+                     << "\n";
+      } else {
         printText(fig, llvm::outs());
+        if (block)
+          printBlockActivations(*block, llvm::outs());
+      }
       markAllAnalysesPreserved();
       return;
     }

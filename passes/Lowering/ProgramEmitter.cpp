@@ -297,6 +297,12 @@ StageEmitter::emitInstruction(Operation *op) {
                 value = static_cast<double>(ce.getNumTokens().value_or(0));
                 return success();
               })
+          .Case([&](RowMaxOp max) {
+            // Padded and vocab-parallel: the axes splitting the columns.
+            if (ArrayAttr vocab = max.getVocabAxesAttr())
+              return collective(vocab, std::nullopt);
+            return success();
+          })
           .Case([&](CrossEntropySumsOp ce) {
             // Vocab-parallel: the axes splitting the logits' columns.
             if (ArrayAttr vocab = ce.getVocabAxesAttr())
@@ -594,6 +600,10 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index,
     std::vector<int64_t> checkpointShape;
     if (std::optional<SmallVector<int64_t>> hf = getCheckpointShape(step, i))
       checkpointShape.assign(hf->begin(), hf->end());
+    int64_t unpaddedRows = 0;
+    if (auto rows = step.getArgAttrOfType<IntegerAttr>(
+            i, LoomDialect::kUnpaddedRowsAttr))
+      unpaddedRows = rows.getInt();
     auto paramDims = dimShardings(paramSharding);
     auto gradDims = dimShardings(gradSharding);
     auto momentDims = dimShardings(momentSharding);
@@ -606,7 +616,8 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index,
         init.getStd().convertToDouble(), /*decay=*/checkpointRank >= 2,
         bufferFor(Role::Grad, name), bufferFor(Role::AdamM, name),
         bufferFor(Role::AdamV, name), paramDims, gradDims, momentDims,
-        checkpointShape.empty() ? 0 : fbb.CreateVector(checkpointShape)));
+        checkpointShape.empty() ? 0 : fbb.CreateVector(checkpointShape),
+        unpaddedRows));
   }
 
   // 3. The buffer table (last: instructions add buffers).
@@ -800,6 +811,30 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
     auto value = config.getAs<IntegerAttr>(key);
     return value ? value.getInt() : 0;
   };
+  // The runtime masks logit columns from ModelInfo.vocab_size on: a padded
+  // loss must agree with it.
+  for (ArrayRef<func::FuncOp> group : groups)
+    for (func::FuncOp func : group) {
+      WalkResult walk = func.walk([&](Operation *op) {
+        std::optional<int64_t> vocab;
+        if (auto max = dyn_cast<RowMaxOp>(op))
+          vocab = max.getVocabSize();
+        else if (auto sums = dyn_cast<CrossEntropySumsOp>(op))
+          vocab = sums.getVocabSize();
+        else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op))
+          vocab = grad.getVocabSize();
+        if (!vocab || *vocab == get("vocab_size"))
+          return WalkResult::advance();
+        op->emitOpError() << "masks the logit columns from vocab_size = "
+                          << *vocab << " on, but the model's loom.model has "
+                          << "vocab_size = " << get("vocab_size")
+                          << "; the program masks by the model's, so they "
+                             "must agree";
+        return WalkResult::interrupt();
+      });
+      if (walk.wasInterrupted())
+        return failure();
+    }
   auto model = fb::CreateModelInfo(fbb, get("n_layer"), get("n_head"),
                                    get("n_embd"), get("vocab_size"),
                                    get("n_positions"),
@@ -955,6 +990,8 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
           os << " checkpoint ";
           printList(os, p->checkpoint_shape());
         }
+        if (p->unpadded_rows() > 0)
+          os << " unpadded_rows " << p->unpadded_rows();
         os << "\n";
       }
     printInstructions(os, stage->instructions(), "");

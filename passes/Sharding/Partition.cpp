@@ -550,6 +550,11 @@ void Partitioner::markVocabShards(func::FuncOp func) {
     if (auto embedding = dyn_cast<EmbeddingOp>(op)) {
       if (ArrayAttr axes = axesOf(embedding.getTable(), /*last=*/false))
         embedding.setRowAxesAttr(axes);
+    } else if (auto max = dyn_cast<RowMaxOp>(op)) {
+      // Only padding needs the offset: which of its columns are real.
+      if (max.getVocabSize())
+        if (ArrayAttr axes = axesOf(max.getInput(), /*last=*/true))
+          max.setVocabAxesAttr(axes);
     } else if (auto sums = dyn_cast<CrossEntropySumsOp>(op)) {
       if (ArrayAttr axes = axesOf(sums.getLogits(), /*last=*/true))
         sums.setVocabAxesAttr(axes);

@@ -16,10 +16,13 @@
 //   embedding(table, ids)             table vocab-parallel (rows); the
 //                                     loss becomes vocab-parallel too
 //
+// A table whose rows tp does not divide is padded first (VocabPadding.h).
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
 #include "passes/Sharding/OpNames.h"
+#include "passes/Sharding/VocabPadding.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
@@ -82,8 +85,10 @@ struct Seed {
 
 class MegatronSeeder {
 public:
-  MegatronSeeder(ModuleOp module, MeshOp mesh, StringRef axis, int64_t ways)
-      : module(module), mesh(mesh), axis(axis), ways(ways) {}
+  MegatronSeeder(ModuleOp module, MeshOp mesh, StringRef axis, int64_t ways,
+                 int64_t vocabDivisibleBy)
+      : module(module), mesh(mesh), axis(axis), ways(ways),
+        vocabDivisibleBy(vocabDivisibleBy) {}
 
   /// Finds the Megatron roles in every function; fails (with a diagnostic)
   /// on a split the sizes do not allow.
@@ -93,6 +98,10 @@ public:
   FailureOr<size_t> apply();
   /// Whether an embedding table was split on its rows (the vocabulary).
   bool splitsVocabulary() const { return vocabParallel; }
+  /// Pads the embedding tables whose rows `ways` does not divide (before
+  /// apply(), after the loss is vocab-parallel: the padding spreads along
+  /// its factors).
+  LogicalResult padTables();
 
 private:
   /// Seeds the parameter `weight` (seen through block arguments) on `dim`.
@@ -108,7 +117,10 @@ private:
   MeshOp mesh;
   StringRef axis;
   int64_t ways;
+  int64_t vocabDivisibleBy;
   llvm::MapVector<StringAttr, Seed> seeds;
+  /// Embedding tables to pad: name -> (rows, padded rows).
+  llvm::MapVector<StringAttr, std::pair<int64_t, int64_t>> padding;
   bool vocabParallel = false;
 };
 
@@ -123,6 +135,8 @@ LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
   if (!r || r.getValue() != Role::Param || !name)
     return success();
   int64_t size = cast<RankedTensorType>(param.getType()).getDimSize(dim);
+  if (auto pad = padding.find(name); pad != padding.end() && dim == 0)
+    size = pad->second.second; // split after padTables()
   if (size % ways != 0)
     return op->emitOpError()
            << "is " << role << " over " << axis << " = " << ways
@@ -217,16 +231,17 @@ LogicalResult MegatronSeeder::visitGelu(GeluOp gelu) {
 LogicalResult MegatronSeeder::visitEmbedding(EmbeddingOp embedding) {
   int64_t vocab =
       cast<RankedTensorType>(embedding.getTable().getType()).getDimSize(0);
-  if (vocab % ways != 0)
-    return embedding.emitOpError()
-           << "has vocab_size = " << vocab << " rows, not divisible by "
-           << axis << " = " << ways
-           << ": the vocab-parallel embedding gives every rank the same "
-              "number of rows, and vocab padding is not implemented yet; use "
-              "a vocabulary divisible by "
-           << ways << " (e.g. " << (vocab + ways - 1) / ways * ways << ")";
-  if (argumentOf(embedding.getTable()))
+  auto arg = argumentOf(embedding.getTable());
+  if (arg)
     vocabParallel = true;
+  // Every rank gets the same number of rows: pad what tp does not divide.
+  int64_t padded = paddedRows(vocab, ways, vocabDivisibleBy);
+  if (padded != vocab && arg) {
+    auto [func, index] = *arg;
+    if (auto name = func.getArgAttrOfType<StringAttr>(index,
+                                                      LoomDialect::kNameAttr))
+      padding.insert({name, {vocab, padded}});
+  }
   return seed(embedding.getTable(), 0, "vocab-parallel " + describeOp(embedding),
               embedding);
 }
@@ -246,6 +261,13 @@ LogicalResult MegatronSeeder::findRoles() {
     if (walk.wasInterrupted())
       return failure();
   }
+  return success();
+}
+
+LogicalResult MegatronSeeder::padTables() {
+  for (auto &[name, sizes] : padding)
+    if (failed(padParameterRows(module, name, sizes.first, sizes.second)))
+      return failure();
   return success();
 }
 
@@ -313,7 +335,8 @@ void splitCrossEntropyOverVocab(ModuleOp module) {
       Value max = RowMaxOp::create(b, subLoc(loc, ".max"), tokensType, logits);
       auto sums = CrossEntropySumsOp::create(b, subLoc(loc, ".sums"),
                                              tokensType, tokensType, logits,
-                                             max, targets, ArrayAttr());
+                                             max, targets, ArrayAttr(),
+                                             IntegerAttr());
       return std::make_tuple(max, sums.getSumExp(), sums.getTargetLogit());
     };
     OpBuilder b(ce);
@@ -335,7 +358,8 @@ void splitCrossEntropyOverVocab(ModuleOp module) {
             statistics(gb, grad.getLoc());
       Value dlogits = CrossEntropySumsGradOp::create(
           gb, grad.getLoc(), grad.getType(), grad.getDloss(), logits, gradMax,
-          gradSumExp, targets, ArrayAttr(), grad.getNumTokensAttr());
+          gradSumExp, targets, ArrayAttr(), grad.getNumTokensAttr(),
+          IntegerAttr());
       grad.getResult().replaceAllUsesWith(dlogits);
       grad.erase();
     }
@@ -423,16 +447,28 @@ struct LoomTensorParallelPass
     }
 
     // 2. Megatron's layout, by role.
-    MegatronSeeder seeder(module, mesh, axis, ways);
-    if (failed(seeder.findRoles()))
+    if (vocabDivisibleBy < 1) {
+      module.emitError() << "loom-tensor-parallel: vocab-divisible-by = "
+                         << vocabDivisibleBy
+                         << " must be >= 1 (128 is Megatron's default; 1 "
+                            "pads to the next multiple of "
+                         << axis << ")";
       return signalPassFailure();
-    FailureOr<size_t> seeded = seeder.apply();
-    if (failed(seeded))
+    }
+    MegatronSeeder seeder(module, mesh, axis, ways, vocabDivisibleBy);
+    if (failed(seeder.findRoles()))
       return signalPassFailure();
     // 3. The logits of an LM head tied to a vocab-parallel embedding come
     //    out split on the vocabulary: the loss reduces them in place.
     if (seeder.splitsVocabulary())
       splitCrossEntropyOverVocab(module);
+    // 4. A vocabulary tp does not divide is padded (after 3: the padding
+    //    follows the vocab-parallel loss's factors to the loss).
+    if (failed(seeder.padTables()))
+      return signalPassFailure();
+    FailureOr<size_t> seeded = seeder.apply();
+    if (failed(seeded))
+      return signalPassFailure();
     if (*seeded == 0)
       module.emitRemark()
           << "tensor parallelism over " << axis << " = " << ways

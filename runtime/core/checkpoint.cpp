@@ -118,16 +118,27 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << tensorName
                                << "' (the program's parameter); was it "
                                   "saved from a different model?");
-  // The checkpoint's shape (HF's), or the program's own grouping of it.
-  LOOM_CHECK(t->shape == p.checkpointShape || t->shape == p.globalShape,
+  // The checkpoint's shape (HF's), or the program's own grouping of it; a
+  // padded parameter's real rows only.
+  LOOM_CHECK(t->shape == p.checkpointShape ||
+                 (p.unpaddedRows == 0 && t->shape == p.globalShape),
              "checkpoint '" << path << "': tensor '" << tensorName
                             << "' has shape " << shapeStr(t->shape)
                             << " but the program expects "
-                            << shapeStr(p.checkpointShape));
+                            << shapeStr(p.checkpointShape)
+                            << (p.unpaddedRows > 0
+                                    ? " (its real rows; the program pads "
+                                      "them to " +
+                                          shapeStr(p.globalShape) + ")"
+                                    : std::string()));
   Status s = toFloat32(*t, values);
   if (!s.ok())
     return s.withContext("checkpoint '" + path + "', tensor '" + tensorName +
                          "'");
+  // The padding rows follow the real ones (row-major): zeros.
+  if (p.unpaddedRows > 0)
+    values.resize(static_cast<size_t>(program::shapeNumel(p.globalShape)),
+                  0.0f);
   copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
             p.globalShape, p.sliceOffset, p.localShape);
   return Status::success();
@@ -255,6 +266,8 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
     Status s = gatherParamTensor(executor, p, buffer, global);
     if (!s.ok())
       return s.withContext("cannot save '" + path + "'");
+    // A padded parameter's real rows are the leading elements (row-major):
+    // the checkpoint shape leaves the padding out.
     if (writer)
       file.addF32(name, p.checkpointShape.empty() ? p.globalShape
                                                   : p.checkpointShape,

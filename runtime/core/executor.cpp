@@ -108,6 +108,9 @@ Status Executor::create(const program::LoadedProgram &program,
       if (p->checkpoint_shape() && p->checkpoint_shape()->size() > 0)
         v.checkpointShape.assign(p->checkpoint_shape()->begin(),
                                  p->checkpoint_shape()->end());
+      v.unpaddedRows = p->unpadded_rows();
+      if (v.unpaddedRows > 0)
+        v.checkpointShape[0] = v.unpaddedRows; // checked by the verifier
       v.buffer = p->buffer();
       v.gradBuffer = p->grad_buffer();
       v.mBuffer = p->m_buffer();
@@ -155,6 +158,18 @@ Status Executor::create(const program::LoadedProgram &program,
       LOOM_RETURN_IF_ERROR(initParamSlice(
           static_cast<float *>(ex->bufferData(v.buffer)), v.name, seed, init,
           v.globalShape, v.sliceOffset, v.localShape));
+      // Padding rows start (and, with a zero gradient, stay) at zero; the
+      // real rows keep the values of their global index, as unpadded.
+      if (v.unpaddedRows > 0) {
+        const int64_t rowSize =
+            program::shapeNumel(v.localShape) / v.localShape[0];
+        const int64_t firstPadding =
+            std::clamp<int64_t>(v.unpaddedRows - v.sliceOffset[0], 0,
+                                v.localShape[0]);
+        float *data = static_cast<float *>(ex->bufferData(v.buffer));
+        std::fill(data + firstPadding * rowSize,
+                  data + v.localShape[0] * rowSize, 0.0f);
+      }
       ex->paramViews.push_back(std::move(v));
     }
   }

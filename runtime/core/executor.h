@@ -61,6 +61,10 @@ struct ParamView {
   /// Param.checkpoint_shape: the shape checkpoints hold (the same row-major
   /// elements as globalShape, grouped as in HF's layout).
   std::vector<int64_t> checkpointShape;
+  /// Param.unpadded_rows: the real rows of a parameter padded at the end of
+  /// dimension 0 (then checkpointShape is globalShape with those rows); 0
+  /// when not padded.
+  int64_t unpaddedRows = 0;
   std::vector<int64_t> sliceOffset;
   std::vector<int64_t> localShape;
   uint32_t buffer = 0;

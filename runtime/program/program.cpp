@@ -1130,6 +1130,17 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                        << " has " << cnumel << " elements but the global shape "
                        << shapeString(global) << " has " << gnumel);
     }
+    // A padded parameter: its real rows, then padding (dimension 0 only).
+    const int64_t unpadded = param->unpadded_rows();
+    LOOM_CHECK(unpadded >= 0 && unpadded <= (global.empty() ? 0 : global[0]),
+               label << ": unpadded_rows = " << unpadded
+                     << " must be in [0, " << (global.empty() ? 0 : global[0])
+                     << "] (the real rows of dimension 0 of the global shape "
+                     << shapeString(global) << "; 0: not padded)");
+    LOOM_CHECK(unpadded == 0 || checkpoint.empty(),
+               label << ": has both unpadded_rows and checkpoint_shape; a "
+                        "padded parameter is saved with its real rows, not "
+                        "regrouped");
     // ZeRO: grad_sharding / moment_sharding (when present) give the
     // gradient / moments the global shape divided per dimension by the
     // product of the sizes of that dimension's axes; else they have the

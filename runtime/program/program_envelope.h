@@ -35,7 +35,10 @@ constexpr size_t kProgramHeaderBytes = 32;
 /// older runtime cannot run (appending FlatBuffers fields does not need it).
 /// 2: opcode 24 is SumSquares (it was ClipGradNorm, norm and coefficient in
 /// one); a version-1 file would be misread, so it is refused.
-constexpr uint32_t kFormatVersion = 2;
+/// 3: Param.unpadded_rows (a padded vocabulary): a version-2 runtime would
+/// initialize the padding rows at random and save them, so it must refuse
+/// such files.
+constexpr uint32_t kFormatVersion = 3;
 
 /// FNV-1a 64-bit hash of `size` bytes at `data` (the payload checksum).
 inline uint64_t programChecksum(const uint8_t *data, size_t size) {

@@ -1,11 +1,13 @@
 // RUN: split-file %s %t
 // RUN: not loom-opt --loom-tensor-parallel=sequence-parallel=true %t/plain.mlir 2>&1 | FileCheck %s --check-prefix=SP
 // RUN: not loom-opt --loom-tensor-parallel %t/nomesh.mlir 2>&1 | FileCheck %s --check-prefix=NOMESH
+// RUN: not loom-opt --loom-tensor-parallel=vocab-divisible-by=0 %t/plain.mlir 2>&1 | FileCheck %s --check-prefix=DIVISIBLE
 // RUN: loom-opt --loom-tensor-parallel %t/plain.mlir 2>&1 | FileCheck %s --check-prefix=PLAIN
 // RUN: loom-opt --loom-tensor-parallel %t/one.mlir 2>&1 | FileCheck %s --check-prefix=ONE
 // RUN: loom-opt --loom-tensor-parallel %t/packed.mlir 2>&1 | FileCheck %s --check-prefix=PACKED
 // SP: error: loom-tensor-parallel: sequence parallelism is not implemented yet; drop sequence-parallel (tensor parallelism alone works)
 // NOMESH: error: loom-tensor-parallel: needs exactly one loom.mesh, found 0
+// DIVISIBLE: error: loom-tensor-parallel: vocab-divisible-by = 0 must be >= 1 (128 is Megatron's default; 1 pads to the next multiple of tp)
 // A model with no Megatron role and no annotation stays replicated, and the
 // pass says so.
 // PLAIN: remark: tensor parallelism over tp = 2: no parameter has a Megatron role (attention q|k|v and output linears, linear-gelu-linear MLP, embedding) or a hand-written sharding on tp; the model stays replicated: every tp rank computes the same values

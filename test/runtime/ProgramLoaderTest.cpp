@@ -762,6 +762,28 @@ TEST(ProgramVerifier, CheckpointShape) {
       {"'wpe.weight'", "checkpoint shape [0] is invalid"});
 }
 
+TEST(ProgramVerifier, UnpaddedRows) {
+  // A padded parameter (a vocabulary padded for tensor parallelism) names
+  // its real rows: at most the global rows, never with a regrouping.
+  auto p = miniGpt();
+  const int64_t rows = stage0(*p).params[1]->global_shape[0];
+  stage0(*p).params[1]->unpadded_rows = rows - 1;
+  EXPECT_TRUE(load(*p).ok());
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[1]->unpadded_rows =
+            stage0(p).params[1]->global_shape[0] + 1;
+      },
+      {"'wpe.weight'", "unpadded_rows =", "must be in [0, "});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        auto &param = *stage0(p).params[1];
+        param.unpadded_rows = param.global_shape[0] - 1;
+        param.checkpoint_shape = {param.global_shape[0] * param.global_shape[1]};
+      },
+      {"'wpe.weight'", "has both unpadded_rows and checkpoint_shape"});
+}
+
 TEST(ProgramVerifier, VocabShards) {
   // Reading a vocabulary shard needs a mesh to find the shard.
   expectRejected([](fb::ProgramT &p) { instr(p, "wte").axes = {0}; },

@@ -23,7 +23,7 @@ bool loom::cli::strategyFlagTakesValue(const std::string &flag) {
   static const char *const kValueFlags[] = {
       "--mesh",           "--zero",    "--microbatches", "--schedule",
       "--virtual-stages", "--backend", "--precision",    "--bucket-mb",
-      "--recompute"};
+      "--recompute",      "--vocab-divisible-by"};
   return llvm::is_contained(kValueFlags, flag);
 }
 
@@ -77,6 +77,13 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
   if (flag == "--microbatches") {
     if (!parsePositive(value, s.microbatches))
       error = "--microbatches needs a positive integer, got '" + value + "'";
+    return true;
+  }
+  if (flag == "--vocab-divisible-by") {
+    if (!parsePositive(value, s.vocabDivisibleBy))
+      error = "--vocab-divisible-by needs a positive integer (128 is "
+              "Megatron's default; 1 pads the vocabulary to the next "
+              "multiple of tp), got '" + value + "'";
     return true;
   }
   if (flag == "--virtual-stages") {

@@ -27,6 +27,9 @@ struct Strategy {
   std::string schedule = "1f1b";
   int64_t virtualStages = 1;
   bool sequenceParallel = false;
+  /// --vocab-divisible-by: a vocabulary tp does not divide is padded to a
+  /// multiple of this times tp (Megatron's make-vocab-size-divisible-by).
+  int64_t vocabDivisibleBy = 128;
   std::string backend = "cpu";
   std::string precision = "fp32";
 

@@ -73,6 +73,8 @@ optimizer flags (train):
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --recompute none|selective|full
+  --vocab-divisible-by 128 (a vocabulary tp does not divide is padded to a
+    multiple of this x tp rows, as Megatron's --make-vocab-size-divisible-by)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
 )";
@@ -330,6 +332,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.virtualStages = inv.strategy.virtualStages;
     pipeline.zeroStage = inv.strategy.zero;
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
+    pipeline.vocabDivisibleBy = inv.strategy.vocabDivisibleBy;
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
   pipeline.recompute = inv.strategy.recompute;

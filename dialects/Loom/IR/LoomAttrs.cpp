@@ -508,6 +508,34 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
                 "row-major elements";
     return success();
   }
+  if (name == kUnpaddedRowsAttr) {
+    auto rows = dyn_cast<IntegerAttr>(attr.getValue());
+    auto type = dyn_cast<RankedTensorType>(argType);
+    if (!rows || rows.getValue().getSignificantBits() > 64 ||
+        rows.getValue().getSExtValue() < 1)
+      return op->emitOpError()
+             << what << ": loom.unpadded_rows must be a positive integer (the "
+                        "real row count of a padded param)";
+    auto role = argAttrs ? argAttrs.getAs<RoleAttr>(kRoleAttr) : RoleAttr();
+    if (!role || role.getValue() != Role::Param)
+      return op->emitOpError()
+             << what << " has loom.unpadded_rows but is not a param";
+    if (argAttrs.get(kCheckpointShapeAttr))
+      return op->emitOpError()
+             << what << " has both loom.unpadded_rows and "
+                        "loom.checkpoint_shape; a padded param is saved with "
+                        "its real rows, not regrouped";
+    // Partitioned: the type is this rank's block of the padded rows.
+    if (!type || type.getRank() < 1 ||
+        (!op->hasAttr(kPartitionedAttr) &&
+         rows.getInt() > type.getDimSize(0)))
+      return op->emitOpError()
+             << what << " of type " << argType << " has loom.unpadded_rows = "
+             << rows.getInt()
+             << "; it must be a tensor with at least that many rows (the "
+                "padding follows the real rows)";
+    return success();
+  }
   if (name == kShardingAttr) {
     // In a partitioned function the type is local and the sharding global:
     // the global shape is the local one times the splits, so only the axes

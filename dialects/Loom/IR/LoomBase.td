@@ -37,7 +37,9 @@ def Loom_Dialect : Dialect {
       `loom.sharding` (`#loom.sharding<...>`), `loom.checkpoint_shape`
       (`array<i64: ...>`, a param's shape in checkpoints when its type groups
       the same row-major elements otherwise, as GPT-2's c_attn `[C, 3, C]`
-      saved as HF's `[C, 3C]`);
+      saved as HF's `[C, 3C]`), `loom.unpadded_rows` (i64, a param whose
+      first dimension is padded at its end, as a vocabulary padded for
+      tensor parallelism: its real row count, the rows checkpoints hold);
     * on functions: `loom.model` (dictionary of the model configuration);
     * on ops: `loom.shardings` (one `#loom.sharding` per result).
 
@@ -62,6 +64,11 @@ def Loom_Dialect : Dialect {
     /// c_attn as [C, 3, C] for HF's [C, 3C]): the shape checkpoints hold.
     static constexpr ::llvm::StringLiteral kCheckpointShapeAttr =
         "loom.checkpoint_shape";
+    /// On a param padded at the end of its first dimension (a vocabulary
+    /// padded by --loom-tensor-parallel): its real row count. The padding
+    /// rows start at zero, never train, and are left out of checkpoints.
+    static constexpr ::llvm::StringLiteral kUnpaddedRowsAttr =
+        "loom.unpadded_rows";
     // Written by --loom-plan-buffers, read by the program emitter.
     static constexpr ::llvm::StringLiteral kOffsetAttr = "loom.offset";
     static constexpr ::llvm::StringLiteral kOffsetsAttr = "loom.offsets";

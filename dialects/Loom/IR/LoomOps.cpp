@@ -266,6 +266,9 @@ LogicalResult RowMaxOp::verify() {
     return emitOpError() << "input must have rank >= 1";
   if (failed(verifyPerToken(*this, in.drop_back(), {{"result", getResult()}})))
     return failure();
+  if (failed(verifyVocabSize(*this, getVocabSize(), getInput(),
+                             getVocabAxesAttr() != nullptr)))
+    return failure();
   return verifySameFloatElementType(*this);
 }
 int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
@@ -283,6 +286,9 @@ LogicalResult CrossEntropySumsOp::verify() {
                              {"targets", getTargets()},
                              {"sum_exp", getSumExp()},
                              {"target_logit", getTargetLogit()}})))
+    return failure();
+  if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
+                             getVocabAxesAttr() != nullptr)))
     return failure();
   return verifySameFloatElementType(*this);
 }

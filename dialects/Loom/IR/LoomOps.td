@@ -265,13 +265,21 @@ def Loom_RowMaxOp : Loom_ComputeOp<"row_max"> {
   let description = [{
     `result[i...] = max_v input[i..., v]`. Split over the last dimension,
     each rank's result is its shard's maximum: a partial maximum
-    (`partial max`), combined by an all-reduce max.
+    (`partial max`), combined by an all-reduce max. With `vocab_size` the
+    columns from that global index on are vocabulary padding
+    (--loom-tensor-parallel's `vocab-divisible-by`) and take no part; a
+    rank holding only padding gives -inf. `vocab_axes` (set by the
+    partitioner, as for `loom.cross_entropy_sums`) name the axes splitting
+    the columns, so the kernel finds its shard's global offset.
 
     ```mlir
-    %m = loom.row_max %logits : tensor<4x64x50304xf32> -> tensor<4x64xf32>
+    %m = loom.row_max %logits {vocab_size = 50257 : i64}
+        : tensor<4x64x50304xf32> -> tensor<4x64xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$input);
+  let arguments = (ins Loom_FloatTensor:$input,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
@@ -285,6 +293,9 @@ def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums"> {
     `vocab_axes`: a rank holding columns `[b·V, (b+1)·V)` (b its block index
     on the axes) sums its columns and contributes 0 as the target logit of a
     token whose target is elsewhere, so both results are partial sums.
+    With `vocab_size`, columns from that global index on are vocabulary
+    padding: left out of `sum_exp` (as `loom.row_max` leaves them out of the
+    maximum), so the loss is the unpadded vocabulary's.
 
     ```mlir
     %s, %t = loom.cross_entropy_sums %logits, %m, %targets
@@ -294,7 +305,8 @@ def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums"> {
   }];
   let arguments = (ins Loom_FloatTensor:$logits, Loom_FloatTensor:$row_max,
                        Loom_IndexTensor:$targets,
-                       OptionalAttr<StrArrayAttr>:$vocab_axes);
+                       OptionalAttr<StrArrayAttr>:$vocab_axes,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Loom_FloatTensor:$sum_exp,
                       Loom_FloatTensor:$target_logit);
   let assemblyFormat = [{

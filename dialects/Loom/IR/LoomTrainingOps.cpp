@@ -197,6 +197,9 @@ LogicalResult CrossEntropySumsGradOp::verify() {
       return failure();
   if (failed(expectShape(*this, "result", getResult(), logits)))
     return failure();
+  if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
+                             getVocabAxesAttr() != nullptr)))
+    return failure();
   if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "

@@ -193,7 +193,8 @@ def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad"> {
     / N`: `loom.cross_entropy_grad` with the softmax's statistics given, so
     that each rank computes the gradient of its vocabulary shard
     (`vocab_axes`, as for `loom.cross_entropy_sums`) from the reduced
-    statistics, never the full logits.
+    statistics, never the full logits. With `vocab_size` the padding
+    columns (global index >= vocab_size) get a zero gradient.
 
     ```mlir
     %dl = loom.cross_entropy_sums_grad %seed, %logits, %m, %s, %targets
@@ -205,7 +206,8 @@ def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad"> {
                        Loom_FloatTensor:$row_max, Loom_FloatTensor:$sum_exp,
                        Loom_IndexTensor:$targets,
                        OptionalAttr<StrArrayAttr>:$vocab_axes,
-                       OptionalAttr<I64Attr>:$num_tokens);
+                       OptionalAttr<I64Attr>:$num_tokens,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $dloss `,` $logits `,` $row_max `,` $sum_exp `,` $targets attr-dict `:`

@@ -97,6 +97,23 @@ inline FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
   return *channels;
 }
 
+/// Verifies the `vocab_size` of a vocab-parallel loss op reading `logits`
+/// (columns from global index `vocabSize` on are padding): at least one real
+/// column, and, while the columns are whole (no `vocab_axes`), no more real
+/// columns than there are.
+inline LogicalResult verifyVocabSize(Operation *op,
+                                     std::optional<int64_t> vocabSize,
+                                     Value logits, bool splitColumns) {
+  if (!vocabSize)
+    return success();
+  int64_t columns = shapeOf(logits).empty() ? 0 : shapeOf(logits).back();
+  if (*vocabSize < 1 || (!splitColumns && *vocabSize > columns))
+    return op->emitOpError()
+           << "vocab_size = " << *vocabSize << " must be in [1, " << columns
+           << "] (the logits' columns; from vocab_size on they are padding)";
+  return success();
+}
+
 } // namespace mlir::loom
 
 #endif // LOOM_DIALECTS_LOOM_IR_OPSHAPES_H

@@ -180,3 +180,31 @@ func.func @checkpoint_shape_not_param(%x: tensor<4x3x4xf32> {loom.name = "x", lo
 func.func @checkpoint_shape_elements(%w: tensor<4x3x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.checkpoint_shape = [4, 13]}) {
   return
 }
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0: loom.unpadded_rows must be a positive integer (the real row count of a padded param)}}
+func.func @unpadded_rows_not_positive(%w: tensor<256x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.unpadded_rows = 0 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has loom.unpadded_rows but is not a param}}
+func.func @unpadded_rows_not_param(%g: tensor<256x4xf32> {loom.name = "w", loom.role = #loom.role<grad>, loom.unpadded_rows = 255 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 has both loom.unpadded_rows and loom.checkpoint_shape; a padded param is saved with its real rows, not regrouped}}
+func.func @unpadded_rows_regrouped(%w: tensor<256x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.checkpoint_shape = [1024], loom.unpadded_rows = 255 : i64}) {
+  return
+}
+
+// -----
+
+// expected-error@+1 {{'func.func' op argument #0 of type 'tensor<256x4xf32>' has loom.unpadded_rows = 300; it must be a tensor with at least that many rows (the padding follows the real rows)}}
+func.func @unpadded_rows_too_many(%w: tensor<256x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>, loom.unpadded_rows = 300 : i64}) {
+  return
+}
