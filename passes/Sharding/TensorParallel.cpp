@@ -449,7 +449,7 @@ struct LoomTensorParallelPass
     // 2. Megatron's layout, by role.
     if (vocabDivisibleBy < 1) {
       module.emitError() << "loom-tensor-parallel: vocab-divisible-by = "
-                         << vocabDivisibleBy
+                         << static_cast<int64_t>(vocabDivisibleBy)
                          << " must be >= 1 (128 is Megatron's default; 1 "
                             "pads to the next multiple of "
                          << axis << ")";
