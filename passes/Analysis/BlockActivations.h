@@ -29,6 +29,7 @@ struct KeptActivation {
   std::string what;           // "h.0.attn.c_attn" (the defining op), "input"
   std::vector<int64_t> shape; // local shape on this rank
   int64_t bytes = 0;
+  bool input = false; // an input of the forward block, not one of its results
 };
 
 /// Per-rank collectives of one kind on the tensor-parallel axis inside a
@@ -69,6 +70,9 @@ struct BlockActivationFigures {
   /// rank, local shapes); no entries when the step has no backward.
   std::vector<KeptActivation> kept;
   int64_t keptBytes() const;
+  /// Full recomputation (--loom-recompute=mode=full): the backward reads
+  /// only the forward's input and re-runs the forward's body.
+  bool fullRecompute = false;
 
   /// Collectives on the tp axis in the forward and the backward block.
   BlockCollectives forwardAllReduce, backwardAllReduce;
