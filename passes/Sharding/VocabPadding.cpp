@@ -74,7 +74,7 @@ public:
   bool lastDimPadded(Value v) const {
     auto type = dyn_cast<RankedTensorType>(v.getType());
     return type && type.getRank() > 0 &&
-           padded_.contains({v, unsigned(type.getRank() - 1)});
+           paddedDims.contains({v, unsigned(type.getRank() - 1)});
   }
 
 private:
@@ -89,7 +89,7 @@ private:
 
   StringAttr param;
   int64_t rows, padded;
-  llvm::DenseSet<std::pair<Value, unsigned>> padded_;
+  llvm::DenseSet<std::pair<Value, unsigned>> paddedDims;
   SmallVector<std::pair<Value, unsigned>> worklist;
 };
 
@@ -102,7 +102,7 @@ InFlightDiagnostic PaddingSpread::refuse(Operation *op, const Twine &reason) {
 }
 
 LogicalResult PaddingSpread::add(Value v, unsigned dim, Operation *why) {
-  if (!padded_.insert({v, dim}).second)
+  if (!paddedDims.insert({v, dim}).second)
     return success();
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || dim >= type.getRank() || type.getDimSize(dim) != rows)
@@ -195,7 +195,7 @@ LogicalResult PaddingSpread::run() {
 
 void PaddingSpread::retype(ModuleOp module) {
   llvm::MapVector<Value, SmallVector<int64_t>> shapes;
-  for (auto [v, dim] : padded_) {
+  for (auto [v, dim] : paddedDims) {
     auto [it, inserted] = shapes.try_emplace(v);
     if (inserted)
       it->second.assign(shapeOf(v).begin(), shapeOf(v).end());

@@ -411,6 +411,59 @@ TEST(Executor, SlicedParamInitEqualsRegionOfFullParam) {
   std::remove(path.c_str());
 }
 
+TEST(Executor, PaddedParamRows) {
+  // A vocabulary padded from 5 to 8 rows (Param.unpadded_rows): the real
+  // rows get the unpadded tensor's init values, the padding rows zero; the
+  // checkpoint holds the 5 real rows, and loading it refills the padding
+  // with zeros.
+  auto unpadded = emptyProgram(1, 1, 4);
+  StageBuilder us(*unpadded->stages[0]);
+  us.param("wte.weight", {5, 4}, fb::InitKind::Normal, 0.02);
+  auto padded = emptyProgram(1, 1, 4);
+  StageBuilder ps(*padded->stages[0]);
+  ps.param("wte.weight", {8, 4}, fb::InitKind::Normal, 0.02);
+  padded->stages[0]->params[0]->unpadded_rows = 5;
+  fb::LoadedProgram lu, lp;
+  auto eu = makeExecutor(*unpadded, lu, 9), ep = makeExecutor(*padded, lp, 9);
+  ASSERT_TRUE(eu && ep);
+  std::vector<float> uv = bufferValues(*eu, 0), pv = bufferValues(*ep, 0);
+  for (int i = 0; i < 8 * 4; ++i)
+    ASSERT_EQ(pv[i], i < 5 * 4 ? uv[i] : 0.0f) << i;
+
+  const std::string path = ::testing::TempDir() + "/padded.safetensors";
+  ASSERT_TRUE(saveCheckpoint(*ep, path).ok());
+  SafetensorsFile file;
+  ASSERT_TRUE(readSafetensors(path, file).ok());
+  ASSERT_TRUE(file.find("wte.weight"));
+  EXPECT_EQ(file.find("wte.weight")->shape, (std::vector<int64_t>{5, 4}));
+  // The unpadded program reads it as its own.
+  auto other = makeExecutor(*unpadded, lu, 3);
+  ASSERT_TRUE(other);
+  ASSERT_TRUE(loadCheckpoint(*other, path).ok());
+  EXPECT_EQ(bufferValues(*other, 0), uv);
+  // The padded program loads it back with zero padding rows, even where
+  // they held something else.
+  auto back = makeExecutor(*padded, lp, 3);
+  ASSERT_TRUE(back);
+  std::fill_n(static_cast<float *>(back->bufferData(0)), 8 * 4, 7.0f);
+  Status s = loadCheckpoint(*back, path);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(bufferValues(*back, 0), pv);
+  // A tensor with the padded shape is refused: checkpoints hold real rows.
+  SafetensorsFile paddedFile = file;
+  paddedFile.tensors[0].shape = {8, 4};
+  paddedFile.tensors[0].data.resize(8 * 4 * sizeof(float));
+  ASSERT_TRUE(writeSafetensors(path, paddedFile).ok());
+  s = loadCheckpoint(*back, path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("has shape [8, 4] but the program expects [5, 4] "
+                             "(its real rows; the program pads them to [8, "
+                             "4])"),
+            std::string::npos)
+      << s.message();
+  std::remove(path.c_str());
+}
+
 TEST(Executor, CheckpointRoundTrip) {
   auto p = miniGpt();
   fb::LoadedProgram l1, l2;
