@@ -83,13 +83,17 @@ TEST(ProgramEnvelope, ClearErrors) {
   EXPECT_NE(error(v).find("version 7 unsupported"), std::string::npos)
       << error(v);
   EXPECT_NE(error(v).find("recompile"), std::string::npos);
-  // Version 1 files had ClipGradNorm at opcode 24 (SumSquares now): refused.
-  std::string v1 = good;
-  v1[8] = 1;
-  EXPECT_NE(error(v1).find("version 1 unsupported (this runtime reads version "
-                           "2)"),
-            std::string::npos)
-      << error(v1);
+  // Version 1 files had ClipGradNorm at opcode 24 (SumSquares now), version
+  // 2 ones no Param.unpadded_rows (a padded vocabulary would be initialized
+  // and saved whole): both refused.
+  for (char old : {1, 2}) {
+    std::string file = good;
+    file[8] = old;
+    EXPECT_NE(error(file).find("version " + std::to_string(old) +
+                               " unsupported (this runtime reads version 3)"),
+              std::string::npos)
+        << error(file);
+  }
   const std::string cut = error(good.substr(0, good.size() - 3));
   EXPECT_NE(cut.find("truncated"), std::string::npos) << cut;
   EXPECT_NE(cut.find("file has 37 bytes, header says 40"), std::string::npos)
