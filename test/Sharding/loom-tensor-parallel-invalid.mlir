@@ -51,6 +51,61 @@ func.func @vocab_regrouped(%wte: tensor<255x8xf32> {loom.name = "wte.weight", lo
 
 // -----
 
+// ... or an op with no sharding rule reads it (nothing says where the
+// padded rows go) ...
+loom.mesh @mesh <tp = 2>
+func.func @vocab_no_rule(%wte: tensor<255x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                         %ids: tensor<2x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  %x = loom.embedding %wte, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  // expected-error@+1 {{'loom.all_reduce' op has no sharding rule to say where the padded dimension of operand #0 goes, so "wte.weight" cannot be padded from 255 to 256 rows for tensor parallelism; use a vocabulary the tp size divides}}
+  %r = loom.all_reduce %wte on @mesh [tp] sum : tensor<255x8xf32>
+  return
+}
+
+// -----
+
+// ... or makes a value tied to the rows that it needs whole (a reshape
+// result added to the table) ...
+loom.mesh @mesh <tp = 2>
+func.func @vocab_whole_result(%wte: tensor<255x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                              %flat: tensor<2040xf32>,
+                              %ids: tensor<2x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  // expected-error@+1 {{'loom.reshape' op needs dimension 0 of result #0 whole, so "wte.weight" cannot be padded from 255 to 256 rows for tensor parallelism; use a vocabulary the tp size divides}}
+  %t = loom.reshape %flat : tensor<2040xf32> -> tensor<255x8xf32>
+  %sum = loom.add %wte, %t : tensor<255x8xf32>, tensor<255x8xf32>
+  %x = loom.embedding %sum, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  %y = loom.embedding %wte, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// ... or makes it with no sharding rule ...
+loom.mesh @mesh <tp = 2>
+func.func @vocab_no_rule_result(%wte: tensor<255x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                                %other: tensor<255x8xf32>,
+                                %ids: tensor<2x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  // expected-error@+1 {{'loom.all_reduce' op has no sharding rule to say where the padded dimension of result #0 comes from, so "wte.weight" cannot be padded from 255 to 256 rows for tensor parallelism; use a vocabulary the tp size divides}}
+  %t = loom.all_reduce %other on @mesh [tp] sum : tensor<255x8xf32>
+  %sum = loom.add %wte, %t : tensor<255x8xf32>, tensor<255x8xf32>
+  %y = loom.embedding %wte, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  return
+}
+
+// -----
+
+// ... or its training state does not have its rows.
+loom.mesh @mesh <tp = 2>
+func.func @vocab_state_rows(%wte: tensor<255x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                            %g: tensor<254x8xf32> {loom.name = "wte.weight", loom.role = #loom.role<grad>},
+                            %ids: tensor<2x4xi32> {loom.name = "tokens", loom.role = #loom.role<input>}) {
+  %y = loom.embedding %wte, %ids : tensor<255x8xf32>, tensor<2x4xi32> -> tensor<2x4x8xf32>
+  return
+}
+// expected-error@-6 {{'func.func' op ties a dimension of size 254 to the 255 rows of wte.weight, so "wte.weight" cannot be padded from 255 to 256 rows for tensor parallelism; use a vocabulary the tp size divides}}
+
+// -----
+
 // One parameter in two roles that split different dimensions.
 loom.mesh @mesh <tp = 2>
 func.func @conflict(%x: tensor<2x4x8xf32>,
