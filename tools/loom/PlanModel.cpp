@@ -40,18 +40,6 @@ const char *loom::plan::name(Recompute r) {
   return "?";
 }
 
-const char *loom::plan::name(Axis axis) {
-  switch (axis) {
-  case Axis::DP:
-    return "dp";
-  case Axis::TP:
-    return "tp";
-  case Axis::PP:
-    return "pp";
-  }
-  return "?";
-}
-
 //===----------------------------------------------------------------------===//
 // Formulas
 //===----------------------------------------------------------------------===//
@@ -225,75 +213,6 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
     layers[i] = rest / (pp - 1) + (i < rest % (pp - 1) ? 1 : 0);
   layers[pp - 1] = bestLast;
   return layers;
-}
-
-//===----------------------------------------------------------------------===//
-// Placement
-//===----------------------------------------------------------------------===//
-
-int64_t Placement::rank(int64_t d, int64_t t, int64_t p) const {
-  return t + tp * (d + dp * p);
-}
-
-void Placement::coordinates(int64_t r, int64_t &d, int64_t &t,
-                            int64_t &p) const {
-  t = r % tp;
-  d = (r / tp) % dp;
-  p = r / (tp * dp);
-}
-
-std::vector<int64_t> Placement::group(Axis axis, int64_t r) const {
-  int64_t d, t, p;
-  coordinates(r, d, t, p);
-  std::vector<int64_t> ranks;
-  switch (axis) {
-  case Axis::DP:
-    for (int64_t i = 0; i < dp; ++i)
-      ranks.push_back(rank(i, t, p));
-    break;
-  case Axis::TP:
-    for (int64_t i = 0; i < tp; ++i)
-      ranks.push_back(rank(d, i, p));
-    break;
-  case Axis::PP:
-    for (int64_t i = 0; i < pp; ++i)
-      ranks.push_back(rank(d, t, i));
-    break;
-  }
-  return ranks;
-}
-
-bool Placement::crossesNodes(Axis axis) const {
-  int64_t world = dp * tp * pp;
-  for (int64_t r = 0; r < world; ++r) {
-    int64_t d, t, p;
-    coordinates(r, d, t, p);
-    // One group per rank at coordinate 0 of the axis.
-    int64_t first = r, last = r;
-    switch (axis) {
-    case Axis::DP:
-      if (d != 0)
-        continue;
-      first = r;
-      last = rank(dp - 1, t, p);
-      break;
-    case Axis::TP:
-      if (t != 0)
-        continue;
-      first = r;
-      last = rank(d, tp - 1, p);
-      break;
-    case Axis::PP:
-      if (p != 0)
-        continue;
-      first = r;
-      last = rank(d, t, pp - 1);
-      break;
-    }
-    if (node(first) != node(last))
-      return true;
-  }
-  return false;
 }
 
 //===----------------------------------------------------------------------===//

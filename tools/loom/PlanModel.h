@@ -40,6 +40,8 @@
 #ifndef LOOM_TOOLS_LOOM_PLANMODEL_H
 #define LOOM_TOOLS_LOOM_PLANMODEL_H
 
+#include "tools/loom/Placement.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -177,29 +179,6 @@ double modelFlopsPerToken(const ModelShape &model, int64_t seq);
 /// (interleaved schedules; L divisible by p) every stage gets L/p.
 std::vector<int64_t> stageLayers(const ModelShape &model, int64_t pp,
                                  int64_t seq, bool uniform);
-
-//===----------------------------------------------------------------------===//
-// Placement
-//===----------------------------------------------------------------------===//
-
-enum class Axis { DP, TP, PP };
-const char *name(Axis axis);
-
-/// Rank <-> (dp, tp, pp): rank = tp + T·(dp + D·pp). tp varies fastest so
-/// a TP group (T <= K consecutive ranks) stays inside a node, then dp (the
-/// heavy gradient traffic next), then pp (activations only, p2p).
-struct Placement {
-  int64_t dp = 1, tp = 1, pp = 1, gpusPerNode = 1;
-
-  int64_t rank(int64_t d, int64_t t, int64_t p) const;
-  /// (dp, tp, pp) coordinates of `rank`.
-  void coordinates(int64_t rank, int64_t &d, int64_t &t, int64_t &p) const;
-  /// The ranks of `rank`'s group along `axis`, in axis order.
-  std::vector<int64_t> group(Axis axis, int64_t rank) const;
-  /// Whether some group along `axis` spans more than one node.
-  bool crossesNodes(Axis axis) const;
-  int64_t node(int64_t rank) const { return rank / gpusPerNode; }
-};
 
 //===----------------------------------------------------------------------===//
 // Evaluation

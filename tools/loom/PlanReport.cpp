@@ -142,54 +142,9 @@ void loom::plan::printRejected(llvm::raw_ostream &os,
 
 namespace {
 
-std::string groupText(const std::vector<int64_t> &ranks) {
-  std::string s = "[";
-  auto add = [&](int64_t r) {
-    if (s.size() > 1)
-      s += " ";
-    s += std::to_string(r);
-  };
-  if (ranks.size() <= 8) {
-    for (int64_t r : ranks)
-      add(r);
-  } else {
-    for (size_t i = 0; i < 3; ++i)
-      add(ranks[i]);
-    s += " ...";
-    add(ranks.back());
-  }
-  return s + "]";
-}
-
 void printPlacement(llvm::raw_ostream &os, const Plan &p,
                     const Cluster &cluster) {
-  Placement placement{p.dp, p.tp, p.pp, cluster.gpusPerNode};
-  int64_t nodes =
-      (cluster.gpus + cluster.gpusPerNode - 1) / cluster.gpusPerNode;
-  int64_t firstNode = std::min(cluster.gpus, cluster.gpusPerNode);
-  os << "placement: rank = tp + " << p.tp << "*(dp + " << p.dp
-     << "*pp), tp fastest so a TP group stays inside a node; "
-     << cluster.gpusPerNode << " GPUs per node, " << nodes << " node"
-     << (nodes > 1 ? "s" : "") << "\n";
-  os << "  node 0 = ranks 0-" << firstNode - 1 << "\n";
-  for (Axis axis : {Axis::TP, Axis::DP, Axis::PP}) {
-    std::vector<std::vector<int64_t>> groups;
-    std::set<int64_t> seen;
-    for (int64_t r = 0; r < firstNode; ++r) {
-      std::vector<int64_t> g = placement.group(axis, r);
-      if (seen.insert(g.front()).second)
-        groups.push_back(g);
-    }
-    os << "  " << name(axis) << " groups (size " << groups.front().size()
-       << ") with ranks in node 0:";
-    for (size_t i = 0; i < std::min<size_t>(groups.size(), 4); ++i)
-      os << " " << groupText(groups[i]);
-    if (groups.size() > 4)
-      os << " (+" << groups.size() - 4 << " more)";
-    os << "; "
-       << (placement.crossesNodes(axis) ? "crosses nodes" : "inside a node")
-       << "\n";
-  }
+  printPlacementGroups(os, Placement{p.dp, p.tp, p.pp, cluster.gpusPerNode});
 }
 
 void printExplanation(llvm::raw_ostream &os, const ModelShape &model,

@@ -19,6 +19,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
+#include "tools/loom/Placement.h"
 #include "tools/loom/Plan.h"
 #include "tools/loom/StrategyFlags.h"
 
@@ -48,7 +49,8 @@ namespace {
 
 const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
-               [--emit-ir OUT.mlir] [--report] [--timing] [--schedule-svg F.svg]
+               [--emit-ir OUT.mlir] [--report [--gpus-per-node K]] [--timing]
+               [--schedule-svg F.svg]
                [--train [optimizer flags]]
   loom eval    --config CFG.json --data TOKENS.bin --steps N [--batch B] [--seq T]
                [--seed S] [--load-checkpoint F] [--save-checkpoint F]
@@ -65,7 +67,10 @@ const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model F
   program emission) on stderr, as loom-opt --mlir-timing does.
   --report prints what each rank holds and sends; with --mesh pp=P also the
   simulated pipeline schedule (bubble fraction, activations in flight), and
-  --schedule-svg F.svg draws it.
+  --schedule-svg F.svg draws it. On more than one rank it ends with the
+  placement: rank = tp + T*(dp + D*pp) (tp fastest, so TP groups stay inside
+  a node of --gpus-per-node K GPUs, default 8), the groups per axis and
+  whether they cross nodes, and the coordinates of every rank.
 optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
@@ -188,8 +193,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     return fail(inv.command, error);
   std::optional<int64_t> batch = intFlag(inv, "--batch", 8, 1);
   std::optional<int64_t> seq = intFlag(inv, "--seq", 0, 1);
-  if (!batch || !seq)
+  std::optional<int64_t> gpusPerNode = intFlag(inv, "--gpus-per-node", 8, 1);
+  if (!batch || !seq || !gpusPerNode)
     return 1;
+  if (inv.values.count("--gpus-per-node") && !inv.switches.count("--report"))
+    return fail(inv.command, "--gpus-per-node places the ranks on nodes in "
+                             "the placement --report prints; add --report "
+                             "(or drop the flag)");
   int64_t microbatches = inv.strategy.microbatches;
   int64_t dp = inv.strategy.mesh.at("dp");
   bool fromConfig = configIt != inv.values.end();
@@ -316,7 +326,13 @@ int compileProgram(const Invocation &inv, const std::string &output,
     b.setInsertionPointToStart(module->getBody());
     SmallVector<StringAttr> names;
     SmallVector<int64_t> sizes;
-    for (const char *axis : {"dp", "tp", "pp"}) {
+    // Ranks are laid out row-major over the mesh (first axis slowest), so
+    // this order is the placement: rank = tp + T*(dp + D*pp). tp varies
+    // fastest and a TP group (T consecutive ranks) stays inside a node, then
+    // dp (gradient traffic); pp, which only sends activations point to
+    // point, crosses nodes first (Megatron-LM's order). `loom plan` assumes
+    // the same layout (Placement in PlanModel.h).
+    for (const char *axis : {"pp", "dp", "tp"}) {
       names.push_back(b.getStringAttr(axis));
       sizes.push_back(inv.strategy.mesh.at(axis));
     }
@@ -365,6 +381,15 @@ int compileProgram(const Invocation &inv, const std::string &output,
       report.enableTiming(rootTimer);
     if (failed(report.run(*module)))
       return fail(inv.command, "the report failed (diagnostics above)");
+    if (inv.switches.count("--report") && inv.strategy.worldSize() > 1) {
+      // Which rank holds which coordinates, and which groups share a node:
+      // the layout the mesh above gives the runtime's communicator.
+      ::loom::plan::Placement placement{
+          inv.strategy.mesh.at("dp"), inv.strategy.mesh.at("tp"),
+          inv.strategy.mesh.at("pp"), *gpusPerNode};
+      ::loom::plan::printPlacementGroups(llvm::outs(), placement);
+      ::loom::plan::printRankTable(llvm::outs(), placement, /*maxRows=*/64);
+    }
   }
   if (auto ir = inv.values.find("--emit-ir"); ir != inv.values.end()) {
     TimingScope printTimer = rootTimer.nest("PrintIR");
@@ -396,7 +421,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
 int runCompile(std::vector<std::string> args) {
   auto inv = parse("compile", std::move(args),
                    {"--config", "--model", "--batch", "--seq", "--output",
-                    "--emit-ir", "--schedule-svg",
+                    "--emit-ir", "--schedule-svg", "--gpus-per-node",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
                    {"--train", "--report", "--timing"});
   if (!inv)
