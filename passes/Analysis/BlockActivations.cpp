@@ -1,4 +1,4 @@
-//===- BlockActivations.cpp - Activation memory and TP traffic per block -*- C++ -*-===//
+//===- BlockActivations.cpp - Block activations and TP traffic --*- C++ -*-===//
 //
 // Korthikanti et al. 2022 count, per transformer block, the activations the
 // backward needs (their Sec. 4.1, 16-bit values, 1-byte dropout masks):
@@ -127,7 +127,8 @@ void countCollectives(BlockOp block, StringRef axis, int64_t groupSize,
 
 /// What the value `v` that `forward` hands to its backward is called.
 std::string describeKept(BlockOp forward, Value v) {
-  if (auto result = dyn_cast<OpResult>(v); result && result.getOwner() == forward) {
+  if (auto result = dyn_cast<OpResult>(v);
+      result && result.getOwner() == forward) {
     Value yielded = forward.getYield().getValues()[result.getResultNumber()];
     if (Operation *def = yielded.getDefiningOp())
       return describeOp(def);
@@ -233,14 +234,13 @@ mlir::loom::measureBlockActivations(ModuleOp module) {
       ArrayRef<int64_t> shape = shapeOf(v);
       k.shape.assign(shape.begin(), shape.end());
       k.bytes = bytesOf(v);
-      k.input = !(isa<OpResult>(v) &&
-                  v.getDefiningOp() == forward.getOperation());
+      k.input =
+          !(isa<OpResult>(v) && v.getDefiningOp() == forward.getOperation());
       fig.kept.push_back(std::move(k));
     }
     fig.fullRecompute =
-        !fig.kept.empty() && llvm::all_of(fig.kept, [](const KeptActivation &k) {
-          return k.input;
-        });
+        !fig.kept.empty() &&
+        llvm::all_of(fig.kept, [](const KeptActivation &k) { return k.input; });
   }
 
   // 5. Tensor-parallel collectives of the block.
@@ -353,10 +353,9 @@ mlir::loom::blockActivationsToJson(const BlockActivationFigures &fig) {
   };
   llvm::json::Array kept;
   for (const KeptActivation &k : fig.kept)
-    kept.push_back(llvm::json::Object{
-        {"what", k.what},
-        {"shape", llvm::json::Array(k.shape)},
-        {"bytes", k.bytes}});
+    kept.push_back(llvm::json::Object{{"what", k.what},
+                                      {"shape", llvm::json::Array(k.shape)},
+                                      {"bytes", k.bytes}});
   auto collectives = [](const BlockCollectives &c) {
     return llvm::json::Object{{"calls", c.calls},
                               {"elements", c.elements},
@@ -378,10 +377,9 @@ mlir::loom::blockActivationsToJson(const BlockActivationFigures &fig) {
       {"expected_loom_bytes", fig.expectedLoom()},
   };
   if (!fig.paddedTable.empty())
-    root["vocab_padding"] = llvm::json::Object{
-        {"table", fig.paddedTable},
-        {"rows", fig.unpaddedRows},
-        {"padded_rows", fig.paddedRows}};
+    root["vocab_padding"] = llvm::json::Object{{"table", fig.paddedTable},
+                                               {"rows", fig.unpaddedRows},
+                                               {"padded_rows", fig.paddedRows}};
   if (fig.t > 1)
     root["tensor_parallel_traffic"] = llvm::json::Object{
         {"all_reduce_elements", fig.allReduceElements()},

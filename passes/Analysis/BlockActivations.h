@@ -1,4 +1,4 @@
-//===- BlockActivations.h - Activation memory and TP traffic per block -*- C++ -*-===//
+//===- BlockActivations.h - Block activations and TP traffic ----*- C++ -*-===//
 //
 // What one transformer block costs a rank between its forward and its
 // backward, and what tensor parallelism sends for it: the figures of

@@ -103,7 +103,8 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
         llvm::json::Object root = toJson(fig);
         if (block)
           root["block_activations"] = blockActivationsToJson(*block);
-        llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
+        llvm::outs() << llvm::formatv("{0:2}",
+                                      llvm::json::Value(std::move(root)))
                      << "\n";
       } else {
         printText(fig, llvm::outs());

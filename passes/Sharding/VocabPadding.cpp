@@ -1,4 +1,4 @@
-//===- VocabPadding.cpp - Pad an embedding table's rows --------*- C++ -*-===//
+//===- VocabPadding.cpp - Pad an embedding table's rows ---------*- C++ -*-===//
 //
 // A vocabulary of 50257 rows cannot be split 8 ways. Megatron-LM pads it
 // (--make-vocab-size-divisible-by, 128 by default) to 50304 rows and masks
@@ -106,12 +106,11 @@ LogicalResult PaddingSpread::add(Value v, unsigned dim, Operation *why) {
     return success();
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!type || dim >= type.getRank() || type.getDimSize(dim) != rows)
-    return refuse(why, "ties a dimension of size " +
-                           Twine(type && dim < type.getRank()
-                                     ? type.getDimSize(dim)
-                                     : int64_t(-1)) +
-                           " to the " + Twine(rows) + " rows of " +
-                           param.getValue());
+    return refuse(
+        why, "ties a dimension of size " +
+                 Twine(type && dim < type.getRank() ? type.getDimSize(dim)
+                                                    : int64_t(-1)) +
+                 " to the " + Twine(rows) + " rows of " + param.getValue());
   worklist.push_back({v, dim});
   return success();
 }
@@ -148,8 +147,7 @@ LogicalResult PaddingSpread::visitUse(OpOperand &use, unsigned dim) {
   int64_t factor = factorOf(rule.operandFactors, index, dim);
   if (factor == ShardingRule::kNoFactor)
     return refuse(user, "needs dimension " + Twine(dim) + " of operand #" +
-                            Twine(index) + " (" + describeOp(user) +
-                            ") whole");
+                            Twine(index) + " (" + describeOp(user) + ") whole");
   return addFactor(user, rule, factor);
 }
 

@@ -1,4 +1,4 @@
-//===- VocabPadding.h - Pad an embedding table's rows ----------*- C++ -*-===//
+//===- VocabPadding.h - Pad an embedding table's rows -----------*- C++ -*-===//
 //
 // Megatron-LM's `--make-vocab-size-divisible-by`: a vocabulary that tensor
 // parallelism cannot split evenly is padded with rows that start at zero and
