@@ -230,20 +230,42 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
     neither structure nor annotations stays replicated over the axis, with a
     remark saying so.
 
-    Errors: heads, hidden sizes or vocabulary not divisible by the axis size,
-    with what to change.
+    With `sequence-parallel` (Korthikanti et al. 2022, Megatron-LM's
+    `--sequence-parallel`) the residual stream between the matmuls is split
+    on the sequence (the dimension before the channels) over the same axis:
+    every layer norm's result and the residual add (or embedding sum) it
+    reads are seeded so, and the token ids stay whole. The ops where that
+    split competes with a weight's for the axis get their result seeded
+    with the Megatron split (column-parallel linears and the LM head keep
+    their output split; in the backward a column-parallel input gradient is
+    a partial sum, a row-parallel one keeps its split), so the partitioner
+    derives the collectives: an all-gather on the sequence before each
+    column-parallel linear and the LM head, a reduce-scatter onto the
+    sequence instead of the all-reduce after each row-parallel linear and
+    the vocab-parallel embedding; in the backward a reduce-scatter into
+    each layer norm gradient and an all-gather of the output gradient
+    before each row-parallel linear, plus (as Megatron) an all-gather of
+    the saved sequence shard before each column-parallel weight gradient.
+    Row-parallel biases are added after the reduce-scatter, to this rank's
+    tokens. Layer-norm weight and bias gradients become partial sums over
+    the axis and are all-reduced into their accumulators.
+
+    Errors: heads, hidden sizes or vocabulary not divisible by the axis size;
+    with `sequence-parallel`, a sequence length not divisible by it, or
+    hand-written shardings (which replace Megatron's layout) — each with
+    what to change.
 
     **Options:**
     * `axis`: the tensor-parallel mesh axis (default `tp`).
-    * `sequence-parallel`: split layer norms and residual adds on the
-      sequence (Korthikanti et al. 2022); not implemented yet (an error).
+    * `sequence-parallel`: also split the residual stream on the sequence
+      over the axis (see above).
   }];
   let options = [
     Option<"axis", "axis", "std::string", /*default=*/"\"tp\"",
            "Tensor-parallel mesh axis">,
     Option<"sequenceParallel", "sequence-parallel", "bool",
            /*default=*/"false",
-           "Sequence parallelism on the same axis (not implemented yet)">
+           "Sequence parallelism on the same axis (Korthikanti et al. 2022)">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }

@@ -24,8 +24,11 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pm.addPass(createLoomRecompute(recompute));
   }
   if (options.partition) {
-    if (options.tensorParallel)
-      pm.addPass(createLoomTensorParallel());
+    if (options.tensorParallel) {
+      LoomTensorParallelOptions tensorParallel;
+      tensorParallel.sequenceParallel = options.sequenceParallel;
+      pm.addPass(createLoomTensorParallel(tensorParallel));
+    }
     LoomZeroOptions zero;
     zero.stage = options.zeroStage;
     pm.addPass(createLoomZero(zero));

@@ -129,26 +129,34 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
 
   // 1. Partial sums: reduce once per block, before the first user; when the
-  //    user wants a dimension split over exactly the partial axes, a
-  //    reduce-scatter reduces and splits at once (ZeRO-2's gradients).
+  //    user wants a dimension split over partial axes, a reduce-scatter
+  //    reduces and splits at once (ZeRO-2's gradients; sequence
+  //    parallelism's row-parallel outputs). Partial axes the split does not
+  //    use are all-reduced after it, on the smaller block (a layer norm
+  //    gradient partial over [dp, tp] into a ZeRO-2 shard on dp).
   if (!have.partial.empty() && want.partial.empty()) {
     for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
-      if (!have.dims[d].empty() || want.dims[d] != have.partial ||
-          have.partialKind != ReductionKind::Sum)
+      if (!have.dims[d].empty() || want.dims[d].empty() ||
+          have.partialKind != ReductionKind::Sum ||
+          !llvm::all_of(want.dims[d], [&](StringRef a) {
+            return llvm::is_contained(have.partial, a);
+          }))
         continue;
       std::string reason = "partial sum over [" +
-                           llvm::join(have.partial, ", ") + "] of " +
+                           llvm::join(want.dims[d], ", ") + "] of " +
                            nameOf(value) + ", reduced and split for " +
                            nameOf(user);
       // Typed globally like everything else here; localization below
       // shrinks the split dimension.
       Value scattered = ReduceScatterOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, have.partial), b.getI64IntegerAttr(d),
+          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
           ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
           b.getStringAttr(reason));
       Layout l = have;
-      l.dims[d] = have.partial;
-      l.partial.clear();
+      l.dims[d] = want.dims[d];
+      llvm::erase_if(l.partial, [&](StringRef a) {
+        return llvm::is_contained(want.dims[d], a);
+      });
       record(scattered, l);
       operand.set(scattered);
       return reshard(operand, want);
@@ -316,6 +324,21 @@ LogicalResult Partitioner::partitionOps(Block &block) {
           factorAxes[f] = l.dims[d];
       }
     }
+    // A contracted factor stays split as the first operand holding it
+    // split over partial axes has it; every operand of that factor is read
+    // with that split (an embedding gradient of sequence-split rows takes
+    // this rank's block of the whole ids).
+    for (OpOperand &operand : op.getOpOperands()) {
+      Layout have = layout(operand.get());
+      for (auto [d, f] :
+           llvm::enumerate(rule->operandFactors[operand.getOperandNumber()]))
+        if (f != ShardingRule::kNoFactor && !inResults[f] &&
+            rule->isReduction[f] && d < have.dims.size() &&
+            factorAxes[f].empty() && !have.dims[d].empty() &&
+            llvm::all_of(have.dims[d],
+                         [&](StringRef a) { return partialAxes.contains(a); }))
+          factorAxes[f] = have.dims[d];
+    }
     for (OpOperand &operand : op.getOpOperands()) {
       Layout want = layout(operand.get());
       want.partial.clear();
@@ -323,17 +346,10 @@ LogicalResult Partitioner::partitionOps(Block &block) {
            llvm::enumerate(rule->operandFactors[operand.getOperandNumber()])) {
         if (d >= want.dims.size())
           continue;
-        bool keepContracted =
-            f != ShardingRule::kNoFactor && !inResults[f] &&
-            rule->isReduction[f] &&
-            llvm::all_of(want.dims[d],
-                         [&](StringRef a) { return partialAxes.contains(a); });
         if (f == ShardingRule::kNoFactor)
           want.dims[d].clear();
-        else if (inResults[f])
+        else
           want.dims[d] = factorAxes[f];
-        else if (!keepContracted)
-          want.dims[d].clear();
       }
       if (failed(reshard(operand, want)))
         return failure();

@@ -68,6 +68,12 @@ private:
 
   mutable MeshOp mesh;
   llvm::DenseMap<Value, ValueSharding> shardings;
+  /// Op results seeded by a strategy pass (`loom.shardings` before
+  /// propagation): the axes a seed names are fixed, its other dimensions
+  /// and partial axes stay open (as Shardy's open dimensions), so a pass
+  /// that runs before another axis is decided (tensor parallelism before
+  /// data parallelism) need not know it.
+  llvm::DenseSet<Value> openSeeds;
   llvm::DenseSet<std::pair<Operation *, int64_t>> remarked;
 };
 
@@ -105,16 +111,49 @@ void Propagator::seed(func::FuncOp func) {
       shardings[arg] = fromAttr(attr);
   func.walk([&](Operation *op) {
     if (auto attrs = op->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
-      for (auto [result, attr] : llvm::zip(op->getResults(), attrs))
+      for (auto [result, attr] : llvm::zip(op->getResults(), attrs)) {
         shardings[result] = fromAttr(cast<ShardingAttr>(attr));
+        openSeeds.insert(result);
+      }
   });
 }
 
 bool Propagator::assign(Value v, ValueSharding sharding) {
-  if (shardings.count(v) || sharding.isReplicated())
+  auto it = shardings.find(v);
+  if (it == shardings.end()) {
+    if (sharding.isReplicated())
+      return false;
+    shardings[v] = std::move(sharding);
+    return true;
+  }
+  if (!openSeeds.contains(v))
     return false;
-  shardings[v] = std::move(sharding);
-  return true;
+  // An open seed takes the axes it does not name yet: on its unsplit
+  // dimensions, and as partial axes. Additions only: this terminates.
+  ValueSharding &have = it->second;
+  llvm::StringSet<> used;
+  for (const auto &axes : have.dims)
+    used.insert(axes.begin(), axes.end());
+  used.insert(have.partial.begin(), have.partial.end());
+  bool changed = false;
+  for (auto [d, axes] : llvm::enumerate(sharding.dims)) {
+    if (d >= have.dims.size() || !have.dims[d].empty() || axes.empty() ||
+        llvm::any_of(axes, [&](StringRef a) { return used.contains(a); }))
+      continue;
+    have.dims[d] = axes;
+    used.insert(axes.begin(), axes.end());
+    changed = true;
+  }
+  if (have.partial.empty() || have.partialKind == sharding.partialKind)
+    for (StringRef axis : sharding.partial)
+      if (!used.contains(axis)) {
+        if (have.partial.empty())
+          have.partialKind = sharding.partialKind;
+        have.partial.push_back(axis);
+        used.insert(axis);
+        changed = true;
+      }
+  return changed;
 }
 
 bool Propagator::propagateBlock(BlockOp block) {
@@ -208,7 +247,43 @@ bool Propagator::propagateOp(Operation *op) {
   // Axes already splitting a dimension / held as partial sums, per tensor.
   SmallVector<llvm::StringSet<>> splitting(tensors.size()),
       partialOver(tensors.size());
-  for (size_t f = 0; f < numFactors; ++f) {
+  // Factors an already sharded result uses (a split dimension, or a
+  // contracted factor whose axes it holds partial sums over) claim their
+  // axes first: that result is decided, the operands are resharded to it
+  // (a column-parallel linear's seeded output keeps its split; its
+  // sequence-split input is gathered). Then the others, in factor order.
+  SmallVector<size_t> order;
+  SmallVector<bool> claimsFirst(numFactors, false);
+  for (auto [r, result] : llvm::enumerate(op->getResults())) {
+    auto it = shardings.find(result);
+    if (it == shardings.end())
+      continue;
+    for (size_t f = 0; f < numFactors; ++f) {
+      if (!factorAxes[f])
+        continue;
+      auto pos = llvm::find(rule.resultFactors[r], static_cast<int64_t>(f));
+      if (pos != rule.resultFactors[r].end()) {
+        size_t d = pos - rule.resultFactors[r].begin();
+        claimsFirst[f] |= d < it->second.dims.size() &&
+                          ArrayRef<StringRef>(it->second.dims[d]) ==
+                              ArrayRef<StringRef>(*factorAxes[f]);
+      } else if (rule.isReduction[f]) {
+        claimsFirst[f] |= llvm::all_of(*factorAxes[f], [&](StringRef a) {
+          return llvm::is_contained(it->second.partial, a);
+        });
+      }
+    }
+  }
+  llvm::StringSet<> claimedAxes;
+  for (size_t f = 0; f < numFactors; ++f)
+    if (claimsFirst[f]) {
+      order.push_back(f);
+      claimedAxes.insert(factorAxes[f]->begin(), factorAxes[f]->end());
+    }
+  for (size_t f = 0; f < numFactors; ++f)
+    if (!claimsFirst[f])
+      order.push_back(f);
+  for (size_t f : order) {
     if (!factorAxes[f])
       continue;
     SmallVector<std::pair<size_t, bool>> holders; // tensor, as partial
@@ -224,6 +299,15 @@ bool Propagator::propagateOp(Operation *op) {
       });
     });
     if (clash) {
+      // Losing to a decided result is the expected case (the partitioner
+      // reshards the operand, e.g. gathers a sequence shard): no remark.
+      bool lostToDecided =
+          llvm::all_of(*factorAxes[f],
+                       [&](StringRef a) { return claimedAxes.contains(a); });
+      if (lostToDecided) {
+        factorAxes[f].reset();
+        continue;
+      }
       remarkOnce(op, f,
                  "cannot split a dimension of size " +
                      Twine(rule.factorSizes[f]) + " by " +
