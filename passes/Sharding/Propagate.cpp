@@ -59,7 +59,10 @@ public:
 private:
   bool propagateOp(Operation *op);
   bool propagateBlock(BlockOp block);
-  bool assign(Value v, ValueSharding sharding);
+  /// Gives `v` `sharding` if it has none; refines it if it is an open seed
+  /// and `mayRefine` (the op computing it, or the block plumbing carrying
+  /// it, is being propagated: its consumers never refine it).
+  bool assign(Value v, ValueSharding sharding, bool mayRefine = false);
   void remarkOnce(Operation *op, int64_t factor, const Twine &message) {
     if (remarked.insert({op, factor}).second)
       op->emitRemark() << message;
@@ -118,7 +121,7 @@ void Propagator::seed(func::FuncOp func) {
   });
 }
 
-bool Propagator::assign(Value v, ValueSharding sharding) {
+bool Propagator::assign(Value v, ValueSharding sharding, bool mayRefine) {
   auto it = shardings.find(v);
   if (it == shardings.end()) {
     if (sharding.isReplicated())
@@ -126,7 +129,7 @@ bool Propagator::assign(Value v, ValueSharding sharding) {
     shardings[v] = std::move(sharding);
     return true;
   }
-  if (!openSeeds.contains(v))
+  if (!mayRefine || !openSeeds.contains(v))
     return false;
   // An open seed takes the axes it does not name yet: on its unsplit
   // dimensions, and as partial axes. Additions only: this terminates.
@@ -159,18 +162,28 @@ bool Propagator::assign(Value v, ValueSharding sharding) {
 bool Propagator::propagateBlock(BlockOp block) {
   bool changed = false;
   Block &body = block.getBody().front();
+  // A copy of an open seed is open too: it follows the seed's refinements.
+  auto carry = [&](Value from, Value to) {
+    auto it = shardings.find(from);
+    if (it == shardings.end())
+      return false;
+    bool open = openSeeds.contains(from);
+    if (open && !shardings.count(to))
+      openSeeds.insert(to);
+    return assign(to, it->second, /*mayRefine=*/open);
+  };
   for (auto [input, arg] : llvm::zip(block.getInputs(), body.getArguments())) {
-    if (auto it = shardings.find(input); it != shardings.end())
-      changed |= assign(arg, it->second);
-    else if (auto it = shardings.find(arg); it != shardings.end())
-      changed |= assign(input, it->second);
+    if (shardings.count(input))
+      changed |= carry(input, arg);
+    else
+      changed |= carry(arg, input);
   }
   for (auto [yielded, result] :
        llvm::zip(block.getYield().getValues(), block.getResults())) {
-    if (auto it = shardings.find(yielded); it != shardings.end())
-      changed |= assign(result, it->second);
-    else if (auto it = shardings.find(result); it != shardings.end())
-      changed |= assign(yielded, it->second);
+    if (shardings.count(yielded))
+      changed |= carry(yielded, result);
+    else
+      changed |= carry(result, yielded);
   }
   return changed;
 }
@@ -345,7 +358,7 @@ bool Propagator::propagateOp(Operation *op) {
             s.partial.push_back(axis); // several contracted factors: one sum
         s.partialKind = rule.reductionKind[f];
       }
-    changed |= assign(result, std::move(s));
+    changed |= assign(result, std::move(s), /*mayRefine=*/true);
   }
   return changed;
 }

@@ -108,7 +108,8 @@ LogicalResult SequenceParallelSeeder::checkSequences(ModuleOp module) {
     if (seq % ways != 0) {
       ln.emitOpError()
           << "normalizes sequences of " << seq
-          << " tokens (--seq, at most the config's n_ctx), not divisible by "
+          << " tokens (the sequence length: --seq, by default the config's "
+             "n_ctx), not divisible by "
           << axis << " = " << ways
           << ": sequence parallelism gives every " << axis
           << " rank the same number of tokens; choose --seq divisible by "
