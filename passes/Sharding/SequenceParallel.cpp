@@ -156,6 +156,10 @@ void SequenceParallelSeeder::splitRowParallelBiases(ModuleOp module) {
         linear.getType(), product.getResult(), linear.getBias());
     linear.getResult().replaceAllUsesWith(add.getResult());
     linear.erase();
+    // Seeded like the residual stream it joins: otherwise the batch split
+    // (dp) it inherits from the product would be decided first and close it
+    // to the sequence split.
+    seedSequence(add.getResult());
   }
 }
 
