@@ -220,6 +220,18 @@ void SequenceParallelSeeder::seed(ModuleOp module) {
                                  std::nullopt, /*partial=*/false));
       return;
     }
+    // The tied table's gradient, as Megatron's vocab-parallel embedding
+    // computes it: from the whole sequence's output gradient (gathered, the
+    // mirror of the forward's reduce-scatter: b·s·h), each rank keeping its
+    // vocabulary rows. Seeding the rows on the axis closes it: left open,
+    // the gradient would be a partial sum over the sequence shards and
+    // reduce-scattered whole (vocab·h, far more for a real vocabulary).
+    // (The kernel builds the whole table; the partitioner takes this
+    // rank's rows of it, with no traffic.)
+    if (auto grad = dyn_cast<EmbeddingGradOp>(op)) {
+      seedResult(op, 0, sharding(2, 0, /*partial=*/false));
+      return;
+    }
     auto lastDim = [](Value v) {
       return cast<RankedTensorType>(v.getType()).getRank() - 1;
     };
