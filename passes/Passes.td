@@ -129,10 +129,18 @@ def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
     until nothing changes. A result whose contracted factors are split
     holds partial sums (`partial = [...]`).
 
-    Seeds are never overwritten. When two values disagree on a factor, the
-    split with more axes wins, then the earlier operand; a remark explains
-    each such choice. A mesh axis that would split two dimensions of one
-    tensor is dropped from the later one, with a remark.
+    Seeds are never overwritten. A seed on an op's result fixes the axes it
+    names; its other dimensions and partial axes stay open (as Shardy's open
+    dimensions) and take what the op itself (or the block plumbing carrying
+    the value) propagates, never what a consumer does: tensor parallelism
+    can seed activations before `--loom-zero` decides the batch split on
+    dp. When two values disagree on a factor, the split with more axes
+    wins, then the earlier operand; a remark explains each such choice. A
+    mesh axis that would split two dimensions of one tensor goes first to a
+    factor that an already sharded result of the op uses (that result is
+    decided; the operands are resharded to it, silently: e.g. sequence
+    parallelism's gathered inputs), then to the earlier factor; a remark
+    names each other dropped split.
 
     Training state (a parameter, its gradient accumulator, its moments) is
     one tensor per `loom.name` and role across functions: functions are
@@ -276,9 +284,13 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     Reads the shardings `--loom-propagate` left on every value and turns the
     global program into the one each rank runs: every split dimension shrinks
     to its local size, a partial sum is all-reduced right before the first
-    op that needs the whole value, a dimension an op needs whole is
-    all-gathered, and function results get the sharding of the argument
-    they update (or none). Each inserted collective records why in
+    op that needs the whole value (reduce-scattered when the op wants a
+    dimension split over some of its partial axes, the rest all-reduced
+    after on the smaller shard; sliced first where it wants a split over
+    other axes), a dimension an op needs whole is all-gathered, a whole
+    operand of a contracted factor another operand keeps split is sliced
+    to match, and function results get the sharding of the argument they
+    update (or none). Each inserted collective records why in
     `reason`. Cross-entropy ops over split tokens get the global token count
     (`num_tokens`) so that each rank computes its share of the global mean.
     The sharding attributes (which describe global shapes) are removed.
@@ -311,7 +323,9 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       `async`, so they travel while it computes; the gathered value enters
       the block as an extra input and dies after its last use there. Not
       when the previous block takes the same parameter (a block's forward
-      just before its own backward gathers it itself).
+      just before its own backward gathers it itself), and only parameters
+      (function arguments): a sequence-parallel activation shard is
+      gathered in its own block.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
