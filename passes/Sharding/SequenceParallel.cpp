@@ -109,7 +109,7 @@ LogicalResult SequenceParallelSeeder::checkSequences(ModuleOp module) {
       ln.emitOpError()
           << "normalizes sequences of " << seq
           << " tokens (the sequence length: --seq, by default the config's "
-             "n_ctx), not divisible by "
+             "n_positions (n_ctx)), not divisible by "
           << axis << " = " << ways
           << ": sequence parallelism gives every " << axis
           << " rank the same number of tokens; choose --seq divisible by "

@@ -11,7 +11,7 @@
 // with no sequence, and hand-written shardings (no Megatron layout to put
 // the residual stream around) are refused, saying what to change. A model
 // with no Megatron role stays replicated with or without it (PLAIN).
-// SPSEQ: error: 'loom.layer_norm' op normalizes sequences of 5 tokens (the sequence length: --seq, by default the config's n_ctx), not divisible by tp = 2: sequence parallelism gives every tp rank the same number of tokens; choose --seq divisible by 2 (e.g. 6) or drop sequence-parallel
+// SPSEQ: error: 'loom.layer_norm' op normalizes sequences of 5 tokens (the sequence length: --seq, by default the config's n_positions (n_ctx)), not divisible by tp = 2: sequence parallelism gives every tp rank the same number of tokens; choose --seq divisible by 2 (e.g. 6) or drop sequence-parallel
 // SPVEC: error: 'loom.layer_norm' op normalizes a single vector 'tensor<8xf32>': sequence parallelism splits the tokens of the residual stream over tp and this layer norm has none; drop sequence-parallel
 // SPHAND: error: loom-tensor-parallel: sequence-parallel splits the residual stream around Megatron's column- and row-parallel linears, but 1 parameter(s) carry hand-written shardings on tp (e.g. "fc1.weight"), which replace Megatron's layout; drop sequence-parallel or the hand-written shardings
 // NOMESH: error: loom-tensor-parallel: needs exactly one loom.mesh, found 0
