@@ -90,3 +90,35 @@ func.func @contracted_slice(%dout: tensor<2x8x8xf32> {loom.sharding = #loom.shar
   %t = loom.embedding_grad %dout, %ids : tensor<2x8x8xf32>, tensor<2x8xi32> -> tensor<16x8xf32>
   return %t : tensor<16x8xf32>
 }
+
+// -----
+
+// A value split over dp on one dimension meets a consumer that wants it
+// split over dp on another: gathered first, then sliced (slicing first
+// would pair this rank's rows with the other rank's columns).
+loom.mesh @mesh <dp = 2>
+// CHECK-LABEL: func.func @gather_then_slice(
+// CHECK-SAME: %[[X:[^:]*]]: tensor<4x3xf32>
+func.func @gather_then_slice(%x: tensor<4x6xf32> {loom.sharding = #loom.sharding<@mesh, [[], [dp]]>}) -> tensor<4x6xf32> {
+  // CHECK: %[[G:.*]] = loom.all_gather %[[X]] on @mesh [dp] dim 1 {{.*}} : tensor<4x3xf32> -> tensor<4x6xf32>
+  // CHECK-NEXT: %[[S:.*]] = loom.local_slice %[[G]] on @mesh [dp] dim 0 {{.*}} : tensor<4x6xf32> -> tensor<2x6xf32>
+  // CHECK-NEXT: loom.gelu %[[S]] : tensor<2x6xf32>
+  %g = loom.gelu %x {loom.shardings = [#loom.sharding<@mesh, [[dp], []]>]} : tensor<4x6xf32>
+  return %g : tensor<4x6xf32>
+}
+
+// -----
+
+// A result marked partial over an axis no operand reads split (nothing
+// contracted is split): every rank computes the whole sum, so it is not
+// reduced (which would count it once per rank).
+loom.mesh @mesh <dp = 2>
+// CHECK-LABEL: func.func @partial_not_produced(
+func.func @partial_not_produced(%x: tensor<4x6xf32> {loom.sharding = #loom.sharding<@mesh, [[], []]>},
+                                %w: tensor<6x8xf32> {loom.sharding = #loom.sharding<@mesh, [[], []]>}) -> tensor<4x8xf32> {
+  // CHECK: %[[Y:.*]] = loom.linear {{.*}} : tensor<4x6xf32>, tensor<6x8xf32> -> tensor<4x8xf32>
+  // CHECK-NOT: loom.all_reduce
+  // CHECK: return %[[Y]]
+  %y = loom.linear %x, %w {loom.shardings = [#loom.sharding<@mesh, [[], []], partial = [dp]>]} : tensor<4x6xf32>, tensor<6x8xf32> -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}
