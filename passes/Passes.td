@@ -287,10 +287,12 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     op that needs the whole value (reduce-scattered when the op wants a
     dimension split over some of its partial axes, the rest all-reduced
     after on the smaller shard; sliced first where it wants a split over
-    other axes), a dimension an op needs whole is all-gathered, a whole
-    operand of a contracted factor another operand keeps split is sliced
-    to match, and function results get the sharding of the argument they
-    update (or none). Each inserted collective records why in
+    other axes), a dimension an op needs whole is all-gathered (before any
+    slice over the same axis on another dimension), a whole operand of a
+    contracted factor another operand keeps split is sliced to match, a
+    result is partial only over the axes its operands' contracted
+    dimensions are read split over, and function results get the sharding
+    of the argument they update (or none). Each inserted collective records why in
     `reason`. Cross-entropy ops over split tokens get the global token count
     (`num_tokens`) so that each rank computes its share of the global mean.
     The sharding attributes (which describe global shapes) are removed.
