@@ -138,10 +138,18 @@ def LoomPropagate : Pass<"loom-propagate", "::mlir::ModuleOp"> {
     until nothing changes. A result whose contracted factors are split
     holds partial sums (`partial = [...]`).
 
-    Seeds are never overwritten. When two values disagree on a factor, the
-    split with more axes wins, then the earlier operand; a remark explains
-    each such choice. A mesh axis that would split two dimensions of one
-    tensor is dropped from the later one, with a remark.
+    Seeds are never overwritten. A seed on an op's result fixes the axes it
+    names; its other dimensions and partial axes stay open (as Shardy's open
+    dimensions) and take what the op itself (or the block plumbing carrying
+    the value) propagates, never what a consumer does: tensor parallelism
+    can seed activations before `--loom-zero` decides the batch split on
+    dp. When two values disagree on a factor, the split with more axes
+    wins, then the earlier operand; a remark explains each such choice. A
+    mesh axis that would split two dimensions of one tensor goes first to a
+    factor that an already sharded result of the op uses (that result is
+    decided; the operands are resharded to it, silently: e.g. sequence
+    parallelism's gathered inputs), then to the earlier factor; a remark
+    names each other dropped split.
 
     Training state (a parameter, its gradient accumulator, its moments) is
     one tensor per `loom.name` and role across functions: functions are
@@ -239,6 +247,26 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
     neither structure nor annotations stays replicated over the axis, with a
     remark saying so.
 
+    With `sequence-parallel` (Korthikanti et al. 2022, Megatron-LM's
+    `--sequence-parallel`) the residual stream between the matmuls is split
+    on the sequence (the dimension before the channels) over the same axis:
+    every layer norm's result and the residual add (or embedding sum) it
+    reads are seeded so, and the token ids stay whole. The ops where that
+    split competes with a weight's for the axis get their result seeded
+    with the Megatron split (column-parallel linears and the LM head keep
+    their output split; in the backward a column-parallel input gradient is
+    a partial sum, a row-parallel one keeps its split), so the partitioner
+    derives the collectives: an all-gather on the sequence before each
+    column-parallel linear and the LM head, a reduce-scatter onto the
+    sequence instead of the all-reduce after each row-parallel linear and
+    the vocab-parallel embedding; in the backward a reduce-scatter into
+    each layer norm gradient and an all-gather of the output gradient
+    before each row-parallel linear, plus (as Megatron) an all-gather of
+    the saved sequence shard before each column-parallel weight gradient.
+    Row-parallel biases are added after the reduce-scatter, to this rank's
+    tokens. Layer-norm weight and bias gradients become partial sums over
+    the axis and are all-reduced into their accumulators.
+
     Vocab padding (Megatron-LM's `--make-vocab-size-divisible-by`): an
     embedding table whose rows the axis does not divide (GPT-2's 50257 at
     tp = 8) is padded to the next multiple of `vocab-divisible-by` x tp rows
@@ -253,13 +281,15 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
     sums, and their gradient is zero), and checkpoints hold the unpadded
     `[vocab, n_embd]` tensor.
 
-    Errors: heads or hidden sizes not divisible by the axis size, with what
-    to change; a padded dimension an op needs whole.
+    Errors: heads, hidden sizes not divisible by the axis size; a padded
+    dimension an op needs whole; with `sequence-parallel`, a sequence length
+    not divisible by it, or hand-written shardings (which replace Megatron's
+    layout) — each with what to change.
 
     **Options:**
     * `axis`: the tensor-parallel mesh axis (default `tp`).
-    * `sequence-parallel`: split layer norms and residual adds on the
-      sequence (Korthikanti et al. 2022); not implemented yet (an error).
+    * `sequence-parallel`: also split the residual stream on the sequence
+      over the axis (see above).
     * `vocab-divisible-by`: the padding granularity per rank (default 128,
       as Megatron's; 1 pads to the next multiple of tp).
   }];
@@ -268,7 +298,7 @@ def LoomTensorParallel : Pass<"loom-tensor-parallel", "::mlir::ModuleOp"> {
            "Tensor-parallel mesh axis">,
     Option<"sequenceParallel", "sequence-parallel", "bool",
            /*default=*/"false",
-           "Sequence parallelism on the same axis (not implemented yet)">,
+           "Sequence parallelism on the same axis (Korthikanti et al. 2022)">,
     Option<"vocabDivisibleBy", "vocab-divisible-by", "int64_t",
            /*default=*/"128",
            "Pad an embedding table tp does not divide to a multiple of this "
@@ -283,9 +313,15 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     Reads the shardings `--loom-propagate` left on every value and turns the
     global program into the one each rank runs: every split dimension shrinks
     to its local size, a partial sum is all-reduced right before the first
-    op that needs the whole value, a dimension an op needs whole is
-    all-gathered, and function results get the sharding of the argument
-    they update (or none). Each inserted collective records why in
+    op that needs the whole value (reduce-scattered when the op wants a
+    dimension split over some of its partial axes, the rest all-reduced
+    after on the smaller shard; sliced first where it wants a split over
+    other axes), a dimension an op needs whole is all-gathered (before any
+    slice over the same axis on another dimension), a whole operand of a
+    contracted factor another operand keeps split is sliced to match, a
+    result is partial only over the axes its operands' contracted
+    dimensions are read split over, and function results get the sharding
+    of the argument they update (or none). Each inserted collective records why in
     `reason`. Cross-entropy ops over split tokens get the global token count
     (`num_tokens`) so that each rank computes its share of the global mean.
     The sharding attributes (which describe global shapes) are removed.
@@ -318,7 +354,9 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       `async`, so they travel while it computes; the gathered value enters
       the block as an extra input and dies after its last use there. Not
       when the previous block takes the same parameter (a block's forward
-      just before its own backward gathers it itself).
+      just before its own backward gathers it itself), and only parameters
+      (function arguments): a sequence-parallel activation shard is
+      gathered in its own block.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",

@@ -25,9 +25,10 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
   }
   if (options.partition) {
     if (options.tensorParallel) {
-      LoomTensorParallelOptions tp;
-      tp.vocabDivisibleBy = options.vocabDivisibleBy;
-      pm.addPass(createLoomTensorParallel(tp));
+      LoomTensorParallelOptions tensorParallel;
+      tensorParallel.sequenceParallel = options.sequenceParallel;
+      tensorParallel.vocabDivisibleBy = options.vocabDivisibleBy;
+      pm.addPass(createLoomTensorParallel(tensorParallel));
     }
     LoomZeroOptions zero;
     zero.stage = options.zeroStage;

@@ -32,6 +32,11 @@ struct CompilePipelineOptions
       llvm::cl::desc("With partition: seed Megatron tensor parallelism on "
                      "the tp axis (--loom-tensor-parallel) before ZeRO"),
       llvm::cl::init(false)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("With tensor-parallel: split the residual stream on the "
+                     "sequence over tp (Korthikanti et al. 2022)"),
+      llvm::cl::init(false)};
   Option<int64_t> vocabDivisibleBy{
       *this, "vocab-divisible-by",
       llvm::cl::desc("With tensor-parallel: pad a vocabulary tp does not "
@@ -81,7 +86,7 @@ struct CompilePipelineOptions
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
 /// training step is derived first (--loom-autodiff); with `partition`, the
 /// step is split over the module's mesh (--loom-tensor-parallel when
-/// `tensor-parallel`, --loom-zero, --loom-propagate, --loom-partition); with
+/// `tensor-parallel`, with `sequence-parallel` its option, --loom-zero, --loom-propagate, --loom-partition); with
 /// `pp` > 1 it is cut into pipeline stages (--loom-pipeline); then buffer
 /// planning.
 void buildCompilePipeline(OpPassManager &pm,

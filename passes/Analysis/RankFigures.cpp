@@ -140,6 +140,13 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
         return;
       fig.sentBytes[kind] += bytes * executions;
       fig.calls[kind] += executions;
+      if (auto block = op->getParentOfType<BlockOp>()) {
+        std::string label = block.getLabel().str();
+        if (!fig.blockSentBytes.count(label))
+          fig.blockLabels.push_back(label);
+        fig.blockSentBytes[label][kind] += bytes * executions;
+        fig.blockCalls[label][kind] += executions;
+      }
     });
   }
   return fig;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace mlir::loom {
 
@@ -46,6 +47,12 @@ struct RankFigures {
   /// rank sends per step, ring-counted with S the full buffer, and calls.
   std::map<std::string, int64_t> sentBytes;
   std::map<std::string, int64_t> calls;
+  /// The same per `loom.block`, by label ("h.0" forward, "h.0.grad"
+  /// backward; kinds with no collective absent), and the labels in program
+  /// order: Megatron's per-block traffic (tensor and sequence parallelism).
+  std::map<std::string, std::map<std::string, int64_t>> blockSentBytes,
+      blockCalls;
+  std::vector<std::string> blockLabels;
   /// Ranks of the mesh and its axes as "dp=4 tp=2" ("" without a mesh).
   int64_t ranks = 1;
   std::string mesh;

@@ -11,9 +11,12 @@
 #include "passes/Analysis/RankFigures.h"
 #include "passes/Passes.h"
 
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <optional>
 
 namespace mlir::loom {
 #define GEN_PASS_DEF_LOOMREPORT
@@ -24,6 +27,8 @@ using namespace mlir;
 using namespace mlir::loom;
 
 namespace {
+
+void printBlockTraffic(const RankFigures &fig, raw_ostream &os);
 
 void printText(const RankFigures &fig, raw_ostream &os) {
   os << "loom report: " << (fig.mesh.empty() ? "single rank" : fig.mesh)
@@ -61,6 +66,71 @@ void printText(const RankFigures &fig, raw_ostream &os) {
     os << "    " << kind << ": " << fig.sentBytes.at(kind) << " bytes in "
        << fig.calls.at(kind) << " call" << (fig.calls.at(kind) == 1 ? "" : "s")
        << "\n";
+  printBlockTraffic(fig, os);
+}
+
+/// The collectives of one transformer block's forward and backward
+/// (`loom.block "h.N"` and "h.N.grad"): the first block's, and whether
+/// every block sends the same. Megatron's tensor parallelism shows 2
+/// all-reduces of b·s·h each way; sequence parallelism the same volume as
+/// all-gathers plus reduce-scatters (and, in the backward, the re-gather
+/// of each column-parallel linear's saved sequence shard).
+struct BlockTraffic {
+  std::string forward, backward;
+  bool alike = true;
+  size_t blocks = 0;
+};
+
+std::optional<BlockTraffic> blockTraffic(const RankFigures &fig) {
+  BlockTraffic t;
+  auto empty = std::map<std::string, int64_t>();
+  auto of = [&](const std::string &label) -> const auto & {
+    auto it = fig.blockSentBytes.find(label);
+    return it == fig.blockSentBytes.end() ? empty : it->second;
+  };
+  for (const std::string &label : fig.blockLabels) {
+    if (StringRef(label).ends_with(".grad"))
+      continue;
+    if (t.blocks++ == 0) {
+      t.forward = label;
+      t.backward = label + ".grad";
+      continue;
+    }
+    t.alike &= of(label) == of(t.forward) &&
+               of(label + ".grad") == of(t.backward);
+  }
+  if (!t.blocks)
+    return std::nullopt;
+  return t;
+}
+
+/// "all_gather 65536 bytes in 2 calls, reduce_scatter ..." for `label`.
+std::string blockLine(const RankFigures &fig, const std::string &label) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  auto bytes = fig.blockSentBytes.find(label);
+  if (bytes == fig.blockSentBytes.end())
+    return "nothing";
+  const auto &calls = fig.blockCalls.at(label);
+  bool first = true;
+  for (const char *kind : kCollectiveKinds)
+    if (auto it = bytes->second.find(kind); it != bytes->second.end()) {
+      int64_t n = calls.at(kind);
+      os << (first ? "" : ", ") << kind << " " << it->second << " bytes in "
+         << n << " call" << (n == 1 ? "" : "s");
+      first = false;
+    }
+  return out;
+}
+
+void printBlockTraffic(const RankFigures &fig, raw_ostream &os) {
+  std::optional<BlockTraffic> t = blockTraffic(fig);
+  if (!t)
+    return;
+  os << "  sent per block (" << t->forward << " of " << t->blocks << ", "
+     << (t->alike ? "every block alike" : "blocks differ") << "):\n"
+     << "    forward: " << blockLine(fig, t->forward) << "\n"
+     << "    backward: " << blockLine(fig, t->backward) << "\n";
 }
 
 llvm::json::Object toJson(const RankFigures &fig) {
@@ -83,6 +153,22 @@ llvm::json::Object toJson(const RankFigures &fig) {
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
   };
+  if (std::optional<BlockTraffic> t = blockTraffic(fig)) {
+    auto kinds = [&](const std::string &label) {
+      llvm::json::Object o;
+      if (auto it = fig.blockSentBytes.find(label);
+          it != fig.blockSentBytes.end())
+        for (const auto &[kind, bytes] : it->second)
+          o[kind] = bytes;
+      return o;
+    };
+    root["sent_bytes_per_block"] = llvm::json::Object{
+        {"block", t->forward},
+        {"blocks", static_cast<int64_t>(t->blocks)},
+        {"alike", t->alike},
+        {"forward", kinds(t->forward)},
+        {"backward", kinds(t->backward)}};
+  }
   return root;
 }
 

@@ -129,26 +129,61 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
 
   // 1. Partial sums: reduce once per block, before the first user; when the
-  //    user wants a dimension split over exactly the partial axes, a
-  //    reduce-scatter reduces and splits at once (ZeRO-2's gradients).
+  //    user wants a dimension split over partial axes, a reduce-scatter
+  //    reduces and splits at once (ZeRO-2's gradients; sequence
+  //    parallelism's row-parallel outputs). Partial axes the split does not
+  //    use are all-reduced after it, on the smaller block (a layer norm
+  //    gradient partial over [dp, tp] into a ZeRO-2 shard on dp).
   if (!have.partial.empty() && want.partial.empty()) {
+    // A dimension the user wants split over axes the sums are not partial
+    // over is sliced first (no traffic): less to reduce.
+    auto splitsAnotherDim = [&](size_t d, StringRef a) {
+      for (size_t e = 0; e < have.dims.size(); ++e)
+        if (e != d && llvm::is_contained(have.dims[e], a))
+          return true;
+      return false;
+    };
     for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
-      if (!have.dims[d].empty() || want.dims[d] != have.partial ||
-          have.partialKind != ReductionKind::Sum)
+      if (!have.dims[d].empty() || want.dims[d].empty() ||
+          llvm::any_of(want.dims[d], [&](StringRef a) {
+            return llvm::is_contained(have.partial, a) ||
+                   splitsAnotherDim(d, a);
+          }))
+        continue;
+      std::string reason = "this rank's block of " + nameOf(value) + " for " +
+                           nameOf(user) + ", before reducing it";
+      Value slice = LocalSliceOp::create(
+          b, value.getLoc(), value.getType(), value, meshRef,
+          axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
+          b.getStringAttr(reason));
+      Layout l = have;
+      l.dims[d] = want.dims[d];
+      record(slice, l);
+      operand.set(slice);
+      return reshard(operand, want);
+    }
+    for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
+      if (!have.dims[d].empty() || want.dims[d].empty() ||
+          have.partialKind != ReductionKind::Sum ||
+          !llvm::all_of(want.dims[d], [&](StringRef a) {
+            return llvm::is_contained(have.partial, a);
+          }))
         continue;
       std::string reason = "partial sum over [" +
-                           llvm::join(have.partial, ", ") + "] of " +
+                           llvm::join(want.dims[d], ", ") + "] of " +
                            nameOf(value) + ", reduced and split for " +
                            nameOf(user);
       // Typed globally like everything else here; localization below
       // shrinks the split dimension.
       Value scattered = ReduceScatterOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, have.partial), b.getI64IntegerAttr(d),
+          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
           ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
           b.getStringAttr(reason));
       Layout l = have;
-      l.dims[d] = have.partial;
-      l.partial.clear();
+      l.dims[d] = want.dims[d];
+      llvm::erase_if(l.partial, [&](StringRef a) {
+        return llvm::is_contained(want.dims[d], a);
+      });
       record(scattered, l);
       operand.set(scattered);
       return reshard(operand, want);
@@ -176,51 +211,57 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
     value = reduced;
     have = layout(reduced);
   }
-  // 2. Dimensions the user needs whole (or split differently).
-  for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
-    if (have.dims[d] == want.dims[d])
-      continue;
-    if (!want.dims[d].empty()) {
-      if (!have.dims[d].empty())
+  // 2. Dimensions the user needs whole (or split differently): all the
+  //    gathers first, then the slices. (Slicing a dimension over an axis
+  //    that still splits another one would pair this rank's block of one
+  //    with other ranks' blocks of the other once that one is gathered.)
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t d = 0; d < have.dims.size() && d < want.dims.size(); ++d) {
+      if (have.dims[d] == want.dims[d])
+        continue;
+      if (!want.dims[d].empty() && !have.dims[d].empty())
         return user->emitOpError()
-               << "needs operand #" << operand.getOperandNumber()
-               << " split on [" << llvm::join(want.dims[d], ", ")
-               << "] along dimension " << d << " but it is split on ["
-               << llvm::join(have.dims[d], ", ")
+               << "needs operand #" << operand.getOperandNumber() << " split on ["
+               << llvm::join(want.dims[d], ", ") << "] along dimension " << d
+               << " but it is split on [" << llvm::join(have.dims[d], ", ")
                << "]; the partitioner cannot re-split a value yet";
-      // A whole value meets a consumer of shards: take this rank's block.
-      std::string reason = "this rank's block of " + nameOf(value) + " for " +
-                           nameOf(user);
-      Value slice = LocalSliceOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
-          b.getStringAttr(reason));
-      Layout l = have;
-      l.dims[d] = want.dims[d];
-      record(slice, l);
-      operand.set(slice);
-      value = slice;
+      if (want.dims[d].empty() != (pass == 0))
+        continue;
+      if (!want.dims[d].empty()) {
+        // A whole value meets a consumer of shards: take this rank's block.
+        std::string reason = "this rank's block of " + nameOf(value) + " for " +
+                             nameOf(user);
+        Value slice = LocalSliceOp::create(
+            b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
+            b.getStringAttr(reason));
+        Layout l = have;
+        l.dims[d] = want.dims[d];
+        record(slice, l);
+        operand.set(slice);
+        value = slice;
+        have = l;
+        continue;
+      }
+      auto key = std::make_tuple(value, static_cast<int64_t>(d),
+                                 user->getBlock(), span);
+      Value gathered = gatheredCopies.lookup(key);
+      if (!gathered) {
+        std::string reason = "gather dimension " + std::to_string(d) + " of " +
+                             nameOf(value) + " for " + nameOf(user);
+        gathered = AllGatherOp::create(
+            b, value.getLoc(), value.getType(), value, meshRef,
+            axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
+            /*async=*/UnitAttr(), b.getStringAttr(reason));
+        Layout l = have;
+        l.dims[d].clear();
+        record(gathered, l);
+        gatheredCopies[key] = gathered;
+      }
+      Layout l = layout(gathered);
+      operand.set(gathered);
+      value = gathered;
       have = l;
-      continue;
     }
-    auto key = std::make_tuple(value, static_cast<int64_t>(d),
-                               user->getBlock(), span);
-    Value gathered = gatheredCopies.lookup(key);
-    if (!gathered) {
-      std::string reason = "gather dimension " + std::to_string(d) + " of " +
-                           nameOf(value) + " for " + nameOf(user);
-      gathered = AllGatherOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef,
-          axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
-          /*async=*/UnitAttr(), b.getStringAttr(reason));
-      Layout l = have;
-      l.dims[d].clear();
-      record(gathered, l);
-      gatheredCopies[key] = gathered;
-    }
-    Layout l = layout(gathered);
-    operand.set(gathered);
-    value = gathered;
-    have = l;
   }
   return success();
 }
@@ -316,6 +357,21 @@ LogicalResult Partitioner::partitionOps(Block &block) {
           factorAxes[f] = l.dims[d];
       }
     }
+    // A contracted factor stays split as the first operand holding it
+    // split over partial axes has it; every operand of that factor is read
+    // with that split (an embedding gradient of sequence-split rows takes
+    // this rank's block of the whole ids).
+    for (OpOperand &operand : op.getOpOperands()) {
+      Layout have = layout(operand.get());
+      for (auto [d, f] :
+           llvm::enumerate(rule->operandFactors[operand.getOperandNumber()]))
+        if (f != ShardingRule::kNoFactor && !inResults[f] &&
+            rule->isReduction[f] && d < have.dims.size() &&
+            factorAxes[f].empty() && !have.dims[d].empty() &&
+            llvm::all_of(have.dims[d],
+                         [&](StringRef a) { return partialAxes.contains(a); }))
+          factorAxes[f] = have.dims[d];
+    }
     for (OpOperand &operand : op.getOpOperands()) {
       Layout want = layout(operand.get());
       want.partial.clear();
@@ -323,20 +379,37 @@ LogicalResult Partitioner::partitionOps(Block &block) {
            llvm::enumerate(rule->operandFactors[operand.getOperandNumber()])) {
         if (d >= want.dims.size())
           continue;
-        bool keepContracted =
-            f != ShardingRule::kNoFactor && !inResults[f] &&
-            rule->isReduction[f] &&
-            llvm::all_of(want.dims[d],
-                         [&](StringRef a) { return partialAxes.contains(a); });
         if (f == ShardingRule::kNoFactor)
           want.dims[d].clear();
-        else if (inResults[f])
+        else
           want.dims[d] = factorAxes[f];
-        else if (!keepContracted)
-          want.dims[d].clear();
       }
       if (failed(reshard(operand, want)))
         return failure();
+    }
+    // 3. A result holds partial sums only over the axes some contracted
+    //    factor of its operands is now split over: where propagation made
+    //    a result partial over an axis that no operand reads split (a
+    //    dimension the op's rule keeps whole cleared the split that implied
+    //    it), every rank computes the whole sum, and reducing it would
+    //    count it once per rank.
+    for (auto [r, result] : llvm::enumerate(op.getResults())) {
+      llvm::DenseSet<StringRef> produced;
+      for (OpOperand &operand : op.getOpOperands()) {
+        Layout in = layout(operand.get());
+        for (auto [d, f] : llvm::enumerate(
+                 rule->operandFactors[operand.getOperandNumber()]))
+          if (f != ShardingRule::kNoFactor && rule->isReduction[f] &&
+              !llvm::is_contained(rule->resultFactors[r], f) &&
+              d < in.dims.size())
+            produced.insert(in.dims[d].begin(), in.dims[d].end());
+      }
+      Layout l = layout(result);
+      size_t before = l.partial.size();
+      llvm::erase_if(l.partial,
+                     [&](StringRef a) { return !produced.contains(a); });
+      if (l.partial.size() != before)
+        record(result, l);
     }
     // A mean over tokens split across ranks divides by the global count.
     // (Types are still global here: they shrink after all ops are seen.)

@@ -59,7 +59,10 @@ public:
 private:
   bool propagateOp(Operation *op);
   bool propagateBlock(BlockOp block);
-  bool assign(Value v, ValueSharding sharding);
+  /// Gives `v` `sharding` if it has none; refines it if it is an open seed
+  /// and `mayRefine` (the op computing it, or the block plumbing carrying
+  /// it, is being propagated: its consumers never refine it).
+  bool assign(Value v, ValueSharding sharding, bool mayRefine = false);
   void remarkOnce(Operation *op, int64_t factor, const Twine &message) {
     if (remarked.insert({op, factor}).second)
       op->emitRemark() << message;
@@ -68,6 +71,12 @@ private:
 
   mutable MeshOp mesh;
   llvm::DenseMap<Value, ValueSharding> shardings;
+  /// Op results seeded by a strategy pass (`loom.shardings` before
+  /// propagation): the axes a seed names are fixed, its other dimensions
+  /// and partial axes stay open (as Shardy's open dimensions), so a pass
+  /// that runs before another axis is decided (tensor parallelism before
+  /// data parallelism) need not know it.
+  llvm::DenseSet<Value> openSeeds;
   llvm::DenseSet<std::pair<Operation *, int64_t>> remarked;
 };
 
@@ -105,33 +114,76 @@ void Propagator::seed(func::FuncOp func) {
       shardings[arg] = fromAttr(attr);
   func.walk([&](Operation *op) {
     if (auto attrs = op->getAttrOfType<ArrayAttr>(LoomDialect::kShardingsAttr))
-      for (auto [result, attr] : llvm::zip(op->getResults(), attrs))
+      for (auto [result, attr] : llvm::zip(op->getResults(), attrs)) {
         shardings[result] = fromAttr(cast<ShardingAttr>(attr));
+        openSeeds.insert(result);
+      }
   });
 }
 
-bool Propagator::assign(Value v, ValueSharding sharding) {
-  if (shardings.count(v) || sharding.isReplicated())
+bool Propagator::assign(Value v, ValueSharding sharding, bool mayRefine) {
+  auto it = shardings.find(v);
+  if (it == shardings.end()) {
+    if (sharding.isReplicated())
+      return false;
+    shardings[v] = std::move(sharding);
+    return true;
+  }
+  if (!mayRefine || !openSeeds.contains(v))
     return false;
-  shardings[v] = std::move(sharding);
-  return true;
+  // An open seed takes the axes it does not name yet: on its unsplit
+  // dimensions, and as partial axes. Additions only: this terminates.
+  ValueSharding &have = it->second;
+  llvm::StringSet<> used;
+  for (const auto &axes : have.dims)
+    used.insert(axes.begin(), axes.end());
+  used.insert(have.partial.begin(), have.partial.end());
+  bool changed = false;
+  for (auto [d, axes] : llvm::enumerate(sharding.dims)) {
+    if (d >= have.dims.size() || !have.dims[d].empty() || axes.empty() ||
+        llvm::any_of(axes, [&](StringRef a) { return used.contains(a); }))
+      continue;
+    have.dims[d] = axes;
+    used.insert(axes.begin(), axes.end());
+    changed = true;
+  }
+  if (have.partial.empty() || have.partialKind == sharding.partialKind)
+    for (StringRef axis : sharding.partial)
+      if (!used.contains(axis)) {
+        if (have.partial.empty())
+          have.partialKind = sharding.partialKind;
+        have.partial.push_back(axis);
+        used.insert(axis);
+        changed = true;
+      }
+  return changed;
 }
 
 bool Propagator::propagateBlock(BlockOp block) {
   bool changed = false;
   Block &body = block.getBody().front();
+  // A copy of an open seed is open too: it follows the seed's refinements.
+  auto carry = [&](Value from, Value to) {
+    auto it = shardings.find(from);
+    if (it == shardings.end())
+      return false;
+    bool open = openSeeds.contains(from);
+    if (open && !shardings.count(to))
+      openSeeds.insert(to);
+    return assign(to, it->second, /*mayRefine=*/open);
+  };
   for (auto [input, arg] : llvm::zip(block.getInputs(), body.getArguments())) {
-    if (auto it = shardings.find(input); it != shardings.end())
-      changed |= assign(arg, it->second);
-    else if (auto it = shardings.find(arg); it != shardings.end())
-      changed |= assign(input, it->second);
+    if (shardings.count(input))
+      changed |= carry(input, arg);
+    else
+      changed |= carry(arg, input);
   }
   for (auto [yielded, result] :
        llvm::zip(block.getYield().getValues(), block.getResults())) {
-    if (auto it = shardings.find(yielded); it != shardings.end())
-      changed |= assign(result, it->second);
-    else if (auto it = shardings.find(result); it != shardings.end())
-      changed |= assign(yielded, it->second);
+    if (shardings.count(yielded))
+      changed |= carry(yielded, result);
+    else
+      changed |= carry(result, yielded);
   }
   return changed;
 }
@@ -208,7 +260,43 @@ bool Propagator::propagateOp(Operation *op) {
   // Axes already splitting a dimension / held as partial sums, per tensor.
   SmallVector<llvm::StringSet<>> splitting(tensors.size()),
       partialOver(tensors.size());
-  for (size_t f = 0; f < numFactors; ++f) {
+  // Factors an already sharded result uses (a split dimension, or a
+  // contracted factor whose axes it holds partial sums over) claim their
+  // axes first: that result is decided, the operands are resharded to it
+  // (a column-parallel linear's seeded output keeps its split; its
+  // sequence-split input is gathered). Then the others, in factor order.
+  SmallVector<size_t> order;
+  SmallVector<bool> claimsFirst(numFactors, false);
+  for (auto [r, result] : llvm::enumerate(op->getResults())) {
+    auto it = shardings.find(result);
+    if (it == shardings.end())
+      continue;
+    for (size_t f = 0; f < numFactors; ++f) {
+      if (!factorAxes[f])
+        continue;
+      auto pos = llvm::find(rule.resultFactors[r], static_cast<int64_t>(f));
+      if (pos != rule.resultFactors[r].end()) {
+        size_t d = pos - rule.resultFactors[r].begin();
+        claimsFirst[f] |= d < it->second.dims.size() &&
+                          ArrayRef<StringRef>(it->second.dims[d]) ==
+                              ArrayRef<StringRef>(*factorAxes[f]);
+      } else if (rule.isReduction[f]) {
+        claimsFirst[f] |= llvm::all_of(*factorAxes[f], [&](StringRef a) {
+          return llvm::is_contained(it->second.partial, a);
+        });
+      }
+    }
+  }
+  llvm::StringSet<> claimedAxes;
+  for (size_t f = 0; f < numFactors; ++f)
+    if (claimsFirst[f]) {
+      order.push_back(f);
+      claimedAxes.insert(factorAxes[f]->begin(), factorAxes[f]->end());
+    }
+  for (size_t f = 0; f < numFactors; ++f)
+    if (!claimsFirst[f])
+      order.push_back(f);
+  for (size_t f : order) {
     if (!factorAxes[f])
       continue;
     SmallVector<std::pair<size_t, bool>> holders; // tensor, as partial
@@ -224,6 +312,15 @@ bool Propagator::propagateOp(Operation *op) {
       });
     });
     if (clash) {
+      // Losing to a decided result is the expected case (the partitioner
+      // reshards the operand, e.g. gathers a sequence shard): no remark.
+      bool lostToDecided =
+          llvm::all_of(*factorAxes[f],
+                       [&](StringRef a) { return claimedAxes.contains(a); });
+      if (lostToDecided) {
+        factorAxes[f].reset();
+        continue;
+      }
       remarkOnce(op, f,
                  "cannot split a dimension of size " +
                      Twine(rule.factorSizes[f]) + " by " +
@@ -261,7 +358,7 @@ bool Propagator::propagateOp(Operation *op) {
             s.partial.push_back(axis); // several contracted factors: one sum
         s.partialKind = rule.reductionKind[f];
       }
-    changed |= assign(result, std::move(s));
+    changed |= assign(result, std::move(s), /*mayRefine=*/true);
   }
   return changed;
 }

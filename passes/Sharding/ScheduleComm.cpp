@@ -189,11 +189,20 @@ struct LoomScheduleCommPass
       Block &body = block.getBody().front();
       llvm::DenseSet<Value> previousInputs(previous.getInputs().begin(),
                                            previous.getInputs().end());
+      // Parameters only (the function's arguments): an activation's shard
+      // gathered under sequence parallelism may not exist yet before the
+      // previous block, and one that does (a forward stash) would stay
+      // whole through it, costing the memory sequence parallelism saves.
+      auto isFunctionArgument = [&](Value v) {
+        auto arg = dyn_cast<BlockArgument>(v);
+        return arg && arg.getOwner() == &func.getBody().front();
+      };
       SmallVector<AllGatherOp> gathers;
       for (auto gather : body.getOps<AllGatherOp>()) {
         auto arg = dyn_cast<BlockArgument>(gather.getInput());
         if (arg && arg.getOwner() == &body && !gather.getAsync() &&
-            !previousInputs.contains(block.getInputs()[arg.getArgNumber()]))
+            !previousInputs.contains(block.getInputs()[arg.getArgNumber()]) &&
+            isFunctionArgument(block.getInputs()[arg.getArgNumber()]))
           gathers.push_back(gather);
       }
       for (AllGatherOp gather : gathers) {

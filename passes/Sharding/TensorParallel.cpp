@@ -23,6 +23,7 @@
 #include "passes/Passes.h"
 #include "passes/Sharding/OpNames.h"
 #include "passes/Sharding/VocabPadding.h"
+#include "passes/Sharding/SequenceParallel.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
@@ -102,6 +103,8 @@ public:
   /// apply(), after the loss is vocab-parallel: the padding spreads along
   /// its factors).
   LogicalResult padTables();
+  /// The dimension of `param` (seen through block arguments) a seed splits.
+  std::optional<int64_t> splitDimOf(Value param) const;
 
 private:
   /// Seeds the parameter `weight` (seen through block arguments) on `dim`.
@@ -151,6 +154,21 @@ LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
            << ", which splits dimension " << it->second.dim
            << "; annotate the parameter by hand (loom.sharding) to choose";
   return success();
+}
+
+std::optional<int64_t> MegatronSeeder::splitDimOf(Value param) const {
+  auto arg = argumentOf(param);
+  if (!arg)
+    return std::nullopt;
+  auto [func, index] = *arg;
+  auto name = func.getArgAttrOfType<StringAttr>(index, LoomDialect::kNameAttr);
+  auto role = func.getArgAttrOfType<RoleAttr>(index, LoomDialect::kRoleAttr);
+  if (!name || !role || role.getValue() != Role::Param)
+    return std::nullopt;
+  auto it = seeds.find(name);
+  if (it == seeds.end())
+    return std::nullopt;
+  return it->second.dim;
 }
 
 LogicalResult MegatronSeeder::columnParallel(LinearOp linear,
@@ -411,12 +429,6 @@ struct LoomTensorParallelPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (sequenceParallel) {
-      module.emitError()
-          << "loom-tensor-parallel: sequence parallelism is not implemented "
-             "yet; drop sequence-parallel (tensor parallelism alone works)";
-      return signalPassFailure();
-    }
     SmallVector<MeshOp> meshes(module.getOps<MeshOp>());
     if (meshes.size() != 1) {
       module.emitError() << "loom-tensor-parallel: needs exactly one "
@@ -440,6 +452,17 @@ struct LoomTensorParallelPass
     //    the layout; Megatron's is not mixed in.
     SmallVector<StringAttr> annotated = honourAnnotations(module, axis);
     if (!annotated.empty()) {
+      if (sequenceParallel) {
+        module.emitError()
+            << "loom-tensor-parallel: sequence-parallel splits the residual "
+               "stream around Megatron's column- and row-parallel linears, "
+               "but "
+            << annotated.size() << " parameter(s) carry hand-written "
+            << "shardings on " << axis << " (e.g. " << annotated.front()
+            << "), which replace Megatron's layout; drop sequence-parallel "
+               "or the hand-written shardings";
+        return signalPassFailure();
+      }
       LLVM_DEBUG(llvm::dbgs() << annotated.size()
                               << " hand-written shardings on " << axis
                               << "; no Megatron seeding\n");
@@ -468,6 +491,13 @@ struct LoomTensorParallelPass
       return signalPassFailure();
     FailureOr<size_t> seeded = seeder.apply();
     if (failed(seeded))
+      return signalPassFailure();
+    // 5. Sequence parallelism: the residual stream between the matmuls
+    //    splits on the sequence over the same axis.
+    if (sequenceParallel && *seeded != 0 &&
+        failed(seedSequenceParallel(
+            module, mesh, axis, ways,
+            [&](Value param) { return seeder.splitDimOf(param); })))
       return signalPassFailure();
     if (*seeded == 0)
       module.emitRemark()

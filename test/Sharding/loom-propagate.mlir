@@ -70,3 +70,34 @@ func.func @backward(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
   %g = loom.gelu %x {loom.shardings = [#loom.sharding<@mesh, [[dp], []]>]} : tensor<4x8xf32>
   return %g : tensor<4x8xf32>
 }
+
+// -----
+
+// A seed on an op's result fixes the axes it names and stays open on its
+// other dimensions: the batch split on dp the op propagates joins the
+// sequence split on tp a pass seeded before dp was decided.
+loom.mesh @mesh <dp = 2, tp = 2>
+// CHECK-LABEL: func.func @open_seed(
+func.func @open_seed(%x: tensor<4x8x16xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], [], []]>},
+                     %g: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<4x8x16xf32> {
+  // CHECK: loom.layer_norm {{.*}}loom.shardings = [#loom.sharding<@mesh, {{\[}}[dp], [tp], []]>]
+  %n = loom.layer_norm %x, %g, %b {loom.shardings = [#loom.sharding<@mesh, [[], [tp], []]>]} : tensor<4x8x16xf32>, tensor<16xf32>, tensor<16xf32>
+  return %n : tensor<4x8x16xf32>
+}
+
+// -----
+
+// Megatron's column-parallel linear under sequence parallelism: the input
+// is split on the sequence and the weight on its columns, both over tp.
+// The seeded result keeps the column split (the input will be gathered),
+// without a remark; its batch takes dp.
+loom.mesh @mesh <dp = 2, tp = 2>
+// CHECK-LABEL: func.func @decided_result(
+func.func @decided_result(%x: tensor<4x8x16xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], [tp], []]>},
+                          %w: tensor<16x32xf32> {loom.sharding = #loom.sharding<@mesh, [[], [tp]]>}) -> tensor<4x8x32xf32> {
+  // CHECK: loom.linear {{.*}}loom.shardings = [#loom.sharding<@mesh, {{\[}}[dp], [], [tp]]>]
+  %y = loom.linear %x, %w {loom.shardings = [#loom.sharding<@mesh, [[], [], [tp]]>]} : tensor<4x8x16xf32>, tensor<16x32xf32> -> tensor<4x8x32xf32>
+  // CHECK: loom.gelu {{.*}}loom.shardings = [#loom.sharding<@mesh, {{\[}}[dp], [], [tp]]>]
+  %z = loom.gelu %y : tensor<4x8x32xf32>
+  return %z : tensor<4x8x32xf32>
+}

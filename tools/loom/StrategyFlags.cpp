@@ -169,12 +169,9 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "with P > 1 and --schedule interleaved";
     return false;
   }
-  if (s.sequenceParallel) {
-    error = s.mesh.at("tp") == 1
-                ? "--sequence-parallel splits the sequence over the "
-                  "tensor-parallel ranks: it needs --mesh tp=T with T > 1"
-                : "--sequence-parallel is not supported yet; drop it (tensor "
-                  "parallelism alone works)";
+  if (s.sequenceParallel && s.mesh.at("tp") == 1) {
+    error = "--sequence-parallel splits the sequence over the "
+            "tensor-parallel ranks: it needs --mesh tp=T with T > 1";
     return false;
   }
   if (s.precision != "fp32") {

@@ -82,6 +82,10 @@ strategy flags:
     multiple of this x tp rows, as Megatron's --make-vocab-size-divisible-by)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
+  --sequence-parallel (with --mesh tp=T, T > 1) also splits the residual stream
+  (embedding output, layer norms, residual adds) on the sequence over tp, as
+  Megatron-LM's --sequence-parallel: each tp all-reduce becomes a reduce-scatter
+  plus an all-gather of the same volume; --seq must be divisible by T.
 )";
 
 int fail(const std::string &command, const std::string &message) {
@@ -349,6 +353,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.zeroStage = inv.strategy.zero;
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
     pipeline.vocabDivisibleBy = inv.strategy.vocabDivisibleBy;
+    pipeline.sequenceParallel = inv.strategy.sequenceParallel;
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
   pipeline.recompute = inv.strategy.recompute;

@@ -602,17 +602,19 @@ def Loom_LocalSliceOp : Loom_CollectiveOp<"local_slice", [Pure]> {
     The inverse of `loom.all_gather` on the same axes and dimension: each
     member keeps block i (its index in the group) of `dim`. The partitioner
     uses it where a whole value meets a consumer that works on shards, as
-    ZeRO's sharded optimizer step does with a replicated parameter.
+    ZeRO's sharded optimizer step does with a replicated parameter, or an
+    embedding gradient of sequence-split rows with the whole token ids
+    (hence index tensors too).
 
     ```mlir
     %shard = loom.local_slice %w on @mesh [dp] dim 0
         : tensor<768x3072xf32> -> tensor<96x3072xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim,
-                       OptionalAttr<StrAttr>:$reason);
-  let results = (outs Loom_FloatTensor:$result);
+  let arguments = (ins AnyTypeOf<[Loom_FloatTensor, Loom_IndexTensor]>:$input,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim, OptionalAttr<StrAttr>:$reason);
+  let results = (outs AnyTypeOf<[Loom_FloatTensor, Loom_IndexTensor]>:$result);
   let assemblyFormat = [{
     $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim attr-dict `:`
     type($input) `->` type($result)
