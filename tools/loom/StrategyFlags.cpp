@@ -111,14 +111,6 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
 
 bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
                                       std::string &error) {
-  if (s.mesh.at("tp") != 1 && s.mesh.at("pp") != 1) {
-    error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
-            ",tp=" + std::to_string(s.mesh.at("tp")) +
-            ",pp=" + std::to_string(s.mesh.at("pp")) +
-            ": tensor and pipeline parallelism together are not supported "
-            "yet; use --mesh dp=D,tp=T or --mesh dp=D,pp=P";
-    return false;
-  }
   if (s.mesh.at("pp") != 1 && !train) {
     error = "--mesh pp=" + std::to_string(s.mesh.at("pp")) +
             ": pipeline parallelism cuts a training step; use loom train or "
