@@ -117,12 +117,6 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "loom compile --train";
     return false;
   }
-  if (s.mesh.at("pp") != 1 && s.zero >= 2) {
-    error = "--zero " + std::to_string(s.zero) +
-            " with pipeline parallelism is not supported yet; use --zero 0 "
-            "or 1 with --mesh pp=P";
-    return false;
-  }
   if (s.mesh.at("pp") != 1 && s.recompute != "none") {
     error = "--recompute " + s.recompute +
             " with pipeline parallelism is not supported yet; drop the flag "
