@@ -51,7 +51,12 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
 
     A pipelined module (`--loom-pipeline`) gets one set of figures per
     pipeline stage (its ranks run only that stage's functions); the loss
-    all-reduce the runtime adds over the pipeline is counted too.
+    all-reduce the runtime adds over the pipeline is counted too. For each
+    stage the report also says where the traffic comes from: the bytes one
+    execution of each phase (forward and backward actions, M per step; the
+    update, once) sends, by collective and mesh axes, e.g. ZeRO-3's
+    `all_gather[dp]` in every forward and backward action (JSON:
+    `sent_bytes_by_phase`, for unpipelined steps too).
 
     The figures come from `measureRankFigures` (Analysis/RankFigures.h),
     which `--loom-to-program` also uses to store them in the program as
@@ -310,7 +315,7 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
   let summary = "Cut the training step into pipeline stages with a schedule";
   let description = [{
     Runs on a training step (`--loom-autodiff`, optionally partitioned over
-    dp). The micro-batch function is a sequence of units: `embedding` (the
+    dp and tp). The micro-batch function is a sequence of units: `embedding` (the
     ops before the first block), each transformer block, `head` (final
     norm, LM head, loss). They are grouped into `stages` x `virtual-stages`
     contiguous chunks balanced by the ops' cost interface (a roofline per
@@ -330,6 +335,18 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     and AdamW (Megatron's embedding group). Each stage's update counts its
     own gradients in the norm (a shared one once) and all-reduces the sum of
     squares over the pipeline axis.
+
+    On a partitioned step (tensor parallelism, ZeRO 0-3 on dp, any mesh
+    axis order) each stage function keeps the collectives of its own units:
+    Megatron's tp all-reduces, the vocab-parallel embedding and loss, and
+    ZeRO-3's gathers inside each block, which therefore run in every
+    forward and again in every backward action (per micro-batch; nothing
+    gathered is stashed). A gradient accumulation whose contributions are
+    reduce-scattered (ZeRO-2/3) or sliced into a dp-sharded accumulator is
+    split like a sum: each chunk reduce-scatters its own contributions in
+    each backward action, and the tied wte's shards are summed between the
+    stages once per step. Send / recv pair ranks with equal coordinates on
+    every other axis. See docs/3d-parallelism.md.
 
     A `loom.pipeline_schedule` records the cut and every stage's ordered
     actions: GPipe, 1F1B or interleaved 1F1B; the pass then simulates the
