@@ -117,12 +117,6 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "loom compile --train";
     return false;
   }
-  if (s.mesh.at("pp") != 1 && s.recompute != "none") {
-    error = "--recompute " + s.recompute +
-            " with pipeline parallelism is not supported yet; drop the flag "
-            "or the pp axis";
-    return false;
-  }
   if (s.zero >= 1 && (!train || s.mesh.at("dp") == 1)) {
     error = "--zero " + std::to_string(s.zero) +
             " shards the model state over data-parallel ranks: it needs "
