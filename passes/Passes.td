@@ -345,8 +345,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     reduce-scattered (ZeRO-2/3) or sliced into a dp-sharded accumulator is
     split like a sum: each chunk reduce-scatters its own contributions in
     each backward action, and the tied wte's shards are summed between the
-    stages once per step. Send / recv pair ranks with equal coordinates on
-    every other axis. See docs/3d-parallelism.md.
+    stages once per step; whole gradients are accumulated locally and
+    all-reduced over dp once per step (`reduce-once-per-step`). Send / recv
+    pair ranks with equal coordinates on every other axis. See
+    docs/3d-parallelism.md.
 
     A `loom.pipeline_schedule` records the cut and every stage's ordered
     actions: GPipe, 1F1B or interleaved 1F1B; the pass then simulates the
@@ -361,6 +363,13 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     * `schedule`: `gpipe`, `1f1b` or `interleaved`.
     * `virtual-stages`: chunks per stage (interleaved only).
     * `axis`: the pipeline mesh axis (default `pp`).
+    * `reduce-once-per-step` (default true): a gradient the partitioned
+      step all-reduces over dp before accumulating it (DDP, ZeRO-1, or a
+      ZeRO-2/3 gradient dp cannot split) is accumulated locally over the
+      micro-batches and all-reduced once, at the start of its stage's
+      update (Megatron-LM's and DeepSpeed's pipelines do the same); false
+      keeps the all-reduce in every backward action. Reduce-scattered
+      (ZeRO-2/3 sharded) gradients stay per micro-batch.
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
       estimated on (only their ratio changes the cut).
   }];
@@ -375,6 +384,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
            "Model chunks per stage (interleaved)">,
     Option<"axis", "axis", "std::string", /*default=*/"\"pp\"",
            "Pipeline mesh axis">,
+    Option<"reduceOncePerStep", "reduce-once-per-step", "bool",
+           /*default=*/"true",
+           "All-reduce whole data-parallel gradients once per step in the "
+           "update, not in every backward action">,
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",
