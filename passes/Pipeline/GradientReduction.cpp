@@ -1,4 +1,4 @@
-//===- GradientReduction.cpp - Data-parallel gradient sums once per step -*- C++ -*-===//
+//===- GradientReduction.cpp - DP gradient sums once per step -*- C++ -*-===//
 
 #include "passes/Pipeline/GradientReduction.h"
 
@@ -80,7 +80,10 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
       if (!updatesAttr)
         continue;
       unsigned accIndex = updatesAttr.getInt();
-      Candidate &c = perStage[chunk % stages][argName(func, accIndex).str()];
+      StringRef name = argName(func, accIndex);
+      if (name.empty())
+        continue; // no name to find it by in the update: stays as it is
+      Candidate &c = perStage[chunk % stages][name.str()];
       auto add = ret.getOperand(i).getDefiningOp<AddOp>();
       DeferrableSum sum;
       if (!add || add.getLhs() != func.getArgument(accIndex) ||
