@@ -283,7 +283,11 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     completes it only before the first instruction that reads a result.
     A bucket closes early when its next candidate becomes ready only after
     a result of the bucket is already needed. Traffic is unchanged: a
-    bucket sends the sum of its members' ring bytes.
+    bucket sends the sum of its members' ring bytes. All-reduces over a
+    pipeline axis (one that `loom.send` / `loom.recv` use) are left as they
+    are: their members run other stages' functions, where the matching
+    all-reduce may stay blocking, and MPI does not match a nonblocking
+    collective with a blocking one.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
@@ -367,9 +371,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
       step all-reduces over dp before accumulating it (DDP, ZeRO-1, or a
       ZeRO-2/3 gradient dp cannot split) is accumulated locally over the
       micro-batches and all-reduced once, at the start of its stage's
-      update (Megatron-LM's and DeepSpeed's pipelines do the same); false
-      keeps the all-reduce in every backward action. Reduce-scattered
-      (ZeRO-2/3 sharded) gradients stay per micro-batch.
+      update (Megatron-LM's and DeepSpeed's pipelines do the same), or
+      reduce-scattered when the update reads only the rank's dp block
+      (ZeRO-1); false keeps the all-reduce in every backward action.
+      Reduce-scattered (ZeRO-2/3 sharded) gradients stay per micro-batch.
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
       estimated on (only their ratio changes the cut).
   }];

@@ -1,4 +1,4 @@
-//===- GradientReduction.cpp - Data-parallel gradient sums once per step -*- C++ -*-===//
+//===- GradientReduction.cpp - DP gradient sums once per step -*- C++ -*-===//
 
 #include "passes/Pipeline/GradientReduction.h"
 
@@ -23,15 +23,23 @@ struct DeferrableSum {
   /// Their mesh and axes.
   FlatSymbolRefAttr mesh;
   ArrayAttr axes;
+  /// Slices between them and the accumulator (on other axes: a tp slice
+  /// of a dp sum is the dp sum of the tp slices).
+  SmallVector<LocalSliceOp> slices;
 };
 
-/// Walks the tree of `g` (adds of same-typed values, each used once) down
-/// to the all-reduces; fails when a contribution reaches the accumulator
-/// without one, through another op, or on other axes than the first.
+/// Walks the tree of `g` (adds of same-typed values and local slices, each
+/// used once) down to the all-reduces; fails when a contribution reaches
+/// the accumulator without one, through another op, or on other axes than
+/// the first.
 LogicalResult collectReductions(Value g, DeferrableSum &sum) {
   Operation *def = g.getDefiningOp();
   if (!def || !g.hasOneUse())
     return failure();
+  if (auto slice = dyn_cast<LocalSliceOp>(def)) {
+    sum.slices.push_back(slice);
+    return collectReductions(slice.getInput(), sum);
+  }
   if (auto add = dyn_cast<AddOp>(def)) {
     if (add.getLhs().getType() != add.getType() ||
         add.getRhs().getType() != add.getType())
@@ -58,6 +66,105 @@ StringRef argName(func::FuncOp func, unsigned index) {
   return name ? name.getValue() : StringRef();
 }
 
+/// ZeRO-1 (moments sharded, gradients whole): the update reads only this
+/// rank's dp block of a gradient, for AdamW and for the gradient norm. An
+/// all-reduce of the accumulator followed by that slice becomes one
+/// reduce-scatter (half the bytes: ZeRO-1 then moves what DDP does, as
+/// Megatron's distributed optimizer) and the norm sums the blocks' squares
+/// over dp. An accumulator read whole anywhere (or through other axes'
+/// slices, or summed with another stage's: the tied wte, whose other stage
+/// may not scatter its copy) keeps its all-reduce; so does every one of an
+/// update whose sum of squares is
+/// already reduced over dp (ZeRO-2/3: its sharded gradients' blocks are
+/// summed there).
+void scatterWhereSliced(func::FuncOp update,
+                        ArrayRef<std::pair<AllReduceOp, std::string>> reductions) {
+  if (reductions.empty())
+    return;
+  AllReduceOp first = reductions.front().first;
+  ArrayAttr dpAxes = first.getAxesAttr();
+  FlatSymbolRefAttr mesh = first.getMeshAttr();
+  auto reducesOverDp = [&](SumSquaresOp sum) {
+    for (Operation *user : sum.getResult().getUsers())
+      if (auto ar = dyn_cast<AllReduceOp>(user))
+        for (StringRef axis : ar.getAxes().getAsValueRange<StringAttr>())
+          if (llvm::is_contained(dpAxes.getAsValueRange<StringAttr>(), axis))
+            return true;
+    return false;
+  };
+  for (SumSquaresOp sum : update.getOps<SumSquaresOp>())
+    if (reducesOverDp(sum))
+      return;
+
+  // 1. Each reduction read only through dp slices of one dimension (and the
+  //    norm) becomes a reduce-scatter.
+  llvm::DenseSet<Value> blocks;
+  for (auto [reduce, name] : reductions) {
+    if (reduce.getAxesAttr() != dpAxes || reduce.getMeshAttr() != mesh)
+      continue;
+    Value whole = reduce.getResults().front();
+    SmallVector<LocalSliceOp> slices;
+    bool onlySlicesAndNorm = true;
+    for (OpOperand &use : whole.getUses()) {
+      auto slice = dyn_cast<LocalSliceOp>(use.getOwner());
+      if (slice && slice.getAxesAttr() == dpAxes &&
+          (slices.empty() || slices.front().getDim() == slice.getDim()))
+        slices.push_back(slice);
+      else if (!isa<SumSquaresOp>(use.getOwner()))
+        onlySlicesAndNorm = false;
+    }
+    if (slices.empty() || !onlySlicesAndNorm)
+      continue;
+    OpBuilder b(reduce);
+    Value acc = reduce.getInputs().front();
+    auto scatter = ReduceScatterOp::create(
+        b, reduce.getLoc(), slices.front().getResult().getType(), acc,
+        mesh, dpAxes, b.getI64IntegerAttr(slices.front().getDim()),
+        ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+        b.getStringAttr(name + ": the micro-batches' local gradients "
+                               "reduce-scattered over the data-parallel ranks "
+                               "once per step; this rank updates its block"));
+    Value block = scatter.getResult();
+    whole.replaceAllUsesWith(block);
+    for (LocalSliceOp slice : slices) {
+      slice.getResult().replaceAllUsesWith(block);
+      slice.erase();
+    }
+    reduce.erase();
+    blocks.insert(block);
+  }
+  if (blocks.empty())
+    return;
+
+  // 2. The norm: the blocks' squares are partial over dp.
+  SmallVector<SumSquaresOp> sums(update.getOps<SumSquaresOp>());
+  for (SumSquaresOp sum : sums) {
+    SmallVector<Value> whole, sharded;
+    for (Value input : sum.getInputs())
+      (blocks.contains(input) ? sharded : whole).push_back(input);
+    if (sharded.empty())
+      continue;
+    OpBuilder b(sum);
+    Location loc = sum.getLoc();
+    auto scalar = sum.getType();
+    Value shardSquares = SumSquaresOp::create(b, loc, scalar, sharded);
+    Value total =
+        AllReduceOp::create(
+            b, loc, shardSquares, mesh, dpAxes,
+            ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
+            b.getStringAttr("gradient norm: squares of the reduce-scattered "
+                            "gradient blocks summed over the data-parallel "
+                            "ranks"))
+            .getResults()
+            .front();
+    if (!whole.empty())
+      total = AddOp::create(b, loc, SumSquaresOp::create(b, loc, scalar, whole),
+                            total);
+    sum.getResult().replaceAllUsesWith(total);
+    sum.erase();
+  }
+}
+
 } // namespace
 
 int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
@@ -80,13 +187,28 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
       if (!updatesAttr)
         continue;
       unsigned accIndex = updatesAttr.getInt();
-      Candidate &c = perStage[chunk % stages][argName(func, accIndex).str()];
+      StringRef name = argName(func, accIndex);
+      if (name.empty())
+        continue; // no name to find it by in the update: stays as it is
+      Candidate &c = perStage[chunk % stages][name.str()];
       auto add = ret.getOperand(i).getDefiningOp<AddOp>();
       DeferrableSum sum;
+      auto sumsOver = [&](ArrayAttr axes) {
+        return llvm::any_of(axes.getAsValueRange<StringAttr>(),
+                            [&](StringRef axis) {
+                              return llvm::is_contained(
+                                  sum.axes.getAsValueRange<StringAttr>(),
+                                  axis);
+                            });
+      };
       if (!add || add.getLhs() != func.getArgument(accIndex) ||
           failed(collectReductions(add.getRhs(), sum)) ||
           llvm::is_contained(sum.axes.getAsValueRange<StringAttr>(),
-                             pipelineAxis)) {
+                             pipelineAxis) ||
+          llvm::any_of(sum.slices, [&](LocalSliceOp slice) {
+            // A dp block of a dp sum is not the dp sum of the blocks.
+            return sumsOver(slice.getAxesAttr());
+          })) {
         c.deferrable = false;
         continue;
       }
@@ -102,6 +224,7 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
   int64_t moved = 0;
   for (int64_t s = 0; s < stages; ++s) {
     func::FuncOp update = updates[s];
+    SmallVector<std::pair<AllReduceOp, std::string>> onceReductions;
     Block &entry = update.getBody().front();
     OpBuilder b(update.getContext());
     b.setInsertionPointToStart(&entry);
@@ -131,10 +254,12 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                  "summed over the data-parallel ranks once "
                                  "per step"));
       acc.replaceAllUsesExcept(reduce.getResults().front(), reduce);
+      onceReductions.push_back({reduce, name});
       ++moved;
       LLVM_DEBUG(llvm::dbgs() << "stage " << s << ": " << name
                               << " all-reduced once per step\n");
     }
+    scatterWhereSliced(update, onceReductions);
   }
   return moved;
 }

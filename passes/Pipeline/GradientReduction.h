@@ -1,4 +1,4 @@
-//===- GradientReduction.h - Data-parallel gradient sums once per step -*- C++ -*-===//
+//===- GradientReduction.h - DP gradient sums once per step -*- C++ -*-===//
 //
 // After --loom-pipeline has cut the step, every backward action (one per
 // micro-batch) all-reduces its gradients over the data-parallel axes
