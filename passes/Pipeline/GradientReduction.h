@@ -7,7 +7,10 @@
 // of sums is the sum: Megatron-LM (finalize_model_grads) and DeepSpeed's
 // PipelineEngine (reduce_grads) accumulate the local gradients over the
 // micro-batches and all-reduce once per step. This moves those
-// all-reduces into the stages' optimizer updates.
+// all-reduces into the stages' optimizer updates (as reduce-scatters where
+// an update reads only the rank's dp block, ZeRO-1), and turns a dp block
+// of a dp all-reduce that stays per micro-batch (ZeRO-2/3) into a
+// reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,8 +30,9 @@ namespace mlir::loom {
 /// contribution reaches it through a sum all-reduce on the same axes (not
 /// `pipelineAxis`) followed by adds only; one that is sliced or
 /// reduce-scattered after the all-reduce (ZeRO-2/3's sharded accumulators)
-/// stays per micro-batch, since only the whole sum may be deferred. Returns
-/// how many accumulators moved.
+/// stays per micro-batch, since only the whole sum may be deferred; there a
+/// dp block of a dp all-reduce becomes a reduce-scatter. Returns how many
+/// accumulators moved.
 int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                    ArrayRef<func::FuncOp> updates,
                                    int64_t stages, StringRef pipelineAxis);
