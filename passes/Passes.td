@@ -51,7 +51,12 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
 
     A pipelined module (`--loom-pipeline`) gets one set of figures per
     pipeline stage (its ranks run only that stage's functions); the loss
-    all-reduce the runtime adds over the pipeline is counted too.
+    all-reduce the runtime adds over the pipeline is counted too. For each
+    stage the report also says where the traffic comes from: the bytes one
+    execution of each phase (forward and backward actions, M per step; the
+    update, once) sends, by collective and mesh axes, e.g. ZeRO-3's
+    `all_gather[dp]` in every forward and backward action (JSON:
+    `sent_bytes_by_phase`, for unpipelined steps too).
 
     The figures come from `measureRankFigures` (Analysis/RankFigures.h),
     which `--loom-to-program` also uses to store them in the program as
@@ -343,7 +348,11 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     completes it only before the first instruction that reads a result.
     A bucket closes early when its next candidate becomes ready only after
     a result of the bucket is already needed. Traffic is unchanged: a
-    bucket sends the sum of its members' ring bytes.
+    bucket sends the sum of its members' ring bytes. All-reduces over a
+    pipeline axis (one that `loom.send` / `loom.recv` use) are left as they
+    are: their members run other stages' functions, where the matching
+    all-reduce may stay blocking, and MPI does not match a nonblocking
+    collective with a blocking one.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
@@ -377,7 +386,7 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
   let summary = "Cut the training step into pipeline stages with a schedule";
   let description = [{
     Runs on a training step (`--loom-autodiff`, optionally partitioned over
-    dp). The micro-batch function is a sequence of units: `embedding` (the
+    dp and tp). The micro-batch function is a sequence of units: `embedding` (the
     ops before the first block), each transformer block, `head` (final
     norm, LM head, loss). They are grouped into `stages` x `virtual-stages`
     contiguous chunks balanced by the ops' cost interface (a roofline per
@@ -398,6 +407,20 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     own gradients in the norm (a shared one once) and all-reduces the sum of
     squares over the pipeline axis.
 
+    On a partitioned step (tensor parallelism, ZeRO 0-3 on dp, any mesh
+    axis order) each stage function keeps the collectives of its own units:
+    Megatron's tp all-reduces, the vocab-parallel embedding and loss, and
+    ZeRO-3's gathers inside each block, which therefore run in every
+    forward and again in every backward action (per micro-batch; nothing
+    gathered is stashed). A gradient accumulation whose contributions are
+    reduce-scattered (ZeRO-2/3) or sliced into a dp-sharded accumulator is
+    split like a sum: each chunk reduce-scatters its own contributions in
+    each backward action, and the tied wte's shards are summed between the
+    stages once per step; whole gradients are accumulated locally and
+    all-reduced over dp once per step (`reduce-once-per-step`). Send / recv
+    pair ranks with equal coordinates on every other axis. See
+    docs/3d-parallelism.md.
+
     A `loom.pipeline_schedule` records the cut and every stage's ordered
     actions: GPipe, 1F1B or interleaved 1F1B; the pass then simulates the
     sends and receives in that order and fails if the schedule could
@@ -411,6 +434,14 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     * `schedule`: `gpipe`, `1f1b` or `interleaved`.
     * `virtual-stages`: chunks per stage (interleaved only).
     * `axis`: the pipeline mesh axis (default `pp`).
+    * `reduce-once-per-step` (default true): a gradient the partitioned
+      step all-reduces over dp before accumulating it (DDP, ZeRO-1, or a
+      ZeRO-2/3 gradient dp cannot split) is accumulated locally over the
+      micro-batches and all-reduced once, at the start of its stage's
+      update (Megatron-LM's and DeepSpeed's pipelines do the same), or
+      reduce-scattered when the update reads only the rank's dp block
+      (ZeRO-1); false keeps the all-reduce in every backward action.
+      Reduce-scattered (ZeRO-2/3 sharded) gradients stay per micro-batch.
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
       estimated on (only their ratio changes the cut).
   }];
@@ -425,6 +456,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
            "Model chunks per stage (interleaved)">,
     Option<"axis", "axis", "std::string", /*default=*/"\"pp\"",
            "Pipeline mesh axis">,
+    Option<"reduceOncePerStep", "reduce-once-per-step", "bool",
+           /*default=*/"true",
+           "All-reduce whole data-parallel gradients once per step in the "
+           "update, not in every backward action">,
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",

@@ -130,10 +130,16 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
 
     // 2. Collectives, once per execution of their function.
     int64_t executions = 1;
+    std::string phaseName = "step";
     if (auto train =
-            func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr))
+            func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr)) {
       if (auto m = train.getAs<IntegerAttr>("microbatches"))
         executions = m.getInt();
+      if (auto phase = train.getAs<StringAttr>("phase"))
+        phaseName = phase.str();
+    }
+    RankFigures::PhaseTraffic &phase = fig.phases[phaseName];
+    phase.executions = executions;
     func.walk([&](Operation *op) {
       auto [kind, bytes] = ringBytes(op);
       if (!kind)
@@ -147,6 +153,11 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
         fig.blockSentBytes[label][kind] += bytes * executions;
         fig.blockCalls[label][kind] += executions;
       }
+      std::string key = std::string(kind) + "[";
+      if (auto axes = op->getAttrOfType<ArrayAttr>("axes"))
+        for (auto [i, axis] : llvm::enumerate(axes.getAsValueRange<StringAttr>()))
+          key += (i ? "," : "") + axis.str();
+      phase.bytesPerExecution[key + "]"] += bytes;
     });
   }
   return fig;

@@ -53,6 +53,18 @@ struct RankFigures {
   std::map<std::string, std::map<std::string, int64_t>> blockSentBytes,
       blockCalls;
   std::vector<std::string> blockLabels;
+  /// What one execution of each phase of the step sends: the functions
+  /// with that loom.train phase ("microbatch", "forward", "backward",
+  /// "update"; "step" without one), keyed by "<kind>[<axes>]" (e.g.
+  /// "all_gather[dp]"), and how often the phase runs per step (the
+  /// micro-batches, or 1). Over the phases, executions x bytes sum to
+  /// sentBytes: this is where a step's traffic comes from (ZeRO-3's
+  /// gathers in every forward and backward of a micro-batch, say).
+  struct PhaseTraffic {
+    int64_t executions = 1;
+    std::map<std::string, int64_t> bytesPerExecution;
+  };
+  std::map<std::string, PhaseTraffic> phases;
   /// Ranks of the mesh and its axes as "dp=4 tp=2" ("" without a mesh).
   int64_t ranks = 1;
   std::string mesh;

@@ -81,6 +81,35 @@ struct BlockTraffic {
   size_t blocks = 0;
 };
 
+/// Where the step's traffic comes from, phase by phase (pipelined steps,
+/// where ZeRO's gathers and reduce-scatters repeat with every micro-batch
+/// action): "forward, 4 per step: all_gather[dp] 61952, ...".
+void printPhases(const RankFigures &fig, raw_ostream &os) {
+  os << "  sent per execution of each phase (bytes, by collective and "
+        "axes):\n";
+  // The step's order, not the alphabet's.
+  static const char *const kOrder[] = {"microbatch", "forward", "backward",
+                                       "update", "step", "loss"};
+  for (const char *name : kOrder) {
+    auto it = fig.phases.find(name);
+    if (it == fig.phases.end())
+      continue;
+    const RankFigures::PhaseTraffic &phase = it->second;
+    os << "    " << name << ", ";
+    if (phase.executions == 1)
+      os << "once per step:";
+    else
+      os << phase.executions << " per step:";
+    if (phase.bytesPerExecution.empty())
+      os << " nothing";
+    for (auto [i, entry] : llvm::enumerate(phase.bytesPerExecution))
+      os << (i ? ", " : " ") << entry.first << " " << entry.second;
+    os << "\n";
+  }
+}
+
+llvm::json::Object toJson(const RankFigures &fig);
+
 std::optional<BlockTraffic> blockTraffic(const RankFigures &fig) {
   BlockTraffic t;
   auto empty = std::map<std::string, int64_t>();
@@ -141,6 +170,15 @@ llvm::json::Object toJson(const RankFigures &fig) {
     sent[kind] = bytes;
   for (const auto &[kind, n] : fig.calls)
     calls[kind] = n;
+  llvm::json::Object phases;
+  for (const auto &[name, phase] : fig.phases) {
+    llvm::json::Object bytes;
+    for (const auto &[key, n] : phase.bytesPerExecution)
+      bytes[key] = n;
+    phases[name] = llvm::json::Object{
+        {"executions_per_step", phase.executions},
+        {"sent_bytes_per_execution", std::move(bytes)}};
+  }
   llvm::json::Object root{
       {"ranks", fig.ranks},
       {"mesh", fig.mesh},
@@ -152,6 +190,7 @@ llvm::json::Object toJson(const RankFigures &fig) {
       {"predicted_peak_bytes", fig.arenaBytes},
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
+      {"sent_bytes_by_phase", std::move(phases)},
   };
   if (std::optional<BlockTraffic> t = blockTraffic(fig)) {
     auto kinds = [&](const std::string &label) {
@@ -217,6 +256,9 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
       // The runtime all-reduces the step's loss over the pipeline.
       fig.sentBytes["all_reduce"] += pipelineLossReduceBytes(stages);
       fig.calls["all_reduce"] += stages > 1 ? 1 : 0;
+      if (stages > 1)
+        fig.phases["loss"].bytesPerExecution["all_reduce[pp]"] +=
+            pipelineLossReduceBytes(stages);
       if (json) {
         llvm::json::Object figures = toJson(fig);
         figures["stage"] = s;
@@ -224,6 +266,7 @@ struct LoomReportPass : mlir::loom::impl::LoomReportBase<LoomReportPass> {
       } else {
         llvm::outs() << "pipeline stage " << s << ":\n";
         printText(fig, llvm::outs());
+        printPhases(fig, llvm::outs());
       }
     }
     if (json)

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Pipeline/GradientReduction.h"
 #include "passes/Pipeline/PipelineModel.h"
 #include "passes/Pipeline/Schedules.h"
 #include "passes/Pipeline/StageCut.h"
@@ -631,12 +632,20 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
   for (auto &[name, s] : owners)
     llvm::sort(s);
   SmallVector<Attribute> updates;
+  SmallVector<func::FuncOp> stageUpdates;
   for (int64_t s = 0; s < p; ++s) {
     FailureOr<func::FuncOp> stageUpdate =
         buildStageUpdate(update, s, p, owners, mesh, axis);
     if (failed(stageUpdate))
       return failure();
     updates.push_back(FlatSymbolRefAttr::get(stageUpdate->getSymNameAttr()));
+    stageUpdates.push_back(*stageUpdate);
+  }
+  if (reduceOncePerStep) {
+    SmallVector<func::FuncOp> backwardFuncs;
+    for (auto &pair : builder.funcs)
+      backwardFuncs.push_back(pair[Backward].func);
+    reduceGradientsOncePerStep(backwardFuncs, stageUpdates, p, axis);
   }
 
   // 6. The schedule, checked by simulation.

@@ -10,7 +10,8 @@ using namespace mlir;
 using namespace mlir::loom;
 
 /// Collects the tree of `g` (loom.add of same-typed values, one-input sum
-/// all-reduces, each used only there) into `inner` and its leaves.
+/// all-reduces, sum reduce-scatters and local slices, each used only there)
+/// into `inner` and its leaves.
 static void collectTree(Value g, const llvm::DenseSet<Operation *> &forward,
                         SmallVectorImpl<Operation *> &inner,
                         SmallVectorImpl<Value> &leaves) {
@@ -29,6 +30,20 @@ static void collectTree(Value g, const llvm::DenseSet<Operation *> &forward,
         ar && ar.getInputs().size() == 1 &&
         ar.getReduction() == ReductionKind::Sum) {
       collectTree(ar.getInput(), forward, inner, leaves);
+      inner.push_back(def);
+      return;
+    }
+    // ZeRO-2/3: each micro-batch's gradient is reduce-scattered (or, when
+    // already summed, sliced) into the dp-sharded accumulator. Both are
+    // linear, so a chunk applies them to its own contributions only.
+    if (auto rs = dyn_cast<ReduceScatterOp>(def);
+        rs && rs.getReduction() == ReductionKind::Sum) {
+      collectTree(rs.getInput(), forward, inner, leaves);
+      inner.push_back(def);
+      return;
+    }
+    if (auto slice = dyn_cast<LocalSliceOp>(def)) {
+      collectTree(slice.getInput(), forward, inner, leaves);
       inner.push_back(def);
       return;
     }

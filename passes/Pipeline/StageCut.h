@@ -35,7 +35,8 @@ struct StepUnit {
   double seconds() const { return forwardSeconds + backwardSeconds; }
 };
 
-/// acc + g with g a tree of loom.add (and sum all-reduces) over
+/// acc + g with g a tree of loom.add (and sum all-reduces, sum
+/// reduce-scatters and local slices into a sharded accumulator) over
 /// contributions.
 struct Accumulation {
   /// The function result it produces and the accumulator it updates.

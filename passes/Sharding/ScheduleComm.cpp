@@ -6,7 +6,8 @@
 // nothing overlapped. This pass does what DDP's reducer does: coalesce
 // them into buckets in the order gradients become ready and launch each
 // bucket as soon as its last gradient exists, so it runs while the rest of
-// the backward pass computes.
+// the backward pass computes. All-reduces over a pipeline axis stay
+// blocking (their members run other stages' functions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +16,7 @@
 #include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 namespace mlir::loom {
@@ -52,6 +54,9 @@ struct LoomScheduleCommPass
     : mlir::loom::impl::LoomScheduleCommBase<LoomScheduleCommPass> {
   using Base::Base;
 
+  /// Mesh axes of the pipeline's sends and receives.
+  llvm::StringSet<> pipelineAxes;
+
   void scheduleFunction(func::FuncOp func) {
     Block &top = func.getBody().front();
     llvm::DenseMap<Operation *, int64_t> position;
@@ -73,6 +78,14 @@ struct LoomScheduleCommPass
     for (auto ar : top.getOps<AllReduceOp>()) {
       if (ar.getAsync())
         continue; // already scheduled
+      // Over the pipeline axis the other members run another stage's
+      // function, where the matching all-reduce may stay blocking; MPI does
+      // not match a nonblocking collective with a blocking one.
+      if (llvm::any_of(ar.getAxes().getAsValueRange<StringAttr>(),
+                       [&](StringRef axis) {
+                         return pipelineAxes.contains(axis);
+                       }))
+        continue;
       // A value reduced twice stays where it is (its producer would move).
       if (llvm::any_of(ar.getInputs(), [](Value v) {
             return v.getDefiningOp<AllReduceOp>() != nullptr;
@@ -233,6 +246,13 @@ struct LoomScheduleCommPass
           << bucketMb;
       return signalPassFailure();
     }
+    // The axes pipeline stages exchange values on (send / recv).
+    getOperation().walk([&](Operation *op) {
+      if (isa<SendOp, RecvOp>(op))
+        if (auto axes = op->getAttrOfType<ArrayAttr>("axes"))
+          for (StringRef axis : axes.getAsValueRange<StringAttr>())
+            pipelineAxes.insert(axis);
+    });
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;

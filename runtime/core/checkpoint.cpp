@@ -3,7 +3,9 @@
 
 #include "runtime/core/safetensors.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -250,16 +252,147 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
   return Status::success();
 }
 
+namespace {
+
+/// Tag of the messages that carry a pipeline stage's tensors to rank 0: the
+/// largest tag every MPI must support (MPI_TAG_UB >= 32767), far above the
+/// pipeline's own send/recv tags, whose messages are all received by the
+/// time a checkpoint is saved.
+constexpr int64_t kCheckpointTag = 32767;
+
+/// The mesh axis named "pp" when `executor` runs a pipeline stage of a
+/// mesh with more than one stage; -1 otherwise.
+int pipelineAxis(const Executor &executor) {
+  if (!executor.isPipelined())
+    return -1;
+  const Communicator &comm = executor.communicator();
+  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
+    if (comm.mesh()[a].name == "pp" && comm.mesh()[a].size > 1)
+      return static_cast<int>(a);
+  return -1;
+}
+
+/// Whether this rank's coordinates are 0 on every axis but `skipAxis` (-1:
+/// none): the rank that holds the gathered tensors of its pipeline stage.
+bool leadsStage(const Communicator &comm, int skipAxis) {
+  const std::vector<int64_t> c = comm.coords();
+  for (size_t a = 0; a < c.size(); ++a)
+    if (static_cast<int>(a) != skipAxis && c[a] != 0)
+      return false;
+  return true;
+}
+
+/// Sends the tensors of `file` to world rank `peer`: the byte count of a
+/// manifest ("name<TAB>d0,d1,...\n" per tensor), the manifest, then each
+/// tensor's F32 values, all tagged kCheckpointTag (MPI keeps their order).
+Status sendStageTensors(Communicator &comm, const SafetensorsFile &file,
+                        int peer) {
+  std::string manifest;
+  for (const SafeTensor &t : file.tensors) {
+    manifest += t.name + "\t";
+    for (size_t d = 0; d < t.shape.size(); ++d)
+      manifest += (d ? "," : "") + std::to_string(t.shape[d]);
+    manifest += "\n";
+  }
+  const int32_t length = static_cast<int32_t>(manifest.size());
+  manifest.resize((manifest.size() + 3) / 4 * 4, '\n'); // whole I32 words
+  LOOM_RETURN_IF_ERROR(
+      comm.send(&length, 1, program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(comm.send(manifest.data(),
+                                 static_cast<int64_t>(manifest.size() / 4),
+                                 program::DType::I32, peer, kCheckpointTag));
+  for (const SafeTensor &t : file.tensors)
+    LOOM_RETURN_IF_ERROR(comm.send(t.data.data(), t.numel(),
+                                   program::DType::F32, peer, kCheckpointTag));
+  return comm.flush();
+}
+
+/// Receives what sendStageTensors sent from world rank `peer` (the lead of
+/// pipeline stage `stage`) and adds it to `file`. A tensor `file` already
+/// holds is a parameter several stages share (GPT-2's tied wte on the first
+/// and the last stage): the copies must be equal bit for bit, since every
+/// stage applies the same summed gradient.
+Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
+                           const std::string &path, SafetensorsFile &file) {
+  int32_t length = 0;
+  LOOM_RETURN_IF_ERROR(
+      comm.recv(&length, 1, program::DType::I32, peer, kCheckpointTag));
+  LOOM_CHECK(length >= 0, "cannot save '" << path << "': pipeline stage "
+                                          << stage
+                                          << " sent a malformed manifest");
+  std::string manifest((static_cast<size_t>(length) + 3) / 4 * 4, '\0');
+  LOOM_RETURN_IF_ERROR(comm.recv(manifest.data(),
+                                 static_cast<int64_t>(manifest.size() / 4),
+                                 program::DType::I32, peer, kCheckpointTag));
+  manifest.resize(static_cast<size_t>(length));
+  size_t pos = 0;
+  while (pos < manifest.size()) {
+    const size_t tab = manifest.find('\t', pos);
+    const size_t eol = manifest.find('\n', pos);
+    LOOM_CHECK(tab != std::string::npos && eol != std::string::npos &&
+                   tab < eol,
+               "cannot save '" << path << "': pipeline stage " << stage
+                               << " sent a malformed manifest");
+    SafeTensor t;
+    t.name = manifest.substr(pos, tab - pos);
+    std::string dims = manifest.substr(tab + 1, eol - tab - 1);
+    for (size_t d = 0; d < dims.size();) {
+      size_t comma = dims.find(',', d);
+      if (comma == std::string::npos)
+        comma = dims.size();
+      t.shape.push_back(std::strtoll(dims.c_str() + d, nullptr, 10));
+      d = comma + 1;
+    }
+    pos = eol + 1;
+    t.data.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+    LOOM_RETURN_IF_ERROR(comm.recv(t.data.data(), t.numel(),
+                                   program::DType::F32, peer, kCheckpointTag));
+    if (const SafeTensor *held = file.find(t.name)) {
+      LOOM_CHECK(held->shape == t.shape,
+                 "cannot save '" << path << "': tensor '" << t.name
+                                 << "' has shape " << shapeStr(t.shape)
+                                 << " on pipeline stage " << stage
+                                 << " but " << shapeStr(held->shape)
+                                 << " on an earlier stage");
+      if (held->data != t.data) {
+        const float *a = reinterpret_cast<const float *>(held->data.data());
+        const float *b = reinterpret_cast<const float *>(t.data.data());
+        double worst = 0;
+        for (int64_t i = 0; i < t.numel(); ++i)
+          worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+        LOOM_ERROR("cannot save '"
+                   << path << "': tensor '" << t.name
+                   << "' is held by several pipeline stages and stage "
+                   << stage << "'s copy differs from an earlier stage's (max "
+                   << "|difference| " << worst
+                   << "); the shared parameter's copies went out of step, "
+                      "so the stages no longer train one model");
+      }
+      continue;
+    }
+    file.tensors.push_back(std::move(t));
+  }
+  return Status::success();
+}
+
+} // namespace
+
 Status saveCheckpoint(const Executor &executor, const std::string &path,
                       int64_t completedSteps) {
-  const bool writer = executor.communicator().rank() == 0;
+  Communicator &comm = executor.communicator();
+  // Every rank of a stage gathers its stage's tensors (collectives within
+  // the stage); the stage's lead holds them. Without a pipeline that is
+  // rank 0, which writes; a pipeline stage's lead sends its tensors to rank
+  // 0 (stage 0's lead), which writes them all.
+  const int ppAxis = pipelineAxis(executor);
+  const bool holder = leadsStage(comm, ppAxis);
+  const bool writer = comm.rank() == 0;
   SafetensorsFile file;
   file.metadata["format"] = "pt";
   file.metadata["producer"] = "loom";
   const bool training = executor.isTraining();
   if (training)
     file.metadata["step"] = std::to_string(completedSteps);
-  // Every rank gathers (collectives); rank 0 writes the global tensors.
   std::vector<float> global;
   auto add = [&](const ParamView &p, const std::string &name,
                  uint32_t buffer) -> Status {
@@ -268,7 +401,7 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
       return s.withContext("cannot save '" + path + "'");
     // A padded parameter's real rows are the leading elements (row-major):
     // the checkpoint shape leaves the padding out.
-    if (writer)
+    if (holder)
       file.addF32(name, p.checkpointShape.empty() ? p.globalShape
                                                   : p.checkpointShape,
                   global.data());
@@ -287,6 +420,19 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
         LOOM_RETURN_IF_ERROR(
             add(p, expAvgSqName(p.name), static_cast<uint32_t>(p.vBuffer)));
     }
+  if (ppAxis >= 0 && holder) {
+    const int64_t stages = comm.mesh()[ppAxis].size;
+    if (writer) {
+      std::vector<int64_t> c = comm.coords();
+      for (int64_t s = 1; s < stages; ++s) {
+        c[ppAxis] = s;
+        LOOM_RETURN_IF_ERROR(
+            receiveStageTensors(comm, comm.rankOf(c), s, path, file));
+      }
+    } else {
+      LOOM_RETURN_IF_ERROR(sendStageTensors(comm, file, 0));
+    }
+  }
   if (!writer)
     return Status::success();
   return writeSafetensors(path, file);

@@ -5,7 +5,12 @@
 // slice of each tensor (Param.sharding gives its offset). Saving is collective:
 // every rank calls saveCheckpoint, sharded parameters (and their moments) are
 // all-gathered over their sharding axes, and rank 0 writes the global
-// tensors.
+// tensors. Pipeline stages hold different parameters: the lead rank of each
+// stage (coordinate 0 on every axis but pp) sends its stage's global tensors
+// to rank 0, so the file is the same one a single-rank run writes; a
+// parameter several stages hold (GPT-2's tied wte on the first and the last)
+// is written once, after checking that the copies are equal. Loading needs
+// nothing special: each stage reads the tensors of its own parameters.
 //
 // A training program's checkpoint also holds the AdamW moments as
 // `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>` (same global
@@ -39,7 +44,9 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
 /// metadata {"format": "pt", "producer": "loom"}) atomically; for a training
 /// program also the AdamW moments and metadata "step" = `completedSteps`.
 /// Collective over the executor's communicator: every rank must call it; only
-/// rank 0 writes. Errors when a parameter is sliced without Param.sharding.
+/// rank 0 writes (a pipeline's stages send it their tensors). Errors when a
+/// parameter is sliced without Param.sharding, or when the stages' copies of
+/// a shared parameter differ.
 Status saveCheckpoint(const Executor &executor, const std::string &path,
                       int64_t completedSteps = 0);
 

@@ -4,14 +4,18 @@
     compare_predictions.py REPORT.json RUN.jsonl --ranks N
 
 REPORT.json is `loom-opt --loom-report=json=true` of the compiled IR;
-RUN.jsonl the `--log-json` of a run of the same program. On every rank of
-the run's summary line, exactly (DESIGN.md §7.3):
+RUN.jsonl the `--log-json` of a run of the same program. For a pipelined
+program the report holds one figure set per stage ("pipeline_stages") and
+each rank is compared with the set of its stage (its "pp" coordinate). On
+every rank of the run's summary line, exactly (DESIGN.md §7.3):
 
 * sent_bytes_per_step == predicted_sent_bytes_per_step (the figures the
   program carries) == the report's sent_bytes_per_step, per collective kind;
 * model_state_bytes == predicted_model_state_bytes == the report's
   model_state_bytes;
 * predicted_peak_bytes == the report's predicted_peak_bytes;
+* the report's sent_bytes_by_phase (executions per step x bytes per
+  execution, by collective and axes) adds up to its sent_bytes_per_step;
 and the measured peak_bytes (arena + runtime temporaries) within 10% of the
 predicted peak (the planned arena).
 
@@ -39,16 +43,45 @@ def main():
     args = parser.parse_args()
 
     with open(args.report) as f:
-        report = json.load(f)
+        full_report = json.load(f)
+    stages = full_report.get("pipeline_stages")
+    reports = stages if stages else [full_report]
     ranks = summary_of(args.run)["ranks"]
     bad = []
     if len(ranks) != args.ranks:
         bad.append(f"{len(ranks)} ranks in the summary, expected {args.ranks}")
-    if report["ranks"] != args.ranks:
-        bad.append(f"the report is for {report['ranks']} ranks, "
-                   f"expected {args.ranks}")
+    for report in reports:
+        if report["ranks"] != args.ranks:
+            bad.append(f"the report is for {report['ranks']} ranks, "
+                       f"expected {args.ranks}")
+    for i, report in enumerate(reports):
+        phases = report.get("sent_bytes_by_phase")
+        if phases is None:
+            bad.append(f"report {i}: no sent_bytes_by_phase")
+            continue
+        total = {}
+        for phase in phases.values():
+            for key, n in phase["sent_bytes_per_execution"].items():
+                kind = key.split("[")[0]
+                total[kind] = total.get(kind, 0) + \
+                    n * phase["executions_per_step"]
+        for kind, want in report["sent_bytes_per_step"].items():
+            if total.get(kind, 0) != want:
+                bad.append(f"report {i}: the phases send {total.get(kind, 0)} "
+                           f"bytes of {kind} per step, the total says {want}")
     for r in ranks:
         where = f"rank {r['rank']}"
+        if stages:
+            stage = r.get("coords", {}).get("pp")
+            if stage is None or not 0 <= stage < len(stages):
+                bad.append(f"{where}: no pipeline stage (coords "
+                           f"{r.get('coords')}) among the report's "
+                           f"{len(stages)}")
+                continue
+            report = stages[stage]
+            where += f" (stage {stage})"
+        else:
+            report = full_report
         for key in ("predicted_model_state_bytes",
                     "predicted_sent_bytes_per_step"):
             if key not in r:
@@ -79,13 +112,18 @@ def main():
     if bad:
         print("FAIL:\n  " + "\n  ".join(bad))
         return 1
-    sent = report["sent_bytes_per_step"]
-    worst = max(abs(r["peak_bytes"] / report["predicted_peak_bytes"] - 1)
+    def stage_of(r):
+        return reports[r["coords"]["pp"]] if stages else full_report
+
+    worst = max(abs(r["peak_bytes"] / stage_of(r)["predicted_peak_bytes"] - 1)
                 for r in ranks)
     print(f"measured peak within {100 * worst:.1f}% of predicted")
-    print(f"PASS: {len(ranks)} ranks, model state "
-          f"{report['model_state_bytes']} bytes, sent per step " +
-          ", ".join(f"{k} {sent[k]}" for k in sorted(sent)))
+    for i, report in enumerate(reports):
+        sent = report["sent_bytes_per_step"]
+        print(f"PASS: {len(ranks)} ranks, " +
+              (f"stage {i}: " if stages else "") + "model state "
+              f"{report['model_state_bytes']} bytes, sent per step " +
+              ", ".join(f"{k} {sent[k]}" for k in sorted(sent)))
     return 0
 
 

@@ -434,11 +434,6 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                              << (localB != B ? " / dp" : "")
                              << (M > 1 ? " / microbatches" : "") << " x seq = "
                              << localB / M << " x " << T << " tokens");
-  LOOM_CHECK(!ex->isPipelined() ||
-                 (opts.loadCheckpoint.empty() && opts.saveCheckpoint.empty()),
-             "checkpoints of pipeline-parallel runs are not supported yet "
-             "(each stage holds other parameters); drop --load-checkpoint / "
-             "--save-checkpoint or train without --mesh pp");
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));

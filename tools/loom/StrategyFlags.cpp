@@ -118,30 +118,10 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
 
 bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
                                       std::string &error) {
-  if (s.mesh.at("tp") != 1 && s.mesh.at("pp") != 1) {
-    error = "--mesh dp=" + std::to_string(s.mesh.at("dp")) +
-            ",tp=" + std::to_string(s.mesh.at("tp")) +
-            ",pp=" + std::to_string(s.mesh.at("pp")) +
-            ": tensor and pipeline parallelism together are not supported "
-            "yet; use --mesh dp=D,tp=T or --mesh dp=D,pp=P";
-    return false;
-  }
   if (s.mesh.at("pp") != 1 && !train) {
     error = "--mesh pp=" + std::to_string(s.mesh.at("pp")) +
             ": pipeline parallelism cuts a training step; use loom train or "
             "loom compile --train";
-    return false;
-  }
-  if (s.mesh.at("pp") != 1 && s.zero >= 2) {
-    error = "--zero " + std::to_string(s.zero) +
-            " with pipeline parallelism is not supported yet; use --zero 0 "
-            "or 1 with --mesh pp=P";
-    return false;
-  }
-  if (s.mesh.at("pp") != 1 && s.recompute != "none") {
-    error = "--recompute " + s.recompute +
-            " with pipeline parallelism is not supported yet; drop the flag "
-            "or the pp axis";
     return false;
   }
   if (s.zero >= 1 && (!train || s.mesh.at("dp") == 1)) {

@@ -474,16 +474,6 @@ int runProgram(const char *argv0, const std::string &command,
     if (!inv->values.count(flag))
       return fail(command, std::string(flag) + " is required\n" + kUsage);
 
-  if (inv->strategy.mesh.at("pp") > 1 &&
-      (inv->values.count("--save-checkpoint") ||
-       inv->values.count("--load-checkpoint")))
-    return fail(command, "--mesh pp=" +
-                             std::to_string(inv->strategy.mesh.at("pp")) +
-                             ": checkpoints of pipeline-parallel runs are not "
-                             "supported yet (each stage holds other "
-                             "parameters); drop --save-checkpoint / "
-                             "--load-checkpoint");
-
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
   if (std::error_code ec =

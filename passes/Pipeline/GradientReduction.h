@@ -1,0 +1,42 @@
+//===- GradientReduction.h - DP gradient sums once per step -*- C++ -*-===//
+//
+// After --loom-pipeline has cut the step, every backward action (one per
+// micro-batch) all-reduces its gradients over the data-parallel axes
+// before adding them to the accumulators, as the partitioner placed them in
+// the micro-batch function: M all-reduces of every gradient per step. A sum
+// of sums is the sum: Megatron-LM (finalize_model_grads) and DeepSpeed's
+// PipelineEngine (reduce_grads) accumulate the local gradients over the
+// micro-batches and all-reduce once per step. This moves those
+// all-reduces into the stages' optimizer updates (as reduce-scatters where
+// an update reads only the rank's dp block, ZeRO-1), and turns a dp block
+// of a dp all-reduce that stays per micro-batch (ZeRO-2/3) into a
+// reduce-scatter.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
+#define LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
+
+#include "dialects/Loom/IR/LoomOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace mlir::loom {
+
+/// Moves the all-reduces of gradient accumulations out of the backward
+/// functions (`backward[c]` of chunk c, on stage c mod stages) into the
+/// stage updates (`updates[s]`), where each accumulator is all-reduced once
+/// before anything reads it. An accumulator moves when, on its stage, every
+/// contribution reaches it through a sum all-reduce on the same axes (not
+/// `pipelineAxis`) followed by adds only; one that is sliced or
+/// reduce-scattered after the all-reduce (ZeRO-2/3's sharded accumulators)
+/// stays per micro-batch, since only the whole sum may be deferred; there a
+/// dp block of a dp all-reduce becomes a reduce-scatter. Returns how many
+/// accumulators moved.
+int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
+                                   ArrayRef<func::FuncOp> updates,
+                                   int64_t stages, StringRef pipelineAxis);
+
+} // namespace mlir::loom
+
+#endif // LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
