@@ -336,11 +336,22 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     sends and receives in that order and fails if the schedule could
     deadlock or mismatch micro-batches.
 
+    With `forward-only` the pass cuts an evaluation (a model function that
+    returns the loss, no `--loom-autodiff`) the same way: each chunk gets
+    only its forward function (the last chunk's returns the micro-batch's
+    loss), nothing is stashed, there is no update, and every stage runs the
+    forward actions of the schedule in its order (Megatron's forward-only
+    schedule). The runtime sums the micro-batch losses over the pipeline
+    axis and divides by `microbatches`, the mean over the whole batch.
+
     **Options:**
     * `stages`: pipeline stages (the size of `axis`; a mesh is created when
       the module has none).
     * `microbatches`: micro-batches per step (0: those of the training step;
-      another count is an error, since the loss seed is 1/microbatches).
+      another count is an error, since the loss seed is 1/microbatches). With
+      `forward-only`, the micro-batches the evaluated batch is split into
+      (0: 1); the function's batch is one micro-batch.
+    * `forward-only`: cut an evaluation instead of a training step.
     * `schedule`: `gpipe`, `1f1b` or `interleaved`.
     * `virtual-stages`: chunks per stage (interleaved only).
     * `axis`: the pipeline mesh axis (default `pp`).
@@ -361,7 +372,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",
-           "Memory bandwidth of the cost model, in GB/s">
+           "Memory bandwidth of the cost model, in GB/s">,
+    Option<"forwardOnly", "forward-only", "bool", /*default=*/"false",
+           "Cut an evaluation (forward and loss only) instead of a training "
+           "step">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect",
                            "::mlir::func::FuncDialect"];

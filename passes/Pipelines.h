@@ -77,8 +77,8 @@ struct CompilePipelineOptions
 /// training step is derived first (--loom-autodiff); with `partition`, the
 /// step is split over the module's mesh (--loom-tensor-parallel when
 /// `tensor-parallel`, --loom-zero, --loom-propagate, --loom-partition); with
-/// `pp` > 1 it is cut into pipeline stages (--loom-pipeline); then buffer
-/// planning.
+/// `pp` > 1 it is cut into pipeline stages (--loom-pipeline; an evaluation
+/// forward-only, over `microbatches`); then buffer planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

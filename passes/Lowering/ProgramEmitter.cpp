@@ -653,9 +653,11 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
   }
   std::map<int64_t, int64_t> localOf;
   std::vector<flatbuffers::Offset<fb::PipelineChunk>> chunks;
+  // An evaluation's pipeline has forward functions only.
+  const bool forwardOnly = info.schedule.isForwardOnly();
   for (auto &[global, pair] : chunkFuncs) {
     auto [fwd, bwd] = pair;
-    if (!fwd || !bwd)
+    if (!fwd || (!forwardOnly && !bwd))
       return func::FuncOp(funcs.front()).emitOpError()
              << "pipeline chunk " << global
              << " needs both a forward and a backward function";
@@ -680,7 +682,10 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
         loss = *buffer;
       }
     }
-    auto backward = emitBody(bwd);
+    FailureOr<std::vector<flatbuffers::Offset<fb::Instruction>>> backward =
+        std::vector<flatbuffers::Offset<fb::Instruction>>();
+    if (bwd)
+      backward = emitBody(bwd);
     if (failed(backward))
       return failure();
     for (const std::string &name : stashNames) {

@@ -64,17 +64,22 @@ mlir::loom::buildPipelineModel(PipelineScheduleOp schedule,
     return symbols.lookupNearestSymbolFrom<func::FuncOp>(
         schedule, cast<FlatSymbolRefAttr>(ref));
   };
-  for (auto [fwdRef, bwdRef] :
-       llvm::zip(schedule.getForward(), schedule.getBackward())) {
-    func::FuncOp fwd = lookup(fwdRef), bwd = lookup(bwdRef);
-    if (!fwd || !bwd)
+  model.forwardOnly = schedule.isForwardOnly();
+  for (auto [k, fwdRef] : llvm::enumerate(schedule.getForward())) {
+    // A forward-only pipeline (an evaluation) has no backward functions.
+    func::FuncOp fwd = lookup(fwdRef);
+    func::FuncOp bwd = model.forwardOnly
+                           ? func::FuncOp()
+                           : lookup(schedule.getBackward()[k]);
+    if (!fwd || (!model.forwardOnly && !bwd))
       return schedule.emitOpError() << "names a chunk function that does "
                                        "not exist";
     ChunkModel chunk;
     chunk.forwardSeconds = costs.seconds(fwd);
-    chunk.backwardSeconds = costs.seconds(bwd);
+    if (bwd)
+      chunk.backwardSeconds = costs.seconds(bwd);
     if (failed(collectComm(fwd, chunk.forwardComm)) ||
-        failed(collectComm(bwd, chunk.backwardComm)))
+        (bwd && failed(collectComm(bwd, chunk.backwardComm))))
       return failure();
     for (unsigned i = 0; i < fwd.getNumResults(); ++i)
       if (fwd.getResultAttr(i, LoomDialect::kStashAttr))

@@ -230,7 +230,9 @@ float *Executor::temp(std::vector<float> &pool, int64_t count) {
 Status Executor::run(std::vector<InstructionTiming> *timings) {
   LOOM_CHECK(!isPipelined(),
              "stage " << stageTable->index()
-                      << " is a pipeline stage; it runs as a training step");
+                      << " is a pipeline stage; it runs its actions "
+                         "(trainStep, or evaluatePipelined without an "
+                         "update)");
   return runList(stageTable->instructions(), false, 0, timings);
 }
 
@@ -431,6 +433,29 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
     std::memcpy(&result.gradNorm,
                 bufferData(static_cast<uint32_t>(stageTable->grad_norm())),
                 sizeof(float));
+  return Status::success();
+}
+
+Status Executor::evaluatePipelined(const int32_t *inputs,
+                                   const int32_t *targets,
+                                   TrainStepResult &result,
+                                   std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(isPipelined() && !isTraining(),
+             "stage " << stageTable->index()
+                      << " is not an evaluation's pipeline stage (a "
+                         "pipeline stage without update_instructions)");
+  const int64_t M = stageTable->microbatches();
+  const int64_t rows = localBatch() / M, T = modelInfo->seq();
+  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
+    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
+               "stage " << stageTable->index() << ": buffer "
+                        << program::shapeString(shapes[b])
+                        << " does not hold one micro-batch of " << rows << " x "
+                        << T << " tokens");
+  // The forward actions alone: nothing is stashed (the chunks keep
+  // nothing), the loss is summed over the pipeline.
+  LOOM_RETURN_IF_ERROR(trainStepPipelined(inputs, targets, result, timings));
+  result.gradNorm = std::numeric_limits<float>::quiet_NaN();
   return Status::success();
 }
 

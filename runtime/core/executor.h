@@ -137,6 +137,16 @@ public:
                    float lr, TrainStepResult &result,
                    std::vector<InstructionTiming> *timings = nullptr);
 
+  /// One evaluation step of an evaluation's pipeline stage (a pipeline
+  /// stage without update_instructions): the stage's forward actions on
+  /// the Stage.microbatches micro-batches of `inputs` / `targets` (as
+  /// trainStep), then the loss all-reduced over `pp` and divided by the
+  /// micro-batch count: the mean loss over the whole batch, on every stage.
+  /// `result.gradNorm` is NaN.
+  Status evaluatePipelined(const int32_t *inputs, const int32_t *targets,
+                           TrainStepResult &result,
+                           std::vector<InstructionTiming> *timings = nullptr);
+
   /// Rows of the global batch this rank reads: model.batch / (size of the
   /// mesh axis named "dp", 1 if none).
   int64_t localBatch() const;

@@ -19,8 +19,11 @@
 // micro-batch's forward + backward, then clipping and AdamW with this step's
 // learning rate. Its checkpoints carry the AdamW moments and the step count,
 // and loading one continues the step numbering (and the data) where it
-// stopped. Any failure prints one line `loom-run: error: ...` on stderr and
-// exits with code 1.
+// stopped. A pipelined evaluation program (pipeline stages without an
+// update) runs each stage's forward actions on the step's micro-batches and
+// reports the mean loss over the batch, as the unpipelined program does.
+// Any failure prints one line `loom-run: error: ...` on stderr and exits
+// with code 1.
 //
 // Multi-rank: under `mpirun -np N loom-run ...` every rank runs the stage
 // its "pp" coordinate names (0 without a pp axis or with one stage), reads its
@@ -421,8 +424,10 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
              "stage " << opts.stage
                       << " has no loss buffer; loom-run evaluates the loss, "
                          "which the last pipeline stage computes");
-  // A training stage's tokens hold one micro-batch of the global batch.
-  const int64_t M = training ? stage.microbatches() : 1;
+  // A training (or pipelined evaluation) stage's tokens hold one
+  // micro-batch of the global batch.
+  const bool pipelined = ex->isPipelined();
+  const int64_t M = training || pipelined ? stage.microbatches() : 1;
   for (const auto &[index, what] :
        {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
         {stage.targets(), "targets"}})
@@ -446,8 +451,8 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       opts.scheduleSteps >= 0 ? opts.scheduleSteps : startStep + opts.steps;
 
   // 2. Data. Evaluation reads straight into the tokens / targets buffers;
-  //    training reads the global batch, which trainStep splits into
-  //    micro-batches.
+  //    training (and a pipelined evaluation) reads the global batch, which
+  //    trainStep (evaluatePipelined) splits into micro-batches.
   TokenDataConfig dataConfig;
   dataConfig.batchSize = B;
   dataConfig.seqLen = T;
@@ -458,11 +463,12 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
   std::vector<int32_t> spareInputs, spareTargets;
   int32_t *inputs = nullptr, *targets = nullptr;
-  if (stage.tokens() >= 0 && !training)
+  const bool direct = !training && !pipelined;
+  if (stage.tokens() >= 0 && direct)
     inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
   else
     inputs = (spareInputs.resize(localB * T), spareInputs.data());
-  if (stage.targets() >= 0 && !training)
+  if (stage.targets() >= 0 && direct)
     targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
   else
     targets = (spareTargets.resize(localB * T), spareTargets.data());
@@ -513,6 +519,10 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
           startStep + opts.steps, opts.lr,
           opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
           opts.warmup, opts.minLr, schedule.totalSteps);
+    else if (pipelined)
+      std::printf("evaluation: %" PRId64 " micro-batch(es) of %" PRId64
+                  " rows through the pipeline (forward only)\n",
+                  M, localB / M);
     std::fflush(stdout);
   }
 
@@ -534,6 +544,13 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     if (training) {
       LOOM_RETURN_IF_ERROR(ex->trainStep(
           inputs, targets, s + 1, static_cast<float>(lr), result, timed));
+      loss = result.loss;
+      pipelineNs += result.pipelineNs;
+      pipelineWaitNs += result.pipelineWaitNs;
+    } else if (pipelined) {
+      // Forward actions only; the loss summed over the pipeline.
+      LOOM_RETURN_IF_ERROR(
+          ex->evaluatePipelined(inputs, targets, result, timed));
       loss = result.loss;
       pipelineNs += result.pipelineNs;
       pipelineWaitNs += result.pipelineWaitNs;

@@ -119,12 +119,6 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "yet; use --mesh dp=D,tp=T or --mesh dp=D,pp=P";
     return false;
   }
-  if (s.mesh.at("pp") != 1 && !train) {
-    error = "--mesh pp=" + std::to_string(s.mesh.at("pp")) +
-            ": pipeline parallelism cuts a training step; use loom train or "
-            "loom compile --train";
-    return false;
-  }
   if (s.mesh.at("pp") != 1 && s.zero >= 2) {
     error = "--zero " + std::to_string(s.zero) +
             " with pipeline parallelism is not supported yet; use --zero 0 "
@@ -144,10 +138,11 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "evaluation has none (drop the flag)";
     return false;
   }
-  if (s.microbatches != 1 && !train) {
+  if (s.microbatches != 1 && !train && s.mesh.at("pp") == 1) {
     error = "--microbatches " + std::to_string(s.microbatches) +
             " splits a training step for gradient accumulation; evaluation "
-            "uses the whole batch (drop the flag)";
+            "uses the whole batch (drop the flag, or pipeline the evaluation "
+            "with --mesh pp=P)";
     return false;
   }
   if (s.virtualStages != 1 && s.mesh.at("pp") == 1) {

@@ -70,6 +70,8 @@ optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
+  With --mesh pp=P, eval runs forward-only through the pipeline stages and
+  --microbatches M splits each evaluated batch into M pipelined micro-batches.
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --recompute none|selective|full
@@ -440,6 +442,9 @@ int runProgram(const char *argv0, const std::string &command,
   for (const char *flag : required)
     if (!inv->values.count(flag))
       return fail(command, std::string(flag) + " is required\n" + kUsage);
+  if (sample && inv->strategy.worldSize() > 1)
+    return fail(command, "greedy sampling runs on one rank (one sequence, "
+                         "one token at a time); drop --mesh");
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
