@@ -356,7 +356,9 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     * `virtual-stages`: chunks per stage (interleaved only).
     * `axis`: the pipeline mesh axis (default `pp`).
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
-      estimated on (only their ratio changes the cut).
+      estimated on (only their ratio changes the cut); recorded on the
+      schedule as `loom.cost_model` for the report and the program's
+      predicted timeline.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", /*default=*/"1",
@@ -403,7 +405,9 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
     * `svg`: also draw the schedule to this file (stages x time, forward
       and backward boxes, bubbles as gaps).
     * `print`: print the report (default); false only checks and draws.
-    * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline).
+    * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline);
+      when not given, the machine --loom-pipeline recorded on the schedule
+      (`loom.cost_model`), else 100 TFLOP/s and 2000 GB/s.
     * `link-gbs`: point-to-point bandwidth between stages (0: free).
   }];
   let options = [

@@ -52,6 +52,15 @@ struct CompilePipelineOptions
       *this, "virtual-stages",
       llvm::cl::desc("Model chunks per pipeline stage (interleaved)"),
       llvm::cl::init(1)};
+  Option<double> peakTflops{
+      *this, "peak-tflops",
+      llvm::cl::desc("Peak TFLOP/s of the cost model the pipeline stages "
+                     "are balanced on"),
+      llvm::cl::init(100.0)};
+  Option<double> bandwidthGbs{
+      *this, "bandwidth-gbs",
+      llvm::cl::desc("Memory bandwidth (GB/s) of that cost model"),
+      llvm::cl::init(2000.0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),

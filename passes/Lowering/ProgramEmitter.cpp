@@ -759,7 +759,8 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
   // The simulated timeline of the schedule: each stage's predicted bubble.
   Timeline timeline;
   if (!pipelineStages.empty() &&
-      failed(checkPipelineSchedule(schedules.front(), CostModel(), &timeline)))
+      failed(checkPipelineSchedule(schedules.front(),
+                                   costModelOf(schedules.front()), &timeline)))
     return failure();
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<flatbuffers::Offset<fb::Stage>> stages;

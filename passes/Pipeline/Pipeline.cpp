@@ -19,6 +19,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Debug.h"
+#include "llvm/Support/Format.h"
 
 #include <map>
 #include <set>
@@ -536,6 +537,14 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     return error() << "loom-pipeline: unknown schedule '"
                               << schedule
                               << "'; use gpipe, 1f1b or interleaved";
+  if (!(peakTflops > 0) || !(bandwidthGbs > 0)) {
+    std::string got;
+    llvm::raw_string_ostream(got)
+        << llvm::format("%g and %g", double(peakTflops), double(bandwidthGbs));
+    return error() << "loom-pipeline: peak-tflops and bandwidth-gbs must be "
+                      "positive, got "
+                   << got;
+  }
   int64_t p = stages, v = virtualStages;
   if (p < 1 || v < 1)
     return error()
@@ -723,6 +732,13 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
       sb.getArrayAttr(forward), sb.getArrayAttr(backward),
       sb.getArrayAttr(updates), sb.getArrayAttr(units),
       sb.getArrayAttr(actions));
+  // The machine the cut assumed, for the program's predicted timeline.
+  scheduleOp->setAttr(
+      LoomDialect::kCostModelAttr,
+      sb.getDictionaryAttr(
+          {sb.getNamedAttr("peak_tflops", sb.getF64FloatAttr(peakTflops)),
+           sb.getNamedAttr("bandwidth_gbs",
+                           sb.getF64FloatAttr(bandwidthGbs))}));
   train.erase();
   if (update)
     update.erase();

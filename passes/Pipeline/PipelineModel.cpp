@@ -35,6 +35,18 @@ double CostModel::seconds(func::FuncOp func) const {
   return total;
 }
 
+CostModel mlir::loom::costModelOf(PipelineScheduleOp schedule) {
+  CostModel costs;
+  if (auto machine = schedule->getAttrOfType<DictionaryAttr>(
+          LoomDialect::kCostModelAttr)) {
+    if (auto peak = machine.getAs<FloatAttr>("peak_tflops"))
+      costs.peakFlopsPerSecond = peak.getValueAsDouble() * 1e12;
+    if (auto bandwidth = machine.getAs<FloatAttr>("bandwidth_gbs"))
+      costs.memoryBytesPerSecond = bandwidth.getValueAsDouble() * 1e9;
+  }
+  return costs;
+}
+
 /// The sends and receives of `func`'s top level, in program order.
 static LogicalResult collectComm(func::FuncOp func,
                                  SmallVectorImpl<CommEvent> &events) {

@@ -99,9 +99,12 @@ void LoomPipelineReportPass::runOnOperation() {
     return signalPassFailure();
   }
   PipelineScheduleOp op = schedules.front();
-  CostModel costs;
-  costs.peakFlopsPerSecond = peakTflops * 1e12;
-  costs.memoryBytesPerSecond = bandwidthGbs * 1e9;
+  // The machine the cut was made for, unless the options name another.
+  CostModel costs = costModelOf(op);
+  if (peakTflops.hasValue())
+    costs.peakFlopsPerSecond = peakTflops * 1e12;
+  if (bandwidthGbs.hasValue())
+    costs.memoryBytesPerSecond = bandwidthGbs * 1e9;
   costs.linkBytesPerSecond = linkGbs * 1e9;
 
   // 1. The schedule of the module, then the comparison.

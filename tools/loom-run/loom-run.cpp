@@ -687,6 +687,14 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                 JsonValue::integer(bytes[k]));
     return kinds;
   };
+  // A pipeline's step lasts as long as its slowest stage's phase: the
+  // stages start each step together (the previous step ends with the loss
+  // all-reduce over pp), so a stage that finishes early idles until then,
+  // as in the simulated timeline. Summed over the steps.
+  int64_t pipelineSpanNs = 0;
+  for (int r = 0; r < comm.size(); ++r)
+    pipelineSpanNs = std::max(pipelineSpanNs,
+                              all[r * mine.size() + kPipelineNs]);
   std::vector<JsonValue> rankEntries;
   for (int r = 0; r < comm.size(); ++r) {
     const int64_t *v = all.data() + r * mine.size();
@@ -709,11 +717,15 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       rank.set("predicted_sent_bytes_per_step", perKind(v + kPredictedSent));
     rank.set("comm_ms_per_step", JsonValue::number(v[kCommNs] * 1e-6));
     if (v[kPredictedIdlePpm] >= 0 && v[kPipelineNs] > 0) {
-      // The measured bubble: the share of the micro-batch phase the stage
-      // spent waiting for a neighbour, next to the simulated one.
-      rank.set("pipeline_idle_fraction",
-               JsonValue::number(double(v[kPipelineWaitNs]) /
-                                 double(v[kPipelineNs])));
+      // The measured bubble, next to the simulated one: the share of the
+      // pipeline's span (the slowest stage's phase) the stage was not
+      // computing or sending, i.e. blocked in receives or done early;
+      // and the part of its own phase it spent blocked in receives.
+      const double busyNs = double(v[kPipelineNs] - v[kPipelineWaitNs]);
+      const double idle = 1.0 - busyNs / double(pipelineSpanNs);
+      const double wait = double(v[kPipelineWaitNs]) / double(v[kPipelineNs]);
+      rank.set("pipeline_idle_fraction", JsonValue::number(idle));
+      rank.set("pipeline_wait_fraction", JsonValue::number(wait));
       rank.set("predicted_pipeline_idle_fraction",
                JsonValue::number(v[kPredictedIdlePpm] * 1e-6));
       if (!opts.quiet) {
@@ -722,10 +734,12 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
           if (comm.mesh()[a].name == "pp")
             stageOfRank = comm.coordsOf(r)[a];
         std::printf("pipeline stage %" PRId64 " (rank %d): idle %.1f%% of the "
-                    "micro-batch phase (%.2f ms per step), predicted %.1f%%\n",
-                    stageOfRank, r,
-                    100.0 * double(v[kPipelineWaitNs]) / double(v[kPipelineNs]),
-                    v[kPipelineNs] * 1e-6 / double(steps),
+                    "pipeline's %.2f ms per step (busy %.2f ms, blocked in "
+                    "receives %.1f%% of its own phase), predicted bubble "
+                    "%.1f%%\n",
+                    stageOfRank, r, 100.0 * idle,
+                    pipelineSpanNs * 1e-6 / double(steps),
+                    busyNs * 1e-6 / double(steps), 100.0 * wait,
                     v[kPredictedIdlePpm] * 1e-4);
       }
     }

@@ -355,3 +355,19 @@ loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
   stage 0 : F0 B0
   stage 1 : F0 B0
 }
+
+// -----
+
+func.func @f0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op loom.cost_model must be {peak_tflops = F, bandwidth_gbs = F} with positive values, on a loom.pipeline_schedule}}
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
+  chunk 0 ["u0"] forward @f0
+  chunk 1 ["u1"] forward @f1
+  stage 0 : F0
+  stage 1 : F0
+} {loom.cost_model = {peak_tflops = 100.0 : f64, bandwidth_gbs = -1.0 : f64}}
