@@ -37,6 +37,7 @@ public:
   struct PipelineInfo {
     mutable PipelineScheduleOp schedule; // accessors are not const
     double stepSeconds = 0, idleFraction = 0;
+    int64_t stashPeakBytes = -1;
   };
 
   /// Emits one stage from `funcs`: an eval program's single function, a
@@ -716,7 +717,7 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
   return fb::CreatePipelineDirect(
       fbb, info.schedule.getSchedule().str().c_str(),
       info.schedule.getStages(), info.schedule.getVirtualStages(), &chunks,
-      &actions, info.stepSeconds, info.idleFraction);
+      &actions, info.stepSeconds, info.idleFraction, info.stashPeakBytes);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -780,6 +781,8 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
         timeline.makespan > 0)
       info.idleFraction =
           timeline.stages[index].idleSeconds / timeline.makespan;
+    if (index < static_cast<int64_t>(timeline.stages.size()))
+      info.stashPeakBytes = timeline.stages[index].peakStashBytes;
     FailureOr<flatbuffers::Offset<fb::Stage>> stage =
         emitter.emit(group, index, &info);
     if (failed(stage))
@@ -969,7 +972,8 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
          << ": " << pipe->stages() << " stages x " << pipe->virtual_stages()
          << ", predicted idle "
          << llvm::format("%.4f", pipe->predicted_idle_fraction())
-         << " of the micro-batch phase\n";
+         << " of the micro-batch phase, stash peak "
+         << pipe->predicted_stash_peak_bytes() << " bytes\n";
       if (pipe->chunks())
         for (const fb::PipelineChunk *chunk : *pipe->chunks()) {
           os << "  chunk " << chunk->index() << ": loss %" << chunk->loss()

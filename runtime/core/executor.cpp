@@ -291,6 +291,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const size_t tokenBytes = static_cast<size_t>(rows * T) * sizeof(int32_t);
   // Stashed activations of the micro-batches in flight, by (chunk, mb).
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint8_t>> stash;
+  int64_t stashBytes = 0; // held in `stash` now
+  result.stashPeakBytes = 0;
   double lossSum = 0;
   const int64_t start = steadyNowNs();
   recvWaitNs = 0;
@@ -318,6 +320,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
           const uint8_t *from = static_cast<const uint8_t *>(bufferData(b));
           kept.insert(kept.end(), from, from + bytes);
         }
+      stashBytes += static_cast<int64_t>(kept.size());
+      result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         float loss = 0;
         std::memcpy(&loss, bufferData(static_cast<uint32_t>(chunk.loss())),
@@ -339,6 +343,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
         std::memcpy(bufferData(b), from, bytes);
         from += bytes;
       }
+    stashBytes -= static_cast<int64_t>(it->second.size());
     stash.erase(it);
     LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
                                  static_cast<int32_t>(a->chunk()), true,

@@ -52,6 +52,9 @@ struct TrainStepResult {
   /// and how much of it the stage waited for its neighbours (receives).
   int64_t pipelineNs = 0;
   int64_t pipelineWaitNs = 0;
+  /// A pipeline stage: the most bytes of stashed activations it held at
+  /// once (Pipeline.predicted_stash_peak_bytes predicts it).
+  int64_t stashPeakBytes = 0;
 };
 
 /// A parameter of the stage, as the executor holds it.

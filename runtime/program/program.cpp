@@ -1357,6 +1357,10 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
                              "empty");
   const bool forwardOnly = !stage.update_instructions() ||
                            stage.update_instructions()->size() == 0;
+  LOOM_CHECK(pipe->predicted_stash_peak_bytes() >= -1,
+             "stage " << si << ": predicted_stash_peak_bytes "
+                      << pipe->predicted_stash_peak_bytes()
+                      << " is negative (-1: unknown)");
   const auto *chunks = pipe->chunks();
   LOOM_CHECK(chunks && chunks->size() > 0,
              "stage " << si << ": the pipeline has no chunks");

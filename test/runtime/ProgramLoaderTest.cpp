@@ -1112,6 +1112,11 @@ TEST(ProgramVerifier, PipelineStages) {
            "the pipeline has no chunks");
   rejected(
       [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->predicted_stash_peak_bytes = -7;
+      },
+      "predicted_stash_peak_bytes -7 is negative");
+  rejected(
+      [](fb::ProgramT &p) {
         p.stages[0]->pipeline->chunks[0]->stash_in = {
             static_cast<uint32_t>(p.stages[0]->tokens)};
       },

@@ -529,6 +529,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   // 4. Steps (numbered from the checkpoint's step count when resuming).
   double lossSum = 0;
   int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
+  int64_t stashPeakBytes = 0; // ... and the activations it stashed at most
   const int64_t lastStep = startStep + opts.steps;
   comm.resetStats();
   for (int64_t s = startStep; s < lastStep; ++s) {
@@ -547,6 +548,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       loss = result.loss;
       pipelineNs += result.pipelineNs;
       pipelineWaitNs += result.pipelineWaitNs;
+      stashPeakBytes = std::max(stashPeakBytes, result.stashPeakBytes);
     } else if (pipelined) {
       // Forward actions only; the loss summed over the pipeline.
       LOOM_RETURN_IF_ERROR(
@@ -633,6 +635,8 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     kPipelineNs,          // a pipeline stage: micro-batch phase, all steps
     kPipelineWaitNs,      // ... and the time it waited for its neighbours
     kPredictedIdlePpm,    // the compiler's idle share, in millionths
+    kStashPeak,           // most bytes of stashed activations held at once
+    kPredictedStashPeak,  // ... as the compiler's timeline predicted (-1)
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -647,6 +651,9 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     mine[kSent + k] = stepStats.sentBytes[k] / steps;
   mine[kPipelineNs] = pipelineNs;
   mine[kPipelineWaitNs] = pipelineWaitNs;
+  mine[kStashPeak] = stashPeakBytes;
+  mine[kPredictedStashPeak] =
+      stage.pipeline() ? stage.pipeline()->predicted_stash_peak_bytes() : -1;
   mine[kPredictedIdlePpm] =
       stage.pipeline() ? static_cast<int64_t>(std::llround(
                              stage.pipeline()->predicted_idle_fraction() * 1e6))
@@ -728,6 +735,12 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       rank.set("pipeline_wait_fraction", JsonValue::number(wait));
       rank.set("predicted_pipeline_idle_fraction",
                JsonValue::number(v[kPredictedIdlePpm] * 1e-6));
+      // Activations in flight: the stash follows the schedule's actions,
+      // so it equals the simulated figure.
+      rank.set("pipeline_stash_peak_bytes", JsonValue::integer(v[kStashPeak]));
+      if (v[kPredictedStashPeak] >= 0)
+        rank.set("predicted_pipeline_stash_peak_bytes",
+                 JsonValue::integer(v[kPredictedStashPeak]));
       if (!opts.quiet) {
         int64_t stageOfRank = 0;
         for (size_t a = 0; a < comm.mesh().size(); ++a)
@@ -741,6 +754,11 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                     pipelineSpanNs * 1e-6 / double(steps),
                     busyNs * 1e-6 / double(steps), 100.0 * wait,
                     v[kPredictedIdlePpm] * 1e-4);
+        if (v[kStashPeak] > 0 || v[kPredictedStashPeak] > 0)
+          std::printf("pipeline stage %" PRId64 " (rank %d): activations in "
+                      "flight peak %" PRId64 " bytes (predicted %" PRId64
+                      ")\n",
+                      stageOfRank, r, v[kStashPeak], v[kPredictedStashPeak]);
       }
     }
     rankEntries.push_back(rank);
