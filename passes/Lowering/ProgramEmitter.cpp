@@ -715,9 +715,9 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
     actions.emplace_back(static_cast<uint32_t>(a.chunk),
                          static_cast<uint32_t>(a.microbatch), a.backward);
   return fb::CreatePipelineDirect(
-      fbb, info.schedule.getSchedule().str().c_str(),
-      info.schedule.getStages(), info.schedule.getVirtualStages(), &chunks,
-      &actions, info.stepSeconds, info.idleFraction, info.stashPeakBytes);
+      fbb, info.schedule.getSchedule().str().c_str(), info.schedule.getStages(),
+      info.schedule.getVirtualStages(), &chunks, &actions, info.stepSeconds,
+      info.idleFraction, info.stashPeakBytes);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {

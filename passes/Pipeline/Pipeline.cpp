@@ -659,8 +659,8 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     for (ChunkFunc &f : pair)
       if (f.func)
         f.func.walk([&, c = c](BlockOp block) {
-        placed[block.getLabel()].push_back(c);
-      });
+          placed[block.getLabel()].push_back(c);
+        });
   for (auto [u, unit] : llvm::enumerate(cut->units)) {
     if (u == 0 || u + 1 == cut->units.size())
       continue;

@@ -80,9 +80,8 @@ mlir::loom::buildPipelineModel(PipelineScheduleOp schedule,
   for (auto [k, fwdRef] : llvm::enumerate(schedule.getForward())) {
     // A forward-only pipeline (an evaluation) has no backward functions.
     func::FuncOp fwd = lookup(fwdRef);
-    func::FuncOp bwd = model.forwardOnly
-                           ? func::FuncOp()
-                           : lookup(schedule.getBackward()[k]);
+    func::FuncOp bwd =
+        model.forwardOnly ? func::FuncOp() : lookup(schedule.getBackward()[k]);
     if (!fwd || (!model.forwardOnly && !bwd))
       return schedule.emitOpError() << "names a chunk function that does "
                                        "not exist";

@@ -203,8 +203,7 @@ void LoomPipelineReportPass::runOnOperation() {
     if (v > 1)
       os << " x " << v << " virtual";
     os << ", " << m << " micro-batch" << (m == 1 ? "" : "es")
-       << (main.model.forwardOnly ? ", forward-only (evaluation)" : "")
-       << "\n";
+       << (main.model.forwardOnly ? ", forward-only (evaluation)" : "") << "\n";
     for (auto [k, chunk] : llvm::enumerate(main.model.chunks)) {
       os << "  chunk " << k << " on stage " << int64_t(k) % p << ":";
       for (auto [i, name] : llvm::enumerate(cast<ArrayAttr>(op.getUnits()[k])))
@@ -229,8 +228,8 @@ void LoomPipelineReportPass::runOnOperation() {
         // Forward-only, a stage keeps no micro-batch between actions.
         if (!s.model.forwardOnly)
           os << ", in flight <= " << st.peakInFlight << " micro-batch"
-             << (st.peakInFlight == 1 ? "" : "es") << " ("
-             << st.peakStashBytes << " bytes)";
+             << (st.peakInFlight == 1 ? "" : "es") << " (" << st.peakStashBytes
+             << " bytes)";
         os << "\n";
       }
     }

@@ -1355,8 +1355,8 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
              "stage " << si << ": a pipeline stage runs its chunks' "
                              "instructions, so Stage.instructions must be "
                              "empty");
-  const bool forwardOnly = !stage.update_instructions() ||
-                           stage.update_instructions()->size() == 0;
+  const bool forwardOnly =
+      !stage.update_instructions() || stage.update_instructions()->size() == 0;
   LOOM_CHECK(pipe->predicted_stash_peak_bytes() >= -1,
              "stage " << si << ": predicted_stash_peak_bytes "
                       << pipe->predicted_stash_peak_bytes()

@@ -757,8 +757,8 @@ TEST_F(Mpi, PipelineStagesCheckpointToRankZero) {
   ASSERT_TRUE(st.ok()) << st.toString();
   const int r = comm->rank(), stage = r % 2;
   std::unique_ptr<Executor> ex;
-  st = Executor::create(loaded, static_cast<uint32_t>(stage), 5, ex,
-                        comm.get());
+  st =
+      Executor::create(loaded, static_cast<uint32_t>(stage), 5, ex, comm.get());
   ASSERT_TRUE(st.ok()) << st.toString();
   ASSERT_TRUE(ex->isPipelined());
 
@@ -776,8 +776,7 @@ TEST_F(Mpi, PipelineStagesCheckpointToRankZero) {
     ParamInitializer init;
     init.kind = ParamInitializer::Kind::Normal;
     init.std = 0.2f;
-    for (const auto &[name, n] :
-         std::vector<std::pair<std::string, int64_t>>{
+    for (const auto &[name, n] : std::vector<std::pair<std::string, int64_t>>{
              {"shared", 6}, {"a", 5}, {"b", 2}}) {
       const SafeTensor *t = file.find(name);
       ASSERT_TRUE(t) << name;

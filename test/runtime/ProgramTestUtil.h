@@ -496,11 +496,10 @@ inline void makeForwardOnlyPipeline(fb::ProgramT &p) {
   chunk.stash_out.clear();
   chunk.stash_in.clear();
   auto &actions = st.pipeline->actions;
-  actions.erase(std::remove_if(actions.begin(), actions.end(),
-                               [](const fb::PipelineAction &a) {
-                                 return a.backward();
-                               }),
-                actions.end());
+  actions.erase(
+      std::remove_if(actions.begin(), actions.end(),
+                     [](const fb::PipelineAction &a) { return a.backward(); }),
+      actions.end());
 }
 
 } // namespace loom::test

@@ -134,8 +134,7 @@ void PipelineScheduleOp::print(OpAsmPrinter &p) {
   p << " \"" << getSchedule() << "\" stages " << getStages() << " virtual "
     << getVirtualStages() << " microbatches " << getMicrobatches() << " {";
   p.increaseIndent();
-  for (auto [k, fwd, chunkUnits] :
-       llvm::enumerate(getForward(), getUnits())) {
+  for (auto [k, fwd, chunkUnits] : llvm::enumerate(getForward(), getUnits())) {
     p.printNewline();
     p << "chunk " << k << " ";
     p.printAttribute(chunkUnits);
@@ -244,9 +243,8 @@ LogicalResult PipelineScheduleOp::verify() {
         return emitOpError() << "stage " << s << " runs " << name << " twice";
     }
     if (forwardOnly && static_cast<int64_t>(forwardDone.size()) != v * m)
-      return emitOpError() << "stage " << s << " runs "
-                           << forwardDone.size() << " forward actions but "
-                           << v << " chunks x " << m
+      return emitOpError() << "stage " << s << " runs " << forwardDone.size()
+                           << " forward actions but " << v << " chunks x " << m
                            << " micro-batches need one each";
     if (!forwardOnly && static_cast<int64_t>(backwardDone.size()) != v * m)
       return emitOpError() << "stage " << s << " runs "
