@@ -426,11 +426,22 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     sends and receives in that order and fails if the schedule could
     deadlock or mismatch micro-batches.
 
+    With `forward-only` the pass cuts an evaluation (a model function that
+    returns the loss, no `--loom-autodiff`) the same way: each chunk gets
+    only its forward function (the last chunk's returns the micro-batch's
+    loss), nothing is stashed, there is no update, and every stage runs the
+    forward actions of the schedule in its order (Megatron's forward-only
+    schedule). The runtime sums the micro-batch losses over the pipeline
+    axis and divides by `microbatches`, the mean over the whole batch.
+
     **Options:**
     * `stages`: pipeline stages (the size of `axis`; a mesh is created when
       the module has none).
     * `microbatches`: micro-batches per step (0: those of the training step;
-      another count is an error, since the loss seed is 1/microbatches).
+      another count is an error, since the loss seed is 1/microbatches). With
+      `forward-only`, the micro-batches the evaluated batch is split into
+      (0: 1); the function's batch is one micro-batch.
+    * `forward-only`: cut an evaluation instead of a training step.
     * `schedule`: `gpipe`, `1f1b` or `interleaved`.
     * `virtual-stages`: chunks per stage (interleaved only).
     * `axis`: the pipeline mesh axis (default `pp`).
@@ -443,7 +454,9 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
       (ZeRO-1); false keeps the all-reduce in every backward action.
       Reduce-scattered (ZeRO-2/3 sharded) gradients stay per micro-batch.
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
-      estimated on (only their ratio changes the cut).
+      estimated on (only their ratio changes the cut); recorded on the
+      schedule as `loom.cost_model` for the report and the program's
+      predicted timeline.
   }];
   let options = [
     Option<"stages", "stages", "int64_t", /*default=*/"1",
@@ -463,7 +476,10 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     Option<"peakTflops", "peak-tflops", "double", /*default=*/"100.0",
            "Peak FLOP/s of the cost model, in TFLOP/s">,
     Option<"bandwidthGbs", "bandwidth-gbs", "double", /*default=*/"2000.0",
-           "Memory bandwidth of the cost model, in GB/s">
+           "Memory bandwidth of the cost model, in GB/s">,
+    Option<"forwardOnly", "forward-only", "bool", /*default=*/"false",
+           "Cut an evaluation (forward and loss only) instead of a training "
+           "step">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect",
                            "::mlir::func::FuncDialect"];
@@ -500,7 +516,9 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
     * `svg`: also draw the schedule to this file (stages x time, forward
       and backward boxes, bubbles as gaps).
     * `print`: print the report (default); false only checks and draws.
-    * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline).
+    * `peak-tflops`, `bandwidth-gbs`: the roofline (as --loom-pipeline);
+      when not given, the machine --loom-pipeline recorded on the schedule
+      (`loom.cost_model`), else 100 TFLOP/s and 2000 GB/s.
     * `link-gbs`: point-to-point bandwidth between stages (0: free).
   }];
   let options = [

@@ -41,6 +41,13 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pipeline.stages = options.pipelineStages;
     pipeline.schedule = options.schedule;
     pipeline.virtualStages = options.virtualStages;
+    pipeline.peakTflops = options.peakTflops;
+    pipeline.bandwidthGbs = options.bandwidthGbs;
+    // An evaluation is pipelined forward-only, over the micro-batches its
+    // batch is split into (a training step knows its own).
+    pipeline.forwardOnly = !options.train;
+    if (!options.train)
+      pipeline.microbatches = options.microbatches;
     pm.addPass(createLoomPipeline(pipeline));
   }
   if (options.partition) {

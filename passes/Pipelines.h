@@ -62,6 +62,15 @@ struct CompilePipelineOptions
       *this, "virtual-stages",
       llvm::cl::desc("Model chunks per pipeline stage (interleaved)"),
       llvm::cl::init(1)};
+  Option<double> peakTflops{
+      *this, "peak-tflops",
+      llvm::cl::desc("Peak TFLOP/s of the cost model the pipeline stages "
+                     "are balanced on"),
+      llvm::cl::init(100.0)};
+  Option<double> bandwidthGbs{
+      *this, "bandwidth-gbs",
+      llvm::cl::desc("Memory bandwidth (GB/s) of that cost model"),
+      llvm::cl::init(2000.0)};
   Option<bool> train{*this, "train",
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),
@@ -86,9 +95,10 @@ struct CompilePipelineOptions
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
 /// training step is derived first (--loom-autodiff); with `partition`, the
 /// step is split over the module's mesh (--loom-tensor-parallel when
-/// `tensor-parallel`, with `sequence-parallel` its option, --loom-zero, --loom-propagate, --loom-partition); with
-/// `pp` > 1 it is cut into pipeline stages (--loom-pipeline); then buffer
-/// planning.
+/// `tensor-parallel`, with `sequence-parallel` its option, --loom-zero,
+/// --loom-propagate, --loom-partition); with `pp` > 1 it is cut into
+/// pipeline stages (--loom-pipeline; an evaluation forward-only, over
+/// `microbatches`); then buffer planning.
 void buildCompilePipeline(OpPassManager &pm,
                           const CompilePipelineOptions &options);
 

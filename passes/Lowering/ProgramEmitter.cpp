@@ -37,6 +37,7 @@ public:
   struct PipelineInfo {
     mutable PipelineScheduleOp schedule; // accessors are not const
     double stepSeconds = 0, idleFraction = 0;
+    int64_t stashPeakBytes = -1;
   };
 
   /// Emits one stage from `funcs`: an eval program's single function, a
@@ -664,9 +665,11 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
   }
   std::map<int64_t, int64_t> localOf;
   std::vector<flatbuffers::Offset<fb::PipelineChunk>> chunks;
+  // An evaluation's pipeline has forward functions only.
+  const bool forwardOnly = info.schedule.isForwardOnly();
   for (auto &[global, pair] : chunkFuncs) {
     auto [fwd, bwd] = pair;
-    if (!fwd || !bwd)
+    if (!fwd || (!forwardOnly && !bwd))
       return func::FuncOp(funcs.front()).emitOpError()
              << "pipeline chunk " << global
              << " needs both a forward and a backward function";
@@ -691,7 +694,10 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
         loss = *buffer;
       }
     }
-    auto backward = emitBody(bwd);
+    FailureOr<std::vector<flatbuffers::Offset<fb::Instruction>>> backward =
+        std::vector<flatbuffers::Offset<fb::Instruction>>();
+    if (bwd)
+      backward = emitBody(bwd);
     if (failed(backward))
       return failure();
     for (const std::string &name : stashNames) {
@@ -720,9 +726,9 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
     actions.emplace_back(static_cast<uint32_t>(a.chunk),
                          static_cast<uint32_t>(a.microbatch), a.backward);
   return fb::CreatePipelineDirect(
-      fbb, info.schedule.getSchedule().str().c_str(),
-      info.schedule.getStages(), info.schedule.getVirtualStages(), &chunks,
-      &actions, info.stepSeconds, info.idleFraction);
+      fbb, info.schedule.getSchedule().str().c_str(), info.schedule.getStages(),
+      info.schedule.getVirtualStages(), &chunks, &actions, info.stepSeconds,
+      info.idleFraction, info.stashPeakBytes);
 }
 
 LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
@@ -765,7 +771,8 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
   // The simulated timeline of the schedule: each stage's predicted bubble.
   Timeline timeline;
   if (!pipelineStages.empty() &&
-      failed(checkPipelineSchedule(schedules.front(), CostModel(), &timeline)))
+      failed(checkPipelineSchedule(schedules.front(),
+                                   costModelOf(schedules.front()), &timeline)))
     return failure();
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   std::vector<flatbuffers::Offset<fb::Stage>> stages;
@@ -785,6 +792,8 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
         timeline.makespan > 0)
       info.idleFraction =
           timeline.stages[index].idleSeconds / timeline.makespan;
+    if (index < static_cast<int64_t>(timeline.stages.size()))
+      info.stashPeakBytes = timeline.stages[index].peakStashBytes;
     FailureOr<flatbuffers::Offset<fb::Stage>> stage =
         emitter.emit(group, index, &info);
     if (failed(stage))
@@ -1000,7 +1009,8 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
          << ": " << pipe->stages() << " stages x " << pipe->virtual_stages()
          << ", predicted idle "
          << llvm::format("%.4f", pipe->predicted_idle_fraction())
-         << " of the micro-batch phase\n";
+         << " of the micro-batch phase, stash peak "
+         << pipe->predicted_stash_peak_bytes() << " bytes\n";
       if (pipe->chunks())
         for (const fb::PipelineChunk *chunk : *pipe->chunks()) {
           os << "  chunk " << chunk->index() << ": loss %" << chunk->loss()

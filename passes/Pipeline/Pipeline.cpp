@@ -3,7 +3,9 @@
 // `--loom-pipeline`: the micro-batch function of a training step becomes, per
 // model chunk, a forward and a backward function; the optimizer update
 // becomes one function per stage; a `loom.pipeline_schedule` records the
-// cut and the order in which each stage runs its actions.
+// cut and the order in which each stage runs its actions. With
+// forward-only, an evaluation function becomes one forward function per
+// chunk and the schedule keeps only the forward actions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -18,6 +20,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Debug.h"
+#include "llvm/Support/Format.h"
 
 #include <map>
 #include <set>
@@ -121,18 +124,20 @@ void ChunkFunc::sortArguments(func::FuncOp train) {
                                  newIndex[updates.getInt()]));
 }
 
-/// Builds the stage functions of one training step.
+/// Builds the stage functions of one training step (or, `forwardOnly`, of
+/// one evaluation: forward functions only).
 class StageBuilder {
 public:
   StageBuilder(func::FuncOp train, const StepCut &cut,
                ArrayRef<int64_t> chunkOfUnit, int64_t stages, MeshOp mesh,
-               StringRef axis)
+               StringRef axis, bool forwardOnly)
       : train(train), cut(cut), chunkOfUnit(chunkOfUnit), stages(stages),
-        mesh(mesh), axis(axis), b(train.getContext()) {}
+        mesh(mesh), axis(axis), forwardOnly(forwardOnly),
+        b(train.getContext()) {}
 
   LogicalResult build(StringRef modelName, int64_t microbatches);
 
-  /// funcs[chunk][part]
+  /// funcs[chunk][part] (forward-only: no backward function).
   std::vector<std::array<ChunkFunc, 2>> funcs;
 
 private:
@@ -154,6 +159,7 @@ private:
   int64_t stages;
   MeshOp mesh;
   StringRef axis;
+  bool forwardOnly;
   OpBuilder b;
   int64_t nextTag = 0;
   /// (value, chunk, part) -> value carried there by send / recv.
@@ -354,10 +360,14 @@ LogicalResult StageBuilder::build(StringRef modelName, int64_t microbatches) {
   MLIRContext *ctx = train.getContext();
   int64_t chunks = chunkOfUnit.empty() ? 0 : chunkOfUnit.back() + 1;
   b.setInsertionPoint(train);
-  // 1. Empty functions, one forward and one backward per chunk.
+  // 1. Empty functions, one forward and one backward per chunk (only the
+  //    forward when forward-only).
+  SmallVector<Part> parts{Forward};
+  if (!forwardOnly)
+    parts.push_back(Backward);
   funcs.resize(chunks);
   for (int64_t c = 0; c < chunks; ++c)
-    for (Part part : {Forward, Backward}) {
+    for (Part part : parts) {
       std::string name = (modelName + (part == Forward ? "_fwd" : "_bwd") +
                           std::to_string(c))
                              .str();
@@ -397,7 +407,13 @@ LogicalResult StageBuilder::build(StringRef modelName, int64_t microbatches) {
     f.results.insert(f.results.begin(), f.mapping.lookup(loss));
     f.resultAttrs.insert(f.resultAttrs.begin(), NamedAttrList());
   }
-  for (int64_t c = chunks - 1; c >= 0; --c) {
+  if (forwardOnly)
+    for (Operation &op : body.without_terminator())
+      if (!cut.forward.contains(&op))
+        return op.emitOpError()
+               << "does not feed the loss; a forward-only pipeline runs "
+                  "only the ops the loss depends on";
+  for (int64_t c = forwardOnly ? -1 : chunks - 1; c >= 0; --c) {
     for (Operation &op : body.without_terminator())
       if (!cut.forward.contains(&op) && !cut.accumulationOps.contains(&op) &&
           chunkOf(&op) == c)
@@ -410,7 +426,7 @@ LogicalResult StageBuilder::build(StringRef modelName, int64_t microbatches) {
 
   // 3. Returns and signatures.
   for (int64_t c = 0; c < chunks; ++c)
-    for (Part part : {Forward, Backward}) {
+    for (Part part : parts) {
       ChunkFunc &f = funcs[c][part];
       f.sortArguments(train);
       OpBuilder rb(ctx);
@@ -448,6 +464,36 @@ struct LoomPipelinePass
 void LoomPipelinePass::runOnOperation() {
   ModuleOp module = getOperation();
   func::FuncOp train, update;
+  if (forwardOnly) {
+    // An evaluation: the one function with a body, returning the loss.
+    for (auto func : module.getOps<func::FuncOp>()) {
+      if (func.isExternal())
+        continue;
+      if (func->hasAttr(LoomDialect::kTrainAttr) ||
+          func->hasAttr(LoomDialect::kPipelineAttr)) {
+        func.emitOpError() << "is part of a training step or already a "
+                              "pipeline stage; forward-only cuts a model "
+                              "function that returns the loss (drop "
+                              "forward-only to pipeline a training step)";
+        return signalPassFailure();
+      }
+      if (train) {
+        func.emitOpError() << "is a second function; a forward-only "
+                              "pipeline cuts one evaluation";
+        return signalPassFailure();
+      }
+      train = func;
+    }
+    if (!train) {
+      mlir::emitError(module.getLoc())
+          << "loom-pipeline: forward-only needs a model function that "
+             "returns the loss; the module has none";
+      return signalPassFailure();
+    }
+    if (failed(pipeline(train, update)))
+      return signalPassFailure();
+    return;
+  }
   for (auto func : module.getOps<func::FuncOp>()) {
     auto phase = func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
     StringAttr name = phase ? phase.getAs<StringAttr>("phase") : StringAttr();
@@ -492,6 +538,14 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     return error() << "loom-pipeline: unknown schedule '"
                               << schedule
                               << "'; use gpipe, 1f1b or interleaved";
+  if (!(peakTflops > 0) || !(bandwidthGbs > 0)) {
+    std::string got;
+    llvm::raw_string_ostream(got)
+        << llvm::format("%g and %g", double(peakTflops), double(bandwidthGbs));
+    return error() << "loom-pipeline: peak-tflops and bandwidth-gbs must be "
+                      "positive, got "
+                   << got;
+  }
   int64_t p = stages, v = virtualStages;
   if (p < 1 || v < 1)
     return error()
@@ -508,10 +562,14 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
               "per stage)";
   auto trainAttr = train->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
   int64_t stepMicrobatches = 1;
-  if (auto m = trainAttr.getAs<IntegerAttr>("microbatches"))
+  if (auto m = trainAttr ? trainAttr.getAs<IntegerAttr>("microbatches")
+                         : IntegerAttr())
     stepMicrobatches = m.getInt();
   int64_t m = microbatches == 0 ? stepMicrobatches : int64_t(microbatches);
-  if (m != stepMicrobatches)
+  if (m < 1)
+    return error() << "loom-pipeline: microbatches must be >= 1, got " << m;
+  // An evaluation has no loss seed: any count of micro-batches splits it.
+  if (!forwardOnly && m != stepMicrobatches)
     return error()
            << "loom-pipeline: microbatches=" << m
            << " but the training step was derived for " << stepMicrobatches
@@ -563,7 +621,9 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     return error()
            << "loom-pipeline: virtual-stages=" << v << " does not divide the "
            << cut->numBlocks << " layers";
-  if (*kind != ScheduleKind::GPipe && m < p)
+  // (Forward-only, every schedule runs its forwards in order; 1F1B's
+  // warm-up bound does not apply.)
+  if (!forwardOnly && *kind != ScheduleKind::GPipe && m < p)
     return error()
            << "loom-pipeline: schedule=" << schedule << " needs at least as "
            << "many micro-batches as stages (microbatches=" << m
@@ -590,7 +650,7 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
   // 4. Stage functions.
   StringRef modelName = train.getSymName();
   modelName.consume_back("_train");
-  StageBuilder builder(train, *cut, chunkOfUnit, p, mesh, axis);
+  StageBuilder builder(train, *cut, chunkOfUnit, p, mesh, axis, forwardOnly);
   if (failed(builder.build(modelName, m)))
     return failure();
 
@@ -598,9 +658,10 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
   llvm::StringMap<SmallVector<int64_t>> placed;
   for (auto [c, pair] : llvm::enumerate(builder.funcs))
     for (ChunkFunc &f : pair)
-      f.func.walk([&, c = c](BlockOp block) {
-        placed[block.getLabel()].push_back(c);
-      });
+      if (f.func)
+        f.func.walk([&, c = c](BlockOp block) {
+          placed[block.getLabel()].push_back(c);
+        });
   for (auto [u, unit] : llvm::enumerate(cut->units)) {
     if (u == 0 || u + 1 == cut->units.size())
       continue;
@@ -614,11 +675,12 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
              << " backward chunks; each must be in exactly one";
   }
 
-  // 5. Per-stage updates; the parameters each stage holds.
+  // 5. Per-stage updates (none forward-only); the parameters each stage
+  //    holds.
   std::map<std::string, std::vector<int64_t>> owners;
   for (auto [c, pair] : llvm::enumerate(builder.funcs))
     for (ChunkFunc &f : pair)
-      for (unsigned i = 0; i < f.func.getNumArguments(); ++i) {
+      for (unsigned i = 0; f.func && i < f.func.getNumArguments(); ++i) {
         auto role =
             f.func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
         auto name =
@@ -633,7 +695,7 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     llvm::sort(s);
   SmallVector<Attribute> updates;
   SmallVector<func::FuncOp> stageUpdates;
-  for (int64_t s = 0; s < p; ++s) {
+  for (int64_t s = 0; update && s < p; ++s) {
     FailureOr<func::FuncOp> stageUpdate =
         buildStageUpdate(update, s, p, owners, mesh, axis);
     if (failed(stageUpdate))
@@ -641,7 +703,7 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     updates.push_back(FlatSymbolRefAttr::get(stageUpdate->getSymNameAttr()));
     stageUpdates.push_back(*stageUpdate);
   }
-  if (reduceOncePerStep) {
+  if (reduceOncePerStep && !forwardOnly) {
     SmallVector<func::FuncOp> backwardFuncs;
     for (auto &pair : builder.funcs)
       backwardFuncs.push_back(pair[Backward].func);
@@ -655,25 +717,40 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
   for (int64_t c = 0; c < p * v; ++c) {
     forward.push_back(
         FlatSymbolRefAttr::get(builder.funcs[c][Forward].func.getSymNameAttr()));
-    backward.push_back(FlatSymbolRefAttr::get(
-        builder.funcs[c][Backward].func.getSymNameAttr()));
+    if (!forwardOnly)
+      backward.push_back(FlatSymbolRefAttr::get(
+          builder.funcs[c][Backward].func.getSymNameAttr()));
     SmallVector<StringRef> names;
     for (int64_t u = 0; u < numUnits; ++u)
       if (chunkOfUnit[u] == c)
         names.push_back(cut->units[u].name);
     units.push_back(sb.getStrArrayAttr(names));
   }
-  for (int64_t s = 0; s < p; ++s)
-    actions.push_back(encodePipelineActions(
-        ctx, buildStageActions(*kind, s, p, v, m)));
+  for (int64_t s = 0; s < p; ++s) {
+    SmallVector<PipelineAction> stageActions =
+        buildStageActions(*kind, s, p, v, m);
+    // Forward-only: the schedule's forwards, in its order.
+    if (forwardOnly)
+      llvm::erase_if(stageActions,
+                     [](const PipelineAction &a) { return a.backward; });
+    actions.push_back(encodePipelineActions(ctx, stageActions));
+  }
   auto scheduleOp = PipelineScheduleOp::create(
       sb, train.getLoc(), sb.getStringAttr(schedule), sb.getI64IntegerAttr(p),
       sb.getI64IntegerAttr(v), sb.getI64IntegerAttr(m),
       sb.getArrayAttr(forward), sb.getArrayAttr(backward),
       sb.getArrayAttr(updates), sb.getArrayAttr(units),
       sb.getArrayAttr(actions));
+  // The machine the cut assumed, for the program's predicted timeline.
+  scheduleOp->setAttr(
+      LoomDialect::kCostModelAttr,
+      sb.getDictionaryAttr(
+          {sb.getNamedAttr("peak_tflops", sb.getF64FloatAttr(peakTflops)),
+           sb.getNamedAttr("bandwidth_gbs",
+                           sb.getF64FloatAttr(bandwidthGbs))}));
   train.erase();
-  update.erase();
+  if (update)
+    update.erase();
   if (failed(scheduleOp.verify()) ||
       failed(checkPipelineSchedule(scheduleOp, costs)))
     return failure();

@@ -35,6 +35,18 @@ double CostModel::seconds(func::FuncOp func) const {
   return total;
 }
 
+CostModel mlir::loom::costModelOf(PipelineScheduleOp schedule) {
+  CostModel costs;
+  if (auto machine = schedule->getAttrOfType<DictionaryAttr>(
+          LoomDialect::kCostModelAttr)) {
+    if (auto peak = machine.getAs<FloatAttr>("peak_tflops"))
+      costs.peakFlopsPerSecond = peak.getValueAsDouble() * 1e12;
+    if (auto bandwidth = machine.getAs<FloatAttr>("bandwidth_gbs"))
+      costs.memoryBytesPerSecond = bandwidth.getValueAsDouble() * 1e9;
+  }
+  return costs;
+}
+
 /// The sends and receives of `func`'s top level, in program order.
 static LogicalResult collectComm(func::FuncOp func,
                                  SmallVectorImpl<CommEvent> &events) {
@@ -64,17 +76,21 @@ mlir::loom::buildPipelineModel(PipelineScheduleOp schedule,
     return symbols.lookupNearestSymbolFrom<func::FuncOp>(
         schedule, cast<FlatSymbolRefAttr>(ref));
   };
-  for (auto [fwdRef, bwdRef] :
-       llvm::zip(schedule.getForward(), schedule.getBackward())) {
-    func::FuncOp fwd = lookup(fwdRef), bwd = lookup(bwdRef);
-    if (!fwd || !bwd)
+  model.forwardOnly = schedule.isForwardOnly();
+  for (auto [k, fwdRef] : llvm::enumerate(schedule.getForward())) {
+    // A forward-only pipeline (an evaluation) has no backward functions.
+    func::FuncOp fwd = lookup(fwdRef);
+    func::FuncOp bwd =
+        model.forwardOnly ? func::FuncOp() : lookup(schedule.getBackward()[k]);
+    if (!fwd || (!model.forwardOnly && !bwd))
       return schedule.emitOpError() << "names a chunk function that does "
                                        "not exist";
     ChunkModel chunk;
     chunk.forwardSeconds = costs.seconds(fwd);
-    chunk.backwardSeconds = costs.seconds(bwd);
+    if (bwd)
+      chunk.backwardSeconds = costs.seconds(bwd);
     if (failed(collectComm(fwd, chunk.forwardComm)) ||
-        failed(collectComm(bwd, chunk.backwardComm)))
+        (bwd && failed(collectComm(bwd, chunk.backwardComm))))
       return failure();
     for (unsigned i = 0; i < fwd.getNumResults(); ++i)
       if (fwd.getResultAttr(i, LoomDialect::kStashAttr))

@@ -34,6 +34,10 @@ struct CostModel {
   double seconds(func::FuncOp func) const;
 };
 
+/// The machine recorded on `schedule` by --loom-pipeline (loom.cost_model),
+/// or the default one.
+CostModel costModelOf(PipelineScheduleOp schedule);
+
 /// The pipeline `schedule` describes, with costs from `costs`. Fails with a
 /// diagnostic on the schedule op when a function is missing or a send or
 /// receive names no stage.

@@ -99,9 +99,12 @@ void LoomPipelineReportPass::runOnOperation() {
     return signalPassFailure();
   }
   PipelineScheduleOp op = schedules.front();
-  CostModel costs;
-  costs.peakFlopsPerSecond = peakTflops * 1e12;
-  costs.memoryBytesPerSecond = bandwidthGbs * 1e9;
+  // The machine the cut was made for, unless the options name another.
+  CostModel costs = costModelOf(op);
+  if (peakTflops.hasValue())
+    costs.peakFlopsPerSecond = peakTflops * 1e12;
+  if (bandwidthGbs.hasValue())
+    costs.memoryBytesPerSecond = bandwidthGbs * 1e9;
   costs.linkBytesPerSecond = linkGbs * 1e9;
 
   // 1. The schedule of the module, then the comparison.
@@ -133,7 +136,10 @@ void LoomPipelineReportPass::runOnOperation() {
     return success();
   };
   LogicalResult compared = success();
-  if (main.kind == ScheduleKind::OneFOneB)
+  if (main.model.forwardOnly) {
+    // An evaluation: every schedule runs the same forwards; nothing to
+    // compare.
+  } else if (main.kind == ScheduleKind::OneFOneB)
     compared = compare("gpipe", ScheduleKind::GPipe, main.model);
   else if (main.kind == ScheduleKind::GPipe && m >= p)
     compared = compare("1f1b", ScheduleKind::OneFOneB, main.model);
@@ -185,6 +191,7 @@ void LoomPipelineReportPass::runOnOperation() {
                             {"stages", p},
                             {"virtual_stages", v},
                             {"microbatches", m},
+                            {"forward_only", main.model.forwardOnly},
                             {"chunks", std::move(chunks)},
                             {"schedules", std::move(list)}};
     llvm::outs() << llvm::formatv("{0:2}", llvm::json::Value(std::move(root)))
@@ -195,14 +202,17 @@ void LoomPipelineReportPass::runOnOperation() {
        << " stage" << (p == 1 ? "" : "s");
     if (v > 1)
       os << " x " << v << " virtual";
-    os << ", " << m << " micro-batch" << (m == 1 ? "" : "es") << "\n";
+    os << ", " << m << " micro-batch" << (m == 1 ? "" : "es")
+       << (main.model.forwardOnly ? ", forward-only (evaluation)" : "") << "\n";
     for (auto [k, chunk] : llvm::enumerate(main.model.chunks)) {
       os << "  chunk " << k << " on stage " << int64_t(k) % p << ":";
       for (auto [i, name] : llvm::enumerate(cast<ArrayAttr>(op.getUnits()[k])))
         os << (i ? ", " : " ") << cast<StringAttr>(name).getValue();
-      os << "; forward " << micros(chunk.forwardSeconds) << ", backward "
-         << micros(chunk.backwardSeconds) << ", stash " << chunk.stashBytes
-         << " bytes\n";
+      os << "; forward " << micros(chunk.forwardSeconds);
+      if (!main.model.forwardOnly)
+        os << ", backward " << micros(chunk.backwardSeconds) << ", stash "
+           << chunk.stashBytes << " bytes";
+      os << "\n";
     }
     for (const Scenario &s : scenarios) {
       os << "  schedule " << s.name << ": step "
@@ -212,12 +222,16 @@ void LoomPipelineReportPass::runOnOperation() {
                                      s.kind, p, s.virtualStages, m))
          << "), bubble overhead " << fraction(s.timeline.bubbleOverhead())
          << "\n";
-      for (auto [i, st] : llvm::enumerate(s.timeline.stages))
+      for (auto [i, st] : llvm::enumerate(s.timeline.stages)) {
         os << "    stage " << i << ": busy " << micros(st.busySeconds)
-           << ", idle " << micros(st.idleSeconds) << ", in flight <= "
-           << st.peakInFlight << " micro-batch"
-           << (st.peakInFlight == 1 ? "" : "es") << " ("
-           << st.peakStashBytes << " bytes)\n";
+           << ", idle " << micros(st.idleSeconds);
+        // Forward-only, a stage keeps no micro-batch between actions.
+        if (!s.model.forwardOnly)
+          os << ", in flight <= " << st.peakInFlight << " micro-batch"
+             << (st.peakInFlight == 1 ? "" : "es") << " (" << st.peakStashBytes
+             << " bytes)";
+        os << "\n";
+      }
     }
   }
 

@@ -236,6 +236,8 @@ bool mlir::loom::simulatePipeline(const PipelineModel &model,
     st.idleSeconds = timeline.makespan - st.busySeconds;
     int64_t inFlight = 0, bytes = 0;
     for (const PipelineAction &a : model.actions[s]) {
+      if (model.forwardOnly)
+        break;
       int64_t stash = chunkOf(s, a).stashBytes;
       inFlight += a.backward ? -1 : 1;
       bytes += a.backward ? -stash : stash;

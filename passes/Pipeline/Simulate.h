@@ -52,6 +52,9 @@ struct PipelineModel {
   /// Point-to-point bandwidth; a message takes bytes / this to arrive
   /// (<= 0: messages arrive when sent).
   double linkBytesPerSecond = 0;
+  /// An evaluation: forward actions only, nothing kept between them (no
+  /// micro-batch is ever in flight).
+  bool forwardOnly = false;
 };
 
 struct ActionTiming {

@@ -351,8 +351,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
       LOOM_CHECK(held->shape == t.shape,
                  "cannot save '" << path << "': tensor '" << t.name
                                  << "' has shape " << shapeStr(t.shape)
-                                 << " on pipeline stage " << stage
-                                 << " but " << shapeStr(held->shape)
+                                 << " on pipeline stage " << stage << " but "
+                                 << shapeStr(held->shape)
                                  << " on an earlier stage");
       if (held->data != t.data) {
         const float *a = reinterpret_cast<const float *>(held->data.data());
@@ -362,8 +362,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
           worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
         LOOM_ERROR("cannot save '"
                    << path << "': tensor '" << t.name
-                   << "' is held by several pipeline stages and stage "
-                   << stage << "'s copy differs from an earlier stage's (max "
+                   << "' is held by several pipeline stages and stage " << stage
+                   << "'s copy differs from an earlier stage's (max "
                    << "|difference| " << worst
                    << "); the shared parameter's copies went out of step, "
                       "so the stages no longer train one model");

@@ -245,7 +245,9 @@ float *Executor::temp(std::vector<float> &pool, int64_t count) {
 Status Executor::run(std::vector<InstructionTiming> *timings) {
   LOOM_CHECK(!isPipelined(),
              "stage " << stageTable->index()
-                      << " is a pipeline stage; it runs as a training step");
+                      << " is a pipeline stage; it runs its actions "
+                         "(trainStep, or evaluatePipelined without an "
+                         "update)");
   return runList(stageTable->instructions(), false, 0, timings);
 }
 
@@ -304,6 +306,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const size_t tokenBytes = static_cast<size_t>(rows * T) * sizeof(int32_t);
   // Stashed activations of the micro-batches in flight, by (chunk, mb).
   std::map<std::pair<uint32_t, uint32_t>, std::vector<uint8_t>> stash;
+  int64_t stashBytes = 0; // held in `stash` now
+  result.stashPeakBytes = 0;
   double lossSum = 0;
   const int64_t start = steadyNowNs();
   recvWaitNs = 0;
@@ -331,6 +335,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
           const uint8_t *from = static_cast<const uint8_t *>(bufferData(b));
           kept.insert(kept.end(), from, from + bytes);
         }
+      stashBytes += static_cast<int64_t>(kept.size());
+      result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         float loss = 0;
         std::memcpy(&loss, bufferData(static_cast<uint32_t>(chunk.loss())),
@@ -352,6 +358,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
         std::memcpy(bufferData(b), from, bytes);
         from += bytes;
       }
+    stashBytes -= static_cast<int64_t>(it->second.size());
     stash.erase(it);
     LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
                                  static_cast<int32_t>(a->chunk()), true,
@@ -446,6 +453,29 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
     std::memcpy(&result.gradNorm,
                 bufferData(static_cast<uint32_t>(stageTable->grad_norm())),
                 sizeof(float));
+  return Status::success();
+}
+
+Status Executor::evaluatePipelined(const int32_t *inputs,
+                                   const int32_t *targets,
+                                   TrainStepResult &result,
+                                   std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(isPipelined() && !isTraining(),
+             "stage " << stageTable->index()
+                      << " is not an evaluation's pipeline stage (a "
+                         "pipeline stage without update_instructions)");
+  const int64_t M = stageTable->microbatches();
+  const int64_t rows = localBatch() / M, T = modelInfo->seq();
+  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
+    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
+               "stage " << stageTable->index() << ": buffer "
+                        << program::shapeString(shapes[b])
+                        << " does not hold one micro-batch of " << rows << " x "
+                        << T << " tokens");
+  // The forward actions alone: nothing is stashed (the chunks keep
+  // nothing), the loss is summed over the pipeline.
+  LOOM_RETURN_IF_ERROR(trainStepPipelined(inputs, targets, result, timings));
+  result.gradNorm = std::numeric_limits<float>::quiet_NaN();
   return Status::success();
 }
 

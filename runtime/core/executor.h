@@ -52,6 +52,9 @@ struct TrainStepResult {
   /// and how much of it the stage waited for its neighbours (receives).
   int64_t pipelineNs = 0;
   int64_t pipelineWaitNs = 0;
+  /// A pipeline stage: the most bytes of stashed activations it held at
+  /// once (Pipeline.predicted_stash_peak_bytes predicts it).
+  int64_t stashPeakBytes = 0;
 };
 
 /// A parameter of the stage, as the executor holds it.
@@ -140,6 +143,16 @@ public:
   Status trainStep(const int32_t *inputs, const int32_t *targets, int64_t step,
                    float lr, TrainStepResult &result,
                    std::vector<InstructionTiming> *timings = nullptr);
+
+  /// One evaluation step of an evaluation's pipeline stage (a pipeline
+  /// stage without update_instructions): the stage's forward actions on
+  /// the Stage.microbatches micro-batches of `inputs` / `targets` (as
+  /// trainStep), then the loss all-reduced over `pp` and divided by the
+  /// micro-batch count: the mean loss over the whole batch, on every stage.
+  /// `result.gradNorm` is NaN.
+  Status evaluatePipelined(const int32_t *inputs, const int32_t *targets,
+                           TrainStepResult &result,
+                           std::vector<InstructionTiming> *timings = nullptr);
 
   /// Rows of the global batch this rank reads: model.batch / (size of the
   /// mesh axis named "dp", 1 if none).

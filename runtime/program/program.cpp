@@ -1353,7 +1353,9 @@ Status checkInstructionList(
 
 /// A pipeline stage: its chunks' instruction lists, stashes and loss, and
 /// actions that run every chunk's forward and backward on every
-/// micro-batch once, the forward first.
+/// micro-batch once, the forward first. A stage without update_instructions
+/// is an evaluation's (forward-only): no backward instructions, no stash,
+/// and only forward actions, each chunk and micro-batch once.
 Status checkPipeline(const Stage &stage, const StageFacts &facts) {
   const Pipeline *pipe = stage.pipeline();
   if (!pipe)
@@ -1364,10 +1366,12 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
              "stage " << si << ": a pipeline stage runs its chunks' "
                              "instructions, so Stage.instructions must be "
                              "empty");
-  LOOM_CHECK(stage.update_instructions() &&
-                 stage.update_instructions()->size() > 0,
-             "stage " << si << ": a pipeline stage is a training step and "
-                             "needs update_instructions");
+  const bool forwardOnly =
+      !stage.update_instructions() || stage.update_instructions()->size() == 0;
+  LOOM_CHECK(pipe->predicted_stash_peak_bytes() >= -1,
+             "stage " << si << ": predicted_stash_peak_bytes "
+                      << pipe->predicted_stash_peak_bytes()
+                      << " is negative (-1: unknown)");
   const auto *chunks = pipe->chunks();
   LOOM_CHECK(chunks && chunks->size() > 0,
              "stage " << si << ": the pipeline has no chunks");
@@ -1381,6 +1385,12 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
         checkInstructionList(stage, facts, chunk->backward(), false));
     const std::vector<uint32_t> out = toVector(chunk->stash_out()),
                                 in = toVector(chunk->stash_in());
+    LOOM_CHECK(!forwardOnly ||
+                   ((!chunk->backward() || chunk->backward()->size() == 0) &&
+                    out.empty()),
+               label << ": a pipeline stage without update_instructions is "
+                        "an evaluation's, but the chunk has backward "
+                        "instructions or stashes activations");
     LOOM_CHECK(out.size() == in.size(),
                label << ": " << out.size() << " stashed buffers but "
                      << in.size() << " buffers to restore them into");
@@ -1413,16 +1423,24 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
                  "stage " << si << ": action " << name
                           << " names a chunk or micro-batch out of range");
       std::pair<uint32_t, uint32_t> key{a->chunk(), a->microbatch()};
+      LOOM_CHECK(!forwardOnly || !a->backward(),
+                 "stage " << si << ": action " << name
+                          << " is a backward, but the stage has no "
+                             "update_instructions (an evaluation's pipeline "
+                             "runs forwards only)");
       LOOM_CHECK(a->backward() ? forward.count(key) && backward.insert(key).second
                                : forward.insert(key).second,
                  "stage " << si << ": action " << name
                           << " repeats or precedes its forward");
     }
-  LOOM_CHECK(static_cast<int64_t>(backward.size()) ==
+  const std::set<std::pair<uint32_t, uint32_t>> &complete =
+      forwardOnly ? forward : backward;
+  LOOM_CHECK(static_cast<int64_t>(complete.size()) ==
                  static_cast<int64_t>(chunks->size()) * m,
-             "stage " << si << ": the actions run " << backward.size()
-                      << " backwards but " << chunks->size() << " chunks x "
-                      << m << " micro-batches need one each");
+             "stage " << si << ": the actions run " << complete.size()
+                      << (forwardOnly ? " forwards" : " backwards") << " but "
+                      << chunks->size() << " chunks x " << m
+                      << " micro-batches need one each");
   return Status::success();
 }
 

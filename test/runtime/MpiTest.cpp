@@ -9,7 +9,9 @@
 // data-parallel training program on 2 ranks (each half of the world) giving
 // the single-rank losses and weights; sharded parameter init and checkpoint
 // save / load; ZeRO-sharded AdamW moments of a replicated parameter saved as
-// global tensors and loaded back as each rank's block. Every rank runs every test; the fixture's TearDown reports a
+// global tensors and loaded back as each rank's block; the tensors of two
+// pipeline stages written by rank 0, a shared one once (refused when its
+// copies differ). Every rank runs every test; the fixture's TearDown reports a
 // failure on any rank on all ranks, and only rank 0 prints and writes
 // --gtest_output.
 //
@@ -718,6 +720,96 @@ TEST_F(Mpi, ZeroShardedMomentsCheckpoint) {
   MPI_Barrier(MPI_COMM_WORLD);
   if (d == 0)
     std::remove(path.c_str());
+}
+
+TEST_F(Mpi, PipelineStagesCheckpointToRankZero) {
+  // Mesh dp=2, pp=2: stage 0 holds "shared" and "a", stage 1 holds "b" and
+  // "shared" (as GPT-2's tied wte on the first and the last stage). Each
+  // stage's lead sends its tensors to rank 0, which writes every tensor
+  // once; when the stages' copies of "shared" differ, rank 0 refuses.
+  auto p = emptyProgram(2, 4, 16);
+  addMesh(*p, {{"dp", 2}, {"pp", 2}});
+  p->stages.push_back(std::make_unique<fb::StageT>());
+  const std::vector<std::vector<std::pair<std::string, int64_t>>> held = {
+      {{"shared", 6}, {"a", 5}}, {{"b", 2}, {"shared", 6}}};
+  for (uint32_t k = 0; k < 2; ++k) {
+    fb::StageT &stage = *p->stages[k];
+    stage.index = k;
+    StageBuilder s(stage);
+    for (const auto &[name, n] : held[k])
+      s.param(name, {n});
+    // An evaluation's pipeline stage: one chunk, one forward action.
+    const uint32_t out = s.buffer("out", {});
+    s.op(fb::Opcode::Fill, "fill", {}, {out}).value = 1.0;
+    auto pipe = std::make_unique<fb::PipelineT>();
+    pipe->schedule = "1f1b";
+    pipe->stages = 2;
+    auto chunk = std::make_unique<fb::PipelineChunkT>();
+    chunk->index = k;
+    chunk->forward.push_back(std::move(stage.instructions.back()));
+    stage.instructions.clear();
+    pipe->chunks.push_back(std::move(chunk));
+    pipe->actions.emplace_back(0, 0, false);
+    stage.pipeline = std::move(pipe);
+  }
+  program::LoadedProgram loaded;
+  Status st = program::loadProgramBytes(serialize(*p), "pipeline", loaded);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  const int r = comm->rank(), stage = r % 2;
+  std::unique_ptr<Executor> ex;
+  st =
+      Executor::create(loaded, static_cast<uint32_t>(stage), 5, ex, comm.get());
+  ASSERT_TRUE(st.ok()) << st.toString();
+  ASSERT_TRUE(ex->isPipelined());
+
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path =
+      "/tmp/loom_mpi_pipeline_" + std::to_string(pid) + ".safetensors";
+  st = saveCheckpoint(*ex, path);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) {
+    SafetensorsFile file;
+    ASSERT_TRUE(readSafetensors(path, file).ok());
+    EXPECT_EQ(file.tensors.size(), 3u);
+    ParamInitializer init;
+    init.kind = ParamInitializer::Kind::Normal;
+    init.std = 0.2f;
+    for (const auto &[name, n] : std::vector<std::pair<std::string, int64_t>>{
+             {"shared", 6}, {"a", 5}, {"b", 2}}) {
+      const SafeTensor *t = file.find(name);
+      ASSERT_TRUE(t) << name;
+      EXPECT_EQ(t->shape, (std::vector<int64_t>{n}));
+      std::vector<float> expected(static_cast<size_t>(n)), got;
+      ASSERT_TRUE(
+          initParamSlice(expected.data(), name, 5, init, {n}, {0}, {n}).ok());
+      ASSERT_TRUE(toFloat32(*t, got).ok());
+      EXPECT_EQ(got, expected) << name;
+    }
+  }
+  // Stage 1's copy of "shared" drifts: rank 0 refuses to write.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (stage == 1)
+    for (const ParamView &v : ex->params())
+      if (v.name == "shared")
+        static_cast<float *>(ex->bufferData(v.buffer))[0] += 1.0f;
+  st = saveCheckpoint(*ex, path + ".drift");
+  if (r == 0) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("tensor 'shared' is held by several pipeline "
+                                "stages and stage 1's copy differs from an "
+                                "earlier stage's (max |difference| 1)"),
+              std::string::npos)
+        << st.message();
+  } else {
+    EXPECT_TRUE(st.ok()) << st.toString();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) {
+    std::remove(path.c_str());
+    std::remove((path + ".drift").c_str());
+  }
 }
 
 int main(int argc, char **argv) {

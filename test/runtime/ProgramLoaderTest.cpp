@@ -1138,6 +1138,11 @@ TEST(ProgramVerifier, PipelineStages) {
            "the pipeline has no chunks");
   rejected(
       [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->predicted_stash_peak_bytes = -7;
+      },
+      "predicted_stash_peak_bytes -7 is negative");
+  rejected(
+      [](fb::ProgramT &p) {
         p.stages[0]->pipeline->chunks[0]->stash_in = {
             static_cast<uint32_t>(p.stages[0]->tokens)};
       },
@@ -1171,6 +1176,49 @@ TEST(ProgramVerifier, PipelineStages) {
             fb::Opcode::AdamW;
       },
       "belongs in update_instructions");
+}
+
+TEST(ProgramVerifier, ForwardOnlyPipelineStages) {
+  // An evaluation's pipeline stage (no update_instructions): forwards only.
+  auto rejected = [](const std::function<void(fb::ProgramT &)> &edit,
+                     const std::string &needle) {
+    MiniGptTrainOptions o;
+    o.microbatches = 2;
+    MiniGptDims d;
+    d.B = 4;
+    auto p = miniGptTrain(d, o);
+    makeForwardOnlyPipeline(*p);
+    edit(*p);
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+    EXPECT_NE(s.message().find(needle), std::string::npos)
+        << "message: " << s.message() << "\nmissing: " << needle;
+  };
+  {
+    MiniGptTrainOptions o;
+    o.microbatches = 2;
+    MiniGptDims d;
+    d.B = 4;
+    auto p = miniGptTrain(d, o);
+    makeForwardOnlyPipeline(*p);
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->actions.emplace_back(0, 0, true);
+      },
+      "is a backward, but the stage has no update_instructions");
+  rejected(
+      [](fb::ProgramT &p) {
+        auto &chunk = *p.stages[0]->pipeline->chunks[0];
+        chunk.backward.push_back(std::move(chunk.forward.back()));
+        chunk.forward.pop_back();
+      },
+      "the chunk has backward instructions or stashes activations");
+  rejected([](fb::ProgramT &p) { p.stages[0]->pipeline->actions.pop_back(); },
+           "the actions run 1 forwards but 1 chunks x 2 micro-batches need "
+           "one each");
 }
 
 TEST(ProgramVerifier, AllReduceAmongMembers) {

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -481,6 +482,24 @@ inline void makeSingleChunkPipeline(fb::ProgramT &p) {
     pipe->actions.emplace_back(0, mb, true);
   }
   st.pipeline = std::move(pipe);
+}
+
+/// Makes a miniGptTrain() program an evaluation's one-stage pipeline: as
+/// makeSingleChunkPipeline, then without the backward, the stash, the
+/// backward actions and the update (an evaluation's stage: forwards only).
+inline void makeForwardOnlyPipeline(fb::ProgramT &p) {
+  makeSingleChunkPipeline(p);
+  fb::StageT &st = *p.stages[0];
+  st.update_instructions.clear();
+  fb::PipelineChunkT &chunk = *st.pipeline->chunks[0];
+  chunk.backward.clear();
+  chunk.stash_out.clear();
+  chunk.stash_in.clear();
+  auto &actions = st.pipeline->actions;
+  actions.erase(
+      std::remove_if(actions.begin(), actions.end(),
+                     [](const fb::PipelineAction &a) { return a.backward(); }),
+      actions.end());
 }
 
 } // namespace loom::test

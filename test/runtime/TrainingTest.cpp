@@ -342,6 +342,42 @@ TEST(Training, PipelineStageRunsItsActionsLikeTheStep) {
   EXPECT_EQ(weights[1], weights[0]);
 }
 
+TEST(Training, ForwardOnlyPipelineStageEvaluatesLikeTheStep) {
+  // An evaluation's one-chunk pipeline stage (forward actions only, no
+  // update) reports the loss the training step computes before its first
+  // update, on the same weights and batch; a training stage refuses it.
+  MiniGptDims d;
+  d.B = 4;
+  const int64_t n = d.B * d.T;
+  const auto inputs = randomIds(n, d.V, 41), targets = randomIds(n, d.V, 42);
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  auto trained = miniGptTrain(d, o);
+  fb::LoadedProgram trainedLoaded;
+  auto step = makeExecutor(*trained, trainedLoaded, 21);
+  ASSERT_TRUE(step);
+  TrainStepResult expected;
+  ASSERT_TRUE(
+      step->trainStep(inputs.data(), targets.data(), 1, 1e-2f, expected).ok());
+  TrainStepResult refused;
+  EXPECT_FALSE(
+      step->evaluatePipelined(inputs.data(), targets.data(), refused).ok());
+
+  auto p = miniGptTrain(d, o);
+  makeForwardOnlyPipeline(*p);
+  fb::LoadedProgram loaded;
+  auto ex = makeExecutor(*p, loaded, 21);
+  ASSERT_TRUE(ex);
+  EXPECT_TRUE(ex->isPipelined());
+  EXPECT_FALSE(ex->isTraining());
+  TrainStepResult r;
+  Status s = ex->evaluatePipelined(inputs.data(), targets.data(), r);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(r.loss, expected.loss);
+  EXPECT_TRUE(std::isnan(r.gradNorm));
+  EXPECT_GT(r.pipelineNs, 0);
+}
+
 TEST(Training, TrainStepUpdateMatchesReferenceAdamW) {
   const MiniGptDims d;
   MiniGptTrainOptions o;

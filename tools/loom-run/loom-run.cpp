@@ -19,8 +19,11 @@
 // micro-batch's forward + backward, then clipping and AdamW with this step's
 // learning rate. Its checkpoints carry the AdamW moments and the step count,
 // and loading one continues the step numbering (and the data) where it
-// stopped. Any failure prints one line `loom-run: error: ...` on stderr and
-// exits with code 1.
+// stopped. A pipelined evaluation program (pipeline stages without an
+// update) runs each stage's forward actions on the step's micro-batches and
+// reports the mean loss over the batch, as the unpipelined program does.
+// Any failure prints one line `loom-run: error: ...` on stderr and exits
+// with code 1.
 //
 // Multi-rank: under `mpirun -np N loom-run ...` every rank runs the stage
 // its "pp" coordinate names (0 without a pp axis or with one stage), reads its
@@ -421,8 +424,10 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
              "stage " << opts.stage
                       << " has no loss buffer; loom-run evaluates the loss, "
                          "which the last pipeline stage computes");
-  // A training stage's tokens hold one micro-batch of the global batch.
-  const int64_t M = training ? stage.microbatches() : 1;
+  // A training (or pipelined evaluation) stage's tokens hold one
+  // micro-batch of the global batch.
+  const bool pipelined = ex->isPipelined();
+  const int64_t M = training || pipelined ? stage.microbatches() : 1;
   for (const auto &[index, what] :
        {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
         {stage.targets(), "targets"}})
@@ -446,8 +451,8 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       opts.scheduleSteps >= 0 ? opts.scheduleSteps : startStep + opts.steps;
 
   // 2. Data. Evaluation reads straight into the tokens / targets buffers;
-  //    training reads the global batch, which trainStep splits into
-  //    micro-batches.
+  //    training (and a pipelined evaluation) reads the global batch, which
+  //    trainStep (evaluatePipelined) splits into micro-batches.
   TokenDataConfig dataConfig;
   dataConfig.batchSize = B;
   dataConfig.seqLen = T;
@@ -458,11 +463,12 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
   std::vector<int32_t> spareInputs, spareTargets;
   int32_t *inputs = nullptr, *targets = nullptr;
-  if (stage.tokens() >= 0 && !training)
+  const bool direct = !training && !pipelined;
+  if (stage.tokens() >= 0 && direct)
     inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
   else
     inputs = (spareInputs.resize(localB * T), spareInputs.data());
-  if (stage.targets() >= 0 && !training)
+  if (stage.targets() >= 0 && direct)
     targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
   else
     targets = (spareTargets.resize(localB * T), spareTargets.data());
@@ -513,12 +519,17 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
           startStep + opts.steps, opts.lr,
           opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
           opts.warmup, opts.minLr, schedule.totalSteps);
+    else if (pipelined)
+      std::printf("evaluation: %" PRId64 " micro-batch(es) of %" PRId64
+                  " rows through the pipeline (forward only)\n",
+                  M, localB / M);
     std::fflush(stdout);
   }
 
   // 4. Steps (numbered from the checkpoint's step count when resuming).
   double lossSum = 0;
   int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
+  int64_t stashPeakBytes = 0; // ... and the activations it stashed at most
   const int64_t lastStep = startStep + opts.steps;
   comm.resetStats();
   for (int64_t s = startStep; s < lastStep; ++s) {
@@ -534,6 +545,14 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     if (training) {
       LOOM_RETURN_IF_ERROR(ex->trainStep(
           inputs, targets, s + 1, static_cast<float>(lr), result, timed));
+      loss = result.loss;
+      pipelineNs += result.pipelineNs;
+      pipelineWaitNs += result.pipelineWaitNs;
+      stashPeakBytes = std::max(stashPeakBytes, result.stashPeakBytes);
+    } else if (pipelined) {
+      // Forward actions only; the loss summed over the pipeline.
+      LOOM_RETURN_IF_ERROR(
+          ex->evaluatePipelined(inputs, targets, result, timed));
       loss = result.loss;
       pipelineNs += result.pipelineNs;
       pipelineWaitNs += result.pipelineWaitNs;
@@ -616,6 +635,8 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     kPipelineNs,          // a pipeline stage: micro-batch phase, all steps
     kPipelineWaitNs,      // ... and the time it waited for its neighbours
     kPredictedIdlePpm,    // the compiler's idle share, in millionths
+    kStashPeak,           // most bytes of stashed activations held at once
+    kPredictedStashPeak,  // ... as the compiler's timeline predicted (-1)
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -630,6 +651,9 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     mine[kSent + k] = stepStats.sentBytes[k] / steps;
   mine[kPipelineNs] = pipelineNs;
   mine[kPipelineWaitNs] = pipelineWaitNs;
+  mine[kStashPeak] = stashPeakBytes;
+  mine[kPredictedStashPeak] =
+      stage.pipeline() ? stage.pipeline()->predicted_stash_peak_bytes() : -1;
   mine[kPredictedIdlePpm] =
       stage.pipeline() ? static_cast<int64_t>(std::llround(
                              stage.pipeline()->predicted_idle_fraction() * 1e6))
@@ -670,6 +694,14 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
                 JsonValue::integer(bytes[k]));
     return kinds;
   };
+  // A pipeline's step lasts as long as its slowest stage's phase: the
+  // stages start each step together (the previous step ends with the loss
+  // all-reduce over pp), so a stage that finishes early idles until then,
+  // as in the simulated timeline. Summed over the steps.
+  int64_t pipelineSpanNs = 0;
+  for (int r = 0; r < comm.size(); ++r)
+    pipelineSpanNs = std::max(pipelineSpanNs,
+                              all[r * mine.size() + kPipelineNs]);
   std::vector<JsonValue> rankEntries;
   for (int r = 0; r < comm.size(); ++r) {
     const int64_t *v = all.data() + r * mine.size();
@@ -692,24 +724,41 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
       rank.set("predicted_sent_bytes_per_step", perKind(v + kPredictedSent));
     rank.set("comm_ms_per_step", JsonValue::number(v[kCommNs] * 1e-6));
     if (v[kPredictedIdlePpm] >= 0 && v[kPipelineNs] > 0) {
-      // The measured bubble: the share of the micro-batch phase the stage
-      // spent waiting for a neighbour, next to the simulated one.
-      rank.set("pipeline_idle_fraction",
-               JsonValue::number(double(v[kPipelineWaitNs]) /
-                                 double(v[kPipelineNs])));
+      // The measured bubble, next to the simulated one: the share of the
+      // pipeline's span (the slowest stage's phase) the stage was not
+      // computing or sending, i.e. blocked in receives or done early;
+      // and the part of its own phase it spent blocked in receives.
+      const double busyNs = double(v[kPipelineNs] - v[kPipelineWaitNs]);
+      const double idle = 1.0 - busyNs / double(pipelineSpanNs);
+      const double wait = double(v[kPipelineWaitNs]) / double(v[kPipelineNs]);
+      rank.set("pipeline_idle_fraction", JsonValue::number(idle));
+      rank.set("pipeline_wait_fraction", JsonValue::number(wait));
       rank.set("predicted_pipeline_idle_fraction",
                JsonValue::number(v[kPredictedIdlePpm] * 1e-6));
+      // Activations in flight: the stash follows the schedule's actions,
+      // so it equals the simulated figure.
+      rank.set("pipeline_stash_peak_bytes", JsonValue::integer(v[kStashPeak]));
+      if (v[kPredictedStashPeak] >= 0)
+        rank.set("predicted_pipeline_stash_peak_bytes",
+                 JsonValue::integer(v[kPredictedStashPeak]));
       if (!opts.quiet) {
         int64_t stageOfRank = 0;
         for (size_t a = 0; a < comm.mesh().size(); ++a)
           if (comm.mesh()[a].name == "pp")
             stageOfRank = comm.coordsOf(r)[a];
         std::printf("pipeline stage %" PRId64 " (rank %d): idle %.1f%% of the "
-                    "micro-batch phase (%.2f ms per step), predicted %.1f%%\n",
-                    stageOfRank, r,
-                    100.0 * double(v[kPipelineWaitNs]) / double(v[kPipelineNs]),
-                    v[kPipelineNs] * 1e-6 / double(steps),
+                    "pipeline's %.2f ms per step (busy %.2f ms, blocked in "
+                    "receives %.1f%% of its own phase), predicted bubble "
+                    "%.1f%%\n",
+                    stageOfRank, r, 100.0 * idle,
+                    pipelineSpanNs * 1e-6 / double(steps),
+                    busyNs * 1e-6 / double(steps), 100.0 * wait,
                     v[kPredictedIdlePpm] * 1e-4);
+        if (v[kStashPeak] > 0 || v[kPredictedStashPeak] > 0)
+          std::printf("pipeline stage %" PRId64 " (rank %d): activations in "
+                      "flight peak %" PRId64 " bytes (predicted %" PRId64
+                      ")\n",
+                      stageOfRank, r, v[kStashPeak], v[kPredictedStashPeak]);
       }
     }
     rankEntries.push_back(rank);

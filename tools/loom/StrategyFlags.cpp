@@ -118,12 +118,6 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
 
 bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
                                       std::string &error) {
-  if (s.mesh.at("pp") != 1 && !train) {
-    error = "--mesh pp=" + std::to_string(s.mesh.at("pp")) +
-            ": pipeline parallelism cuts a training step; use loom train or "
-            "loom compile --train";
-    return false;
-  }
   if (s.zero >= 1 && (!train || s.mesh.at("dp") == 1)) {
     error = "--zero " + std::to_string(s.zero) +
             " shards the model state over data-parallel ranks: it needs "
@@ -137,10 +131,11 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "evaluation has none (drop the flag)";
     return false;
   }
-  if (s.microbatches != 1 && !train) {
+  if (s.microbatches != 1 && !train && s.mesh.at("pp") == 1) {
     error = "--microbatches " + std::to_string(s.microbatches) +
             " splits a training step for gradient accumulation; evaluation "
-            "uses the whole batch (drop the flag)";
+            "uses the whole batch (drop the flag, or pipeline the evaluation "
+            "with --mesh pp=P)";
     return false;
   }
   if (s.virtualStages != 1 && s.mesh.at("pp") == 1) {

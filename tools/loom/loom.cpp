@@ -67,7 +67,10 @@ const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model F
   program emission) on stderr, as loom-opt --mlir-timing does.
   --report prints what each rank holds and sends; with --mesh pp=P also the
   simulated pipeline schedule (bubble fraction, activations in flight), and
-  --schedule-svg F.svg draws it. On more than one rank it ends with the
+  --schedule-svg F.svg draws it. The pipeline's cost model assumes
+  --peak-tflops 100 and --bandwidth-gbs 2000 (their ratio moves the cut;
+  compile, eval, train) and free links between stages (--link-gbs G:
+  compile's report). On more than one rank the report ends with the
   placement: rank = tp + T*(dp + D*pp) (tp fastest, so TP groups stay inside
   a node of --gpus-per-node K GPUs, default 8), the groups per axis and
   whether they cross nodes, and the coordinates of every rank.
@@ -75,6 +78,8 @@ optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
+  With --mesh pp=P, eval runs forward-only through the pipeline stages and
+  --microbatches M splits each evaluated batch into M pipelined micro-batches.
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --recompute none|selective|full
@@ -357,6 +362,36 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
   pipeline.recompute = inv.strategy.recompute;
+  // The machine the pipeline's cost model assumes (its balance moves the
+  // cut; the report's times and the program's predicted bubble use it).
+  std::optional<double> linkGbs;
+  for (const char *flag : {"--peak-tflops", "--bandwidth-gbs", "--link-gbs"}) {
+    if (!inv.values.count(flag))
+      continue;
+    if (inv.strategy.mesh.at("pp") == 1)
+      return fail(inv.command,
+                  std::string(flag) + " sets the cost model the pipeline "
+                                      "stages are balanced and simulated "
+                                      "on; it needs --mesh pp=P with P > 1");
+    std::optional<double> value = doubleFlag(inv, flag, 0.0);
+    if (!value)
+      return 1;
+    if (!(*value > 0))
+      return fail(inv.command, std::string(flag) + " needs a positive "
+                                                   "number, got '" +
+                                   inv.values.at(flag) + "'");
+    if (std::string(flag) == "--peak-tflops")
+      pipeline.peakTflops = *value;
+    else if (std::string(flag) == "--bandwidth-gbs")
+      pipeline.bandwidthGbs = *value;
+    else
+      linkGbs = *value;
+  }
+  if (linkGbs && !inv.switches.count("--report") &&
+      !inv.values.count("--schedule-svg"))
+    return fail(inv.command, "--link-gbs only changes the simulated "
+                             "schedule that --report prints (and "
+                             "--schedule-svg draws); add --report");
   importTimer.stop();
   PassManager pm(&context);
   mlir::loom::buildCompilePipeline(pm, pipeline);
@@ -378,6 +413,10 @@ int compileProgram(const Invocation &inv, const std::string &output,
     if (inv.strategy.mesh.at("pp") > 1) {
       mlir::loom::LoomPipelineReportOptions options;
       options.print = inv.switches.count("--report") > 0;
+      options.peakTflops = pipeline.peakTflops;
+      options.bandwidthGbs = pipeline.bandwidthGbs;
+      if (linkGbs)
+        options.linkGbs = *linkGbs;
       if (svg != inv.values.end())
         options.svg = svg->second;
       report.addPass(mlir::loom::createLoomPipelineReport(options));
@@ -427,6 +466,7 @@ int runCompile(std::vector<std::string> args) {
   auto inv = parse("compile", std::move(args),
                    {"--config", "--model", "--batch", "--seq", "--output",
                     "--emit-ir", "--schedule-svg", "--gpus-per-node",
+                    "--peak-tflops", "--bandwidth-gbs", "--link-gbs",
                     "--wd", "--clip", "--beta1", "--beta2", "--eps"},
                    {"--train", "--report", "--timing"});
   if (!inv)
@@ -449,7 +489,7 @@ int runProgram(const char *argv0, const std::string &command,
       "--config", "--model", "--batch", "--seq", "--data", "--steps",
       "--seed",
       "--load-checkpoint", "--save-checkpoint", "--log-json", "--trace",
-      "--emit-ir"};
+      "--emit-ir", "--peak-tflops", "--bandwidth-gbs"};
   // Optimizer flags: compiled into the program, or passed to the runtime.
   const std::vector<std::string> compiledFlags{"--wd", "--clip", "--beta1",
                                                "--beta2", "--eps"};
@@ -473,6 +513,9 @@ int runProgram(const char *argv0, const std::string &command,
   for (const char *flag : required)
     if (!inv->values.count(flag))
       return fail(command, std::string(flag) + " is required\n" + kUsage);
+  if (sample && inv->strategy.worldSize() > 1)
+    return fail(command, "greedy sampling runs on one rank (one sequence, "
+                         "one token at a time); drop --mesh");
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;

@@ -686,6 +686,19 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
     }
     return success();
   }
+  if (name == kCostModelAttr) {
+    auto machine = dyn_cast<DictionaryAttr>(attr.getValue());
+    auto positive = [&](StringRef key) {
+      auto value = machine ? machine.getAs<FloatAttr>(key) : FloatAttr();
+      return value && value.getValueAsDouble() > 0;
+    };
+    if (!isa<PipelineScheduleOp>(op) || !positive("peak_tflops") ||
+        !positive("bandwidth_gbs"))
+      return op->emitOpError()
+             << "loom.cost_model must be {peak_tflops = F, bandwidth_gbs = "
+                "F} with positive values, on a loom.pipeline_schedule";
+    return success();
+  }
   if (name == kPipelineAttr) {
     auto stage = dyn_cast<DictionaryAttr>(attr.getValue());
     auto index = stage ? stage.getAs<IntegerAttr>("stage") : IntegerAttr();

@@ -92,6 +92,10 @@ def Loom_Dialect : Dialect {
     /// On a forward function's result: the loom.name of the backward
     /// function's `stash` argument that receives it.
     static constexpr ::llvm::StringLiteral kStashAttr = "loom.stash";
+    /// On a loom.pipeline_schedule: {peak_tflops = F, bandwidth_gbs = F},
+    /// the machine the cut was balanced for, which the program's predicted
+    /// timeline uses too.
+    static constexpr ::llvm::StringLiteral kCostModelAttr = "loom.cost_model";
 
   private:
     void registerAttributes();

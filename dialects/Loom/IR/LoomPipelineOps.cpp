@@ -69,14 +69,18 @@ ParseResult PipelineScheduleOp::parse(OpAsmParser &parser,
       ArrayAttr chunkUnits;
       FlatSymbolRefAttr fwd, bwd;
       if (parser.parseInteger(index) || parser.parseAttribute(chunkUnits) ||
-          parser.parseKeyword("forward") || parser.parseAttribute(fwd) ||
-          parser.parseKeyword("backward") || parser.parseAttribute(bwd))
+          parser.parseKeyword("forward") || parser.parseAttribute(fwd))
+        return failure();
+      // A forward-only pipeline (an evaluation) has no backward functions.
+      if (succeeded(parser.parseOptionalKeyword("backward")) &&
+          parser.parseAttribute(bwd))
         return failure();
       if (index != static_cast<int64_t>(forward.size()))
         return parser.emitError(loc) << "expected chunk " << forward.size()
                                      << ", got chunk " << index;
       forward.push_back(fwd);
-      backward.push_back(bwd);
+      if (bwd)
+        backward.push_back(bwd);
       units.push_back(chunkUnits);
       continue;
     }
@@ -130,15 +134,16 @@ void PipelineScheduleOp::print(OpAsmPrinter &p) {
   p << " \"" << getSchedule() << "\" stages " << getStages() << " virtual "
     << getVirtualStages() << " microbatches " << getMicrobatches() << " {";
   p.increaseIndent();
-  for (auto [k, fwd, bwd, chunkUnits] :
-       llvm::enumerate(getForward(), getBackward(), getUnits())) {
+  for (auto [k, fwd, chunkUnits] : llvm::enumerate(getForward(), getUnits())) {
     p.printNewline();
     p << "chunk " << k << " ";
     p.printAttribute(chunkUnits);
     p << " forward ";
     p.printAttribute(fwd);
-    p << " backward ";
-    p.printAttribute(bwd);
+    if (k < getBackward().size()) {
+      p << " backward ";
+      p.printAttribute(getBackward()[k]);
+    }
   }
   bool withChunk = getVirtualStages() > 1;
   for (auto [s, list] : llvm::enumerate(getActions())) {
@@ -177,12 +182,17 @@ LogicalResult PipelineScheduleOp::verify() {
     return emitOpError() << "needs stages, virtual and microbatches >= 1, got "
                          << p << ", " << v << ", " << m;
   int64_t chunks = p * v;
+  const bool forwardOnly = isForwardOnly();
   if (static_cast<int64_t>(getForward().size()) != chunks ||
-      static_cast<int64_t>(getBackward().size()) != chunks ||
       static_cast<int64_t>(getUnits().size()) != chunks)
     return emitOpError() << "has " << getForward().size() << " chunks but "
                          << p << " stages x " << v << " virtual = " << chunks
                          << " are needed";
+  if (!forwardOnly && static_cast<int64_t>(getBackward().size()) != chunks)
+    return emitOpError() << "has " << getBackward().size()
+                         << " backward functions for " << chunks
+                         << " chunks; a training step needs one per chunk, "
+                            "an evaluation (forward-only) none";
   for (auto [k, chunkUnits] : llvm::enumerate(getUnits())) {
     auto list = dyn_cast<ArrayAttr>(chunkUnits);
     if (!list || list.empty() ||
@@ -193,6 +203,9 @@ LogicalResult PipelineScheduleOp::verify() {
   if (!getUpdate().empty() && static_cast<int64_t>(getUpdate().size()) != p)
     return emitOpError() << "has " << getUpdate().size()
                          << " update functions for " << p << " stages";
+  if (forwardOnly && !getUpdate().empty())
+    return emitOpError() << "is forward-only (no backward functions) but has "
+                            "update functions; an evaluation updates nothing";
   if (static_cast<int64_t>(getActions().size()) != p)
     return emitOpError() << "has actions for " << getActions().size()
                          << " stages but stages = " << p;
@@ -219,13 +232,21 @@ LogicalResult PipelineScheduleOp::verify() {
           return emitOpError() << "stage " << s << " runs " << name << " twice";
         continue;
       }
+      if (forwardOnly)
+        return emitOpError() << "stage " << s << " runs " << name
+                             << " but the pipeline is forward-only (no "
+                                "backward functions)";
       if (!forwardDone.contains(key))
         return emitOpError() << "stage " << s << " runs " << name
                              << " before its forward";
       if (!backwardDone.insert(key).second)
         return emitOpError() << "stage " << s << " runs " << name << " twice";
     }
-    if (static_cast<int64_t>(backwardDone.size()) != v * m)
+    if (forwardOnly && static_cast<int64_t>(forwardDone.size()) != v * m)
+      return emitOpError() << "stage " << s << " runs " << forwardDone.size()
+                           << " forward actions but " << v << " chunks x " << m
+                           << " micro-batches need one each";
+    if (!forwardOnly && static_cast<int64_t>(backwardDone.size()) != v * m)
       return emitOpError() << "stage " << s << " runs "
                            << backwardDone.size() << " backward actions but "
                            << v << " chunks x " << m

@@ -31,6 +31,10 @@ def Loom_PipelineScheduleOp : Loom_Op<"pipeline_schedule", [
     simulate the sends and receives of the functions in this order and
     reject a schedule that deadlocks or mismatches them.
 
+    A forward-only pipeline (an evaluation, `--loom-pipeline=forward-only`)
+    has no `backward` functions, no `update` functions and only forward
+    actions, each chunk and micro-batch once.
+
     ```mlir
     loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 4 {
       chunk 0 ["embedding", "h.0"] forward @gpt2_fwd0 backward @gpt2_bwd0
@@ -52,6 +56,8 @@ def Loom_PipelineScheduleOp : Loom_Op<"pipeline_schedule", [
   let extraClassDeclaration = [{
     /// Number of model chunks (stages x virtual).
     int64_t getNumChunks() { return getStages() * getVirtualStages(); }
+    /// An evaluation's pipeline: forward functions and actions only.
+    bool isForwardOnly() { return getBackward().empty(); }
   }];
 }
 

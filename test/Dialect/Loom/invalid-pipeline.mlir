@@ -286,3 +286,88 @@ func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
   %y = loom.group_all_reduce %x on @mesh [tp] members [0, 1] sum : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// Forward-only (an evaluation): no backward actions, no updates, every
+// forward once, and no chunk with a backward unless all have one.
+func.func @f0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op stage 1 runs B0 but the pipeline is forward-only (no backward functions)}}
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
+  chunk 0 ["u0"] forward @f0
+  chunk 1 ["u1"] forward @f1
+  stage 0 : F0
+  stage 1 : F0 B0
+}
+
+// -----
+
+func.func @f0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op stage 0 runs 1 forward actions but 1 chunks x 2 micro-batches need one each}}
+loom.pipeline_schedule "gpipe" stages 2 virtual 1 microbatches 2 {
+  chunk 0 ["u0"] forward @f0
+  chunk 1 ["u1"] forward @f1
+  stage 0 : F0
+  stage 1 : F0 F1
+}
+
+// -----
+
+func.func @f0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op is forward-only (no backward functions) but has update functions; an evaluation updates nothing}}
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
+  chunk 0 ["u0"] forward @f0
+  chunk 1 ["u1"] forward @f1
+  stage 0 update @f0 : F0
+  stage 1 update @f1 : F0
+}
+
+// -----
+
+func.func @f0() {
+  return
+}
+func.func @b0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op has 1 backward functions for 2 chunks; a training step needs one per chunk, an evaluation (forward-only) none}}
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
+  chunk 0 ["u0"] forward @f0 backward @b0
+  chunk 1 ["u1"] forward @f1
+  stage 0 : F0 B0
+  stage 1 : F0 B0
+}
+
+// -----
+
+func.func @f0() {
+  return
+}
+func.func @f1() {
+  return
+}
+// expected-error@+1 {{'loom.pipeline_schedule' op loom.cost_model must be {peak_tflops = F, bandwidth_gbs = F} with positive values, on a loom.pipeline_schedule}}
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 1 {
+  chunk 0 ["u0"] forward @f0
+  chunk 1 ["u1"] forward @f1
+  stage 0 : F0
+  stage 1 : F0
+} {loom.cost_model = {peak_tflops = 100.0 : f64, bandwidth_gbs = -1.0 : f64}}

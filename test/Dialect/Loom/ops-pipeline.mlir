@@ -48,3 +48,18 @@ loom.pipeline_schedule "interleaved" stages 2 virtual 2 microbatches 2 {
   stage 0 update @u0 : F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0
   stage 1 update @u1 : F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 B0.0 B1.0
 }
+
+// A forward-only pipeline (an evaluation): no backward functions, no
+// updates, forward actions only.
+// CHECK:      loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 3 {
+// CHECK-NEXT:   chunk 0 ["embedding", "h.0"] forward @f0{{$}}
+// CHECK-NEXT:   chunk 1 ["h.1", "head"] forward @f1{{$}}
+// CHECK-NEXT:   stage 0 : F0 F1 F2
+// CHECK-NEXT:   stage 1 : F0 F1 F2
+// CHECK-NEXT: }
+loom.pipeline_schedule "1f1b" stages 2 virtual 1 microbatches 3 {
+  chunk 0 ["embedding", "h.0"] forward @f0
+  chunk 1 ["h.1", "head"] forward @f1
+  stage 0 : F0 F1 F2
+  stage 1 : F0 F1 F2
+}
