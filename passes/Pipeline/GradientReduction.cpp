@@ -222,7 +222,8 @@ int64_t scatterSlicedSums(func::FuncOp func) {
 int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                                ArrayRef<func::FuncOp> updates,
                                                int64_t stages,
-                                               StringRef pipelineAxis) {
+                                               StringRef pipelineAxis,
+                                               bool onlyWhereScattered) {
   // 1. Per stage and accumulator (by parameter name): its accumulations in
   //    the stage's backward functions, and whether all may be deferred.
   struct Candidate {
@@ -291,6 +292,23 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
           arg = i;
       }
       if (!arg || update.getArgument(*arg).use_empty())
+        continue;
+      // Read only as dp blocks of one dimension (and by the norm): the
+      // shape scatterWhereSliced turns into a reduce-scatter.
+      auto readAsBlocks = [&](BlockArgument acc) {
+        std::optional<uint64_t> dim;
+        for (Operation *user : acc.getUsers()) {
+          if (isa<SumSquaresOp>(user))
+            continue;
+          auto slice = dyn_cast<LocalSliceOp>(user);
+          if (!slice || slice.getAxesAttr() != c.sums.front().axes ||
+              (dim && *dim != slice.getDim()))
+            return false;
+          dim = slice.getDim();
+        }
+        return dim.has_value();
+      };
+      if (onlyWhereScattered && !readAsBlocks(update.getArgument(*arg)))
         continue;
       for (DeferrableSum &sum : c.sums)
         for (AllReduceOp ar : sum.reductions) {
