@@ -28,8 +28,8 @@ struct DeferrableSum {
   SmallVector<LocalSliceOp> slices;
 };
 
-/// Walks the tree of `g` (adds of same-typed values and local slices, each
-/// used once) down to the all-reduces; fails when a contribution reaches
+/// Walks the tree of `g` (adds of same-typed values, local slices and
+/// slice_grad pads, each used once) down to the all-reduces; fails when a contribution reaches
 /// the accumulator without one, through another op, or on other axes than
 /// the first.
 LogicalResult collectReductions(Value g, DeferrableSum &sum) {
@@ -40,6 +40,12 @@ LogicalResult collectReductions(Value g, DeferrableSum &sum) {
     sum.slices.push_back(slice);
     return collectReductions(slice.getInput(), sum);
   }
+  // The position embedding's gradient: the seq rows written into zeros of
+  // the table's shape, a linear map, so the pad of the sum is the sum of
+  // the pads (the once-per-step reduction then moves the whole table's
+  // gradient, as PyTorch DDP does).
+  if (auto pad = dyn_cast<SliceGradOp>(def))
+    return collectReductions(pad.getDout(), sum);
   if (auto add = dyn_cast<AddOp>(def)) {
     if (add.getLhs().getType() != add.getType() ||
         add.getRhs().getType() != add.getType())

@@ -4,9 +4,9 @@
 Reads --loom-report JSON files: DDP and ZeRO-1 with reduce-once-per-step
 true and false, and the report of `loom compile`'s DDP program. Prints the
 ratios; exits non-zero when DDP's once-per-step traffic is not about 1/M of
-the per-micro-batch one (only the loss and wpe's sliced gradient stay per
-micro-batch), when ZeRO-1 sends more than 2% over DDP (reduce-scatter +
-all-gather = all-reduce; its norm and the same remainders are extra), or
+the per-micro-batch one (only the loss's scalar all-reduce stays per
+micro-batch), when ZeRO-1 sends more than 0.1% over DDP (reduce-scatter +
+all-gather = all-reduce; only its norm's scalar is extra), or
 when `loom compile` placed the reductions otherwise.
 """
 
@@ -29,9 +29,9 @@ def main():
     print(f"ZeRO-1 M=4: once per step {z1} bytes = {z1 / ddp:.3f} x DDP; "
           f"per micro-batch {z1_old} bytes")
     failures = []
-    if not 0.25 <= ratio < 0.30:
+    if not 0.25 <= ratio < 0.26:
         failures.append(f"DDP once-per-step traffic is {ratio:.3f} x, not ~1/4")
-    if not ddp <= z1 <= 1.02 * ddp:
+    if not ddp <= z1 <= 1.001 * ddp:
         failures.append(f"ZeRO-1 sends {z1} bytes, DDP {ddp}")
     if z1_old <= ddp_old:  # M all-reduces and the all-gather
         failures.append("per-micro-batch ZeRO-1 should send more than DDP")
