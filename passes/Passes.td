@@ -385,7 +385,10 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     pipeline axis (one that `loom.send` / `loom.recv` use) are left as they
     are: their members run other stages' functions, where the matching
     all-reduce may stay blocking, and MPI does not match a nonblocking
-    collective with a blocking one.
+    collective with a blocking one. The once-per-step reductions
+    `--loom-partition` places in an optimizer update read only arguments
+    (the accumulated gradients): their buckets start at the top of the
+    update, and each AdamW waits only for its own bucket.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
