@@ -29,9 +29,9 @@ struct DeferrableSum {
 };
 
 /// Walks the tree of `g` (adds of same-typed values, local slices and
-/// slice_grad pads, each used once) down to the all-reduces; fails when a contribution reaches
-/// the accumulator without one, through another op, or on other axes than
-/// the first.
+/// slice_grad pads, each used once) down to the all-reduces; fails when a
+/// contribution reaches the accumulator without one, through another op, or
+/// on other axes than the first.
 LogicalResult collectReductions(Value g, DeferrableSum &sum) {
   Operation *def = g.getDefiningOp();
   if (!def || !g.hasOneUse())

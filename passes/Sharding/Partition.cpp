@@ -734,9 +734,9 @@ struct LoomPartitionPass
       func::FuncOp update = updates.lookup((model + "_update").str());
       if (!update)
         continue;
-      auto microbatches = step->getAttrOfType<DictionaryAttr>(
-                                  LoomDialect::kTrainAttr)
-                              .getAs<IntegerAttr>("microbatches");
+      auto microbatches =
+          step->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr)
+              .getAs<IntegerAttr>("microbatches");
       bool oneMicrobatch = !microbatches || microbatches.getInt() <= 1;
       int64_t moved = reduceGradientsOncePerStep(
           {step}, {update}, /*stages=*/1, /*pipelineAxis=*/"",
