@@ -330,7 +330,40 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     `reason`. Cross-entropy ops over split tokens get the global token count
     (`num_tokens`) so that each rank computes its share of the global mean.
     The sharding attributes (which describe global shapes) are removed.
+
+    Data-parallel gradients of an unpipelined training step are then
+    reduced once per step, not once per micro-batch (PyTorch DDP's
+    `no_sync` over the first M-1 micro-batches, DeepSpeed's gradient
+    accumulation): a whole gradient (DDP, ZeRO-1) is accumulated locally
+    over the micro-batches and all-reduced once at the start of the update
+    (a sum of sums is the sum), and where the update reads only the rank's
+    dp block of it (ZeRO-1) reduce-scattered instead, so ZeRO-1 sends what
+    DDP sends (reduce-scatter + all-gather; ZeRO paper §5, DeepSpeed
+    stage 1). With one micro-batch only ZeRO-1's reductions move (a
+    whole all-reduce stays in the backward, where `--loom-schedule-comm`
+    overlaps it). ZeRO-2/3's gradients stay reduce-scattered per
+    micro-batch: a sharded accumulator is what bounds their gradient
+    memory to 1/N, and deferring would need the whole gradient resident.
+    The logic is the pipeline pass's (Pipeline/GradientReduction.h), which
+    does the same per stage: a mesh with `pipeline-axis` of size > 1 is
+    left to it.
+
+    **Options:**
+    * `reduce-once-per-step` (default true): false keeps every all-reduce
+      in the micro-batch function (M reductions per step; for comparison).
+    * `pipeline-axis` (default `pp`): the axis whose presence (size > 1)
+      means `--loom-pipeline` follows and reduces per stage.
   }];
+  let options = [
+    Option<"reduceOncePerStep", "reduce-once-per-step", "bool",
+           /*default=*/"true",
+           "Reduce data-parallel gradients once per step in the update, not "
+           "in every micro-batch">,
+    Option<"pipelineAxis", "pipeline-axis", "std::string",
+           /*default=*/"\"pp\"",
+           "Pipeline axis: a mesh with it (size > 1) is reduced per stage by "
+           "--loom-pipeline">
+  ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 
@@ -352,7 +385,10 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     pipeline axis (one that `loom.send` / `loom.recv` use) are left as they
     are: their members run other stages' functions, where the matching
     all-reduce may stay blocking, and MPI does not match a nonblocking
-    collective with a blocking one.
+    collective with a blocking one. The once-per-step reductions
+    `--loom-partition` places in an optimizer update read only arguments
+    (the accumulated gradients): their buckets start at the top of the
+    update, and each AdamW waits only for its own bucket.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps

@@ -34,7 +34,9 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     zero.stage = options.zeroStage;
     pm.addPass(createLoomZero(zero));
     pm.addPass(createLoomPropagate());
-    pm.addPass(createLoomPartition());
+    LoomPartitionOptions partition;
+    partition.reduceOncePerStep = options.reduceOncePerStep;
+    pm.addPass(createLoomPartition(partition));
   }
   if (options.pipelineStages > 1) {
     LoomPipelineOptions pipeline;
@@ -43,6 +45,7 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     pipeline.virtualStages = options.virtualStages;
     pipeline.peakTflops = options.peakTflops;
     pipeline.bandwidthGbs = options.bandwidthGbs;
+    pipeline.reduceOncePerStep = options.reduceOncePerStep;
     // An evaluation is pipelined forward-only, over the micro-batches its
     // batch is split into (a training step knows its own).
     pipeline.forwardOnly = !options.train;

@@ -46,6 +46,12 @@ struct CompilePipelineOptions
       *this, "bucket-mb",
       llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
       llvm::cl::init(25.0)};
+  Option<bool> reduceOncePerStep{
+      *this, "reduce-once-per-step",
+      llvm::cl::desc("Reduce data-parallel gradients once per step, not per "
+                     "micro-batch (false: the old per-micro-batch placement, "
+                     "for comparison)"),
+      llvm::cl::init(true)};
   Option<std::string> recompute{
       *this, "recompute",
       llvm::cl::desc("Activation recomputation: none, selective or full"),

@@ -28,10 +28,10 @@ struct DeferrableSum {
   SmallVector<LocalSliceOp> slices;
 };
 
-/// Walks the tree of `g` (adds of same-typed values and local slices, each
-/// used once) down to the all-reduces; fails when a contribution reaches
-/// the accumulator without one, through another op, or on other axes than
-/// the first.
+/// Walks the tree of `g` (adds of same-typed values, local slices and
+/// slice_grad pads, each used once) down to the all-reduces; fails when a
+/// contribution reaches the accumulator without one, through another op, or
+/// on other axes than the first.
 LogicalResult collectReductions(Value g, DeferrableSum &sum) {
   Operation *def = g.getDefiningOp();
   if (!def || !g.hasOneUse())
@@ -40,6 +40,12 @@ LogicalResult collectReductions(Value g, DeferrableSum &sum) {
     sum.slices.push_back(slice);
     return collectReductions(slice.getInput(), sum);
   }
+  // The position embedding's gradient: the seq rows written into zeros of
+  // the table's shape, a linear map, so the pad of the sum is the sum of
+  // the pads (the once-per-step reduction then moves the whole table's
+  // gradient, as PyTorch DDP does).
+  if (auto pad = dyn_cast<SliceGradOp>(def))
+    return collectReductions(pad.getDout(), sum);
   if (auto add = dyn_cast<AddOp>(def)) {
     if (add.getLhs().getType() != add.getType() ||
         add.getRhs().getType() != add.getType())
@@ -222,7 +228,8 @@ int64_t scatterSlicedSums(func::FuncOp func) {
 int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                                ArrayRef<func::FuncOp> updates,
                                                int64_t stages,
-                                               StringRef pipelineAxis) {
+                                               StringRef pipelineAxis,
+                                               bool onlyWhereScattered) {
   // 1. Per stage and accumulator (by parameter name): its accumulations in
   //    the stage's backward functions, and whether all may be deferred.
   struct Candidate {
@@ -291,6 +298,23 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
           arg = i;
       }
       if (!arg || update.getArgument(*arg).use_empty())
+        continue;
+      // Read only as dp blocks of one dimension (and by the norm): the
+      // shape scatterWhereSliced turns into a reduce-scatter.
+      auto readAsBlocks = [&](BlockArgument acc) {
+        std::optional<uint64_t> dim;
+        for (Operation *user : acc.getUsers()) {
+          if (isa<SumSquaresOp>(user))
+            continue;
+          auto slice = dyn_cast<LocalSliceOp>(user);
+          if (!slice || slice.getAxesAttr() != c.sums.front().axes ||
+              (dim && *dim != slice.getDim()))
+            return false;
+          dim = slice.getDim();
+        }
+        return dim.has_value();
+      };
+      if (onlyWhereScattered && !readAsBlocks(update.getArgument(*arg)))
         continue;
       for (DeferrableSum &sum : c.sums)
         for (AllReduceOp ar : sum.reductions) {

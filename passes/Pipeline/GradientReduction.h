@@ -33,9 +33,17 @@ namespace mlir::loom {
 /// stays per micro-batch, since only the whole sum may be deferred; there a
 /// dp block of a dp all-reduce becomes a reduce-scatter. Returns how many
 /// accumulators moved.
+///
+/// With `onlyWhereScattered`, an accumulator moves only when its update
+/// reads it through dp slices (and the norm) alone, i.e. when the once-per-
+/// step reduction becomes a reduce-scatter (ZeRO-1): a step of one
+/// micro-batch gains nothing from deferring a whole all-reduce and would
+/// lose its overlap with the backward pass. `--loom-partition` uses this
+/// for unpipelined steps (`pipelineAxis` empty, `stages` = 1).
 int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                    ArrayRef<func::FuncOp> updates,
-                                   int64_t stages, StringRef pipelineAxis);
+                                   int64_t stages, StringRef pipelineAxis,
+                                   bool onlyWhereScattered = false);
 
 } // namespace mlir::loom
 

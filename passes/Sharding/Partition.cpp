@@ -7,11 +7,16 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/Pipeline/GradientReduction.h"
 #include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "loom-partition"
 
 namespace mlir::loom {
 #define GEN_PASS_DEF_LOOMPARTITION
@@ -700,6 +705,46 @@ struct LoomPartitionPass
     for (auto func : module.getOps<func::FuncOp>())
       if (!func.isExternal() && failed(Partitioner(meshes.front()).run(func)))
         return signalPassFailure();
+    if (reduceOncePerStep)
+      reduceOncePerStepUnpipelined(module, meshes.front());
+  }
+
+  /// DDP's no_sync: each training step's (`<f>_train`, `<f>_update`)
+  /// gradients are summed over dp once per step in the update (see the
+  /// pass description). A pipelined mesh is left to --loom-pipeline, which
+  /// does the same per stage after cutting the step.
+  void reduceOncePerStepUnpipelined(ModuleOp module, MeshOp mesh) {
+    if (std::optional<unsigned> pp = mesh.getShape().findAxis(pipelineAxis))
+      if (mesh.getShape().getAxisSizes()[*pp] > 1)
+        return;
+    llvm::StringMap<func::FuncOp> updates;
+    SmallVector<func::FuncOp> steps;
+    for (auto func : module.getOps<func::FuncOp>()) {
+      auto train = func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
+      auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
+      if (phase && phase.getValue() == "update")
+        updates[func.getSymName()] = func;
+      else if (phase && phase.getValue() == "microbatch")
+        steps.push_back(func);
+    }
+    for (func::FuncOp step : steps) {
+      StringRef model = step.getSymName();
+      if (!model.consume_back("_train"))
+        continue;
+      func::FuncOp update = updates.lookup((model + "_update").str());
+      if (!update)
+        continue;
+      auto microbatches =
+          step->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr)
+              .getAs<IntegerAttr>("microbatches");
+      bool oneMicrobatch = !microbatches || microbatches.getInt() <= 1;
+      int64_t moved = reduceGradientsOncePerStep(
+          {step}, {update}, /*stages=*/1, /*pipelineAxis=*/"",
+          /*onlyWhereScattered=*/oneMicrobatch);
+      LLVM_DEBUG(llvm::dbgs() << step.getSymName() << ": " << moved
+                              << " gradients reduced once per step\n");
+      (void)moved;
+    }
   }
 };
 

@@ -4,6 +4,7 @@
 // RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/buckets.mlir | FileCheck %s --check-prefix=NONE
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/buckets.mlir | FileCheck %s --check-prefix=SYNC
 // RUN: loom-opt --loom-schedule-comm %t/needed.mlir | FileCheck %s --check-prefix=NEEDED
+// RUN: loom-opt --loom-schedule-comm %t/update.mlir | FileCheck %s --check-prefix=ONCE
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
 
 // Three 128-byte values ready one after another, reduced (sum) only at the
@@ -66,4 +67,25 @@ func.func @g(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   %c = loom.gelu %s : tensor<4x8xf32> loc("c")
   %rc = loom.all_reduce %c on @mesh [dp] sum {reason = "rc"} : tensor<4x8xf32>
   return %rc, %s : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+//--- update.mlir
+// An optimizer update of M micro-batches' accumulated gradients (DDP,
+// --loom-partition's once-per-step reductions): every input is an
+// argument, ready before the first instruction, so the all-reduces go out
+// as one asynchronous bucket at the top of the update and each AdamW waits
+// only for it; a reduce-scatter (ZeRO-1's) stays where it is.
+// ONCE-LABEL: func.func @update
+// ONCE-NEXT: %[[R:.*]]:2 = loom.all_reduce %arg0, %arg1 on @mesh [dp] sum async {reason = "gradient bucket 0: 2 tensors, 256 bytes"}
+// ONCE-NEXT: loom.reduce_scatter %arg2 on @mesh [dp] dim 0 sum
+// ONCE: loom.gelu %[[R]]#0
+// ONCE: loom.gelu %[[R]]#1
+loom.mesh @mesh <dp = 2>
+func.func @update(%g0: tensor<4x8xf32>, %g1: tensor<4x8xf32>, %g2: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<2x8xf32>) {
+  %r0 = loom.all_reduce %g0 on @mesh [dp] sum {reason = "g0 once per step"} : tensor<4x8xf32>
+  %r1 = loom.all_reduce %g1 on @mesh [dp] sum {reason = "g1 once per step"} : tensor<4x8xf32>
+  %s2 = loom.reduce_scatter %g2 on @mesh [dp] dim 0 sum {reason = "g2 block once per step"} : tensor<4x8xf32> -> tensor<2x8xf32>
+  %u0 = loom.gelu %r0 : tensor<4x8xf32>
+  %u1 = loom.gelu %r1 : tensor<4x8xf32>
+  return %u0, %u1, %s2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<2x8xf32>
 }
