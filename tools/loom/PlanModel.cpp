@@ -350,6 +350,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   for (const ParamTensor &tensor : blockTensors(h, t))
     blockPerGpu += double(tensor.elements()) / (tensor.tpDim >= 0 ? t : 1);
   std::vector<StageState> states(p);
+  cost.vocabRowsPerGpu = vocabPerGpu;
 
   // 2. Memory per stage.
   cost.activationBytesPerLayer =
@@ -505,8 +506,11 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       break;
     }
     cost.dpBytes = std::max(cost.dpBytes, dpBytes);
-    cost.stageTraffic.push_back({tpBytes * double(m), dpBytes,
-                                 p2pBytes * double(m)});
+    double formulaTp =
+        double(st.layers) * (plan.recompute == Recompute::Full ? 6 : 4) *
+        ringAllReduceBytes(tpMessage, t) * double(m);
+    cost.stageTraffic.push_back(
+        {tpBytes * double(m), dpBytes, p2pBytes * double(m), formulaTp});
     if (total > slowest) {
       slowest = total;
       cost.slowestStage = i;

@@ -237,6 +237,9 @@ struct StageMemory {
 /// (ring-counted as --loom-report counts them).
 struct StageTraffic {
   double tp = 0, dp = 0, pp = 0;
+  /// Megatron's formula for the tp figure: 4 all-reduces of b·s·h per
+  /// layer and micro-batch (6 with full recomputation), SP the same volume.
+  double formulaTp = 0;
 };
 
 /// Everything predicted about one plan.
@@ -248,6 +251,8 @@ struct PlanCost {
   double peakBytes = 0;
   bool fits = false;
 
+  /// Rows of the (padded) vocabulary one GPU holds of wte.
+  double vocabRowsPerGpu = 0;
   /// Bytes of one layer's stored activations for one micro-batch.
   double activationBytesPerLayer = 0;
   double microbatchRows = 0;
