@@ -445,15 +445,21 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // its backward, 2/3 of the compute); ZeRO-3 also gathers the params
     // for the forward and again for the backward (hidden behind both).
     // ZeRO-3 gathers (and reduce-scatters the gradients of) only the
-    // tensors it splits; the others are whole on every dp rank.
+    // tensors it splits; the others are whole on every dp rank. (Today
+    // Loom all-reduces wpe's gradient every micro-batch instead of
+    // reduce-scattering it: not modelled, a compiler matter.)
     double stageParamBytes = st.paramsPerGpu * elementBytes;
     double zeroBytes = 0, zeroWindow = 0;
     if (plan.zero == 2) {
       zeroBytes = ringGatherBytes(stageParamBytes, n);
       zeroWindow = compute * 2.0 / 3.0;
     } else if (plan.zero == 3) {
-      zeroBytes = 3.0 * ringGatherBytes(
-                            states[i].dpSplittableParams * elementBytes, n);
+      // Forward gather + gradient reduce-scatter of every tensor ZeRO
+      // splits; the backward gathers the blocks' again.
+      zeroBytes =
+          2.0 * ringGatherBytes(states[i].dpSplittableParams * elementBytes,
+                                n) +
+          ringGatherBytes(states[i].blockDpSplittableParams * elementBytes, n);
       zeroWindow = compute;
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
@@ -468,7 +474,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double total = compute + tpTime + zeroExposed + p2pTime;
 
     // Per-step traffic of this stage's GPUs.
-    cost.tpBytes = std::max(cost.tpBytes, tpBytes * double(m));
+    double tpStepBytes = tpBytes * double(m);
     cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
 
     // Once per step: DDP all-reduces behind the last micro-batch's
@@ -505,12 +511,26 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       dpTotal = double(m) * zeroTime;
       break;
     }
+    // Sequence parallelism's partial layer-norm gradients: all-reduced
+    // over dp and tp at once (ZeRO-0/1; instead of their share of the dp
+    // reduction), or their dp shard over tp once per step (ZeRO-2/3).
+    if (sp) {
+      double lnBytes = states[i].layerNormGrads * elementBytes;
+      if (plan.zero >= 2) {
+        tpStepBytes += ringAllReduceBytes(lnBytes, t);
+      } else {
+        double share = plan.zero == 0 ? ringAllReduceBytes(lnBytes, n)
+                                      : ringGatherBytes(lnBytes, n);
+        dpBytes += ringAllReduceBytes(lnBytes, n * t) - share;
+      }
+    }
     cost.dpBytes = std::max(cost.dpBytes, dpBytes);
+    cost.tpBytes = std::max(cost.tpBytes, tpStepBytes);
     double formulaTp =
         double(st.layers) * (plan.recompute == Recompute::Full ? 6 : 4) *
         ringAllReduceBytes(tpMessage, t) * double(m);
     cost.stageTraffic.push_back(
-        {tpBytes * double(m), dpBytes, p2pBytes * double(m), formulaTp});
+        {tpStepBytes, dpBytes, p2pBytes * double(m), formulaTp});
     if (total > slowest) {
       slowest = total;
       cost.slowestStage = i;

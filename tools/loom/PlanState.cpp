@@ -9,6 +9,8 @@
 
 #include "passes/Sharding/VocabPadding.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 #include <algorithm>
 
 using namespace loom::plan;
@@ -99,6 +101,7 @@ StageState loom::plan::stageState(const ModelShape &model, const Plan &plan,
     std::vector<ParamTensor> block = blockTensors(h, t);
     tensors.insert(tensors.end(), block.begin(), block.end());
   }
+  size_t blockTensorCount = tensors.size();
   int64_t vocab = split.padVocab
                       ? compiledVocabRows(model, t, work.vocabDivisibleBy)
                       : model.vocab;
@@ -115,15 +118,21 @@ StageState loom::plan::stageState(const ModelShape &model, const Plan &plan,
     tensors.push_back({"ln_f", {model.otherParams - wpe}, -1});
 
   StageState state;
-  for (const ParamTensor &tensor : tensors) {
+  for (auto [index, tensor] : llvm::enumerate(tensors)) {
+    bool inBlock = index < blockTensorCount;
     double unsharded = localElements(tensor, t, n, false, split);
     state.unshardedParams += unsharded;
-    if (dpSplits(tensor, n, split))
+    if (dpSplits(tensor, n, split)) {
       state.dpSplittableParams += unsharded;
+      if (inBlock)
+        state.blockDpSplittableParams += unsharded;
+    }
     state.params += localElements(tensor, t, n, plan.zero >= 3, split);
     double grad = localElements(tensor, t, n, plan.zero >= 2, split);
     state.grads += grad;
     state.moments += localElements(tensor, t, n, plan.zero >= 1, split);
+    if (tensor.name.rfind("ln_", 0) == 0)
+      state.layerNormGrads += grad;
     if (tensor.name == "wte.weight")
       state.wteGrad = grad;
   }

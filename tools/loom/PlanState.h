@@ -68,6 +68,15 @@ struct StageState {
   /// Parameters (on one GPU, before ZeRO) of the tensors ZeRO can split
   /// over dp: what ZeRO-3 gathers and ZeRO-1/2 reduce-scatter.
   double dpSplittableParams = 0;
+  /// The same for the blocks' tensors only: what ZeRO-3 gathers again for
+  /// the backward (the embedding's backward needs no table, and the last
+  /// stage's head runs its backward right after its forward, on the copy
+  /// the forward gathered).
+  double blockDpSplittableParams = 0;
+  /// The layer norms' gradient elements on this GPU (ZeRO-2/3: the dp
+  /// shard). Sequence parallelism leaves them partial over tp (each rank
+  /// normalises its sequence shard): they are all-reduced over tp too.
+  double layerNormGrads = 0;
   /// The tied wte's gradient on this GPU (0 when the stage has no wte).
   double wteGrad = 0;
   /// Bytes: fp32 4·(P + G + 2M) (what `--loom-report` prints as
