@@ -18,7 +18,14 @@ import subprocess
 import sys
 
 loom, loom_opt, config, work = sys.argv[1:5]
-BATCH, SEQ, MICRO = 8, 32, 4
+BATCH, SEQ = 8, 32
+
+# (dp, tp, pp, micro-batches, schedule, virtual stages): 3D plans with
+# 1F1B and interleaved 1F1B, and one unpipelined plan with a single
+# micro-batch (where today's unpipelined step, which reduces gradients per
+# micro-batch, and the planner's once-per-step reduction are the same).
+MESHES = [(2, 2, 2, 4, "1f1b", 1), (2, 2, 2, 4, "interleaved", 2),
+          (2, 2, 1, 1, "1f1b", 1)]
 
 # dp, by ZeRO stage. Left out of the plan, as compiler matters rather than
 # the model's: Loom all-reduces wpe's gradient over dp every micro-batch
@@ -29,6 +36,11 @@ BATCH, SEQ, MICRO = 8, 32, 4
 # whose wte is a large share of a stage. ZeRO-2/3 also leave out the scalar
 # all-reduces and the SP layer-norm shards' rounding.
 DP_TOLERANCE = {0: 0.02, 1: 0.10, 2: 0.01, 3: 0.01}
+# Unpipelined steps (pp = 1) reduce the tied wte's two gradient
+# contributions over dp separately and, today, ZeRO-1 all-reduces rather
+# than reduce-scatters: their dp figure is printed, not compared, until
+# the gradsync branch (once-per-step reduction, ZeRO-1 reduce-scatter)
+# lands. Their model state, tp and pp figures are compared.
 
 # Relative tolerances per figure, and why they are not 0 (the plan models
 # the collectives that scale with the model; what it leaves out is named).
@@ -50,10 +62,20 @@ def run(*args):
                           text=True).stdout
 
 
-def compiled(zero, sp, tag):
+def strategy(mesh, zero):
+    dp, tp, pp, micro, schedule, virtual = mesh
+    flags = ["--mesh", f"dp={dp},tp={tp},pp={pp}", "--zero", str(zero),
+             "--microbatches", str(micro)]
+    if pp > 1:
+        flags += ["--schedule", schedule]
+    if virtual > 1:
+        flags += ["--virtual-stages", str(virtual)]
+    return flags
+
+
+def compiled(mesh, zero, sp, tag):
     flags = ["--config", config, "--batch", str(BATCH), "--seq", str(SEQ),
-             "--train", "--mesh", "dp=2,tp=2,pp=2", "--zero", str(zero),
-             "--microbatches", str(MICRO), "--schedule", "1f1b"]
+             "--train", *strategy(mesh, zero)]
     if sp:
         flags.append("--sequence-parallel")
     ir = os.path.join(work, f"{tag}.mlir")
@@ -62,7 +84,7 @@ def compiled(zero, sp, tag):
     report = json.loads(run(loom_opt, "--loom-report=json=true", ir, "-o",
                             os.devnull))
     stages = []
-    for st in report["pipeline_stages"]:
+    for st in report.get("pipeline_stages", [report]):
         axes = {"tp": 0, "dp": 0, "pp": 0}
         for phase in st["sent_bytes_by_phase"].values():
             for key, sent in phase["sent_bytes_per_execution"].items():
@@ -75,28 +97,33 @@ def compiled(zero, sp, tag):
     return stages
 
 
-def planned(zero, sp, precision):
-    flags = ["--config", config, "--gpus", "8", "--gpu-mem-gb", "1e6",
-             "--batch", str(BATCH), "--seq", str(SEQ), "--mesh",
-             "dp=2,tp=2,pp=2", "--zero", str(zero), "--microbatches",
-             str(MICRO), "--schedule", "1f1b", "--recompute", "none",
-             "--precision", precision, "--json"]
+def planned(mesh, zero, sp, precision):
+    gpus = mesh[0] * mesh[1] * mesh[2]
+    flags = ["--config", config, "--gpus", str(gpus), "--gpu-mem-gb", "1e6",
+             "--batch", str(BATCH), "--seq", str(SEQ), *strategy(mesh, zero),
+             "--recompute", "none", "--precision", precision, "--json"]
     if not sp:
         flags.append("--no-sequence-parallel")
     return json.loads(run(loom, "plan", *flags))
 
 
 ok = True
-print(f"{'plan':<26} {'stage':>5} {'figure':<11} {'loom plan':>12} "
+print(f"{'plan':<34} {'stage':>5} {'figure':<11} {'loom plan':>12} "
       f"{'compiled':>12} {'diff':>9} {'tolerance':>9}")
-for zero in (0, 1, 2, 3):
+for mesh in MESHES:
+  for zero in (0, 1, 2, 3):
     for sp in (False, True):
-        tag = f"zero{zero}{'-sp' if sp else ''}"
-        built = compiled(zero, sp, tag)
-        fp32 = planned(zero, sp, "fp32")
-        bf16 = planned(zero, sp, "bf16")
+        dp, tp, pp, micro, schedule, virtual = mesh
+        name = (f"dp{dp} tp{tp} pp{pp} m{micro}"
+                f"{' ' + schedule if pp > 1 else ''}"
+                f"{f' v{virtual}' if virtual > 1 else ''} z{zero}"
+                f"{' sp' if sp else ''}")
+        tag = name.replace(" ", "-")
+        built = compiled(mesh, zero, sp, tag)
+        fp32 = planned(mesh, zero, sp, "fp32")
+        bf16 = planned(mesh, zero, sp, "bf16")
         ok &= fp32["memory"]["vocab_rows_per_gpu"] == 512
-        name = f"dp2 tp2 pp2 zero={zero}{' sp' if sp else ''}"
+        ok &= len(built) == len(fp32["memory"]["stages"])
         for i, (got32, got16) in enumerate(zip(fp32["memory"]["stages"],
                                                bf16["memory"]["stages"])):
             traffic = got32["traffic_bytes_per_step"]
@@ -107,11 +134,16 @@ for zero in (0, 1, 2, 3):
             for figure in ("state_fp32", "state_bf16", "tp", "dp", "pp"):
                 want, got = built[i][figure], plan[figure]
                 diff = (got - want) / want if want else float(got != want)
+                if figure == "dp" and pp == 1:
+                    print(f"{name:<34} {i:>5} {figure:<11} {got:>12} "
+                          f"{want:>12} {100 * diff:>8.3f}% "
+                          f"{'pending':>9} (gradsync)")
+                    continue
                 tolerance = (DP_TOLERANCE[zero] if figure == "dp"
                              else TOLERANCE[figure])
                 good = abs(diff) <= tolerance
                 ok &= good
-                print(f"{name:<26} {i:>5} {figure:<11} {got:>12} {want:>12} "
+                print(f"{name:<34} {i:>5} {figure:<11} {got:>12} {want:>12} "
                       f"{100 * diff:>8.3f}% {100 * tolerance:>8.2f}%"
                       f"{'' if good else '  OUTSIDE'}")
 print("loom plan agrees with loom compile" if ok

@@ -464,12 +464,15 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
     double zeroExposed = overlappedTime(zeroTime, zeroWindow);
-    // Activations forward to the next stage, gradients back to the
-    // previous one; every chunk boundary with interleaving.
-    int sends = (i < p - 1 ? 1 : 0) + (i > 0 ? 1 : 0);
-    if (v > 1)
-      sends = 2;
-    double p2pBytes = double(sends * v) * p2pMessage;
+    // Activations forward to the next chunk, gradients back to the
+    // previous one: stage i holds chunks i + k·p (k < v) of the p·v; each
+    // but the last sends forward, each but the first backward.
+    int64_t sends = 0;
+    for (int64_t k = 0; k < v; ++k) {
+      int64_t chunk = i + k * p;
+      sends += (chunk < p * v - 1 ? 1 : 0) + (chunk > 0 ? 1 : 0);
+    }
+    double p2pBytes = double(sends) * p2pMessage;
     double p2pTime = p2pBytes / bandwidth(cost.ppCrossesNodes);
     double total = compute + tpTime + zeroExposed + p2pTime;
 
