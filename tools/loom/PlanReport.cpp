@@ -188,16 +188,19 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
     os << " + wte + wpe";
   if (cost.peakStage == p.pp - 1)
     os << (p.pp > 1 ? " + wte (tied) + ln_f" : " + ln_f");
-  os << llvm::formatv(" = {0} per GPU\n",
+  os << llvm::formatv(" = {0} per GPU as Loom shards them\n",
                       (int64_t)std::llround(st.paramsPerGpu));
   os << llvm::formatv(
       "    model state  {0} (ZeRO-{1}, N = dp = {2}, {3}) = "
-      "{4:f2} x params = {5} bytes = {6} by the formula\n",
+      "{4:f2} x Φ_stage/t ({7} params) = {5} bytes = {6} by the formula\n",
       modelStateFormula(p.zero, cluster.precision), p.zero, p.dp,
       cluster.precision == Precision::BF16 ? "bf16 mixed precision" : "fp32",
       modelStateBytesPerParam(p.zero, p.dp, cluster.precision),
       (int64_t)std::llround(st.formulaModelStateBytes),
-      gb(st.formulaModelStateBytes));
+      gb(st.formulaModelStateBytes),
+      (int64_t)std::llround(
+          st.formulaModelStateBytes /
+          modelStateBytesPerParam(p.zero, p.dp, cluster.precision)));
   auto signedBytes = [](double bytes) {
     return llvm::formatv("{0}{1}", bytes < 0 ? "-" : "+",
                          (int64_t)std::llround(std::fabs(bytes)))
