@@ -206,17 +206,32 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
                          (int64_t)std::llround(std::fabs(bytes)))
         .str();
   };
-  os << llvm::formatv(
-      "                 Loom's program: {0} bytes = {1} ({2:f3}% off the "
-      "formula: {3} for the vocabulary padded to {4} rows per GPU, {5} for "
-      "the layer norms and biases tp keeps whole, {6} for the tensors ZeRO "
-      "cannot split over dp)\n",
-      (int64_t)std::llround(st.modelStateBytes), gb(st.modelStateBytes),
-      st.formulaModelStateBytes > 0
-          ? 100 * (st.modelStateBytes / st.formulaModelStateBytes - 1)
-          : 0.0,
-      signedBytes(st.vocabPaddingBytes), (int64_t)cost.vocabRowsPerGpu,
-      signedBytes(st.tpReplicatedBytes), signedBytes(st.dpWholeBytes));
+  std::string parts;
+  auto part = [&](double bytes, const std::string &why) {
+    if (std::fabs(bytes) < 0.5)
+      return;
+    parts += (parts.empty() ? ": " : ", ") + signedBytes(bytes) + " " + why;
+  };
+  part(st.vocabPaddingBytes,
+       llvm::formatv("for the vocabulary padded to {0} rows per GPU",
+                     (int64_t)cost.vocabRowsPerGpu)
+           .str());
+  part(st.tpReplicatedBytes,
+       "for the layer norms, biases and wpe tp keeps whole");
+  part(st.dpWholeBytes, "for the tensors ZeRO cannot split over dp");
+  if (parts.empty())
+    os << llvm::formatv("                 Loom's program: {0} bytes, the "
+                        "formula's\n",
+                        (int64_t)std::llround(st.modelStateBytes));
+  else
+    os << llvm::formatv(
+        "                 Loom's program: {0} bytes = {1} ({2:f3}% off the "
+        "formula{3})\n",
+        (int64_t)std::llround(st.modelStateBytes), gb(st.modelStateBytes),
+        st.formulaModelStateBytes > 0
+            ? 100 * (st.modelStateBytes / st.formulaModelStateBytes - 1)
+            : 0.0,
+        parts);
   os << llvm::formatv(
       "    activations  {0} = {1} bytes per layer per "
       "micro-batch (s={2} b={3} h={4} a={5} t={6}{7}{8})\n",
@@ -354,7 +369,9 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
                      llvm::json::Object{
                          {"tp", round(cost.stageTraffic[i].tp)},
                          {"dp", round(cost.stageTraffic[i].dp)},
-                         {"pp", round(cost.stageTraffic[i].pp)}}},
+                         {"pp", round(cost.stageTraffic[i].pp)},
+                         {"tp_formula",
+                          round(cost.stageTraffic[i].formulaTp)}}},
                     {"activation_bytes", round(s.activationBytes)},
                     {"gathered_bytes", round(s.gatheredBytes)},
                     {"workspace_bytes", round(s.workspaceBytes)},
