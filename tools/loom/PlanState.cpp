@@ -10,6 +10,7 @@
 #include "passes/Sharding/VocabPadding.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
 
@@ -29,11 +30,12 @@ double StageState::bytes(Precision precision) const {
   return 2.0 * params + 2.0 * grads + 12.0 * moments;
 }
 
-std::vector<ParamTensor> loom::plan::blockTensors(int64_t h, int64_t t) {
+llvm::SmallVector<ParamTensor, 12> loom::plan::blockTensors(int64_t h,
+                                                           int64_t t) {
   // Under tensor parallelism the QKV projection is [h, 3, h] (the three
   // projections' columns split alike); without it the importer's [h, 3h].
   bool split = t > 1;
-  std::vector<ParamTensor> tensors;
+  llvm::SmallVector<ParamTensor, 12> tensors;
   tensors.push_back({"ln_1.weight", {h}, -1});
   tensors.push_back({"ln_1.bias", {h}, -1});
   if (split) {
@@ -96,44 +98,46 @@ StageState loom::plan::stageState(const ModelShape &model, const Plan &plan,
                                   int64_t layers, TensorSplit split) {
   const int64_t h = model.hidden, t = plan.tp, n = plan.dp;
   const int64_t p = plan.pp;
-  std::vector<ParamTensor> tensors;
-  for (int64_t l = 0; l < layers; ++l) {
-    std::vector<ParamTensor> block = blockTensors(h, t);
-    tensors.insert(tensors.end(), block.begin(), block.end());
-  }
+  // Every block holds the same tensors: one block's, counted `layers`
+  // times (the search evaluates thousands of 96-layer plans).
+  llvm::SmallVector<std::pair<ParamTensor, double>, 16> tensors;
+  for (ParamTensor &tensor : blockTensors(h, t))
+    tensors.push_back({std::move(tensor), double(layers)});
   size_t blockTensorCount = tensors.size();
   int64_t vocab = split.padVocab
                       ? compiledVocabRows(model, t, work.vocabDivisibleBy)
                       : model.vocab;
-  ParamTensor wte{"wte.weight", {vocab, h}, t > 1 ? 0 : -1};
   bool holdsWte = stage == 0 || stage == p - 1;
   if (holdsWte)
-    tensors.push_back(wte);
+    tensors.push_back({{"wte.weight", {vocab, h}, t > 1 ? 0 : -1}, 1.0});
   // wpe and ln_f: whatever is outside the blocks besides wte (n_positions
   // rows of wpe, the rest ln_f's weight and bias).
   int64_t wpe = std::min(model.positions * h, model.otherParams);
   if (stage == 0 && wpe > 0)
-    tensors.push_back({"wpe.weight", {model.positions, h}, -1});
+    tensors.push_back({{"wpe.weight", {model.positions, h}, -1}, 1.0});
   if (stage == p - 1 && model.otherParams > wpe)
-    tensors.push_back({"ln_f", {model.otherParams - wpe}, -1});
+    tensors.push_back({{"ln_f", {model.otherParams - wpe}, -1}, 1.0});
 
   StageState state;
-  for (auto [index, tensor] : llvm::enumerate(tensors)) {
+  for (auto [index, entry] : llvm::enumerate(tensors)) {
+    const auto &[tensor, copies] = entry;
     bool inBlock = index < blockTensorCount;
-    double unsharded = localElements(tensor, t, n, false, split);
+    double unsharded = copies * localElements(tensor, t, n, false, split);
     state.unshardedParams += unsharded;
     if (dpSplits(tensor, n, split)) {
       state.dpSplittableParams += unsharded;
       if (inBlock)
         state.blockDpSplittableParams += unsharded;
     }
-    state.params += localElements(tensor, t, n, plan.zero >= 3, split);
-    double grad = localElements(tensor, t, n, plan.zero >= 2, split);
+    state.params +=
+        copies * localElements(tensor, t, n, plan.zero >= 3, split);
+    double grad = copies * localElements(tensor, t, n, plan.zero >= 2, split);
     state.grads += grad;
-    state.moments += localElements(tensor, t, n, plan.zero >= 1, split);
-    if (tensor.name.rfind("ln_", 0) == 0)
+    state.moments +=
+        copies * localElements(tensor, t, n, plan.zero >= 1, split);
+    if (llvm::StringRef(tensor.name).starts_with("ln_"))
       state.layerNormGrads += grad;
-    if (tensor.name == "wte.weight")
+    if (llvm::StringRef(tensor.name) == "wte.weight")
       state.wteGrad = grad;
   }
   return state;

@@ -28,9 +28,9 @@
 
 #include "tools/loom/PlanModel.h"
 
+#include "llvm/ADT/SmallVector.h"
+
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace loom::plan {
 
@@ -38,8 +38,8 @@ namespace loom::plan {
 /// tensor parallelism) and the dimension tp splits (-1: whole on every tp
 /// rank).
 struct ParamTensor {
-  std::string name;
-  std::vector<int64_t> shape;
+  const char *name = "";
+  llvm::SmallVector<int64_t, 3> shape;
   int tpDim = -1;
   int64_t elements() const;
 };
@@ -86,7 +86,7 @@ struct StageState {
 };
 
 /// The tensors of one GPT-2 transformer block (hidden size h) at tp = t.
-std::vector<ParamTensor> blockTensors(int64_t h, int64_t t);
+llvm::SmallVector<ParamTensor, 12> blockTensors(int64_t h, int64_t t);
 
 /// Vocabulary rows the compiled wte has at tp = t (padded when t does not
 /// divide V).
