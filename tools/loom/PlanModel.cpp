@@ -519,10 +519,11 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     }
     // Sequence parallelism's partial layer-norm gradients: all-reduced
     // over dp and tp at once (ZeRO-0/1; instead of their share of the dp
-    // reduction), or their dp shard over tp once per step (ZeRO-2/3).
+    // reduction), or their dp shard over tp once per step (ZeRO-2/3, or
+    // no dp).
     if (sp) {
       double lnBytes = states[i].layerNormGrads * elementBytes;
-      if (plan.zero >= 2) {
+      if (plan.zero >= 2 || n == 1) {
         tpStepBytes += ringAllReduceBytes(lnBytes, t);
       } else {
         double share = plan.zero == 0 ? ringAllReduceBytes(lnBytes, n)
