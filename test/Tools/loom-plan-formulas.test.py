@@ -102,7 +102,10 @@ for sp in (False, True):
     tp_bytes = got["traffic_bytes_per_gpu_per_step"]["tp"]
     ok &= stage["tp_formula"] == round(4 * 96 * ar)
     if sp:
-        loom_bytes = 96 * 10 * ag + 4 * ag + (t - 1) / t * s * h * 2
+        # + the layer norms' gradients, partial over tp with SP.
+        norms = (96 * 4 * h + 2 * h) * 2
+        loom_bytes = (96 * 10 * ag + 4 * ag + (t - 1) / t * s * h * 2 +
+                      2 * (t - 1) / t * norms)
     else:
         loom_bytes = 4 * 96 * ar + 2 * ar
     ok &= abs(tp_bytes - (loom_bytes + cross_entropy)) <= 1
