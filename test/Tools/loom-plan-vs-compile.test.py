@@ -20,13 +20,16 @@ import sys
 loom, loom_opt, config, work = sys.argv[1:5]
 BATCH, SEQ = 8, 32
 
-# (dp, tp, pp, micro-batches, schedule, virtual stages): 3D plans with
-# 1F1B and interleaved 1F1B, and one unpipelined plan with a single
-# micro-batch (where today's unpipelined step, which reduces gradients per
-# micro-batch, and the planner's once-per-step reduction are the same).
-MESHES = [(2, 2, 2, 4, "1f1b", 1), (2, 2, 2, 4, "interleaved", 2),
-          (4, 1, 2, 2, "gpipe", 1), (1, 4, 2, 4, "1f1b", 1),
-          (2, 2, 1, 1, "1f1b", 1)]
+# (dp, tp, pp, micro-batches, schedule, virtual stages, recompute modes):
+# 3D plans with 1F1B and interleaved 1F1B, with each recomputation, and one
+# unpipelined plan with a single micro-batch (where today's unpipelined
+# step, which reduces gradients per micro-batch, and the planner's
+# once-per-step reduction are the same).
+MESHES = [(2, 2, 2, 4, "1f1b", 1, ("none", "selective", "full")),
+          (2, 2, 2, 4, "interleaved", 2, ("none",)),
+          (4, 1, 2, 2, "gpipe", 1, ("none",)),
+          (1, 4, 2, 4, "1f1b", 1, ("none",)),
+          (2, 2, 1, 1, "1f1b", 1, ("none",))]
 
 # dp, by ZeRO stage. Left out of the plan, as compiler matters rather than
 # the model's: Loom all-reduces wpe's gradient over dp every micro-batch
@@ -63,10 +66,10 @@ def run(*args):
                           text=True).stdout
 
 
-def strategy(mesh, zero):
-    dp, tp, pp, micro, schedule, virtual = mesh
+def strategy(mesh, zero, recompute):
+    dp, tp, pp, micro, schedule, virtual, _ = mesh
     flags = ["--mesh", f"dp={dp},tp={tp},pp={pp}", "--zero", str(zero),
-             "--microbatches", str(micro)]
+             "--microbatches", str(micro), "--recompute", recompute]
     if pp > 1:
         flags += ["--schedule", schedule]
     if virtual > 1:
@@ -74,9 +77,9 @@ def strategy(mesh, zero):
     return flags
 
 
-def compiled(mesh, zero, sp, tag):
+def compiled(mesh, zero, recompute, sp, tag):
     flags = ["--config", config, "--batch", str(BATCH), "--seq", str(SEQ),
-             "--train", *strategy(mesh, zero)]
+             "--train", *strategy(mesh, zero, recompute)]
     if sp:
         flags.append("--sequence-parallel")
     ir = os.path.join(work, f"{tag}.mlir")
@@ -98,11 +101,12 @@ def compiled(mesh, zero, sp, tag):
     return stages
 
 
-def planned(mesh, zero, sp, precision):
+def planned(mesh, zero, recompute, sp, precision):
     gpus = mesh[0] * mesh[1] * mesh[2]
     flags = ["--config", config, "--gpus", str(gpus), "--gpu-mem-gb", "1e6",
-             "--batch", str(BATCH), "--seq", str(SEQ), *strategy(mesh, zero),
-             "--recompute", "none", "--precision", precision, "--json"]
+             "--batch", str(BATCH), "--seq", str(SEQ),
+             *strategy(mesh, zero, recompute), "--precision", precision,
+             "--json"]
     if not sp:
         flags.append("--no-sequence-parallel")
     return json.loads(run(loom, "plan", *flags))
@@ -111,44 +115,49 @@ def planned(mesh, zero, sp, precision):
 ok = True
 print(f"{'plan':<34} {'stage':>5} {'figure':<11} {'loom plan':>12} "
       f"{'compiled':>12} {'diff':>9} {'tolerance':>9}")
-for mesh in MESHES:
-  for zero in (0, 1, 2, 3) if mesh[0] > 1 else (0,):
-    for sp in (False, True) if mesh[1] > 1 else (False,):
-        dp, tp, pp, micro, schedule, virtual = mesh
-        name = (f"dp{dp} tp{tp} pp{pp} m{micro}"
-                f"{' ' + schedule if pp > 1 else ''}"
-                f"{f' v{virtual}' if virtual > 1 else ''} z{zero}"
-                f"{' sp' if sp else ''}")
-        tag = name.replace(" ", "-")
-        built = compiled(mesh, zero, sp, tag)
-        fp32 = planned(mesh, zero, sp, "fp32")
-        bf16 = planned(mesh, zero, sp, "bf16")
-        # 1001 rows: whole at tp = 1, else padded to a multiple of 128 x tp.
-        padded = 1001 if tp == 1 else -(-1001 // (128 * tp)) * 128 * tp
-        ok &= fp32["memory"]["vocab_rows_per_gpu"] == padded // tp
-        ok &= len(built) == len(fp32["memory"]["stages"])
-        for i, (got32, got16) in enumerate(zip(fp32["memory"]["stages"],
-                                               bf16["memory"]["stages"])):
-            traffic = got32["traffic_bytes_per_step"]
-            plan = {"state_fp32": got32["model_state_bytes"],
-                    "state_bf16": got16["model_state_bytes"],
-                    "tp": traffic["tp"], "dp": traffic["dp"],
-                    "pp": traffic["pp"]}
-            for figure in ("state_fp32", "state_bf16", "tp", "dp", "pp"):
-                want, got = built[i][figure], plan[figure]
-                diff = (got - want) / want if want else float(got != want)
-                if figure == "dp" and pp == 1:
-                    print(f"{name:<34} {i:>5} {figure:<11} {got:>12} "
-                          f"{want:>12} {100 * diff:>8.3f}% "
-                          f"{'pending':>9} (gradsync)")
-                    continue
-                tolerance = (DP_TOLERANCE[zero] if figure == "dp"
-                             else TOLERANCE[figure])
-                good = abs(diff) <= tolerance
-                ok &= good
-                print(f"{name:<34} {i:>5} {figure:<11} {got:>12} {want:>12} "
-                      f"{100 * diff:>8.3f}% {100 * tolerance:>8.2f}%"
-                      f"{'' if good else '  OUTSIDE'}")
+cases = [(mesh, zero, recompute, sp)
+         for mesh in MESHES
+         for recompute in mesh[6]
+         for zero in ((0, 1, 2, 3) if mesh[0] > 1 else (0,))
+         if recompute == "none" or zero in (1, 3)
+         for sp in ((False, True) if mesh[1] > 1 else (False,))]
+for mesh, zero, recompute, sp in cases:
+    dp, tp, pp, micro, schedule, virtual, _ = mesh
+    name = (f"dp{dp} tp{tp} pp{pp} m{micro}"
+            f"{' ' + schedule if pp > 1 else ''}"
+            f"{f' v{virtual}' if virtual > 1 else ''} z{zero}"
+            f"{'' if recompute == 'none' else ' ' + recompute}"
+            f"{' sp' if sp else ''}")
+    tag = name.replace(" ", "-")
+    built = compiled(mesh, zero, recompute, sp, tag)
+    fp32 = planned(mesh, zero, recompute, sp, "fp32")
+    bf16 = planned(mesh, zero, recompute, sp, "bf16")
+    # 1001 rows: whole at tp = 1, else padded to a multiple of 128 x tp.
+    padded = 1001 if tp == 1 else -(-1001 // (128 * tp)) * 128 * tp
+    ok &= fp32["memory"]["vocab_rows_per_gpu"] == padded // tp
+    ok &= len(built) == len(fp32["memory"]["stages"])
+    for i, (got32, got16) in enumerate(zip(fp32["memory"]["stages"],
+                                           bf16["memory"]["stages"])):
+        traffic = got32["traffic_bytes_per_step"]
+        plan = {"state_fp32": got32["model_state_bytes"],
+                "state_bf16": got16["model_state_bytes"],
+                "tp": traffic["tp"], "dp": traffic["dp"],
+                "pp": traffic["pp"]}
+        for figure in ("state_fp32", "state_bf16", "tp", "dp", "pp"):
+            want, got = built[i][figure], plan[figure]
+            diff = (got - want) / want if want else float(got != want)
+            if figure == "dp" and pp == 1:
+                print(f"{name:<34} {i:>5} {figure:<11} {got:>12} "
+                      f"{want:>12} {100 * diff:>8.3f}% "
+                      f"{'pending':>9} (gradsync)")
+                continue
+            tolerance = (DP_TOLERANCE[zero] if figure == "dp"
+                         else TOLERANCE[figure])
+            good = abs(diff) <= tolerance
+            ok &= good
+            print(f"{name:<34} {i:>5} {figure:<11} {got:>12} {want:>12} "
+                  f"{100 * diff:>8.3f}% {100 * tolerance:>8.2f}%"
+                  f"{'' if good else '  OUTSIDE'}")
 print("loom plan agrees with loom compile" if ok
       else "LOOM PLAN DISAGREES WITH LOOM COMPILE")
 sys.exit(0 if ok else 1)

@@ -179,9 +179,9 @@ static double headFlopsPerToken(const ModelShape &model) {
 /// per layer Megatron's 4 all-reduces of b·s·h (`message` bytes; full
 /// recomputation re-runs the forward's 2), with sequence parallelism 4
 /// reduce-scatters and 6 all-gathers of it (the backward re-gathers each
-/// column-parallel linear's saved sequence shard; 2 more all-gathers with
-/// full recomputation). The first stage's vocab-parallel embedding
-/// all-reduces its output (SP: reduce-scatters it, and gathers the
+/// column-parallel linear's saved sequence shard; full recomputation adds
+/// the volume of 2 more, as measured on the compiled step). The first
+/// stage's vocab-parallel embedding all-reduces its output (SP: reduce-scatters it, and gathers the
 /// sequence of its gradient for wte and of wpe's `positionBytes`
 /// gradient); the last stage's LM head all-reduces its input gradient (SP:
 /// gathers its input, reduce-scatters the gradient) and the vocab-parallel
@@ -197,7 +197,7 @@ static double tensorParallelBytes(const Plan &plan, bool sp, int64_t layers,
   double ar = ringAllReduceBytes(message, t), ag = ringGatherBytes(message, t);
   double bytes;
   if (sp) {
-    bytes = double(layers) * (4 + 6 + (full ? 4 : 0)) * ag;
+    bytes = double(layers) * (4 + 6 + (full ? 2 : 0)) * ag;
     if (first)
       bytes += 2 * ag + ringGatherBytes(positionBytes, t);
     if (last)
