@@ -70,8 +70,8 @@ int fail(const std::string &message) {
 
 std::optional<PlanOptions> parseFlags(const std::vector<std::string> &args) {
   const std::set<std::string> valueFlags{
-      "--config",      "--gpus", "--gpus-per-node",   "--gpu-mem-gb",
-      "--batch",       "--seq",  "--intra-node-gbps", "--inter-node-gbps",
+      "--config",      "--gpus", "--gpus-per-node",     "--gpu-mem-gb",
+      "--batch",       "--seq",  "--intra-node-gbps",   "--inter-node-gbps",
       "--peak-tflops", "--top",  "--vocab-divisible-by"};
   const std::set<std::string> restrictionFlags{
       "--mesh",           "--zero",      "--microbatches", "--schedule",

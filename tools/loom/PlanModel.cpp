@@ -181,12 +181,12 @@ static double headFlopsPerToken(const ModelShape &model) {
 /// reduce-scatters and 6 all-gathers of it (the backward re-gathers each
 /// column-parallel linear's saved sequence shard; full recomputation adds
 /// the volume of 2 more, as measured on the compiled step). The first
-/// stage's vocab-parallel embedding all-reduces its output (SP: reduce-scatters it, and gathers the
-/// sequence of its gradient for wte and of wpe's `positionBytes`
-/// gradient); the last stage's LM head all-reduces its input gradient (SP:
-/// gathers its input, reduce-scatters the gradient) and the vocab-parallel
-/// cross-entropy all-reduces 3 fp32 values per token (max, sum of
-/// exponentials, target logit).
+/// stage's vocab-parallel embedding all-reduces its output (SP: reduce-scatters
+/// it, and gathers the sequence of its gradient for wte and of wpe's
+/// `positionBytes` gradient); the last stage's LM head all-reduces its input
+/// gradient (SP: gathers its input, reduce-scatters the gradient) and the
+/// vocab-parallel cross-entropy all-reduces 3 fp32 values per token (max, sum
+/// of exponentials, target logit).
 static double tensorParallelBytes(const Plan &plan, bool sp, int64_t layers,
                                   bool first, bool last, double message,
                                   double positionBytes, double tokens) {
@@ -371,7 +371,8 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     split.tpReplicates = true;
     double replicated =
         stageState(model, plan, work, i, layers[i], split).bytes(precision);
-    states[i] = stageState(model, plan, work, i, layers[i], TensorSplit::loom());
+    states[i] =
+        stageState(model, plan, work, i, layers[i], TensorSplit::loom());
     st.paramsPerGpu = states[i].unshardedParams;
     st.modelStateBytes = states[i].bytes(precision);
     st.formulaModelStateBytes = formula;
@@ -436,10 +437,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     if (i == p - 1)
       flops += headFlopsPerToken(model) * microTokens;
     double compute = flops / double(t) / flopRate;
-    double tpBytes = tensorParallelBytes(plan, sp, st.layers, i == 0,
-                                         i == p - 1, tpMessage,
-                                         double(s) * double(h) * elementBytes,
-                                         rows);
+    double tpBytes =
+        tensorParallelBytes(plan, sp, st.layers, i == 0, i == p - 1, tpMessage,
+                            double(s) * double(h) * elementBytes, rows);
     double tpTime = tpBytes / bandwidth(cost.tpCrossesNodes);
     // ZeRO-2 reduce-scatters each micro-batch's gradients (hidden behind
     // its backward, 2/3 of the compute); ZeRO-3 also gathers the params
@@ -459,10 +459,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       // paper's 1.5x DDP without pipelines).
       double regathered = p > 1 ? states[i].blockDpSplittableParams
                                 : states[i].dpSplittableParams;
-      zeroBytes =
-          2.0 * ringGatherBytes(states[i].dpSplittableParams * elementBytes,
-                                n) +
-          ringGatherBytes(regathered * elementBytes, n);
+      zeroBytes = 2.0 * ringGatherBytes(
+                            states[i].dpSplittableParams * elementBytes, n) +
+                  ringGatherBytes(regathered * elementBytes, n);
       zeroWindow = compute;
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
@@ -533,9 +532,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     }
     cost.dpBytes = std::max(cost.dpBytes, dpBytes);
     cost.tpBytes = std::max(cost.tpBytes, tpStepBytes);
-    double formulaTp =
-        double(st.layers) * (plan.recompute == Recompute::Full ? 6 : 4) *
-        ringAllReduceBytes(tpMessage, t) * double(m);
+    double formulaTp = double(st.layers) *
+                       (plan.recompute == Recompute::Full ? 6 : 4) *
+                       ringAllReduceBytes(tpMessage, t) * double(m);
     cost.stageTraffic.push_back(
         {tpStepBytes, dpBytes, p2pBytes * double(m), formulaTp});
     if (total > slowest) {

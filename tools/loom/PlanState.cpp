@@ -31,7 +31,7 @@ double StageState::bytes(Precision precision) const {
 }
 
 llvm::SmallVector<ParamTensor, 12> loom::plan::blockTensors(int64_t h,
-                                                           int64_t t) {
+                                                            int64_t t) {
   // Under tensor parallelism the QKV projection is [h, 3, h] (the three
   // projections' columns split alike); without it the importer's [h, 3h].
   bool split = t > 1;
@@ -87,8 +87,7 @@ double localElements(const ParamTensor &tensor, int64_t t, int64_t n,
   double elements = double(tensor.elements());
   if (t > 1 && (tensor.tpDim >= 0 || !split.tpReplicates))
     elements /= double(t);
-  return overDp && dpSplits(tensor, n, split) ? elements / double(n)
-                                              : elements;
+  return overDp && dpSplits(tensor, n, split) ? elements / double(n) : elements;
 }
 
 } // namespace
@@ -129,8 +128,7 @@ StageState loom::plan::stageState(const ModelShape &model, const Plan &plan,
       if (inBlock)
         state.blockDpSplittableParams += unsharded;
     }
-    state.params +=
-        copies * localElements(tensor, t, n, plan.zero >= 3, split);
+    state.params += copies * localElements(tensor, t, n, plan.zero >= 3, split);
     double grad = copies * localElements(tensor, t, n, plan.zero >= 2, split);
     state.grads += grad;
     state.moments +=
