@@ -66,9 +66,6 @@ int64_t loom::plan::compiledVocabRows(const ModelShape &model, int64_t t,
 
 namespace {
 
-/// Elements of `tensor` on one GPU: split by t on its tp dimension, and by
-/// n when `overDp` (a ZeRO-sharded role) on the first other dimension n
-/// divides.
 /// Whether ZeRO over n ranks splits `tensor` (it has a dimension n divides
 /// that tp does not split).
 bool dpSplits(const ParamTensor &tensor, int64_t n, const TensorSplit &split) {
@@ -82,6 +79,9 @@ bool dpSplits(const ParamTensor &tensor, int64_t n, const TensorSplit &split) {
   return false; // no dimension to split: whole on every dp rank
 }
 
+/// Elements of `tensor` on one GPU: split by t on its tp dimension, and by
+/// n when `overDp` (a ZeRO-sharded role) on the first other dimension n
+/// divides.
 double localElements(const ParamTensor &tensor, int64_t t, int64_t n,
                      bool overDp, const TensorSplit &split) {
   double elements = double(tensor.elements());
