@@ -83,13 +83,37 @@ ok &= formulas_ok
 print("activation formulas hold" if formulas_ok else "ACTIVATION FORMULAS DO NOT HOLD")
 
 # 3. Megatron TP traffic; pipeline in-flight micro-batches and bubble.
-got = plan("gpt3-175b.json", "--gpus", "8", "--batch", "1", "--seq", "2048",
-           "--mesh", "dp=1,tp=8,pp=1", "--microbatches", "1",
-           "--recompute", "selective")
-tp_bytes = got["traffic_bytes_per_gpu_per_step"]["tp"]
-ok &= tp_bytes == round(4 * 96 * 2 * (t - 1) / t * sbh * 2)
-print(f"tensor parallelism, t=8: tp traffic 4 all-reduces x 96 layers x "
-      f"2(t-1)/t x b*s*h*2 bytes = {tp_bytes} bytes per GPU per step")
+#    Megatron's formula, and what Loom's program adds to it (as
+#    loom-plan-vs-compile.test measures): the embedding's and LM head's
+#    all-reduce of b·s·h and the cross-entropy's 3 fp32 all-reduces per
+#    token; with sequence parallelism 10 (not 8) collectives of
+#    (t-1)/t·b·s·h per layer (the backward re-gathers each column-parallel
+#    linear's input), 4 at the embedding and head, and wpe's gradient.
+tp_flags = ["--gpus", "8", "--batch", "1", "--seq", "2048", "--mesh",
+            "dp=1,tp=8,pp=1", "--microbatches", "1", "--recompute",
+            "selective"]
+ar = 2 * (t - 1) / t * sbh * 2
+ag = (t - 1) / t * sbh * 2
+cross_entropy = 3 * 2 * (t - 1) / t * 4 * s * b
+for sp in (False, True):
+    got = plan("gpt3-175b.json", *tp_flags,
+               *([] if sp else ["--no-sequence-parallel"]))
+    stage = got["memory"]["stages"][0]["traffic_bytes_per_step"]
+    tp_bytes = got["traffic_bytes_per_gpu_per_step"]["tp"]
+    ok &= stage["tp_formula"] == round(4 * 96 * ar)
+    if sp:
+        # + the layer norms' gradients, partial over tp with SP.
+        norms = (96 * 4 * h + 2 * h) * 2
+        loom_bytes = (96 * 10 * ag + 4 * ag + (t - 1) / t * s * h * 2 +
+                      2 * (t - 1) / t * norms)
+    else:
+        loom_bytes = 4 * 96 * ar + 2 * ar
+    ok &= abs(tp_bytes - (loom_bytes + cross_entropy)) <= 1
+    print(f"tensor parallelism, t=8{', sp' if sp else ''}: tp traffic "
+          f"formula 4 all-reduces x 96 layers x 2(t-1)/t x b*s*h*2 bytes = "
+          f"{stage['tp_formula']}, Loom's program {tp_bytes} "
+          f"(+{100 * (tp_bytes / stage['tp_formula'] - 1):.2f}%) bytes per "
+          f"GPU per step")
 pipeline_ok = True
 p, m = 8, 16
 for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):

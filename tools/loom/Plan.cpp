@@ -35,7 +35,7 @@ const char *const loom::cli::kPlanUsage = R"(usage:
   loom plan --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
             [--gpus-per-node K] [--intra-node-gbps BW] [--inter-node-gbps BW]
             [--peak-tflops F] [--precision bf16|fp32] [--top N] [--json]
-            [--no-sequence-parallel] [restrictions]
+            [--no-sequence-parallel] [--vocab-divisible-by D] [restrictions]
 
   Searches dp x tp x pp = G (tp <= K and dividing n_head, pp <= n_layer, dp
   dividing B), ZeRO 0-3, micro-batches, pipeline schedule gpipe|1f1b|
@@ -48,7 +48,9 @@ const char *const loom::cli::kPlanUsage = R"(usage:
   --gpus-per-node 8; --intra-node-gbps 450 (NVLink, per GPU and direction);
   --inter-node-gbps 50 (4 x 100 Gb/s InfiniBand); --peak-tflops 989 (H100
   dense bf16; 67 with --precision fp32); --top 10. Tensor parallelism comes
-  with sequence parallelism unless --no-sequence-parallel.
+  with sequence parallelism unless --no-sequence-parallel. A vocabulary tp
+  does not divide is padded to a multiple of D x tp rows, as `loom compile`
+  does (--vocab-divisible-by 128).
 restrictions (search only plans with these values):
   --mesh dp=D,tp=T,pp=P (any subset)  --zero Z  --microbatches M
   --schedule gpipe|1f1b|interleaved  --virtual-stages V
@@ -68,9 +70,9 @@ int fail(const std::string &message) {
 
 std::optional<PlanOptions> parseFlags(const std::vector<std::string> &args) {
   const std::set<std::string> valueFlags{
-      "--config",      "--gpus", "--gpus-per-node",   "--gpu-mem-gb",
-      "--batch",       "--seq",  "--intra-node-gbps", "--inter-node-gbps",
-      "--peak-tflops", "--top"};
+      "--config",      "--gpus", "--gpus-per-node",     "--gpu-mem-gb",
+      "--batch",       "--seq",  "--intra-node-gbps",   "--inter-node-gbps",
+      "--peak-tflops", "--top",  "--vocab-divisible-by"};
   const std::set<std::string> restrictionFlags{
       "--mesh",           "--zero",      "--microbatches", "--schedule",
       "--virtual-stages", "--recompute", "--precision"};
@@ -182,6 +184,10 @@ std::optional<PlanOptions> parseFlags(const std::vector<std::string> &args) {
   // --seq: 0 means the config's n_positions (resolved at import).
   auto seq = positiveInt("--seq", 0);
   auto top = positiveInt("--top", 10);
+  auto vocabDivisibleBy = positiveInt("--vocab-divisible-by", 128);
+  if (!vocabDivisibleBy)
+    return std::nullopt;
+  opts.work.vocabDivisibleBy = *vocabDivisibleBy;
   opts.cluster.precision =
       strategy.precision == "fp32" && values.count("--precision")
           ? Precision::FP32

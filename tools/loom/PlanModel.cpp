@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tools/loom/PlanModel.h"
+#include "tools/loom/PlanState.h"
 
 #include <algorithm>
 #include <cmath>
@@ -174,6 +175,45 @@ static double headFlopsPerToken(const ModelShape &model) {
       0.0, 6.0 * double(model.params - model.layers * model.paramsPerBlock));
 }
 
+/// Bytes one GPU of a stage sends over tp per micro-batch (ring-counted):
+/// per layer Megatron's 4 all-reduces of b·s·h (`message` bytes; full
+/// recomputation re-runs the forward's 2), with sequence parallelism 4
+/// reduce-scatters and 6 all-gathers of it (the backward re-gathers each
+/// column-parallel linear's saved sequence shard; full recomputation adds
+/// the volume of 2 more, as measured on the compiled step). The first
+/// stage's vocab-parallel embedding all-reduces its output (SP: reduce-scatters
+/// it, and gathers the sequence of its gradient for wte and of wpe's
+/// `positionBytes` gradient); the last stage's LM head all-reduces its input
+/// gradient (SP: gathers its input, reduce-scatters the gradient) and the
+/// vocab-parallel cross-entropy all-reduces 3 fp32 values per token (max, sum
+/// of exponentials, target logit).
+static double tensorParallelBytes(const Plan &plan, bool sp, int64_t layers,
+                                  bool first, bool last, double message,
+                                  double positionBytes, double tokens) {
+  const int64_t t = plan.tp;
+  if (t <= 1)
+    return 0;
+  bool full = plan.recompute == Recompute::Full;
+  double ar = ringAllReduceBytes(message, t), ag = ringGatherBytes(message, t);
+  double bytes;
+  if (sp) {
+    bytes = double(layers) * (4 + 6 + (full ? 2 : 0)) * ag;
+    if (first)
+      bytes += 2 * ag + ringGatherBytes(positionBytes, t);
+    if (last)
+      bytes += 2 * ag;
+  } else {
+    bytes = double(layers) * (full ? 6 : 4) * ar;
+    if (first)
+      bytes += ar;
+    if (last)
+      bytes += ar;
+  }
+  if (last)
+    bytes += 3 * ringAllReduceBytes(4.0 * tokens, t);
+  return bytes;
+}
+
 /// What `comm` seconds of communication overlapping `window` seconds of
 /// compute add to the step: the part that does not fit the window, plus
 /// kOverlapCost of the part that does.
@@ -194,6 +234,8 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
   //    that minimises the largest stage.
   double layer = layerFlopsPerToken(model, seq);
   double head = headFlopsPerToken(model);
+  // (A strict comparison, not one scaled by bestMax: INFINITY * 1e-9 makes
+  // INFINITY - INFINITY, NaN, and the first candidate would never win.)
   int64_t bestLast = 1;
   double bestMax = INFINITY;
   for (int64_t last = 1; last <= L - (pp - 1); ++last) {
@@ -201,7 +243,7 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
     int64_t front = (rest + pp - 2) / (pp - 1);
     double largest =
         std::max(double(front) * layer, double(last) * layer + head);
-    if (largest < bestMax - 1e-9 * bestMax) {
+    if (last == 1 || largest < bestMax * (1 - 1e-9)) {
       bestMax = largest;
       bestLast = last;
     }
@@ -296,34 +338,47 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     return crosses ? cluster.interNodeBandwidth : cluster.intraNodeBandwidth;
   };
 
-  // 1. Parameters per GPU of each stage: the blocks split over tp, the
-  //    (vocab-padded) wte on the first stage and, tied, on the last one,
-  //    wpe on the first and ln_f on the last (replicated over tp).
+  // 1. Parameters per GPU of each stage, tensor by tensor as the compiler
+  //    shards them (PlanState.h): the blocks split over tp, the
+  //    vocab-padded wte on the first stage and, tied, on the last one, wpe
+  //    on the first and ln_f on the last (replicated over tp).
   std::vector<int64_t> layers =
       stageLayers(model, p, s, plan.schedule == Schedule::Interleaved);
-  double vocabPerGpu = std::ceil(double(model.vocab) / double(t));
-  double wtePerGpu = vocabPerGpu * double(h);
-  double wpe = std::min<double>(double(model.positions) * double(h),
-                                double(model.otherParams));
-  double lnf = double(model.otherParams) - wpe;
-  double blockPerGpu = double(model.paramsPerBlock) / double(t);
+  double vocabPerGpu =
+      double(compiledVocabRows(model, t, work.vocabDivisibleBy)) / double(t);
+  double blockPerGpu = 0;
+  for (const ParamTensor &tensor : blockTensors(h, t))
+    blockPerGpu += double(tensor.elements()) / (tensor.tpDim >= 0 ? t : 1);
+  std::vector<StageState> states(p);
+  cost.vocabRowsPerGpu = vocabPerGpu;
 
   // 2. Memory per stage.
   cost.activationBytesPerLayer =
       activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
                               plan.recompute, cluster.precision);
-  const double bytesPerParam =
-      modelStateBytesPerParam(plan.zero, n, cluster.precision);
+  const Precision precision = cluster.precision;
   cost.stages.resize(p);
   for (int64_t i = 0; i < p; ++i) {
     StageMemory &st = cost.stages[i];
     st.layers = layers[i];
-    st.paramsPerGpu = double(layers[i]) * blockPerGpu;
-    if (i == 0)
-      st.paramsPerGpu += wtePerGpu + wpe;
-    if (i == p - 1)
-      st.paramsPerGpu += (p > 1 ? wtePerGpu : 0.0) + lnf;
-    st.modelStateBytes = st.paramsPerGpu * bytesPerParam;
+    // Loom's program, and the formula with the steps between them.
+    TensorSplit split = TensorSplit::ideal();
+    double formula =
+        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+    split.padVocab = true;
+    double padded =
+        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+    split.tpReplicates = true;
+    double replicated =
+        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+    states[i] =
+        stageState(model, plan, work, i, layers[i], TensorSplit::loom());
+    st.paramsPerGpu = states[i].unshardedParams;
+    st.modelStateBytes = states[i].bytes(precision);
+    st.formulaModelStateBytes = formula;
+    st.vocabPaddingBytes = padded - formula;
+    st.tpReplicatedBytes = replicated - padded;
+    st.dpWholeBytes = st.modelStateBytes - replicated;
 
     double inFlight = microbatchesInFlight(plan, i);
     st.activationBytes =
@@ -372,7 +427,6 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   // 4. Time of one micro-batch on each stage; the slowest sets the pace.
   const double microTokens = rows;
   const double tpMessage = rows * double(h) * elementBytes; // b·s·h
-  const int collectivesPerLayer = plan.recompute == Recompute::Full ? 6 : 4;
   const double p2pMessage = tpMessage / (sp ? double(t) : 1.0);
   double slowest = -1;
   for (int64_t i = 0; i < p; ++i) {
@@ -383,34 +437,49 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     if (i == p - 1)
       flops += headFlopsPerToken(model) * microTokens;
     double compute = flops / double(t) / flopRate;
-    double tpBytes = double(st.layers) * collectivesPerLayer *
-                     ringAllReduceBytes(tpMessage, t);
+    double tpBytes =
+        tensorParallelBytes(plan, sp, st.layers, i == 0, i == p - 1, tpMessage,
+                            double(s) * double(h) * elementBytes, rows);
     double tpTime = tpBytes / bandwidth(cost.tpCrossesNodes);
     // ZeRO-2 reduce-scatters each micro-batch's gradients (hidden behind
     // its backward, 2/3 of the compute); ZeRO-3 also gathers the params
     // for the forward and again for the backward (hidden behind both).
+    // ZeRO-3 gathers (and reduce-scatters the gradients of) only the
+    // tensors it splits; the others are whole on every dp rank. (Today
+    // Loom all-reduces wpe's gradient every micro-batch instead of
+    // reduce-scattering it: not modelled, a compiler matter.)
     double stageParamBytes = st.paramsPerGpu * elementBytes;
     double zeroBytes = 0, zeroWindow = 0;
     if (plan.zero == 2) {
       zeroBytes = ringGatherBytes(stageParamBytes, n);
       zeroWindow = compute * 2.0 / 3.0;
     } else if (plan.zero == 3) {
-      zeroBytes = 3.0 * ringGatherBytes(stageParamBytes, n);
+      // Forward gather + gradient reduce-scatter of every tensor ZeRO
+      // splits; a pipelined backward gathers the blocks' again (the ZeRO
+      // paper's 1.5x DDP without pipelines).
+      double regathered = p > 1 ? states[i].blockDpSplittableParams
+                                : states[i].dpSplittableParams;
+      zeroBytes = 2.0 * ringGatherBytes(
+                            states[i].dpSplittableParams * elementBytes, n) +
+                  ringGatherBytes(regathered * elementBytes, n);
       zeroWindow = compute;
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);
     double zeroExposed = overlappedTime(zeroTime, zeroWindow);
-    // Activations forward to the next stage, gradients back to the
-    // previous one; every chunk boundary with interleaving.
-    int sends = (i < p - 1 ? 1 : 0) + (i > 0 ? 1 : 0);
-    if (v > 1)
-      sends = 2;
-    double p2pBytes = double(sends * v) * p2pMessage;
+    // Activations forward to the next chunk, gradients back to the
+    // previous one: stage i holds chunks i + k·p (k < v) of the p·v; each
+    // but the last sends forward, each but the first backward.
+    int64_t sends = 0;
+    for (int64_t k = 0; k < v; ++k) {
+      int64_t chunk = i + k * p;
+      sends += (chunk < p * v - 1 ? 1 : 0) + (chunk > 0 ? 1 : 0);
+    }
+    double p2pBytes = double(sends) * p2pMessage;
     double p2pTime = p2pBytes / bandwidth(cost.ppCrossesNodes);
     double total = compute + tpTime + zeroExposed + p2pTime;
 
     // Per-step traffic of this stage's GPUs.
-    cost.tpBytes = std::max(cost.tpBytes, tpBytes * double(m));
+    double tpStepBytes = tpBytes * double(m);
     cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
 
     // Once per step: DDP all-reduces behind the last micro-batch's
@@ -447,7 +516,27 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       dpTotal = double(m) * zeroTime;
       break;
     }
+    // Sequence parallelism's partial layer-norm gradients: all-reduced
+    // over dp and tp at once (ZeRO-0/1; instead of their share of the dp
+    // reduction), or their dp shard over tp once per step (ZeRO-2/3, or
+    // no dp).
+    if (sp) {
+      double lnBytes = states[i].layerNormGrads * elementBytes;
+      if (plan.zero >= 2 || n == 1) {
+        tpStepBytes += ringAllReduceBytes(lnBytes, t);
+      } else {
+        double share = plan.zero == 0 ? ringAllReduceBytes(lnBytes, n)
+                                      : ringGatherBytes(lnBytes, n);
+        dpBytes += ringAllReduceBytes(lnBytes, n * t) - share;
+      }
+    }
     cost.dpBytes = std::max(cost.dpBytes, dpBytes);
+    cost.tpBytes = std::max(cost.tpBytes, tpStepBytes);
+    double formulaTp = double(st.layers) *
+                       (plan.recompute == Recompute::Full ? 6 : 4) *
+                       ringAllReduceBytes(tpMessage, t) * double(m);
+    cost.stageTraffic.push_back(
+        {tpStepBytes, dpBytes, p2pBytes * double(m), formulaTp});
     if (total > slowest) {
       slowest = total;
       cost.slowestStage = i;
@@ -463,10 +552,16 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
   // 5. The tied embedding: its gradient is all-reduced between the first
   //    and the last stage once per step (Megatron), exposed.
+  //    Under ZeRO-2/3 the gradient is already split over dp: the dp shard
+  //    is all-reduced.
   if (p > 1) {
-    double bytes = ringAllReduceBytes(wtePerGpu * elementBytes, 2);
+    double bytes = ringAllReduceBytes(states[0].wteGrad * elementBytes, 2);
     cost.embeddingSyncS = bytes / bandwidth(cost.ppCrossesNodes);
-    cost.ppBytes += bytes;
+    cost.stageTraffic.front().pp += bytes;
+    cost.stageTraffic.back().pp += bytes;
+    cost.ppBytes = 0;
+    for (const StageTraffic &traffic : cost.stageTraffic)
+      cost.ppBytes = std::max(cost.ppBytes, traffic.pp);
   }
 
   // 6. The step: m micro-batch slots plus the (p-1)/v fill and drain.

@@ -20,6 +20,23 @@
 //    all-gather and reduce-scatter (n-1)/n·S; Megatron TP: 2 all-reduces
 //    forward + 2 backward per layer of b·s·h elements (SP: all-gather +
 //    reduce-scatter, the same volume);
+//
+// Where Loom's compiled program is known to differ from a formula, the
+// plan follows the program (test/Tools/loom-plan-vs-compile.test checks it
+// against `loom compile --report`) and the report says by how much:
+//  * model state is counted tensor by tensor (PlanState.h): the padded
+//    vocabulary, the layer norms and biases tp replicates, the tensors ZeRO
+//    cannot split over dp;
+//  * sequence parallelism re-gathers, as Megatron does, each
+//    column-parallel linear's saved sequence shard in the backward: 2 more
+//    all-gathers of b·s·h per layer (10 instead of 8 collectives of
+//    (t-1)/t·b·s·h), and its embedding / LM head reduce-scatter and gather
+//    the sequence (b·s·h each way, plus wpe's s·h gradient);
+//  * TP's vocab-parallel embedding all-reduces b·s·h in the forward, the LM
+//    head b·s·h in the backward, the cross-entropy 3 fp32 values per token;
+//  * ZeRO-3 gathers only the tensors it splits; the tied wte's gradient
+//    all-reduce between the first and last stage moves the dp shard under
+//    ZeRO-2/3.
 //  * pipeline bubble (p-1)/(m+p-1), with v virtual stages (p-1)/v/(m+(p-1)/v)
 //    (Narayanan et al. 2021); activations in flight on stage i: GPipe m,
 //    1F1B min(m, p-i), interleaved 2(p-i-1)+(v-1)p+1 chunks of 1/v stage.
@@ -32,8 +49,9 @@
 // The assumptions that are not formulas (GEMM efficiency, overlap, workspace)
 // are the named constants below; docs in README.md (`loom plan`). Not
 // modelled: collective latency (only bandwidth), contention between axes
-// sharing a link, the optimizer step, TP's embedding / LM-head collectives,
-// and the biases and layer norms TP replicates (a block counts Φ_block/t).
+// sharing a link, the optimizer step, the scalar all-reduces of the step
+// (loss, gradient norm) and the gradient all-reduce over tp of the layer
+// norms and biases sequence parallelism leaves partial.
 //
 //===----------------------------------------------------------------------===//
 
@@ -124,6 +142,10 @@ struct Workload {
   /// Megatron sequence parallelism whenever tp > 1 (same traffic as TP
   /// alone, activations divided by t).
   bool sequenceParallel = true;
+  /// A vocabulary tp does not divide is padded to a multiple of this x tp
+  /// rows (`loom compile --vocab-divisible-by`, Megatron's
+  /// make-vocab-size-divisible-by).
+  int64_t vocabDivisibleBy = 128;
 };
 
 /// One point of the search space.
@@ -189,7 +211,15 @@ struct StageMemory {
   int64_t layers = 0;
   /// Parameters one GPU of the stage holds (before ZeRO sharding).
   double paramsPerGpu = 0;
+  /// Model state as Loom's compiler shards it (PlanState.h): what
+  /// `loom compile --report` prints for the stage.
   double modelStateBytes = 0;
+  /// The published formula (16Φ, 4Φ+12Φ/N, ... on Φ_stage/t, unpadded
+  /// vocabulary), and what separates Loom's program from it: the padded
+  /// vocabulary rows, the tensors tp keeps whole (layer norms, row-parallel
+  /// biases, wpe, ln_f) and those ZeRO cannot split over dp.
+  double formulaModelStateBytes = 0;
+  double vocabPaddingBytes = 0, tpReplicatedBytes = 0, dpWholeBytes = 0;
   /// Activations: stored per layer x layers x micro-batches in flight,
   /// plus the fp32 logits on the last stage and full recomputation's
   /// working layer.
@@ -203,14 +233,26 @@ struct StageMemory {
   }
 };
 
+/// Bytes one GPU of a stage sends per step on each mesh axis
+/// (ring-counted as --loom-report counts them).
+struct StageTraffic {
+  double tp = 0, dp = 0, pp = 0;
+  /// Megatron's formula for the tp figure: 4 all-reduces of b·s·h per
+  /// layer and micro-batch (6 with full recomputation), SP the same volume.
+  double formulaTp = 0;
+};
+
 /// Everything predicted about one plan.
 struct PlanCost {
   std::vector<StageMemory> stages;
+  std::vector<StageTraffic> stageTraffic;
   /// The stage with the largest peak, and that peak.
   int64_t peakStage = 0;
   double peakBytes = 0;
   bool fits = false;
 
+  /// Rows of the (padded) vocabulary one GPU holds of wte.
+  double vocabRowsPerGpu = 0;
   /// Bytes of one layer's stored activations for one micro-batch.
   double activationBytesPerLayer = 0;
   double microbatchRows = 0;
@@ -244,7 +286,8 @@ struct PlanCost {
   double bubble = 0;
   double mfu = 0;
 
-  /// Bytes one GPU sends per step on each axis (ring-counted).
+  /// Bytes one GPU sends per step on each axis (ring-counted; the largest
+  /// over the stages).
   double tpBytes = 0, dpBytes = 0, ppBytes = 0;
   /// Whether the groups of each axis cross nodes (slower links).
   bool tpCrossesNodes = false, dpCrossesNodes = false, ppCrossesNodes = false;

@@ -188,15 +188,50 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
     os << " + wte + wpe";
   if (cost.peakStage == p.pp - 1)
     os << (p.pp > 1 ? " + wte (tied) + ln_f" : " + ln_f");
-  os << llvm::formatv(" = {0} per GPU\n",
+  os << llvm::formatv(" = {0} per GPU as Loom shards them\n",
                       (int64_t)std::llround(st.paramsPerGpu));
   os << llvm::formatv(
       "    model state  {0} (ZeRO-{1}, N = dp = {2}, {3}) = "
-      "{4:f2} x params = {5} bytes = {6}\n",
+      "{4:f2} x Φ_stage/t ({7} params) = {5} bytes = {6} by the formula\n",
       modelStateFormula(p.zero, cluster.precision), p.zero, p.dp,
       cluster.precision == Precision::BF16 ? "bf16 mixed precision" : "fp32",
       modelStateBytesPerParam(p.zero, p.dp, cluster.precision),
-      (int64_t)std::llround(st.modelStateBytes), gb(st.modelStateBytes));
+      (int64_t)std::llround(st.formulaModelStateBytes),
+      gb(st.formulaModelStateBytes),
+      (int64_t)std::llround(
+          st.formulaModelStateBytes /
+          modelStateBytesPerParam(p.zero, p.dp, cluster.precision)));
+  auto signedBytes = [](double bytes) {
+    return llvm::formatv("{0}{1}", bytes < 0 ? "-" : "+",
+                         (int64_t)std::llround(std::fabs(bytes)))
+        .str();
+  };
+  std::string parts;
+  auto part = [&](double bytes, const std::string &why) {
+    if (std::fabs(bytes) < 0.5)
+      return;
+    parts += (parts.empty() ? ": " : ", ") + signedBytes(bytes) + " " + why;
+  };
+  part(st.vocabPaddingBytes,
+       llvm::formatv("for the vocabulary padded to {0} rows per GPU",
+                     (int64_t)cost.vocabRowsPerGpu)
+           .str());
+  part(st.tpReplicatedBytes,
+       "for the layer norms, biases and wpe tp keeps whole");
+  part(st.dpWholeBytes, "for the tensors ZeRO cannot split over dp");
+  if (parts.empty())
+    os << llvm::formatv("                 Loom's program: {0} bytes, the "
+                        "formula's\n",
+                        (int64_t)std::llround(st.modelStateBytes));
+  else
+    os << llvm::formatv(
+        "                 Loom's program: {0} bytes = {1} ({2:f3}% off the "
+        "formula{3})\n",
+        (int64_t)std::llround(st.modelStateBytes), gb(st.modelStateBytes),
+        st.formulaModelStateBytes > 0
+            ? 100 * (st.modelStateBytes / st.formulaModelStateBytes - 1)
+            : 0.0,
+        parts);
   os << llvm::formatv(
       "    activations  {0} = {1} bytes per layer per "
       "micro-batch (s={2} b={3} h={4} a={5} t={6}{7}{8})\n",
@@ -234,6 +269,21 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
                       100 * cost.computeEfficiency, 1e3 * cost.microbatchTpS,
                       1e3 * cost.microbatchZeroS, 1e3 * cost.microbatchP2pS,
                       1e3 * micro, 1e3 * cost.microbatchZeroTotalS);
+  if (p.tp > 1) {
+    const StageTraffic &tr = cost.stageTraffic[cost.slowestStage];
+    os << llvm::formatv(
+        "    tp traffic   {0} bytes per GPU per step on stage {1}; Megatron's "
+        "formula (4 all-reduces of b·s·h per layer{2}) gives {3}: {4:f2}% "
+        "more for {5}\n",
+        (int64_t)std::llround(tr.tp), cost.slowestStage,
+        sp ? ", sequence parallelism the same volume" : "",
+        (int64_t)std::llround(tr.formulaTp),
+        tr.formulaTp > 0 ? 100 * (tr.tp / tr.formulaTp - 1) : 0.0,
+        sp ? "the backward's re-gather of each column-parallel linear's "
+             "sequence shard (2 all-gathers per layer) and the embedding / "
+             "LM head / cross-entropy collectives"
+           : "the embedding / LM head / cross-entropy collectives");
+  }
   os << llvm::formatv("    pipeline     x (m + (p-1)/v) = {0:f2} slots = "
                       "{1:f3} s, bubble {2:f2}%\n",
                       slots, micro * slots, 100 * cost.bubble);
@@ -290,6 +340,8 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
            {"model_state_formula",
             modelStateFormula(p.zero, opts.cluster.precision)},
            {"model_state_bytes", round(st.modelStateBytes)},
+           {"formula_model_state_bytes", round(st.formulaModelStateBytes)},
+           {"vocab_rows_per_gpu", round(cost.vocabRowsPerGpu)},
            {"activation_formula",
             activationFormula(p.tp, opts.work.sequenceParallel, p.recompute)},
            {"activation_bytes_per_layer", round(cost.activationBytesPerLayer)},
@@ -306,6 +358,20 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
                     {"params_per_gpu", round(s.paramsPerGpu)},
                     {"microbatches_in_flight", microbatchesInFlight(p, i)},
                     {"model_state_bytes", round(s.modelStateBytes)},
+                    {"formula_model_state_bytes",
+                     round(s.formulaModelStateBytes)},
+                    {"model_state_vs_formula",
+                     llvm::json::Object{
+                         {"vocab_padding", round(s.vocabPaddingBytes)},
+                         {"tp_replicated", round(s.tpReplicatedBytes)},
+                         {"dp_whole", round(s.dpWholeBytes)}}},
+                    {"traffic_bytes_per_step",
+                     llvm::json::Object{
+                         {"tp", round(cost.stageTraffic[i].tp)},
+                         {"dp", round(cost.stageTraffic[i].dp)},
+                         {"pp", round(cost.stageTraffic[i].pp)},
+                         {"tp_formula",
+                          round(cost.stageTraffic[i].formulaTp)}}},
                     {"activation_bytes", round(s.activationBytes)},
                     {"gathered_bytes", round(s.gatheredBytes)},
                     {"workspace_bytes", round(s.workspaceBytes)},
