@@ -2,14 +2,14 @@
 //
 // The arena comes from an anonymous mmap: page aligned (more than the 64 bytes
 // the planner assumes), zeroed, and only touched pages cost memory. Each
-// instruction maps to one KernelBackend call (cpu::CpuKernels); when an output shares bytes with an
-// input and the kernel cannot run in place, the result is computed into a
-// staging temporary and copied (the memory this costs is reported by
-// peakTensorBytes). Gradient kernels overwrite their outputs (parameter
-// gradients that the CPU kernels accumulate are zeroed first) and recompute
-// LayerNorm statistics / attention probabilities into their scratch, so the
-// backward never depends on what the forward left in the arena besides its
-// named activations.
+// instruction maps to one KernelBackend call (cpu::CpuKernels); when an output
+// shares bytes with an input and the kernel cannot run in place, the result is
+// computed into a staging temporary and copied (the memory this costs is
+// reported by peakTensorBytes). Gradient kernels overwrite their outputs
+// (parameter gradients that the CPU kernels accumulate are zeroed first) and
+// recompute LayerNorm statistics / attention probabilities into their scratch,
+// so the backward never depends on what the forward left in the arena besides
+// its named activations.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
@@ -576,9 +576,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t inner = bufferNumel(in[1]);
     const int64_t outer = bufferNumel(in[0]) / inner;
     if (outer == 1)
-      k.add(dstF, f32(in[0]), f32(in[1]), inner);
+      LOOM_RETURN_IF_ERROR(k.add(dstF, f32(in[0]), f32(in[1]), inner));
     else
-      k.addBroadcast(dstF, f32(in[0]), f32(in[1]), outer, inner);
+      LOOM_RETURN_IF_ERROR(
+          k.addBroadcast(dstF, f32(in[0]), f32(in[1]), outer, inner));
     break;
   }
   case Opcode::Linear: {
@@ -586,8 +587,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &w = shapes[in[1]];
     const int64_t K = w[0], N = bufferNumel(in[1]) / K;
     const int64_t M = bufferNumel(in[0]) / K;
-    k.linearForward(dstF, f32(in[0]), f32(in[1]),
-                    in.size() == 3 ? f32(in[2]) : nullptr, M, K, N);
+    LOOM_RETURN_IF_ERROR(k.linearForward(dstF, f32(in[0]), f32(in[1]),
+                                         in.size() == 3 ? f32(in[2]) : nullptr,
+                                         M, K, N));
     break;
   }
   case Opcode::Matmul: {
@@ -595,8 +597,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const bool t = ins.transpose_rhs();
     const int64_t K = t ? r[1] : r[0], N = t ? r[0] : r[1];
     const int64_t M = bufferNumel(in[0]) / K;
-    k.gemm(false, t, M, N, K, 1.0f, f32(in[0]), K, f32(in[1]), r[1], 0.0f,
-           dstF, N);
+    LOOM_RETURN_IF_ERROR(k.gemm(false, t, M, N, K, 1.0f, f32(in[0]), K,
+                                f32(in[1]), r[1], 0.0f, dstF, N));
     break;
   }
   case Opcode::LayerNorm: {
@@ -604,16 +606,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t N = bufferNumel(in[0]) / C;
     float *mean = scr.empty() ? temp(workspace, N) : f32(scr[0]);
     float *rstd = scr.empty() ? temp(workspace2, N) : f32(scr[1]);
-    k.layernormForward(dstF, mean, rstd, f32(in[0]), f32(in[1]), f32(in[2]), N,
-                       C, static_cast<float>(ins.epsilon()));
+    LOOM_RETURN_IF_ERROR(k.layernormForward(dstF, mean, rstd, f32(in[0]),
+                                            f32(in[1]), f32(in[2]), N, C,
+                                            static_cast<float>(ins.epsilon())));
     break;
   }
   case Opcode::Gelu:
-    k.geluForward(dstF, f32(in[0]), bufferNumel(in[0]));
+    LOOM_RETURN_IF_ERROR(k.geluForward(dstF, f32(in[0]), bufferNumel(in[0])));
     break;
   case Opcode::Softmax: {
     const int64_t C = shapes[in[0]].back();
-    k.softmaxForward(dstF, f32(in[0]), bufferNumel(in[0]) / C, C);
+    LOOM_RETURN_IF_ERROR(
+        k.softmaxForward(dstF, f32(in[0]), bufferNumel(in[0]) / C, C));
     break;
   }
   case Opcode::Attention: {
@@ -622,7 +626,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
-    k.attentionForward(dstF, att, f32(in[0]), B, T, C, NH);
+    LOOM_RETURN_IF_ERROR(
+        k.attentionForward(dstF, att, f32(in[0]), B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropy: {
@@ -654,7 +659,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     // Columns beyond the model's vocabulary are padding, as for CrossEntropy.
     const int64_t validV = std::min<int64_t>(V * blocks, modelInfo->vocab_size());
     if (op == Opcode::RowMax) {
-      k.crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV);
+      LOOM_RETURN_IF_ERROR(
+          k.crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV));
     } else if (op == Opcode::CrossEntropySums) {
       LOOM_RETURN_IF_ERROR(k.crossEntropySums(outF(0), outF(1), f32(in[0]),
                                               f32(in[1]), i32(in[2]), N, V,
@@ -670,24 +676,26 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   case Opcode::CrossEntropyFromSums: {
     const int64_t N = bufferNumel(in[0]);
     const double tokens = ins.value() > 0 ? ins.value() : double(N);
-    k.crossEntropyFromSums(dstF, f32(in[0]), f32(in[1]), f32(in[2]), N,
-                           tokens);
+    LOOM_RETURN_IF_ERROR(k.crossEntropyFromSums(dstF, f32(in[0]), f32(in[1]),
+                                                f32(in[2]), N, tokens));
     break;
   }
   case Opcode::Copy:
-    k.copy(dst, bufferData(in[0]), outBytes);
+    LOOM_RETURN_IF_ERROR(k.copy(dst, bufferData(in[0]), outBytes));
     break;
   case Opcode::Transpose: {
     std::vector<int64_t> perm; // absent for a scalar
     if (ins.permutation())
       perm.assign(ins.permutation()->begin(), ins.permutation()->end());
-    k.transpose(dst, bufferData(in[0]), shapes[in[0]], perm,
-                program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.transpose(dst, bufferData(in[0]), shapes[in[0]],
+                                     perm,
+                                     program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::Slice:
-    k.sliceDim(dst, bufferData(in[0]), shapes[in[0]], ins.dim(), ins.offset(),
-               shapes[o][ins.dim()], program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.sliceDim(
+        dst, bufferData(in[0]), shapes[in[0]], ins.dim(), ins.offset(),
+        shapes[o][ins.dim()], program::dtypeBytes(bufferDType(o))));
     break;
   case Opcode::LocalSlice: {
     // This rank's block (group-rank order, as AllGather orders blocks); no
@@ -696,9 +704,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     if (ins.axes())
       axes.assign(ins.axes()->begin(), ins.axes()->end());
     const int64_t dim = ins.dim(), extent = shapes[o][dim];
-    k.sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
-               comm->groupRank(axes) * extent, extent,
-               program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
+                                    comm->groupRank(axes) * extent, extent,
+                                    program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::Concat: {
@@ -708,19 +716,20 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       srcs.push_back(bufferData(b));
       extents.push_back(shapes[b][ins.dim()]);
     }
-    k.concatDim(dst, srcs, extents, shapes[o], ins.dim(),
-                program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.concatDim(dst, srcs, extents, shapes[o], ins.dim(),
+                                     program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::EmbeddingGrad: {
     const auto &t = shapes[o];
-    LOOM_RETURN_IF_ERROR(k.embeddingBackward(
-        dstF, f32(in[0]), i32(in[1]), bufferNumel(in[1]), t[0], t[1]));
+    LOOM_RETURN_IF_ERROR(k.embeddingBackward(dstF, f32(in[0]), i32(in[1]),
+                                             bufferNumel(in[1]), t[0], t[1]));
     break;
   }
   case Opcode::ReduceLeading: {
     const int64_t inner = bufferNumel(o);
-    k.reduceLeading(dstF, f32(in[0]), bufferNumel(in[0]) / inner, inner);
+    LOOM_RETURN_IF_ERROR(
+        k.reduceLeading(dstF, f32(in[0]), bufferNumel(in[0]) / inner, inner));
     break;
   }
   case Opcode::LinearGrad: {
@@ -729,12 +738,12 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t M = bufferNumel(in[1]) / K;
     const float *dout = f32(in[0]);
     // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
-    k.gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f, outF(0),
-           K);
-    k.gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout, N, 0.0f, outF(1),
-           N);
+    LOOM_RETURN_IF_ERROR(k.gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]),
+                                N, 0.0f, outF(0), K));
+    LOOM_RETURN_IF_ERROR(k.gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout,
+                                N, 0.0f, outF(1), N));
     if (out.size() == 3)
-      k.columnSum(outF(2), dout, M, N);
+      LOOM_RETURN_IF_ERROR(k.columnSum(outF(2), dout, M, N));
     break;
   }
   case Opcode::MatmulGrad: {
@@ -745,11 +754,14 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const float *dout = f32(in[0]), *lhs = f32(in[1]), *rhs = f32(in[2]);
     // out[M,N] = lhs[M,K] op(rhs)[K,N], op(rhs) = rhs^T when transposed.
     // dlhs = dout op(rhs)^T; drhs = lhs^T dout, or dout^T lhs transposed.
-    k.gemm(false, !t, M, K, N, 1.0f, dout, N, rhs, r[1], 0.0f, outF(0), K);
+    LOOM_RETURN_IF_ERROR(
+        k.gemm(false, !t, M, K, N, 1.0f, dout, N, rhs, r[1], 0.0f, outF(0), K));
     if (t)
-      k.gemm(true, false, N, K, M, 1.0f, dout, N, lhs, K, 0.0f, outF(1), K);
+      LOOM_RETURN_IF_ERROR(k.gemm(true, false, N, K, M, 1.0f, dout, N, lhs, K,
+                                  0.0f, outF(1), K));
     else
-      k.gemm(true, false, K, N, M, 1.0f, lhs, K, dout, N, 0.0f, outF(1), N);
+      LOOM_RETURN_IF_ERROR(k.gemm(true, false, K, N, M, 1.0f, lhs, K, dout, N,
+                                  0.0f, outF(1), N));
     break;
   }
   case Opcode::LayerNormGrad: {
@@ -757,17 +769,19 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t N = bufferNumel(in[1]) / C;
     float *mean = scr.empty() ? temp(workspace, N) : f32(scr[0]);
     float *rstd = scr.empty() ? temp(workspace2, N) : f32(scr[1]);
-    k.layernormGrad(outF(0), outF(1), outF(2), f32(in[0]), f32(in[1]),
-                    f32(in[2]), mean, rstd, N, C,
-                    static_cast<float>(ins.epsilon()));
+    LOOM_RETURN_IF_ERROR(k.layernormGrad(outF(0), outF(1), outF(2), f32(in[0]),
+                                         f32(in[1]), f32(in[2]), mean, rstd, N,
+                                         C, static_cast<float>(ins.epsilon())));
     break;
   }
   case Opcode::GeluGrad:
-    k.geluBackward(dstF, f32(in[1]), f32(in[0]), bufferNumel(in[1]));
+    LOOM_RETURN_IF_ERROR(
+        k.geluBackward(dstF, f32(in[1]), f32(in[0]), bufferNumel(in[1])));
     break;
   case Opcode::SoftmaxGrad: {
     const int64_t C = shapes[in[1]].back();
-    k.softmaxBackward(dstF, f32(in[0]), f32(in[1]), bufferNumel(in[1]) / C, C);
+    LOOM_RETURN_IF_ERROR(k.softmaxBackward(dstF, f32(in[0]), f32(in[1]),
+                                           bufferNumel(in[1]) / C, C));
     break;
   }
   case Opcode::AttentionGrad: {
@@ -775,41 +789,42 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
-    k.attentionGrad(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH);
+    LOOM_RETURN_IF_ERROR(
+        k.attentionGrad(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropyGrad: {
     const int64_t V = shapes[in[1]].back();
     const int64_t N = bufferNumel(in[1]) / V;
     const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
-    LOOM_RETURN_IF_ERROR(k.crossEntropyBackward(dstF, f32(in[0]), f32(in[1]),
-                                                i32(in[2]), N, V, validV,
-                                                ins.value()));
+    LOOM_RETURN_IF_ERROR(k.crossEntropyBackward(
+        dstF, f32(in[0]), f32(in[1]), i32(in[2]), N, V, validV, ins.value()));
     break;
   }
   case Opcode::SliceGrad:
-    k.sliceDimGrad(dst, bufferData(in[0]), shapes[o], ins.dim(), ins.offset(),
-                   shapes[in[0]][ins.dim()],
-                   program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.sliceDimGrad(
+        dst, bufferData(in[0]), shapes[o], ins.dim(), ins.offset(),
+        shapes[in[0]][ins.dim()], program::dtypeBytes(bufferDType(o))));
     break;
   case Opcode::Fill: {
     const int64_t n = bufferNumel(o);
     if (bufferDType(o) == DType::I32)
-      k.fillI32(static_cast<int32_t *>(dst), n,
-                static_cast<int32_t>(ins.value()));
+      LOOM_RETURN_IF_ERROR(k.fillI32(static_cast<int32_t *>(dst), n,
+                                     static_cast<int32_t>(ins.value())));
     else
-      k.fillF32(dstF, n, static_cast<float>(ins.value()));
+      LOOM_RETURN_IF_ERROR(k.fillF32(dstF, n, static_cast<float>(ins.value())));
     break;
   }
   case Opcode::SumSquares: {
     std::vector<BufferSpan> tensors;
     for (uint32_t b : in)
       tensors.push_back({f32(b), bufferNumel(b)});
-    k.sumSquares(dstF, tensors);
+    LOOM_RETURN_IF_ERROR(k.sumSquares(dstF, tensors));
     break;
   }
   case Opcode::ClipCoef:
-    k.clipCoef(outF(0), outF(1), f32(in[0]), ins.max_norm());
+    LOOM_RETURN_IF_ERROR(
+        k.clipCoef(outF(0), outF(1), f32(in[0]), ins.max_norm()));
     break;
   case Opcode::AdamW: {
     AdamWHyperParams hyper;
@@ -822,8 +837,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const uint32_t state[3] = {in[0], in[2], in[3]};
     for (size_t j = 0; j < 3; ++j)
       if (out[j] != state[j])
-        k.copy(outF(j), bufferData(state[j]),
-               bufferNumel(state[j]) * static_cast<int64_t>(sizeof(float)));
+        LOOM_RETURN_IF_ERROR(k.copy(outF(j), bufferData(state[j]),
+                                    bufferNumel(state[j]) *
+                                        static_cast<int64_t>(sizeof(float))));
     LOOM_RETURN_IF_ERROR(k.adamw(outF(0), f32(in[1]), outF(1), outF(2),
                                  bufferNumel(in[0]), f32(in[4]), f32(in[5]),
                                  f32(in[6]), hyper));

@@ -10,6 +10,8 @@
 // buffer pointers for the same reason: a device backend reads them on the
 // device, without a round trip to the host.
 //
+// Every method returns a Status: a device backend reports a failed launch
+// or copy there (the CPU kernels that validate data, e.g. token ids, too).
 // Outputs are overwritten (never accumulated) unless a method says
 // otherwise, matching the program format's contract (program.fbs). The
 // executor has already resolved aliasing: an output given here either is
@@ -70,50 +72,50 @@ public:
   // Element-wise, GEMMs, normalization, attention
   //===--------------------------------------------------------------------===//
   /// out = a + b (n elements); out may alias a.
-  virtual void add(float *out, const float *a, const float *b, int64_t n) = 0;
+  virtual Status add(float *out, const float *a, const float *b, int64_t n) = 0;
   /// out[o, j] = a[o, j] + b[j]; out may alias a.
-  virtual void addBroadcast(float *out, const float *a, const float *b,
-                            int64_t outer, int64_t inner) = 0;
+  virtual Status addBroadcast(float *out, const float *a, const float *b,
+                              int64_t outer, int64_t inner) = 0;
   /// db[j] = sum over o of dout[o, j].
-  virtual void reduceLeading(float *db, const float *dout, int64_t outer,
-                             int64_t inner) = 0;
+  virtual Status reduceLeading(float *db, const float *dout, int64_t outer,
+                               int64_t inner) = 0;
   /// out[M, N] = inp[M, K] weight[K, N] (+ bias[N] when non-null).
-  virtual void linearForward(float *out, const float *inp,
-                             const float *weight, const float *bias, int64_t M,
-                             int64_t K, int64_t N) = 0;
+  virtual Status linearForward(float *out, const float *inp,
+                               const float *weight, const float *bias,
+                               int64_t M, int64_t K, int64_t N) = 0;
   /// Row-major C = alpha op(A) op(B) + beta C (cblas_sgemm's contract).
-  virtual void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                    float alpha, const float *A, int64_t lda, const float *B,
-                    int64_t ldb, float beta, float *C, int64_t ldc) = 0;
+  virtual Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc) = 0;
   /// dbias[N] = column sums of dout[M, N].
-  virtual void columnSum(float *dbias, const float *dout, int64_t M,
-                         int64_t N) = 0;
+  virtual Status columnSum(float *dbias, const float *dout, int64_t M,
+                           int64_t N) = 0;
   /// out may be null; mean / rstd [N] are written for the backward.
-  virtual void layernormForward(float *out, float *mean, float *rstd,
-                                const float *inp, const float *weight,
-                                const float *bias, int64_t N, int64_t C,
-                                float eps) = 0;
+  virtual Status layernormForward(float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight,
+                                  const float *bias, int64_t N, int64_t C,
+                                  float eps) = 0;
   /// Recomputes mean / rstd (workspace [N] each) from inp, then dinp, dweight
   /// and dbias (all overwritten).
-  virtual void layernormGrad(float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp,
-                             const float *weight, float *mean, float *rstd,
-                             int64_t N, int64_t C, float eps) = 0;
-  virtual void geluForward(float *out, const float *inp, int64_t n) = 0;
-  virtual void geluBackward(float *dinp, const float *inp, const float *dout,
-                            int64_t n) = 0;
-  virtual void softmaxForward(float *out, const float *inp, int64_t N,
-                              int64_t C) = 0;
-  virtual void softmaxBackward(float *dinp, const float *dout,
-                               const float *out, int64_t N, int64_t C) = 0;
+  virtual Status layernormGrad(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, float *mean, float *rstd,
+                               int64_t N, int64_t C, float eps) = 0;
+  virtual Status geluForward(float *out, const float *inp, int64_t n) = 0;
+  virtual Status geluBackward(float *dinp, const float *inp, const float *dout,
+                              int64_t n) = 0;
+  virtual Status softmaxForward(float *out, const float *inp, int64_t N,
+                                int64_t C) = 0;
+  virtual Status softmaxBackward(float *dinp, const float *dout,
+                                 const float *out, int64_t N, int64_t C) = 0;
   /// out[B,T,C] and the probabilities att[B,NH,T,T] from qkv[B,T,3C].
-  virtual void attentionForward(float *out, float *att, const float *qkv,
-                                int64_t B, int64_t T, int64_t C,
-                                int64_t NH) = 0;
+  virtual Status attentionForward(float *out, float *att, const float *qkv,
+                                  int64_t B, int64_t T, int64_t C,
+                                  int64_t NH) = 0;
   /// Recomputes att (workspace [B,NH,T,T]) from qkv, then dqkv.
-  virtual void attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                             float *att, int64_t B, int64_t T, int64_t C,
-                             int64_t NH) = 0;
+  virtual Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
+                               float *att, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) = 0;
 
   //===--------------------------------------------------------------------===//
   // Cross entropy. Columns from validV on are vocabulary padding. `tokens`
@@ -134,19 +136,19 @@ public:
                                       double tokens) = 0;
   /// Vocab-parallel pieces: this rank's V columns start at column `offset`
   /// of the whole vocabulary.
-  virtual void crossEntropyRowMax(float *rowMax, const float *logits,
-                                  int64_t N, int64_t V, int64_t offset,
-                                  int64_t validV) = 0;
+  virtual Status crossEntropyRowMax(float *rowMax, const float *logits,
+                                    int64_t N, int64_t V, int64_t offset,
+                                    int64_t validV) = 0;
   virtual Status crossEntropySums(float *sumExp, float *targetLogit,
                                   const float *logits, const float *rowMax,
                                   const int32_t *targets, int64_t N, int64_t V,
                                   int64_t offset, int64_t validV) = 0;
   /// loss[0] = sum over rows of log(sumExp) + rowMax - targetLogit, / tokens
   /// (tokens > 0 here: the caller resolves 0 to N).
-  virtual void crossEntropyFromSums(float *loss, const float *rowMax,
-                                    const float *sumExp,
-                                    const float *targetLogit, int64_t N,
-                                    double tokens) = 0;
+  virtual Status crossEntropyFromSums(float *loss, const float *rowMax,
+                                      const float *sumExp,
+                                      const float *targetLogit, int64_t N,
+                                      double tokens) = 0;
   virtual Status crossEntropySumsBackward(
       float *dlogits, const float *dloss, const float *logits,
       const float *rowMax, const float *sumExp, const int32_t *targets,
@@ -156,35 +158,36 @@ public:
   // Tensor movement (any dtype: elemBytes per element)
   //===--------------------------------------------------------------------===//
   /// memmove semantics: dst and src may overlap.
-  virtual void copy(void *dst, const void *src, int64_t bytes) = 0;
-  virtual void fillF32(float *dst, int64_t n, float value) = 0;
-  virtual void fillI32(int32_t *dst, int64_t n, int32_t value) = 0;
-  virtual void transpose(void *out, const void *in,
-                         const std::vector<int64_t> &inShape,
-                         const std::vector<int64_t> &perm,
-                         int64_t elemBytes) = 0;
-  virtual void sliceDim(void *out, const void *in,
-                        const std::vector<int64_t> &inShape, int64_t dim,
-                        int64_t offset, int64_t outExtent,
-                        int64_t elemBytes) = 0;
-  virtual void sliceDimGrad(void *out, const void *in,
-                            const std::vector<int64_t> &outShape, int64_t dim,
-                            int64_t offset, int64_t inExtent,
-                            int64_t elemBytes) = 0;
-  virtual void concatDim(void *out, const std::vector<const void *> &inputs,
-                         const std::vector<int64_t> &extents,
-                         const std::vector<int64_t> &outShape, int64_t dim,
-                         int64_t elemBytes) = 0;
+  virtual Status copy(void *dst, const void *src, int64_t bytes) = 0;
+  virtual Status fillF32(float *dst, int64_t n, float value) = 0;
+  virtual Status fillI32(int32_t *dst, int64_t n, int32_t value) = 0;
+  virtual Status transpose(void *out, const void *in,
+                           const std::vector<int64_t> &inShape,
+                           const std::vector<int64_t> &perm,
+                           int64_t elemBytes) = 0;
+  virtual Status sliceDim(void *out, const void *in,
+                          const std::vector<int64_t> &inShape, int64_t dim,
+                          int64_t offset, int64_t outExtent,
+                          int64_t elemBytes) = 0;
+  virtual Status sliceDimGrad(void *out, const void *in,
+                              const std::vector<int64_t> &outShape, int64_t dim,
+                              int64_t offset, int64_t inExtent,
+                              int64_t elemBytes) = 0;
+  virtual Status concatDim(void *out, const std::vector<const void *> &inputs,
+                           const std::vector<int64_t> &extents,
+                           const std::vector<int64_t> &outShape, int64_t dim,
+                           int64_t elemBytes) = 0;
 
   //===--------------------------------------------------------------------===//
   // Optimizer
   //===--------------------------------------------------------------------===//
   /// out[0] = sum of squares of every tensor (double, rounded once).
-  virtual void sumSquares(float *out, const std::vector<BufferSpan> &tensors) = 0;
+  virtual Status sumSquares(float *out,
+                            const std::vector<BufferSpan> &tensors) = 0;
   /// norm[0] = sqrt(sumSq[0]); coef[0] = min(1, maxNorm / (norm + 1e-6)), 1
   /// when maxNorm <= 0.
-  virtual void clipCoef(float *norm, float *coef, const float *sumSq,
-                        double maxNorm) = 0;
+  virtual Status clipCoef(float *norm, float *coef, const float *sumSq,
+                          double maxNorm) = 0;
   /// In place on params / m / v (n floats each); lr, step (1-based, as f32)
   /// and gradScale are buffer scalars. Errors when step is not a positive
   /// integer.
