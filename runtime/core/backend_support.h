@@ -1,13 +1,13 @@
-//===- backend_support.h - Which opcodes each kernel backend runs -*- C++ -*-===//
+//===- backend_support.h - Which opcodes each kernel backend runs -*- C++
+//-*-===//
 //
 // The same program runs on the CPU or the CUDA backend (DESIGN.md §5), but
-// the CUDA kernels (runtime/cuda/) lag behind the CPU ones: opcodes added
-// since they were written (vocab-parallel cross entropy, transposes, the
-// vocab-parallel embedding) have no CUDA kernel yet. loom-run checks a
-// program against the backend right after loading it, so an unsupported
-// program is refused up front with the list of what is missing, never
-// halfway through a step. Compiled into every build (no CUDA headers), so
-// the check is tested on machines without a GPU.
+// the CUDA kernels (runtime/cuda/, cuda::CudaKernels) are written after the
+// CPU ones, so an opcode may exist in the schema before it has a CUDA kernel.
+// loom-run checks a program against the backend right after loading it, so
+// a program the backend cannot run is refused up front with the list of what
+// is missing, never halfway through a step. Compiled into every build (no CUDA
+// headers), so the check is tested on machines without a GPU.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_BACKEND_SUPPORT_H
