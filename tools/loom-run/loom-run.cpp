@@ -804,8 +804,10 @@ Status checkBackend(const Options &opts) {
   int devices = 0;
   LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
   LOOM_ERROR("--backend cuda: " << devices
-             << " CUDA device(s) found, but the executor does not dispatch "
-                "to the CUDA kernels yet (issue 8); run with --backend cpu");
+             << " CUDA device(s) found and the CUDA kernels cover this "
+                "program, but the executor does not yet keep its arena, "
+                "inputs and collectives on the device (issue 8); run with "
+                "--backend cpu");
 #else
   LOOM_ERROR("--backend cuda: this loom-run was built without the CUDA "
              "backend (LOOM_ENABLE_CUDA=OFF); run with --backend cpu");
