@@ -2,29 +2,20 @@
 //
 // The arena comes from an anonymous mmap: page aligned (more than the 64 bytes
 // the planner assumes), zeroed, and only touched pages cost memory. Each
-// instruction maps to one CPU kernel call; when an output shares bytes with an
-// input and the kernel cannot run in place, the result is computed into a
-// staging temporary and copied (the memory this costs is reported by
-// peakTensorBytes). Gradient kernels overwrite their outputs (parameter
-// gradients that the CPU kernels accumulate are zeroed first) and recompute
-// LayerNorm statistics / attention probabilities into their scratch, so the
-// backward never depends on what the forward left in the arena besides its
-// named activations.
+// instruction maps to one KernelBackend call (cpu::CpuKernels); when an output
+// shares bytes with an input and the kernel cannot run in place, the result is
+// computed into a staging temporary and copied (the memory this costs is
+// reported by peakTensorBytes). Gradient kernels overwrite their outputs
+// (parameter gradients that the CPU kernels accumulate are zeroed first) and
+// recompute LayerNorm statistics / attention probabilities into their scratch,
+// so the backward never depends on what the forward left in the arena besides
+// its named activations.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
 
 #include "runtime/core/param_init.h"
-#include "runtime/cpu/adamw.h"
-#include "runtime/cpu/attention.h"
-#include "runtime/cpu/cross_entropy.h"
-#include "runtime/cpu/elementwise.h"
-#include "runtime/cpu/embedding.h"
-#include "runtime/cpu/gelu.h"
-#include "runtime/cpu/gemm.h"
-#include "runtime/cpu/layernorm.h"
-#include "runtime/cpu/softmax.h"
-#include "runtime/cpu/tensor_movement.h"
+#include "runtime/cpu/cpu_kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -71,6 +62,7 @@ Status Executor::create(const program::LoadedProgram &program,
     comm = ex->ownComm.get();
   }
   ex->comm = comm;
+  ex->kernels = std::make_unique<cpu::CpuKernels>();
   LOOM_RETURN_IF_ERROR(comm->setMesh(programMesh(*program.root())));
   ex->stageTable = stage;
   ex->modelInfo = program.root()->model();
@@ -562,7 +554,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   const int64_t outBytes =
       out.empty() ? 0 : static_cast<int64_t>(range(o).end - range(o).begin);
 
-  // 2. The kernel.
+  // 2. The kernel (KernelBackend: this executor's buffer pointers only).
+  KernelBackend &k = *kernels;
   switch (op) {
   case Opcode::Embedding: {
     const auto &t = shapes[in[0]];
@@ -570,22 +563,23 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       // Vocab-parallel: this rank holds block groupRank(axes) of the rows.
       std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
       const int64_t rows = t[0], n = comm->groupSize(axes);
-      LOOM_RETURN_IF_ERROR(cpu::embeddingForwardRows(
+      LOOM_RETURN_IF_ERROR(k.embeddingForwardRows(
           dstF, i32(in[1]), f32(in[0]), bufferNumel(in[1]), rows * n,
           comm->groupRank(axes) * rows, rows, t[1]));
       break;
     }
-    LOOM_RETURN_IF_ERROR(cpu::embeddingForward(dstF, i32(in[1]), f32(in[0]),
-                                               bufferNumel(in[1]), t[0], t[1]));
+    LOOM_RETURN_IF_ERROR(k.embeddingForward(dstF, i32(in[1]), f32(in[0]),
+                                            bufferNumel(in[1]), t[0], t[1]));
     break;
   }
   case Opcode::Add: {
     const int64_t inner = bufferNumel(in[1]);
     const int64_t outer = bufferNumel(in[0]) / inner;
     if (outer == 1)
-      cpu::add(dstF, f32(in[0]), f32(in[1]), inner);
+      LOOM_RETURN_IF_ERROR(k.add(dstF, f32(in[0]), f32(in[1]), inner));
     else
-      cpu::addBroadcast(dstF, f32(in[0]), f32(in[1]), outer, inner);
+      LOOM_RETURN_IF_ERROR(
+          k.addBroadcast(dstF, f32(in[0]), f32(in[1]), outer, inner));
     break;
   }
   case Opcode::Linear: {
@@ -593,8 +587,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &w = shapes[in[1]];
     const int64_t K = w[0], N = bufferNumel(in[1]) / K;
     const int64_t M = bufferNumel(in[0]) / K;
-    cpu::linearForward(dstF, f32(in[0]), f32(in[1]),
-                       in.size() == 3 ? f32(in[2]) : nullptr, M, K, N);
+    LOOM_RETURN_IF_ERROR(k.linearForward(dstF, f32(in[0]), f32(in[1]),
+                                         in.size() == 3 ? f32(in[2]) : nullptr,
+                                         M, K, N));
     break;
   }
   case Opcode::Matmul: {
@@ -602,8 +597,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const bool t = ins.transpose_rhs();
     const int64_t K = t ? r[1] : r[0], N = t ? r[0] : r[1];
     const int64_t M = bufferNumel(in[0]) / K;
-    cpu::gemm(false, t, M, N, K, 1.0f, f32(in[0]), K, f32(in[1]), r[1], 0.0f,
-              dstF, N);
+    LOOM_RETURN_IF_ERROR(k.gemm(false, t, M, N, K, 1.0f, f32(in[0]), K,
+                                f32(in[1]), r[1], 0.0f, dstF, N));
     break;
   }
   case Opcode::LayerNorm: {
@@ -611,16 +606,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t N = bufferNumel(in[0]) / C;
     float *mean = scr.empty() ? temp(workspace, N) : f32(scr[0]);
     float *rstd = scr.empty() ? temp(workspace2, N) : f32(scr[1]);
-    cpu::layernormForward(dstF, mean, rstd, f32(in[0]), f32(in[1]), f32(in[2]),
-                          N, C, static_cast<float>(ins.epsilon()));
+    LOOM_RETURN_IF_ERROR(k.layernormForward(dstF, mean, rstd, f32(in[0]),
+                                            f32(in[1]), f32(in[2]), N, C,
+                                            static_cast<float>(ins.epsilon())));
     break;
   }
   case Opcode::Gelu:
-    cpu::geluForward(dstF, f32(in[0]), bufferNumel(in[0]));
+    LOOM_RETURN_IF_ERROR(k.geluForward(dstF, f32(in[0]), bufferNumel(in[0])));
     break;
   case Opcode::Softmax: {
     const int64_t C = shapes[in[0]].back();
-    cpu::softmaxForward(dstF, f32(in[0]), bufferNumel(in[0]) / C, C);
+    LOOM_RETURN_IF_ERROR(
+        k.softmaxForward(dstF, f32(in[0]), bufferNumel(in[0]) / C, C));
     break;
   }
   case Opcode::Attention: {
@@ -629,7 +626,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
-    cpu::attentionForward(dstF, att, f32(in[0]), B, T, C, NH);
+    LOOM_RETURN_IF_ERROR(
+        k.attentionForward(dstF, att, f32(in[0]), B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropy: {
@@ -638,12 +636,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     // Columns beyond the model's vocabulary are padding (Megatron style).
     const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
     float *losses = scr.empty() ? nullptr : f32(scr[0]);
-    LOOM_RETURN_IF_ERROR(cpu::crossEntropyForward(dstF, losses, f32(in[0]),
-                                                  i32(in[1]), N, V, validV));
-    // Tokens split across ranks: `value` is the global count, and this
-    // rank's result is its share of the global mean.
-    if (ins.value() > 0)
-      *dstF = static_cast<float>(*dstF * (static_cast<double>(N) / ins.value()));
+    // `value` > 0: the global token count (tokens split across ranks).
+    LOOM_RETURN_IF_ERROR(k.crossEntropyForward(
+        dstF, losses, f32(in[0]), i32(in[1]), N, V, validV, ins.value()));
     break;
   }
   case Opcode::RowMax:
@@ -664,42 +659,43 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     // Columns beyond the model's vocabulary are padding, as for CrossEntropy.
     const int64_t validV = std::min<int64_t>(V * blocks, modelInfo->vocab_size());
     if (op == Opcode::RowMax) {
-      cpu::crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV);
+      LOOM_RETURN_IF_ERROR(
+          k.crossEntropyRowMax(dstF, f32(in[0]), N, V, offset, validV));
     } else if (op == Opcode::CrossEntropySums) {
-      LOOM_RETURN_IF_ERROR(cpu::crossEntropySums(outF(0), outF(1), f32(in[0]),
-                                                 f32(in[1]), i32(in[2]), N, V,
-                                                 offset, validV));
+      LOOM_RETURN_IF_ERROR(k.crossEntropySums(outF(0), outF(1), f32(in[0]),
+                                              f32(in[1]), i32(in[2]), N, V,
+                                              offset, validV));
     } else {
       const double tokens = ins.value() > 0 ? ins.value() : double(N);
-      const float g = static_cast<float>(*f32(in[0]) / tokens);
-      LOOM_RETURN_IF_ERROR(cpu::crossEntropySumsBackward(
-          dstF, f32(in[1]), f32(in[2]), f32(in[3]), i32(in[4]), N, V, offset,
-          validV, g));
+      LOOM_RETURN_IF_ERROR(k.crossEntropySumsBackward(
+          dstF, f32(in[0]), f32(in[1]), f32(in[2]), f32(in[3]), i32(in[4]), N,
+          V, offset, validV, tokens));
     }
     break;
   }
   case Opcode::CrossEntropyFromSums: {
     const int64_t N = bufferNumel(in[0]);
     const double tokens = ins.value() > 0 ? ins.value() : double(N);
-    *dstF = cpu::crossEntropyFromSums(f32(in[0]), f32(in[1]), f32(in[2]), N,
-                                      tokens);
+    LOOM_RETURN_IF_ERROR(k.crossEntropyFromSums(dstF, f32(in[0]), f32(in[1]),
+                                                f32(in[2]), N, tokens));
     break;
   }
   case Opcode::Copy:
-    std::memmove(dst, bufferData(in[0]), static_cast<size_t>(outBytes));
+    LOOM_RETURN_IF_ERROR(k.copy(dst, bufferData(in[0]), outBytes));
     break;
   case Opcode::Transpose: {
     std::vector<int64_t> perm; // absent for a scalar
     if (ins.permutation())
       perm.assign(ins.permutation()->begin(), ins.permutation()->end());
-    cpu::transpose(dst, bufferData(in[0]), shapes[in[0]], perm,
-                   program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.transpose(dst, bufferData(in[0]), shapes[in[0]],
+                                     perm,
+                                     program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::Slice:
-    cpu::sliceDim(dst, bufferData(in[0]), shapes[in[0]], ins.dim(),
-                  ins.offset(), shapes[o][ins.dim()],
-                  program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.sliceDim(
+        dst, bufferData(in[0]), shapes[in[0]], ins.dim(), ins.offset(),
+        shapes[o][ins.dim()], program::dtypeBytes(bufferDType(o))));
     break;
   case Opcode::LocalSlice: {
     // This rank's block (group-rank order, as AllGather orders blocks); no
@@ -707,10 +703,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     std::vector<uint32_t> axes;
     if (ins.axes())
       axes.assign(ins.axes()->begin(), ins.axes()->end());
-    const int64_t dim = ins.dim(), k = shapes[o][dim];
-    cpu::sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
-                  comm->groupRank(axes) * k, k,
-                  program::dtypeBytes(bufferDType(o)));
+    const int64_t dim = ins.dim(), extent = shapes[o][dim];
+    LOOM_RETURN_IF_ERROR(k.sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
+                                    comm->groupRank(axes) * extent, extent,
+                                    program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::Concat: {
@@ -720,21 +716,20 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       srcs.push_back(bufferData(b));
       extents.push_back(shapes[b][ins.dim()]);
     }
-    cpu::concatDim(dst, srcs, extents, shapes[o], ins.dim(),
-                   program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.concatDim(dst, srcs, extents, shapes[o], ins.dim(),
+                                     program::dtypeBytes(bufferDType(o))));
     break;
   }
   case Opcode::EmbeddingGrad: {
     const auto &t = shapes[o];
-    std::memset(dstF, 0, static_cast<size_t>(outBytes));
-    LOOM_RETURN_IF_ERROR(cpu::embeddingBackward(
-        dstF, f32(in[0]), i32(in[1]), bufferNumel(in[1]), t[0], t[1]));
+    LOOM_RETURN_IF_ERROR(k.embeddingBackward(dstF, f32(in[0]), i32(in[1]),
+                                             bufferNumel(in[1]), t[0], t[1]));
     break;
   }
   case Opcode::ReduceLeading: {
     const int64_t inner = bufferNumel(o);
-    cpu::addBroadcastBackward(dstF, f32(in[0]), bufferNumel(in[0]) / inner,
-                              inner, /*accumulateInto=*/false);
+    LOOM_RETURN_IF_ERROR(
+        k.reduceLeading(dstF, f32(in[0]), bufferNumel(in[0]) / inner, inner));
     break;
   }
   case Opcode::LinearGrad: {
@@ -743,14 +738,12 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t M = bufferNumel(in[1]) / K;
     const float *dout = f32(in[0]);
     // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
-    cpu::gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]), N, 0.0f, outF(0),
-              K);
-    cpu::gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout, N, 0.0f, outF(1),
-              N);
-    if (out.size() == 3) {
-      std::memset(outF(2), 0, static_cast<size_t>(N) * sizeof(float));
-      cpu::columnSumAccumulate(outF(2), dout, M, N);
-    }
+    LOOM_RETURN_IF_ERROR(k.gemm(false, true, M, K, N, 1.0f, dout, N, f32(in[2]),
+                                N, 0.0f, outF(0), K));
+    LOOM_RETURN_IF_ERROR(k.gemm(true, false, K, N, M, 1.0f, f32(in[1]), K, dout,
+                                N, 0.0f, outF(1), N));
+    if (out.size() == 3)
+      LOOM_RETURN_IF_ERROR(k.columnSum(outF(2), dout, M, N));
     break;
   }
   case Opcode::MatmulGrad: {
@@ -761,11 +754,14 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const float *dout = f32(in[0]), *lhs = f32(in[1]), *rhs = f32(in[2]);
     // out[M,N] = lhs[M,K] op(rhs)[K,N], op(rhs) = rhs^T when transposed.
     // dlhs = dout op(rhs)^T; drhs = lhs^T dout, or dout^T lhs transposed.
-    cpu::gemm(false, !t, M, K, N, 1.0f, dout, N, rhs, r[1], 0.0f, outF(0), K);
+    LOOM_RETURN_IF_ERROR(
+        k.gemm(false, !t, M, K, N, 1.0f, dout, N, rhs, r[1], 0.0f, outF(0), K));
     if (t)
-      cpu::gemm(true, false, N, K, M, 1.0f, dout, N, lhs, K, 0.0f, outF(1), K);
+      LOOM_RETURN_IF_ERROR(k.gemm(true, false, N, K, M, 1.0f, dout, N, lhs, K,
+                                  0.0f, outF(1), K));
     else
-      cpu::gemm(true, false, K, N, M, 1.0f, lhs, K, dout, N, 0.0f, outF(1), N);
+      LOOM_RETURN_IF_ERROR(k.gemm(true, false, K, N, M, 1.0f, lhs, K, dout, N,
+                                  0.0f, outF(1), N));
     break;
   }
   case Opcode::LayerNormGrad: {
@@ -773,21 +769,19 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t N = bufferNumel(in[1]) / C;
     float *mean = scr.empty() ? temp(workspace, N) : f32(scr[0]);
     float *rstd = scr.empty() ? temp(workspace2, N) : f32(scr[1]);
-    cpu::layernormStats(mean, rstd, f32(in[1]), N, C,
-                        static_cast<float>(ins.epsilon()));
-    std::memset(outF(1), 0, static_cast<size_t>(C) * sizeof(float));
-    std::memset(outF(2), 0, static_cast<size_t>(C) * sizeof(float));
-    cpu::layernormBackward(outF(0), outF(1), outF(2), f32(in[0]), f32(in[1]),
-                           f32(in[2]), mean, rstd, N, C);
+    LOOM_RETURN_IF_ERROR(k.layernormGrad(outF(0), outF(1), outF(2), f32(in[0]),
+                                         f32(in[1]), f32(in[2]), mean, rstd, N,
+                                         C, static_cast<float>(ins.epsilon())));
     break;
   }
   case Opcode::GeluGrad:
-    cpu::geluBackward(dstF, f32(in[1]), f32(in[0]), bufferNumel(in[1]));
+    LOOM_RETURN_IF_ERROR(
+        k.geluBackward(dstF, f32(in[1]), f32(in[0]), bufferNumel(in[1])));
     break;
   case Opcode::SoftmaxGrad: {
     const int64_t C = shapes[in[1]].back();
-    cpu::softmaxBackward(dstF, f32(in[0]), f32(in[1]), bufferNumel(in[1]) / C,
-                         C);
+    LOOM_RETURN_IF_ERROR(k.softmaxBackward(dstF, f32(in[0]), f32(in[1]),
+                                           bufferNumel(in[1]) / C, C));
     break;
   }
   case Opcode::AttentionGrad: {
@@ -795,74 +789,60 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
     float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
-    cpu::attentionProbs(att, f32(in[1]), B, T, C, NH);
-    cpu::attentionBackward(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH);
+    LOOM_RETURN_IF_ERROR(
+        k.attentionGrad(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropyGrad: {
     const int64_t V = shapes[in[1]].back();
     const int64_t N = bufferNumel(in[1]) / V;
     const int64_t validV = std::min<int64_t>(V, modelInfo->vocab_size());
-    // The kernel divides by this rank's N; a global token count (`value`)
-    // rescales the seed so the gradient is that of the global mean.
-    float dloss = *f32(in[0]);
-    if (ins.value() > 0)
-      dloss = static_cast<float>(dloss * (static_cast<double>(N) / ins.value()));
-    LOOM_RETURN_IF_ERROR(cpu::crossEntropyBackward(dstF, f32(in[1]), i32(in[2]),
-                                                   N, V, validV, dloss));
+    LOOM_RETURN_IF_ERROR(k.crossEntropyBackward(
+        dstF, f32(in[0]), f32(in[1]), i32(in[2]), N, V, validV, ins.value()));
     break;
   }
   case Opcode::SliceGrad:
-    cpu::sliceDimGrad(dst, bufferData(in[0]), shapes[o], ins.dim(),
-                      ins.offset(), shapes[in[0]][ins.dim()],
-                      program::dtypeBytes(bufferDType(o)));
+    LOOM_RETURN_IF_ERROR(k.sliceDimGrad(
+        dst, bufferData(in[0]), shapes[o], ins.dim(), ins.offset(),
+        shapes[in[0]][ins.dim()], program::dtypeBytes(bufferDType(o))));
     break;
   case Opcode::Fill: {
     const int64_t n = bufferNumel(o);
     if (bufferDType(o) == DType::I32)
-      std::fill(static_cast<int32_t *>(dst), static_cast<int32_t *>(dst) + n,
-                static_cast<int32_t>(ins.value()));
+      LOOM_RETURN_IF_ERROR(k.fillI32(static_cast<int32_t *>(dst), n,
+                                     static_cast<int32_t>(ins.value())));
     else
-      std::fill(dstF, dstF + n, static_cast<float>(ins.value()));
+      LOOM_RETURN_IF_ERROR(k.fillF32(dstF, n, static_cast<float>(ins.value())));
     break;
   }
   case Opcode::SumSquares: {
-    std::vector<cpu::FloatSpan> tensors;
+    std::vector<BufferSpan> tensors;
     for (uint32_t b : in)
       tensors.push_back({f32(b), bufferNumel(b)});
-    *dstF = cpu::sumSquares(tensors);
+    LOOM_RETURN_IF_ERROR(k.sumSquares(dstF, tensors));
     break;
   }
-  case Opcode::ClipCoef: {
-    const cpu::ClipCoefficient clip =
-        cpu::clipCoefficient(*f32(in[0]), ins.max_norm());
-    *outF(0) = clip.norm;
-    *outF(1) = clip.coef;
+  case Opcode::ClipCoef:
+    LOOM_RETURN_IF_ERROR(
+        k.clipCoef(outF(0), outF(1), f32(in[0]), ins.max_norm()));
     break;
-  }
   case Opcode::AdamW: {
-    const float step = *f32(in[5]);
-    LOOM_CHECK(step >= 1.0f && step == std::floor(step),
-               "the step scalar holds " << step
-                                        << "; AdamW needs the 1-based step "
-                                           "number the runtime writes");
-    cpu::AdamWConfig cfg;
-    cfg.lr = *f32(in[4]);
-    cfg.step = static_cast<int64_t>(step);
-    cfg.gradScale = *f32(in[6]);
-    cfg.beta1 = ins.beta1();
-    cfg.beta2 = ins.beta2();
-    cfg.eps = ins.adam_eps();
-    cfg.weightDecay = ins.weight_decay();
+    AdamWHyperParams hyper;
+    hyper.beta1 = ins.beta1();
+    hyper.beta2 = ins.beta2();
+    hyper.eps = ins.adam_eps();
+    hyper.weightDecay = ins.weight_decay();
     // The kernel updates in place: an output that is not its input buffer
     // (ZeRO's fresh parameter shard) starts as a copy of it.
     const uint32_t state[3] = {in[0], in[2], in[3]};
-    for (size_t k = 0; k < 3; ++k)
-      if (out[k] != state[k])
-        std::memmove(outF(k), bufferData(state[k]),
-                     static_cast<size_t>(bufferNumel(state[k])) * sizeof(float));
-    cpu::adamwStep(outF(0), f32(in[1]), outF(1), outF(2), bufferNumel(in[0]),
-                   cfg);
+    for (size_t j = 0; j < 3; ++j)
+      if (out[j] != state[j])
+        LOOM_RETURN_IF_ERROR(k.copy(outF(j), bufferData(state[j]),
+                                    bufferNumel(state[j]) *
+                                        static_cast<int64_t>(sizeof(float))));
+    LOOM_RETURN_IF_ERROR(k.adamw(outF(0), f32(in[1]), outF(1), outF(2),
+                                 bufferNumel(in[0]), f32(in[4]), f32(in[5]),
+                                 f32(in[6]), hyper));
     break;
   }
   case Opcode::AllGather:

@@ -15,6 +15,7 @@
 #define LOOM_RUNTIME_CORE_EXECUTOR_H
 
 #include "runtime/core/communicator.h"
+#include "runtime/core/kernel_backend.h"
 #include "runtime/core/status.h"
 #include "runtime/program/program.h"
 
@@ -231,6 +232,8 @@ private:
   std::vector<float> workspace, workspace2;
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
+  /// The kernels runInstruction calls (cpu::CpuKernels on the host arena).
+  std::unique_ptr<KernelBackend> kernels;
   /// An asynchronous all-reduce in flight: the arena bytes it still owns
   /// (outputs, and the packed bucket) and, for a bucket, where each reduced
   /// value goes when it completes.

@@ -1,8 +1,9 @@
-//===- tensor_movement.h - Slice / concat / block packing on device -*- C++ -*-===//
+//===- tensor_movement.h - Slice / concat / block packing on device -*- C++
+//-*-===//
 //
 // The device counterparts of runtime/cpu/tensor_movement.h (sliceDim,
 // sliceDimGrad, concatDim) and of the communicator's packBlocks /
-// unpackBlocks: every one is a strided 2-D copy (cudaMemcpy2DAsync) of
+// unpackBlocks: each but transpose is a strided 2-D copy (cudaMemcpy2DAsync) of
 // [outer rows] x [contiguous bytes], so no kernel is needed. Raw elements of
 // `elemBytes`, row-major; outputs must not overlap inputs.
 //
@@ -36,6 +37,14 @@ Status packBlocks(void *dst, const void *src, const std::vector<int64_t> &shape,
 Status unpackBlocks(void *dst, const void *src,
                     const std::vector<int64_t> &blockShape, int64_t dim,
                     int64_t n, int64_t elemBytes, cudaStream_t stream);
+
+/// cpu::transpose's contract (out.shape[i] = inShape[perm[i]]; rank 0 is a
+/// one-element copy): one thread per output element (transpose.cu).
+/// elemBytes is 1, 2, 4 or 8; at most kMaxTransposeRank dimensions.
+constexpr int kMaxTransposeRank = 8;
+Status transpose(void *out, const void *in, const std::vector<int64_t> &inShape,
+                 const std::vector<int64_t> &perm, int64_t elemBytes,
+                 cudaStream_t stream);
 
 } // namespace loom::cuda
 

@@ -41,6 +41,7 @@
 // stdout; no data is read and no step runs.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/core/backend_support.h"
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/communicator.h"
 #include "runtime/core/executor.h"
@@ -790,15 +791,23 @@ Communicator *gComm = nullptr;
 
 /// --backend: cpu always runs; cuda needs the CUDA backend in this build and
 /// a device (the error says what cudaGetDeviceCount returned).
-Status checkBackend(const std::string &backend) {
-  if (backend == "cpu")
+Status checkBackend(const Options &opts) {
+  if (opts.backend == "cpu")
     return Status::success();
 #ifdef LOOM_HAVE_CUDA
+  // The program first: one the CUDA kernels cannot run is refused on any
+  // machine, before a device is touched, naming what is missing.
+  program::LoadedProgram loaded;
+  LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
+  LOOM_RETURN_IF_ERROR(checkBackendSupports(*loaded.root(), opts.program,
+                                            KernelBackendKind::Cuda));
   int devices = 0;
   LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
   LOOM_ERROR("--backend cuda: " << devices
-             << " CUDA device(s) found, but the executor does not dispatch "
-                "to the CUDA kernels yet (issue 8); run with --backend cpu");
+             << " CUDA device(s) found and the CUDA kernels cover this "
+                "program, but the executor does not yet keep its arena, "
+                "inputs and collectives on the device (issue 8); run with "
+                "--backend cpu");
 #else
   LOOM_ERROR("--backend cuda: this loom-run was built without the CUDA "
              "backend (LOOM_ENABLE_CUDA=OFF); run with --backend cpu");
@@ -839,7 +848,7 @@ int main(int argc, char **argv) {
         std::printf("%s", kUsage);
       return 0;
     }
-    s = checkBackend(opts.backend);
+    s = checkBackend(opts);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
     s = opts.sample >= 0 ? runSample(opts) : runProgram(opts, *comm);

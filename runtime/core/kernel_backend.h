@@ -1,0 +1,202 @@
+//===- kernel_backend.h - The kernels the executor calls -------*- C++ -*-===//
+//
+// The seam between the executor (runtime/core/executor.cpp), which decides
+// what each instruction reads and writes, and the code that computes it:
+// one virtual per kernel family the instruction stream uses. Every pointer
+// is a *buffer pointer*: an address in the backend's memory (host memory
+// for the CPU backend, the device arena for CUDA), never dereferenced by
+// the executor. Scalars that live in buffers (the loss seed, AdamW's lr /
+// step / clip coefficient, the gradient sum of squares) are passed as
+// buffer pointers for the same reason: a device backend reads them on the
+// device, without a round trip to the host.
+//
+// Every method returns a Status: a device backend reports a failed launch
+// or copy there (the CPU kernels that validate data, e.g. token ids, too).
+// Outputs are overwritten (never accumulated) unless a method says
+// otherwise, matching the program format's contract (program.fbs). The
+// executor has already resolved aliasing: an output given here either is
+// its input byte for byte where the opcode allows it, or does not overlap
+// any input.
+//
+// Implementations: cpu::CpuKernels (runtime/cpu/cpu_kernels.h), the fp32
+// CPU kernels the runtime always had. A CUDA implementation on the device
+// arena is issue 8's next step; runtime/core/backend_support.h lists what
+// it would still lack.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_KERNEL_BACKEND_H
+#define LOOM_RUNTIME_CORE_KERNEL_BACKEND_H
+
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace loom {
+
+/// A float tensor given to SumSquares (buffer pointer + element count).
+struct BufferSpan {
+  const float *data;
+  int64_t size;
+};
+
+/// AdamW's hyper-parameters compiled into the instruction (double, as
+/// PyTorch holds them).
+struct AdamWHyperParams {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 1e-2;
+};
+
+class KernelBackend {
+public:
+  virtual ~KernelBackend() = default;
+
+  //===--------------------------------------------------------------------===//
+  // Embedding
+  //===--------------------------------------------------------------------===//
+  /// out[N, C] = table[ids[n]]; errors on an id outside [0, V).
+  virtual Status embeddingForward(float *out, const int32_t *ids,
+                                  const float *table, int64_t N, int64_t V,
+                                  int64_t C) = 0;
+  /// Vocab-parallel: this rank holds rows [rowOffset, rowOffset + rows) of a
+  /// V-row table; ids outside that block give zero rows.
+  virtual Status embeddingForwardRows(float *out, const int32_t *ids,
+                                      const float *rows, int64_t N, int64_t V,
+                                      int64_t rowOffset, int64_t rowCount,
+                                      int64_t C) = 0;
+  /// dtable[V, C] = scatter-add of dout[N, C] by ids (overwritten).
+  virtual Status embeddingBackward(float *dtable, const float *dout,
+                                   const int32_t *ids, int64_t N, int64_t V,
+                                   int64_t C) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Element-wise, GEMMs, normalization, attention
+  //===--------------------------------------------------------------------===//
+  /// out = a + b (n elements); out may alias a.
+  virtual Status add(float *out, const float *a, const float *b, int64_t n) = 0;
+  /// out[o, j] = a[o, j] + b[j]; out may alias a.
+  virtual Status addBroadcast(float *out, const float *a, const float *b,
+                              int64_t outer, int64_t inner) = 0;
+  /// db[j] = sum over o of dout[o, j].
+  virtual Status reduceLeading(float *db, const float *dout, int64_t outer,
+                               int64_t inner) = 0;
+  /// out[M, N] = inp[M, K] weight[K, N] (+ bias[N] when non-null).
+  virtual Status linearForward(float *out, const float *inp,
+                               const float *weight, const float *bias,
+                               int64_t M, int64_t K, int64_t N) = 0;
+  /// Row-major C = alpha op(A) op(B) + beta C (cblas_sgemm's contract).
+  virtual Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                      float alpha, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float beta, float *C, int64_t ldc) = 0;
+  /// dbias[N] = column sums of dout[M, N].
+  virtual Status columnSum(float *dbias, const float *dout, int64_t M,
+                           int64_t N) = 0;
+  /// out may be null; mean / rstd [N] are written for the backward.
+  virtual Status layernormForward(float *out, float *mean, float *rstd,
+                                  const float *inp, const float *weight,
+                                  const float *bias, int64_t N, int64_t C,
+                                  float eps) = 0;
+  /// Recomputes mean / rstd (workspace [N] each) from inp, then dinp, dweight
+  /// and dbias (all overwritten).
+  virtual Status layernormGrad(float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp,
+                               const float *weight, float *mean, float *rstd,
+                               int64_t N, int64_t C, float eps) = 0;
+  virtual Status geluForward(float *out, const float *inp, int64_t n) = 0;
+  virtual Status geluBackward(float *dinp, const float *inp, const float *dout,
+                              int64_t n) = 0;
+  virtual Status softmaxForward(float *out, const float *inp, int64_t N,
+                                int64_t C) = 0;
+  virtual Status softmaxBackward(float *dinp, const float *dout,
+                                 const float *out, int64_t N, int64_t C) = 0;
+  /// out[B,T,C] and the probabilities att[B,NH,T,T] from qkv[B,T,3C].
+  virtual Status attentionForward(float *out, float *att, const float *qkv,
+                                  int64_t B, int64_t T, int64_t C,
+                                  int64_t NH) = 0;
+  /// Recomputes att (workspace [B,NH,T,T]) from qkv, then dqkv.
+  virtual Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
+                               float *att, int64_t B, int64_t T, int64_t C,
+                               int64_t NH) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Cross entropy. Columns from validV on are vocabulary padding. `tokens`
+  // is the token count the mean is over (0: this rank's N, else the global
+  // count when the tokens are split across ranks).
+  //===--------------------------------------------------------------------===//
+  /// loss[0] = mean row loss (times N / tokens); losses [N] may be null.
+  virtual Status crossEntropyForward(float *loss, float *losses,
+                                     const float *logits,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t validV,
+                                     double tokens) = 0;
+  /// dlogits from the loss seed dloss[0] (a buffer scalar); may alias logits.
+  virtual Status crossEntropyBackward(float *dlogits, const float *dloss,
+                                      const float *logits,
+                                      const int32_t *targets, int64_t N,
+                                      int64_t V, int64_t validV,
+                                      double tokens) = 0;
+  /// Vocab-parallel pieces: this rank's V columns start at column `offset`
+  /// of the whole vocabulary.
+  virtual Status crossEntropyRowMax(float *rowMax, const float *logits,
+                                    int64_t N, int64_t V, int64_t offset,
+                                    int64_t validV) = 0;
+  virtual Status crossEntropySums(float *sumExp, float *targetLogit,
+                                  const float *logits, const float *rowMax,
+                                  const int32_t *targets, int64_t N, int64_t V,
+                                  int64_t offset, int64_t validV) = 0;
+  /// loss[0] = sum over rows of log(sumExp) + rowMax - targetLogit, / tokens
+  /// (tokens > 0 here: the caller resolves 0 to N).
+  virtual Status crossEntropyFromSums(float *loss, const float *rowMax,
+                                      const float *sumExp,
+                                      const float *targetLogit, int64_t N,
+                                      double tokens) = 0;
+  virtual Status crossEntropySumsBackward(
+      float *dlogits, const float *dloss, const float *logits,
+      const float *rowMax, const float *sumExp, const int32_t *targets,
+      int64_t N, int64_t V, int64_t offset, int64_t validV, double tokens) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Tensor movement (any dtype: elemBytes per element)
+  //===--------------------------------------------------------------------===//
+  /// memmove semantics: dst and src may overlap.
+  virtual Status copy(void *dst, const void *src, int64_t bytes) = 0;
+  virtual Status fillF32(float *dst, int64_t n, float value) = 0;
+  virtual Status fillI32(int32_t *dst, int64_t n, int32_t value) = 0;
+  virtual Status transpose(void *out, const void *in,
+                           const std::vector<int64_t> &inShape,
+                           const std::vector<int64_t> &perm,
+                           int64_t elemBytes) = 0;
+  virtual Status sliceDim(void *out, const void *in,
+                          const std::vector<int64_t> &inShape, int64_t dim,
+                          int64_t offset, int64_t outExtent,
+                          int64_t elemBytes) = 0;
+  virtual Status sliceDimGrad(void *out, const void *in,
+                              const std::vector<int64_t> &outShape, int64_t dim,
+                              int64_t offset, int64_t inExtent,
+                              int64_t elemBytes) = 0;
+  virtual Status concatDim(void *out, const std::vector<const void *> &inputs,
+                           const std::vector<int64_t> &extents,
+                           const std::vector<int64_t> &outShape, int64_t dim,
+                           int64_t elemBytes) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Optimizer
+  //===--------------------------------------------------------------------===//
+  /// out[0] = sum of squares of every tensor (double, rounded once).
+  virtual Status sumSquares(float *out,
+                            const std::vector<BufferSpan> &tensors) = 0;
+  /// norm[0] = sqrt(sumSq[0]); coef[0] = min(1, maxNorm / (norm + 1e-6)), 1
+  /// when maxNorm <= 0.
+  virtual Status clipCoef(float *norm, float *coef, const float *sumSq,
+                          double maxNorm) = 0;
+  /// In place on params / m / v (n floats each); lr, step (1-based, as f32)
+  /// and gradScale are buffer scalars. Errors when step is not a positive
+  /// integer.
+  virtual Status adamw(float *params, const float *grads, float *m, float *v,
+                       int64_t n, const float *lr, const float *step,
+                       const float *gradScale,
+                       const AdamWHyperParams &hyper) = 0;
+};
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_KERNEL_BACKEND_H

@@ -1,0 +1,340 @@
+//===- cuda_kernels.cpp - KernelBackend on the device arena ---------------===//
+//
+// Thin forwarding to the CUDA kernels, plus what the CPU kernels did around
+// the kernel call (zeroing outputs a kernel accumulates into, recomputing
+// statistics for the backward, the global-token rescaling of the loss).
+// All pointers are device pointers; nothing here waits for the stream.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/cuda_kernels.h"
+
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/cuda/tensor_movement.h"
+#include "runtime/cuda/vocab_parallel.h"
+
+namespace loom::cuda {
+
+Status CudaKernels::create(cudaStream_t computeStream,
+                           std::unique_ptr<CudaKernels> &out) {
+  std::unique_ptr<CudaKernels> k(new CudaKernels());
+  k->computeStream = computeStream;
+  LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
+  out = std::move(k);
+  return Status::success();
+}
+
+CudaKernels::~CudaKernels() {
+  if (workspaceDevice) {
+    cudaStreamSynchronize(computeStream);
+    cudaFree(workspaceDevice);
+  }
+}
+
+Status CudaKernels::workspace(uint64_t bytes, void *&devicePtr) {
+  if (bytes > workspaceBytes) {
+    if (workspaceDevice) {
+      // Kernels already enqueued may still read the old workspace.
+      LOOM_CUDA_CHECK(cudaStreamSynchronize(computeStream));
+      LOOM_CUDA_CHECK(cudaFree(workspaceDevice));
+      workspaceDevice = nullptr;
+      workspaceBytes = 0;
+    }
+    LOOM_CUDA_CHECK(cudaMalloc(&workspaceDevice, bytes));
+    workspaceBytes = bytes;
+  }
+  devicePtr = workspaceDevice;
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::embeddingForward(float *out, const int32_t *ids,
+                                     const float *table, int64_t N, int64_t V,
+                                     int64_t C) {
+  return cuda::embeddingForward(out, ids, table, N, V, C, computeStream);
+}
+
+Status CudaKernels::embeddingForwardRows(float *out, const int32_t *ids,
+                                         const float *rows, int64_t N,
+                                         int64_t /*V*/, int64_t rowOffset,
+                                         int64_t rowCount, int64_t C) {
+  return cuda::embeddingForwardRows(out, ids, rows, N, rowOffset, rowCount, C,
+                                    computeStream);
+}
+
+Status CudaKernels::embeddingBackward(float *dtable, const float *dout,
+                                      const int32_t *ids, int64_t N, int64_t V,
+                                      int64_t C) {
+  // The kernel accumulates; the opcode overwrites.
+  LOOM_CUDA_CHECK(cudaMemsetAsync(
+      dtable, 0, static_cast<size_t>(V * C) * sizeof(float), computeStream));
+  return cuda::embeddingBackward(dtable, dout, ids, N, V, C, computeStream);
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise, GEMMs, normalization, attention
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::add(float *out, const float *a, const float *b, int64_t n) {
+  return cuda::add(out, a, b, n, computeStream);
+}
+
+Status CudaKernels::addBroadcast(float *out, const float *a, const float *b,
+                                 int64_t outer, int64_t inner) {
+  return cuda::addBroadcast(out, a, b, outer, inner, computeStream);
+}
+
+Status CudaKernels::reduceLeading(float *db, const float *dout, int64_t outer,
+                                  int64_t inner) {
+  return cuda::addBroadcastBackward(db, dout, outer, inner,
+                                    /*accumulateInto=*/false, computeStream);
+}
+
+Status CudaKernels::linearForward(float *out, const float *inp,
+                                  const float *weight, const float *bias,
+                                  int64_t M, int64_t K, int64_t N) {
+  // out[M, N] = inp[M, K] weight[K, N], then the bias row added in place.
+  LOOM_RETURN_IF_ERROR(gemmEngine.gemm(false, false, M, N, K, 1.0f, inp, K,
+                                       weight, N, 0.0f, out, N, computeStream));
+  if (bias)
+    return cuda::addBroadcast(out, out, bias, M, N, computeStream);
+  return Status::success();
+}
+
+Status CudaKernels::gemm(bool transA, bool transB, int64_t M, int64_t N,
+                         int64_t K, float alpha, const float *A, int64_t lda,
+                         const float *B, int64_t ldb, float beta, float *C,
+                         int64_t ldc) {
+  return gemmEngine.gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta,
+                         C, ldc, computeStream);
+}
+
+Status CudaKernels::columnSum(float *dbias, const float *dout, int64_t M,
+                              int64_t N) {
+  return cuda::addBroadcastBackward(dbias, dout, M, N,
+                                    /*accumulateInto=*/false, computeStream);
+}
+
+Status CudaKernels::layernormForward(float *out, float *mean, float *rstd,
+                                     const float *inp, const float *weight,
+                                     const float *bias, int64_t N, int64_t C,
+                                     float eps) {
+  return cuda::layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps,
+                                computeStream);
+}
+
+Status CudaKernels::layernormGrad(float *dinp, float *dweight, float *dbias,
+                                  const float *dout, const float *inp,
+                                  const float *weight, float *mean, float *rstd,
+                                  int64_t N, int64_t C, float eps) {
+  // Statistics only (out = null: weight / bias are not read).
+  LOOM_RETURN_IF_ERROR(cuda::layernormForward(
+      nullptr, mean, rstd, inp, weight, nullptr, N, C, eps, computeStream));
+  // The kernel accumulates dweight / dbias; the opcode overwrites them.
+  const size_t bytes = static_cast<size_t>(C) * sizeof(float);
+  LOOM_CUDA_CHECK(cudaMemsetAsync(dweight, 0, bytes, computeStream));
+  LOOM_CUDA_CHECK(cudaMemsetAsync(dbias, 0, bytes, computeStream));
+  return cuda::layernormBackward(dinp, dweight, dbias, dout, inp, weight, mean,
+                                 rstd, N, C, computeStream);
+}
+
+Status CudaKernels::geluForward(float *out, const float *inp, int64_t n) {
+  return cuda::geluForward(out, inp, n, computeStream);
+}
+
+Status CudaKernels::geluBackward(float *dinp, const float *inp,
+                                 const float *dout, int64_t n) {
+  return cuda::geluBackward(dinp, inp, dout, n, computeStream);
+}
+
+Status CudaKernels::softmaxForward(float *out, const float *inp, int64_t N,
+                                   int64_t C) {
+  return cuda::softmaxForward(out, inp, N, C, computeStream);
+}
+
+Status CudaKernels::softmaxBackward(float *dinp, const float *dout,
+                                    const float *out, int64_t N, int64_t C) {
+  return cuda::softmaxBackward(dinp, dout, out, N, C, computeStream);
+}
+
+Status CudaKernels::attentionForward(float *out, float *att, const float *qkv,
+                                     int64_t B, int64_t T, int64_t C,
+                                     int64_t NH) {
+  return cuda::attentionForward(out, att, qkv, B, T, C, NH, computeStream);
+}
+
+Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
+                                  const float *qkv, float *att, int64_t B,
+                                  int64_t T, int64_t C, int64_t NH) {
+  // Probabilities recomputed (out = null), as cpu::attentionProbs.
+  LOOM_RETURN_IF_ERROR(
+      cuda::attentionForward(nullptr, att, qkv, B, T, C, NH, computeStream));
+  return cuda::attentionBackward(dqkv, dout, qkv, att, B, T, C, NH,
+                                 computeStream);
+}
+
+//===----------------------------------------------------------------------===//
+// Cross entropy
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::crossEntropyForward(float *loss, float *losses,
+                                        const float *logits,
+                                        const int32_t *targets, int64_t N,
+                                        int64_t V, int64_t validV,
+                                        double tokens) {
+  // The kernel needs per-row losses; without a scratch buffer they go to
+  // the workspace.
+  if (!losses) {
+    void *ws = nullptr;
+    LOOM_RETURN_IF_ERROR(
+        workspace(static_cast<uint64_t>(N) * sizeof(float), ws));
+    losses = static_cast<float *>(ws);
+  }
+  const float scale =
+      tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens) : 1.0f;
+  return cuda::crossEntropyForward(loss, losses, logits, targets, N, V, validV,
+                                   scale, computeStream);
+}
+
+Status CudaKernels::crossEntropyBackward(float *dlogits, const float *dloss,
+                                         const float *logits,
+                                         const int32_t *targets, int64_t N,
+                                         int64_t V, int64_t validV,
+                                         double tokens) {
+  const float scale =
+      tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens) : 1.0f;
+  return cuda::crossEntropyBackward(dlogits, logits, targets, N, V, validV,
+                                    dloss, scale, computeStream);
+}
+
+Status CudaKernels::crossEntropyRowMax(float *rowMax, const float *logits,
+                                       int64_t N, int64_t V, int64_t offset,
+                                       int64_t validV) {
+  return cuda::crossEntropyRowMax(rowMax, logits, N, V, offset, validV,
+                                  computeStream);
+}
+
+Status CudaKernels::crossEntropySums(float *sumExp, float *targetLogit,
+                                     const float *logits, const float *rowMax,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t offset,
+                                     int64_t validV) {
+  return cuda::crossEntropySums(sumExp, targetLogit, logits, rowMax, targets, N,
+                                V, offset, validV, computeStream);
+}
+
+Status CudaKernels::crossEntropyFromSums(float *loss, const float *rowMax,
+                                         const float *sumExp,
+                                         const float *targetLogit, int64_t N,
+                                         double tokens) {
+  return cuda::crossEntropyFromSums(loss, rowMax, sumExp, targetLogit, N,
+                                    tokens, computeStream);
+}
+
+Status CudaKernels::crossEntropySumsBackward(
+    float *dlogits, const float *dloss, const float *logits,
+    const float *rowMax, const float *sumExp, const int32_t *targets, int64_t N,
+    int64_t V, int64_t offset, int64_t validV, double tokens) {
+  return cuda::crossEntropySumsBackward(dlogits, logits, rowMax, sumExp,
+                                        targets, N, V, offset, validV, dloss,
+                                        tokens, computeStream);
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor movement
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::copy(void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0 || dst == src)
+    return Status::success();
+  const auto *d = static_cast<const uint8_t *>(dst);
+  const auto *s = static_cast<const uint8_t *>(src);
+  if (d < s + bytes && s < d + bytes) {
+    // Overlapping ranges (memmove semantics): cudaMemcpy does not allow
+    // them, so go through the workspace.
+    void *ws = nullptr;
+    LOOM_RETURN_IF_ERROR(workspace(static_cast<uint64_t>(bytes), ws));
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(ws, src, static_cast<size_t>(bytes),
+                                    cudaMemcpyDeviceToDevice, computeStream));
+    src = ws;
+  }
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
+                                  cudaMemcpyDeviceToDevice, computeStream));
+  return Status::success();
+}
+
+Status CudaKernels::fillF32(float *dst, int64_t n, float value) {
+  return cuda::fillF32(dst, value, n, computeStream);
+}
+
+Status CudaKernels::fillI32(int32_t *dst, int64_t n, int32_t value) {
+  return cuda::fillI32(dst, value, n, computeStream);
+}
+
+Status CudaKernels::transpose(void *out, const void *in,
+                              const std::vector<int64_t> &inShape,
+                              const std::vector<int64_t> &perm,
+                              int64_t elemBytes) {
+  return cuda::transpose(out, in, inShape, perm, elemBytes, computeStream);
+}
+
+Status CudaKernels::sliceDim(void *out, const void *in,
+                             const std::vector<int64_t> &inShape, int64_t dim,
+                             int64_t offset, int64_t outExtent,
+                             int64_t elemBytes) {
+  return cuda::sliceDim(out, in, inShape, dim, offset, outExtent, elemBytes,
+                        computeStream);
+}
+
+Status CudaKernels::sliceDimGrad(void *out, const void *in,
+                                 const std::vector<int64_t> &outShape,
+                                 int64_t dim, int64_t offset, int64_t inExtent,
+                                 int64_t elemBytes) {
+  return cuda::sliceDimGrad(out, in, outShape, dim, offset, inExtent, elemBytes,
+                            computeStream);
+}
+
+Status CudaKernels::concatDim(void *out,
+                              const std::vector<const void *> &inputs,
+                              const std::vector<int64_t> &extents,
+                              const std::vector<int64_t> &outShape, int64_t dim,
+                              int64_t elemBytes) {
+  return cuda::concatDim(out, inputs, extents, outShape, dim, elemBytes,
+                         computeStream);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::sumSquares(float *out,
+                               const std::vector<BufferSpan> &tensors) {
+  std::vector<DeviceSpan> spans;
+  spans.reserve(tensors.size());
+  for (const BufferSpan &t : tensors)
+    spans.push_back({t.data, t.size});
+  return cuda::sumSquares(out, spans, computeStream);
+}
+
+Status CudaKernels::clipCoef(float *norm, float *coef, const float *sumSq,
+                             double maxNorm) {
+  return cuda::clipCoefficient(norm, coef, sumSq, maxNorm, computeStream);
+}
+
+Status CudaKernels::adamw(float *params, const float *grads, float *m, float *v,
+                          int64_t n, const float *lr, const float *step,
+                          const float *gradScale,
+                          const AdamWHyperParams &hyper) {
+  AdamWHyper h;
+  h.beta1 = hyper.beta1;
+  h.beta2 = hyper.beta2;
+  h.eps = hyper.eps;
+  h.weightDecay = hyper.weightDecay;
+  return cuda::adamwStep(params, grads, m, v, n, lr, step, gradScale, h,
+                         computeStream);
+}
+
+} // namespace loom::cuda

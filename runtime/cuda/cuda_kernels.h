@@ -1,0 +1,143 @@
+//===- cuda_kernels.h - KernelBackend on the device arena ------*- C++ -*-===//
+//
+// The CUDA implementation of KernelBackend (runtime/core/kernel_backend.h):
+// every buffer pointer is a device pointer (into the rank's DeviceArena or a
+// device workspace), every call is enqueued on one compute stream and
+// returns without waiting. GEMMs go to cuBLASLt (gemm.h, fp32 with TF32 off,
+// so results are comparable with the CPU's), the rest to kernels.cu,
+// attention.cu, vocab_parallel.cu, transpose.cu and tensor_movement.cpp.
+//
+// Differences from cpu::CpuKernels a caller must know:
+//  * token ids / targets are not validated on the device (the executor
+//    checks them on the host before copying them in);
+//  * AdamW does not check the step scalar (the executor writes it);
+//  * results agree with the CPU to fp32 round-off, not bitwise (different
+//    summation orders).
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CUDA_CUDA_KERNELS_H
+#define LOOM_RUNTIME_CUDA_CUDA_KERNELS_H
+
+#include "runtime/core/kernel_backend.h"
+#include "runtime/cuda/gemm.h"
+
+#include <cuda_runtime_api.h>
+#include <memory>
+
+namespace loom::cuda {
+
+class CudaKernels final : public KernelBackend {
+public:
+  /// Creates the cuBLASLt handle on the current device; kernels run on
+  /// `computeStream` (not owned; must outlive this object).
+  static Status create(cudaStream_t computeStream,
+                       std::unique_ptr<CudaKernels> &out);
+  ~CudaKernels() override;
+  CudaKernels(const CudaKernels &) = delete;
+  CudaKernels &operator=(const CudaKernels &) = delete;
+
+  cudaStream_t stream() const { return computeStream; }
+
+  Status embeddingForward(float *out, const int32_t *ids, const float *table,
+                          int64_t N, int64_t V, int64_t C) override;
+  Status embeddingForwardRows(float *out, const int32_t *ids, const float *rows,
+                              int64_t N, int64_t V, int64_t rowOffset,
+                              int64_t rowCount, int64_t C) override;
+  Status embeddingBackward(float *dtable, const float *dout, const int32_t *ids,
+                           int64_t N, int64_t V, int64_t C) override;
+  Status add(float *out, const float *a, const float *b, int64_t n) override;
+  Status addBroadcast(float *out, const float *a, const float *b, int64_t outer,
+                      int64_t inner) override;
+  Status reduceLeading(float *db, const float *dout, int64_t outer,
+                       int64_t inner) override;
+  Status linearForward(float *out, const float *inp, const float *weight,
+                       const float *bias, int64_t M, int64_t K,
+                       int64_t N) override;
+  Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+              float alpha, const float *A, int64_t lda, const float *B,
+              int64_t ldb, float beta, float *C, int64_t ldc) override;
+  Status columnSum(float *dbias, const float *dout, int64_t M,
+                   int64_t N) override;
+  Status layernormForward(float *out, float *mean, float *rstd,
+                          const float *inp, const float *weight,
+                          const float *bias, int64_t N, int64_t C,
+                          float eps) override;
+  Status layernormGrad(float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight,
+                       float *mean, float *rstd, int64_t N, int64_t C,
+                       float eps) override;
+  Status geluForward(float *out, const float *inp, int64_t n) override;
+  Status geluBackward(float *dinp, const float *inp, const float *dout,
+                      int64_t n) override;
+  Status softmaxForward(float *out, const float *inp, int64_t N,
+                        int64_t C) override;
+  Status softmaxBackward(float *dinp, const float *dout, const float *out,
+                         int64_t N, int64_t C) override;
+  Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
+                          int64_t T, int64_t C, int64_t NH) override;
+  Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
+                       float *att, int64_t B, int64_t T, int64_t C,
+                       int64_t NH) override;
+  Status crossEntropyForward(float *loss, float *losses, const float *logits,
+                             const int32_t *targets, int64_t N, int64_t V,
+                             int64_t validV, double tokens) override;
+  Status crossEntropyBackward(float *dlogits, const float *dloss,
+                              const float *logits, const int32_t *targets,
+                              int64_t N, int64_t V, int64_t validV,
+                              double tokens) override;
+  Status crossEntropyRowMax(float *rowMax, const float *logits, int64_t N,
+                            int64_t V, int64_t offset, int64_t validV) override;
+  Status crossEntropySums(float *sumExp, float *targetLogit,
+                          const float *logits, const float *rowMax,
+                          const int32_t *targets, int64_t N, int64_t V,
+                          int64_t offset, int64_t validV) override;
+  Status crossEntropyFromSums(float *loss, const float *rowMax,
+                              const float *sumExp, const float *targetLogit,
+                              int64_t N, double tokens) override;
+  Status crossEntropySumsBackward(float *dlogits, const float *dloss,
+                                  const float *logits, const float *rowMax,
+                                  const float *sumExp, const int32_t *targets,
+                                  int64_t N, int64_t V, int64_t offset,
+                                  int64_t validV, double tokens) override;
+  Status copy(void *dst, const void *src, int64_t bytes) override;
+  Status fillF32(float *dst, int64_t n, float value) override;
+  Status fillI32(int32_t *dst, int64_t n, int32_t value) override;
+  Status transpose(void *out, const void *in,
+                   const std::vector<int64_t> &inShape,
+                   const std::vector<int64_t> &perm,
+                   int64_t elemBytes) override;
+  Status sliceDim(void *out, const void *in,
+                  const std::vector<int64_t> &inShape, int64_t dim,
+                  int64_t offset, int64_t outExtent,
+                  int64_t elemBytes) override;
+  Status sliceDimGrad(void *out, const void *in,
+                      const std::vector<int64_t> &outShape, int64_t dim,
+                      int64_t offset, int64_t inExtent,
+                      int64_t elemBytes) override;
+  Status concatDim(void *out, const std::vector<const void *> &inputs,
+                   const std::vector<int64_t> &extents,
+                   const std::vector<int64_t> &outShape, int64_t dim,
+                   int64_t elemBytes) override;
+  Status sumSquares(float *out,
+                    const std::vector<BufferSpan> &tensors) override;
+  Status clipCoef(float *norm, float *coef, const float *sumSq,
+                  double maxNorm) override;
+  Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
+               const float *lr, const float *step, const float *gradScale,
+               const AdamWHyperParams &hyper) override;
+
+private:
+  CudaKernels() = default;
+  /// A device workspace of at least `bytes` (grow-only; stream-ordered:
+  /// growing waits for the stream before freeing the old one).
+  Status workspace(uint64_t bytes, void *&devicePtr);
+
+  cudaStream_t computeStream = nullptr;
+  Gemm gemmEngine;
+  void *workspaceDevice = nullptr;
+  uint64_t workspaceBytes = 0;
+};
+
+} // namespace loom::cuda
+
+#endif // LOOM_RUNTIME_CUDA_CUDA_KERNELS_H
