@@ -334,8 +334,9 @@ TEST(Training, PipelineStageRunsItsActionsLikeTheStep) {
     }
     results.push_back(r);
     weights.push_back(values(*ex, ex->params().front().buffer));
-    if (pipelined)
+    if (pipelined) {
       EXPECT_GT(r.pipelineNs, 0);
+    }
   }
   EXPECT_EQ(results[1].loss, results[0].loss);
   EXPECT_EQ(results[1].gradNorm, results[0].gradNorm);
