@@ -84,10 +84,13 @@ inline constexpr double kMaxComputeEfficiency = 0.70;
 inline constexpr double kHalfEfficiencyRows = 128;
 inline constexpr double kHalfEfficiencyWidth = 128;
 /// Data-parallel communication overlaps the compute it can run behind
-/// (bucketed all-reduce after each backward block, ZeRO-3 prefetch): the
-/// part longer than that compute is exposed, and the hidden part still
-/// costs this fraction of its time (NCCL kernels take SMs, both stream
-/// through HBM).
+/// where the compiled step runs it inside a micro-batch (DDP's bucketed
+/// async all-reduces after each backward block of an unpipelined
+/// one-micro-batch step, ZeRO-2/3's per-micro-batch reduce-scatters,
+/// ZeRO-3's prefetched gathers): the part longer than that compute is
+/// exposed, and the hidden part still costs this fraction of its time
+/// (NCCL kernels take SMs, both stream through HBM). The once-per-step
+/// reductions at the update overlap nothing.
 inline constexpr double kOverlapCost = 0.2;
 /// Memory no plan can use: CUDA context, cuBLAS workspace, NCCL buffers,
 /// gradient buckets.
