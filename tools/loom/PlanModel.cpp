@@ -482,26 +482,58 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double tpStepBytes = tpBytes * double(m);
     cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
 
-    // Once per step: DDP all-reduces behind the last micro-batch's
-    // backward; ZeRO-1 reduce-scatters there and all-gathers the updated
-    // params after the optimizer (exposed); ZeRO-2 only gathers the params.
+    // Once per step, as the compiled step schedules it
+    // (passes/Pipeline/GradientReduction.cpp, passes/Sharding/ScheduleComm.cpp):
+    //  * DDP accumulates whole gradients locally over the micro-batches and
+    //    all-reduces them once, at the start of the (stage's) update, after
+    //    the last backward (PyTorch DDP's no_sync, Megatron's pipelines):
+    //    the runtime runs one instruction list for every micro-batch, so
+    //    nothing computes behind it. Only an unpipelined step with one
+    //    micro-batch keeps the all-reduces in the backward, bucketed and
+    //    launched asynchronously as each block's gradients are ready: they
+    //    run behind the rest of the backward (2/3 of the compute).
+    //  * ZeRO-1 reduce-scatters the accumulated gradients at the start of
+    //    the update (with one micro-batch too) and all-gathers the updated
+    //    parameters after the optimizer: both exposed.
+    //  * ZeRO-2 reduce-scatters every micro-batch (zeroBytes above, behind
+    //    the backward) and all-gathers the updated parameters (exposed).
+    //  * ZeRO-3 has nothing once per step (gathers and reduce-scatters run
+    //    inside every micro-batch, above).
     double dpBytes = 0, dpExposed = 0, dpTotal = 0;
     double lastBackward = compute * 2.0 / 3.0;
     double dpBandwidth = bandwidth(cost.dpCrossesNodes);
+    const bool inBackward = p == 1 && m == 1;
+    std::string reason;
     switch (plan.zero) {
     case 0: {
       double ar = ringAllReduceBytes(stageParamBytes, n);
       dpBytes = ar;
       dpTotal = ar / dpBandwidth;
-      dpExposed = overlappedTime(dpTotal, lastBackward);
+      if (inBackward) {
+        dpExposed = overlappedTime(dpTotal, lastBackward);
+        reason = "DDP's bucketed all-reduces of the one micro-batch's "
+                 "gradients run behind the rest of its backward (the part "
+                 "that does not fit is exposed, the hidden part costs " +
+                 std::to_string(int(100 * kOverlapCost)) + "%)";
+      } else {
+        dpExposed = dpTotal;
+        reason = std::string("DDP all-reduces the gradients accumulated over ") +
+                 (m > 1 ? "the micro-batches" : "the step") +
+                 " once, at the start of the " +
+                 (p > 1 ? "stage's update, after the pipeline drains"
+                        : "update, after the last backward") +
+                 ": no compute to hide behind";
+      }
       break;
     }
     case 1: {
       double rs = ringGatherBytes(stageParamBytes, n);
       dpBytes = 2 * rs;
       dpTotal = 2 * rs / dpBandwidth;
-      dpExposed =
-          overlappedTime(rs / dpBandwidth, lastBackward) + rs / dpBandwidth;
+      dpExposed = dpTotal;
+      reason = "ZeRO-1 reduce-scatters the accumulated gradients at the "
+               "start of the update and all-gathers the updated parameters "
+               "after the optimizer: no compute to hide behind";
       break;
     }
     case 2: {
@@ -509,11 +541,17 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       dpBytes = double(m) * zeroBytes + ag;
       dpTotal = double(m) * zeroTime + ag / dpBandwidth;
       dpExposed = ag / dpBandwidth;
+      reason = "ZeRO-2's per-micro-batch reduce-scatters run behind each "
+               "backward (counted in the micro-batch); the all-gather of the "
+               "updated parameters after the optimizer is exposed";
       break;
     }
     default:
       dpBytes = double(m) * zeroBytes;
       dpTotal = double(m) * zeroTime;
+      reason = "ZeRO-3's prefetched gathers and per-micro-batch "
+               "reduce-scatters run inside every micro-batch (counted "
+               "there); nothing once per step";
       break;
     }
     // Sequence parallelism's partial layer-norm gradients: all-reduced
@@ -545,6 +583,10 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       cost.microbatchZeroS = zeroExposed;
       cost.microbatchP2pS = p2pTime;
       cost.microbatchZeroTotalS = zeroTime;
+    }
+    if (n > 1 && (cost.dpExposedReason.empty() ||
+                  dpExposed > cost.dpExposedS)) {
+      cost.dpExposedReason = reason;
     }
     cost.dpExposedS = std::max(cost.dpExposedS, dpExposed);
     cost.dpTotalS = std::max(cost.dpTotalS, dpTotal);

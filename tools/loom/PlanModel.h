@@ -44,7 +44,12 @@
 // The step: the slowest stage's micro-batch (compute + TP collectives +
 // exposed ZeRO-2/3 traffic + p2p) times m + (p-1)/v slots, plus the DP
 // traffic of the step that is not hidden and the tied-embedding gradient
-// all-reduce between the first and last stage.
+// all-reduce between the first and last stage. The once-per-step DP
+// reductions are placed as the compiled step places them: DDP's and
+// ZeRO-1's at the start of the update, exposed (the runtime runs one
+// instruction list for every micro-batch, so they cannot hide behind the
+// last one's backward), except DDP's bucketed all-reduces of an
+// unpipelined step with one micro-batch, which overlap its backward.
 //
 // The assumptions that are not formulas (GEMM efficiency, overlap, workspace)
 // are the named constants below; docs in README.md (`loom plan`). Not
@@ -79,10 +84,13 @@ inline constexpr double kMaxComputeEfficiency = 0.70;
 inline constexpr double kHalfEfficiencyRows = 128;
 inline constexpr double kHalfEfficiencyWidth = 128;
 /// Data-parallel communication overlaps the compute it can run behind
-/// (bucketed all-reduce after each backward block, ZeRO-3 prefetch): the
-/// part longer than that compute is exposed, and the hidden part still
-/// costs this fraction of its time (NCCL kernels take SMs, both stream
-/// through HBM).
+/// where the compiled step runs it inside a micro-batch (DDP's bucketed
+/// async all-reduces after each backward block of an unpipelined
+/// one-micro-batch step, ZeRO-2/3's per-micro-batch reduce-scatters,
+/// ZeRO-3's prefetched gathers): the part longer than that compute is
+/// exposed, and the hidden part still costs this fraction of its time
+/// (NCCL kernels take SMs, both stream through HBM). The once-per-step
+/// reductions at the update overlap nothing.
 inline constexpr double kOverlapCost = 0.2;
 /// Memory no plan can use: CUDA context, cuBLAS workspace, NCCL buffers,
 /// gradient buckets.
@@ -272,12 +280,15 @@ struct PlanCost {
   /// ZeRO-2/3 per-micro-batch traffic time, hidden or not (the
   /// microbatchZeroS above is what it adds to the micro-batch).
   double microbatchZeroTotalS = 0;
-  /// Once per step: what the DP gradient/parameter traffic adds (exposed
-  /// + kOverlapCost of the hidden part), and
+  /// Once per step: what the DP gradient/parameter traffic adds (exposed,
+  /// + kOverlapCost of the hidden part where it overlaps the backward), and
   /// the all-reduce of the tied embedding's gradient between the first
   /// and last stage.
   double dpExposedS = 0;
   double embeddingSyncS = 0;
+  /// Why dpExposedS is what it is: which reductions the compiled step runs
+  /// where, and what they overlap (for the report).
+  std::string dpExposedReason;
   /// All DP traffic time of a step (ZeRO-2/3's per micro-batch included),
   /// hidden or not.
   double dpTotalS = 0;

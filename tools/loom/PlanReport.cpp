@@ -291,6 +291,9 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
                       "of DP traffic in all (ring over {2} rank{3}, {4})\n",
                       cost.dpExposedS, cost.dpTotalS, p.dp, p.dp > 1 ? "s" : "",
                       cost.dpCrossesNodes ? "crosses nodes" : "inside a node");
+  if (!cost.dpExposedReason.empty())
+    os << llvm::formatv("                 {0:f3} s exposed because {1}\n",
+                        cost.dpExposedS, cost.dpExposedReason);
   if (p.pp > 1)
     os << llvm::formatv("    embedding    {0:f3} s (tied wte gradient "
                         "all-reduced between the first and last stage)\n",
@@ -325,6 +328,9 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
       {"predicted_step_s", cost.stepS},
       {"predicted_mfu", cost.mfu},
       {"predicted_bubble", cost.bubble},
+      {"predicted_dp_exposed_s", cost.dpExposedS},
+      {"predicted_dp_traffic_s", cost.dpTotalS},
+      {"dp_exposed_because", cost.dpExposedReason},
       {"traffic_bytes_per_gpu_per_step",
        llvm::json::Object{{"tp", round(cost.tpBytes)},
                           {"dp", round(cost.dpBytes)},
