@@ -418,6 +418,68 @@ TEST(BufferMemory, PipelineStashesGoThroughTheBackend) {
   expectSame(*p);
 }
 
+TEST(BufferMemory, StagingAndWorkspaceLiveInBufferMemory) {
+  // A row-wise kernel over its own input is staged, and LayerNormGrad
+  // without scratch buffers takes the executor's workspace: both
+  // temporaries must be buffer memory too.
+  auto p = emptyProgram(1, 1, 2);
+  StageBuilder s(*p->stages[0]);
+  const int64_t R = 3, C = 5;
+  const uint32_t y = s.buffer("y", {R, C}), sd = s.buffer("softmax.d", {R, C});
+  const uint32_t dout = s.buffer("ln.dout", {R, C}), x = s.buffer("ln.x", {R, C});
+  const uint32_t w = s.buffer("ln.w", {C}), dx = s.buffer("ln.dx", {R, C});
+  const uint32_t dw = s.buffer("ln.dw", {C}), db = s.buffer("ln.db", {C});
+  s.op(fb::Opcode::SoftmaxGrad, "softmax.grad.inplace", {sd, y}, {sd});
+  s.op(fb::Opcode::LayerNormGrad, "ln.grad", {dout, x, w}, {dx, dw, db})
+      .epsilon = 1e-5;
+  std::vector<std::vector<uint8_t>> results[2];
+  uint64_t peaks[2] = {0, 0}, arena = 0;
+  for (int poisoned = 0; poisoned < 2; ++poisoned) {
+    fb::LoadedProgram loaded;
+    Status st = fb::loadProgramBytes(serialize(*p), "staging.loom", loaded);
+    ASSERT_TRUE(st.ok()) << st.toString();
+    std::unique_ptr<Executor> ex;
+    PoisonedMemory *mem = nullptr;
+    if (poisoned) {
+      auto memory = std::make_unique<PoisonedMemory>();
+      mem = memory.get();
+      st = Executor::create(loaded, 0, 7, ex, nullptr,
+                            std::make_unique<GuardedKernels>(*mem),
+                            std::move(memory));
+    } else {
+      st = Executor::create(loaded, 0, 7, ex);
+    }
+    ASSERT_TRUE(st.ok()) << st.toString();
+    std::mt19937 gen(9);
+    std::uniform_real_distribution<float> dist(0.1f, 1.0f);
+    {
+      std::optional<PoisonedMemory::Open> open;
+      if (mem)
+        open.emplace(*mem);
+      for (uint32_t b = 0; b < ex->numBuffers(); ++b) {
+        auto *f = static_cast<float *>(ex->bufferData(b));
+        for (int64_t i = 0; i < ex->bufferNumel(b); ++i)
+          f[i] = dist(gen);
+      }
+    }
+    st = ex->run();
+    ASSERT_TRUE(st.ok()) << st.toString();
+    std::optional<PoisonedMemory::Open> open;
+    if (mem)
+      open.emplace(*mem);
+    for (uint32_t b = 0; b < ex->numBuffers(); ++b) {
+      const auto *p8 = static_cast<const uint8_t *>(ex->bufferData(b));
+      results[poisoned].emplace_back(p8, p8 + ex->bufferNumel(b) * 4);
+    }
+    peaks[poisoned] = ex->peakTensorBytes();
+    arena = ex->arenaBytes();
+  }
+  // Temporaries were taken (else this test would prove nothing).
+  EXPECT_GT(peaks[0], arena);
+  EXPECT_EQ(peaks[1], peaks[0]);
+  EXPECT_EQ(results[1], results[0]);
+}
+
 TEST(BufferMemory, GuardRefusesHostPointers) {
   // The guard itself must catch a host pointer (else the tests above could
   // not fail).
