@@ -20,7 +20,7 @@ Status CudaMemory::allocate(uint64_t bytes, uint8_t *&base) {
   void *p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
-    cudaGetLastError(); // clear the sticky-free allocation error
+    cudaGetLastError(); // so the next call does not report this failure
     size_t freeBytes = 0, totalBytes = 0;
     cudaMemGetInfo(&freeBytes, &totalBytes);
     LOOM_ERROR("cannot allocate " << bytes << " bytes of device memory ("
