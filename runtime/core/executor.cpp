@@ -1,7 +1,10 @@
 //===- executor.cpp - Runs one stage of a verified program -----*- C++ -*-===//
 //
-// The arena comes from an anonymous mmap: page aligned (more than the 64 bytes
-// the planner assumes), zeroed, and only touched pages cost memory. Each
+// The arena comes from a BufferMemory (buffer_memory.h; cpu::HostMemory: an
+// anonymous mmap, page aligned, zeroed, only touched pages cost memory), and
+// every byte the host writes into it or reads from it (parameter init, the
+// micro-batch's tokens / targets, the loss, the gradient norm, gradient
+// zeroing, lr / step, pipeline stashes) goes through its copies. Each
 // instruction maps to one KernelBackend call (cpu::CpuKernels); when an output
 // shares bytes with an input and the kernel cannot run in place, the result is
 // computed into a staging temporary and copied (the memory this costs is
@@ -16,6 +19,7 @@
 
 #include "runtime/core/param_init.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/host_memory.h"
 
 #include <algorithm>
 #include <chrono>
@@ -26,7 +30,6 @@
 #include <new>
 #include <set>
 #include <stdexcept>
-#include <sys/mman.h>
 
 namespace loom {
 
@@ -45,7 +48,9 @@ int64_t steadyNowNs() {
 
 Status Executor::create(const program::LoadedProgram &program,
                         uint32_t stageIndex, uint64_t seed,
-                        std::unique_ptr<Executor> &out, Communicator *comm) {
+                        std::unique_ptr<Executor> &out, Communicator *comm,
+                        std::unique_ptr<KernelBackend> kernels,
+                        std::unique_ptr<BufferMemory> memory) {
   out.reset();
   LOOM_CHECK(program.root(), "no program loaded");
   const program::Stage *stage = program.stage(stageIndex);
@@ -62,23 +67,19 @@ Status Executor::create(const program::LoadedProgram &program,
     comm = ex->ownComm.get();
   }
   ex->comm = comm;
-  ex->kernels = std::make_unique<cpu::CpuKernels>();
+  ex->kernels = kernels ? std::move(kernels)
+                        : std::make_unique<cpu::CpuKernels>();
   LOOM_RETURN_IF_ERROR(comm->setMesh(programMesh(*program.root())));
   ex->stageTable = stage;
   ex->modelInfo = program.root()->model();
 
   // 1. Arena.
   ex->arenaSize = stage->arena_bytes();
-  if (ex->arenaSize > 0) {
-    void *p = ::mmap(nullptr, ex->arenaSize, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    LOOM_CHECK(p != MAP_FAILED,
-               "cannot allocate the arena of stage "
-                   << stageIndex << ": " << ex->arenaSize
-                   << " bytes; the program needs more memory than this "
-                      "machine offers");
-    ex->arena = static_cast<uint8_t *>(p);
-  }
+  ex->memory = memory ? std::move(memory) : std::make_unique<cpu::HostMemory>();
+  Status allocated = ex->memory->allocate(ex->arenaSize, ex->arena);
+  if (!allocated.ok())
+    return allocated.withContext("the arena of stage " +
+                                 std::to_string(stageIndex));
 
   // 2. Buffer shapes.
   const uint32_t nb = stage->buffers() ? stage->buffers()->size() : 0;
@@ -147,9 +148,12 @@ Status Executor::create(const program::LoadedProgram &program,
         init.std = static_cast<float>(p->init_std());
         break;
       }
-      LOOM_RETURN_IF_ERROR(initParamSlice(
-          static_cast<float *>(ex->bufferData(v.buffer)), v.name, seed, init,
-          v.globalShape, v.sliceOffset, v.localShape));
+      // Initialized on the host, then copied into buffer memory.
+      std::vector<float> values(
+          static_cast<size_t>(program::shapeNumel(v.localShape)));
+      LOOM_RETURN_IF_ERROR(initParamSlice(values.data(), v.name, seed, init,
+                                          v.globalShape, v.sliceOffset,
+                                          v.localShape));
       // Padding rows start (and, with a zero gradient, stay) at zero; the
       // real rows keep the values of their global index, as unpadded.
       if (v.unpaddedRows > 0) {
@@ -158,10 +162,12 @@ Status Executor::create(const program::LoadedProgram &program,
         const int64_t firstPadding =
             std::clamp<int64_t>(v.unpaddedRows - v.sliceOffset[0], 0,
                                 v.localShape[0]);
-        float *data = static_cast<float *>(ex->bufferData(v.buffer));
-        std::fill(data + firstPadding * rowSize,
-                  data + v.localShape[0] * rowSize, 0.0f);
+        std::fill(values.begin() + firstPadding * rowSize,
+                  values.begin() + v.localShape[0] * rowSize, 0.0f);
       }
+      LOOM_RETURN_IF_ERROR(ex->memory->copyIn(ex->bufferData(v.buffer),
+                                              values.data(),
+                                              values.size() * sizeof(float)));
       ex->paramViews.push_back(std::move(v));
     }
   }
@@ -170,8 +176,13 @@ Status Executor::create(const program::LoadedProgram &program,
 }
 
 Executor::~Executor() {
-  if (arena)
-    ::munmap(arena, arenaSize);
+  if (!memory)
+    return;
+  memory->release(arena, arenaSize);
+  for (TempPool *pool : {&workspace, &workspace2})
+    memory->release(pool->data, pool->capacity * sizeof(float));
+  for (TempPool &pool : staging)
+    memory->release(pool.data, pool.capacity * sizeof(float));
 }
 
 void *Executor::bufferData(uint32_t index) {
@@ -213,21 +224,35 @@ Status Executor::readLoss(float &loss) const {
   LOOM_CHECK(b >= 0, "stage " << stageTable->index()
                               << " has no loss buffer (only the last "
                                  "pipeline stage computes the loss)");
-  std::memcpy(&loss, bufferData(static_cast<uint32_t>(b)), sizeof(float));
-  return Status::success();
+  return memory->copyOut(&loss, bufferData(static_cast<uint32_t>(b)),
+                         sizeof(float));
 }
 
 uint64_t Executor::peakTensorBytes() const {
-  uint64_t floats = workspace.capacity() + workspace2.capacity();
-  for (const std::vector<float> &pool : staging)
-    floats += pool.capacity();
+  uint64_t floats = workspace.capacity + workspace2.capacity;
+  for (const TempPool &pool : staging)
+    floats += pool.capacity;
   return arenaSize + floats * sizeof(float);
 }
 
-float *Executor::temp(std::vector<float> &pool, int64_t count) {
-  if (static_cast<int64_t>(pool.size()) < count)
-    pool.resize(static_cast<size_t>(count));
-  return pool.data();
+float *Executor::temp(TempPool &pool, int64_t count) {
+  const uint64_t want = static_cast<uint64_t>(count);
+  if (want > pool.size) {
+    if (want > pool.capacity) {
+      // Grows as std::vector::resize would (to max(2 x size, count)), so
+      // peakTensorBytes reports what the host pools always reported.
+      const uint64_t capacity = std::max(2 * pool.size, want);
+      memory->release(pool.data, pool.capacity * sizeof(float));
+      pool.data = nullptr;
+      pool.capacity = 0;
+      Status s = memory->allocate(capacity * sizeof(float), pool.data);
+      if (!s.ok())
+        throw std::runtime_error(s.toString());
+      pool.capacity = capacity;
+    }
+    pool.size = want;
+  }
+  return reinterpret_cast<float *>(pool.data);
 }
 
 //===----------------------------------------------------------------------===//
@@ -308,11 +333,13 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     const uint32_t mb = a->microbatch();
     // 1. The micro-batch's tokens and targets, when this stage reads them.
     if (stageTable->tokens() >= 0)
-      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->tokens())),
-                  inputs + mb * rows * T, tokenBytes);
+      LOOM_RETURN_IF_ERROR(memory->copyIn(
+          bufferData(static_cast<uint32_t>(stageTable->tokens())),
+          inputs + mb * rows * T, tokenBytes));
     if (stageTable->targets() >= 0)
-      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->targets())),
-                  targets + mb * rows * T, tokenBytes);
+      LOOM_RETURN_IF_ERROR(memory->copyIn(
+          bufferData(static_cast<uint32_t>(stageTable->targets())),
+          targets + mb * rows * T, tokenBytes));
     const auto key = std::make_pair(a->chunk(), mb);
     if (!a->backward()) {
       // 2. Forward; keep what the backward needs, and the loss.
@@ -324,15 +351,18 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
         for (uint32_t b : *chunk.stash_out()) {
           const size_t bytes = static_cast<size_t>(
               bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-          const uint8_t *from = static_cast<const uint8_t *>(bufferData(b));
-          kept.insert(kept.end(), from, from + bytes);
+          const size_t at = kept.size();
+          kept.resize(at + bytes);
+          LOOM_RETURN_IF_ERROR(
+              memory->copyOut(kept.data() + at, bufferData(b), bytes));
         }
       stashBytes += static_cast<int64_t>(kept.size());
       result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         float loss = 0;
-        std::memcpy(&loss, bufferData(static_cast<uint32_t>(chunk.loss())),
-                    sizeof(float));
+        LOOM_RETURN_IF_ERROR(memory->copyOut(
+            &loss, bufferData(static_cast<uint32_t>(chunk.loss())),
+            sizeof(float)));
         lossSum += loss;
       }
       continue;
@@ -347,7 +377,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
       for (uint32_t b : *chunk.stash_in()) {
         const size_t bytes = static_cast<size_t>(
             bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-        std::memcpy(bufferData(b), from, bytes);
+        LOOM_RETURN_IF_ERROR(memory->copyIn(bufferData(b), from, bytes));
         from += bytes;
       }
     stashBytes -= static_cast<int64_t>(it->second.size());
@@ -378,12 +408,13 @@ bool Executor::isTraining() const {
   return update && update->size() > 0;
 }
 
-void Executor::zeroGradients() {
+Status Executor::zeroGradients() {
   for (const ParamView &p : paramViews)
     if (p.gradBuffer >= 0)
-      std::memset(bufferData(static_cast<uint32_t>(p.gradBuffer)), 0,
-                  static_cast<size_t>(bufferNumel(p.gradBuffer)) *
-                      sizeof(float));
+      LOOM_RETURN_IF_ERROR(memory->fillZero(
+          bufferData(static_cast<uint32_t>(p.gradBuffer)),
+          static_cast<uint64_t>(bufferNumel(p.gradBuffer)) * sizeof(float)));
+  return Status::success();
 }
 
 Status Executor::runUpdate(int64_t step, float lr,
@@ -391,11 +422,13 @@ Status Executor::runUpdate(int64_t step, float lr,
   LOOM_CHECK(step >= 1, "training step numbers are 1-based, got " << step);
   const float stepValue = static_cast<float>(step);
   if (stageTable->lr() >= 0)
-    std::memcpy(bufferData(static_cast<uint32_t>(stageTable->lr())), &lr,
-                sizeof(float));
+    LOOM_RETURN_IF_ERROR(memory->copyIn(
+        bufferData(static_cast<uint32_t>(stageTable->lr())), &lr,
+        sizeof(float)));
   if (stageTable->step() >= 0)
-    std::memcpy(bufferData(static_cast<uint32_t>(stageTable->step())),
-                &stepValue, sizeof(float));
+    LOOM_RETURN_IF_ERROR(memory->copyIn(
+        bufferData(static_cast<uint32_t>(stageTable->step())), &stepValue,
+        sizeof(float)));
   return runList(stageTable->update_instructions(), true, 0, timings);
 }
 
@@ -415,7 +448,7 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
                         << " does not hold one micro-batch of " << rows << " x "
                         << T << " tokens");
   // 1. Gradients accumulate over the micro-batches from zero.
-  zeroGradients();
+  LOOM_RETURN_IF_ERROR(zeroGradients());
   double lossSum = 0;
   if (isPipelined())
     LOOM_RETURN_IF_ERROR(
@@ -423,11 +456,13 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
   for (int64_t i = 0; !isPipelined() && i < M; ++i) {
     // 2. Micro-batch i is rows [i*b, (i+1)*b) of the batch.
     if (stageTable->tokens() >= 0)
-      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->tokens())),
-                  inputs + i * rows * T, chunk);
+      LOOM_RETURN_IF_ERROR(memory->copyIn(
+          bufferData(static_cast<uint32_t>(stageTable->tokens())),
+          inputs + i * rows * T, chunk));
     if (stageTable->targets() >= 0)
-      std::memcpy(bufferData(static_cast<uint32_t>(stageTable->targets())),
-                  targets + i * rows * T, chunk);
+      LOOM_RETURN_IF_ERROR(memory->copyIn(
+          bufferData(static_cast<uint32_t>(stageTable->targets())),
+          targets + i * rows * T, chunk));
     LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
                                  static_cast<uint32_t>(i), timings));
     if (stageTable->loss() >= 0) {
@@ -442,9 +477,10 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
   LOOM_RETURN_IF_ERROR(runUpdate(step, lr, timings));
   result.gradNorm = std::numeric_limits<float>::quiet_NaN();
   if (stageTable->grad_norm() >= 0)
-    std::memcpy(&result.gradNorm,
-                bufferData(static_cast<uint32_t>(stageTable->grad_norm())),
-                sizeof(float));
+    LOOM_RETURN_IF_ERROR(memory->copyOut(
+        &result.gradNorm,
+        bufferData(static_cast<uint32_t>(stageTable->grad_norm())),
+        sizeof(float)));
   return Status::success();
 }
 
@@ -859,8 +895,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   // 3. Staged outputs to their buffers.
   for (size_t k = 0; k < out.size(); ++k)
     if (staged[k])
-      std::memcpy(bufferData(out[k]), dsts[k],
-                  static_cast<size_t>(range(out[k]).end - range(out[k]).begin));
+      LOOM_RETURN_IF_ERROR(
+          kernels->copy(bufferData(out[k]), dsts[k],
+                 static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
   return Status::success();
 }
 
@@ -973,7 +1010,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       outer *= shape[d];
     return outer;
   };
-  auto tempBytes = [&](std::vector<float> &pool, int64_t bytes) {
+  auto tempBytes = [&](TempPool &pool, int64_t bytes) {
     return static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
   switch (op) {

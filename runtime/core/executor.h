@@ -1,7 +1,8 @@
 //===- executor.h - Runs one stage of a verified program -------*- C++ -*-===//
 //
 // The executor owns one rank's arena (a single 64-byte aligned allocation of
-// the stage's arena_bytes; buffers are views at the offsets the compiler's
+// the stage's arena_bytes from its BufferMemory, buffer_memory.h; buffers
+// are views at the offsets the compiler's
 // buffer planner chose), initializes the parameters deterministically
 // (param_init.h: values depend only on seed + name + global index, so every
 // partitioning starts from the same model) and runs the instruction stream
@@ -14,6 +15,7 @@
 #ifndef LOOM_RUNTIME_CORE_EXECUTOR_H
 #define LOOM_RUNTIME_CORE_EXECUTOR_H
 
+#include "runtime/core/buffer_memory.h"
 #include "runtime/core/communicator.h"
 #include "runtime/core/kernel_backend.h"
 #include "runtime/core/status.h"
@@ -103,10 +105,15 @@ public:
   /// Program.mesh; nullptr: a SingleRankCommunicator of the executor's own.
   /// Errors when the stage does not exist, the arena cannot be allocated or
   /// the mesh's device count differs from the communicator's size.
+  /// `kernels` / `memory`: the backend the instructions run on and the
+  /// memory the arena and temporaries live in (nullptr: cpu::CpuKernels /
+  /// cpu::HostMemory); the kernels must accept the memory's pointers.
   static Status create(const program::LoadedProgram &program,
                        uint32_t stageIndex, uint64_t seed,
                        std::unique_ptr<Executor> &out,
-                       Communicator *comm = nullptr);
+                       Communicator *comm = nullptr,
+                       std::unique_ptr<KernelBackend> kernels = nullptr,
+                       std::unique_ptr<BufferMemory> memory = nullptr);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;
@@ -121,8 +128,8 @@ public:
   /// True when the stage has update_instructions (a training program).
   bool isTraining() const;
 
-  /// Sets every Param.grad_buffer to zero.
-  void zeroGradients();
+  /// Sets every Param.grad_buffer to zero (BufferMemory::fillZero).
+  Status zeroGradients();
 
   /// Writes `lr` and the 1-based `step` (as f32) into the stage's lr / step
   /// scalars and runs update_instructions once.
@@ -216,7 +223,15 @@ private:
   /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
   /// writes or uses as scratch), or all of them when `ins` is null.
   Status completeInFlight(const program::Instruction *ins);
-  float *temp(std::vector<float> &pool, int64_t count);
+  /// A grow-only temporary in buffer memory (counts in floats); what it
+  /// held does not survive growing.
+  struct TempPool {
+    uint8_t *data = nullptr;
+    uint64_t size = 0, capacity = 0;
+  };
+  /// `count` floats of `pool`; throws std::runtime_error (which runList
+  /// reports with the instruction) when buffer memory is exhausted.
+  float *temp(TempPool &pool, int64_t count);
 
   const program::Stage *stageTable = nullptr;
   const program::ModelInfo *modelInfo = nullptr;
@@ -228,10 +243,14 @@ private:
   // kernel workspace (mean/rstd, attention probabilities, per-token losses)
   // when the program gives no scratch buffer.
   // One staging pool per output position (multi-output gradient ops).
-  std::vector<std::vector<float>> staging;
-  std::vector<float> workspace, workspace2;
+  std::vector<TempPool> staging;
+  TempPool workspace, workspace2;
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
+  /// The memory the arena lives in (cpu::HostMemory); every host <-> arena
+  /// copy of the executor goes through it. Declared before `kernels` so
+  /// that it outlives them.
+  std::unique_ptr<BufferMemory> memory;
   /// The kernels runInstruction calls (cpu::CpuKernels on the host arena).
   std::unique_ptr<KernelBackend> kernels;
   /// An asynchronous all-reduce in flight: the arena bytes it still owns
