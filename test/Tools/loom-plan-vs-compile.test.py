@@ -32,14 +32,15 @@ MESHES = [(2, 2, 2, 4, "1f1b", 1, ("none", "selective", "full")),
           (2, 2, 1, 1, "1f1b", 1, ("none",))]
 
 # dp, by ZeRO stage. Left out of the plan, as compiler matters rather than
-# the model's: Loom all-reduces wpe's gradient over dp every micro-batch
-# (pp > 1), and its once-per-step reduction of a ZeRO-1 pipeline
-# reduce-scatters only the blocks' matrices, all-reducing wte, wpe, the
-# norms and biases (the ZeRO paper, and the plan, reduce-scatter all): the
-# compiled step sends up to ~9% more than the plan on this small model,
-# whose wte is a large share of a stage. ZeRO-2/3 also leave out the scalar
-# all-reduces and the SP layer-norm shards' rounding.
-DP_TOLERANCE = {0: 0.02, 1: 0.10, 2: 0.01, 3: 0.01}
+# the model's: the scalar all-reduces (loss, gradient norm), the SP
+# layer-norm shards' rounding and, in a ZeRO-1 pipeline, the tensors whose
+# optimizer state ZeRO-1 cannot split over dp (a column-parallel bias: its
+# gradient is all-reduced, not reduce-scattered), about 1% of a stage of
+# this small model. (Loom once all-reduced wpe's gradient every
+# micro-batch and, under ZeRO-1, all-reduced wte, wpe, norms and biases,
+# up to ~9% more than the plan; they are reduced once per step and
+# reduce-scattered now.)
+DP_TOLERANCE = {0: 0.02, 1: 0.02, 2: 0.01, 3: 0.01}
 # Unpipelined steps (pp = 1) reduce the tied wte's two gradient
 # contributions over dp separately and, today, ZeRO-1 all-reduces rather
 # than reduce-scatters: their dp figure is printed, not compared, until
@@ -150,6 +151,16 @@ for mesh, zero, recompute, sp in cases:
                 print(f"{name:<34} {i:>5} {figure:<11} {got:>12} "
                       f"{want:>12} {100 * diff:>8.3f}% "
                       f"{'pending':>9} (gradsync)")
+                continue
+            if figure == "pp" and zero == 1 and pp > 1 and dp > 1:
+                # The compiled ZeRO-1 step reduce-scatters the tied wte's
+                # gradient over dp before the stages' sum, which then moves
+                # the dp block (as ZeRO-2/3 do); loom plan still counts the
+                # whole tp block (tools/loom/PlanModel.cpp, step 5): printed,
+                # not compared, until the plan models it.
+                print(f"{name:<34} {i:>5} {figure:<11} {got:>12} "
+                      f"{want:>12} {100 * diff:>8.3f}% "
+                      f"{'pending':>9} (zero-1 wte dp block)")
                 continue
             tolerance = (DP_TOLERANCE[zero] if figure == "dp"
                          else TOLERANCE[figure])
