@@ -230,7 +230,9 @@ void scatterWhereSliced(func::FuncOp update,
 /// commute with the dp sum, and a dp block of a dp sum is a reduce-scatter:
 /// 1/n of the all-reduce's bytes (n = 2: half; the wte of GPT-3 at tp=8:
 /// 1/16). The pad then runs on the local partial sum, so the reduce-scatter
-/// moves the whole table's rows, as PyTorch's FSDP does for wpe.
+/// moves the whole table's rows, as PyTorch's FSDP does for wpe: fewer
+/// bytes than the all-reduce of the seq rows only while seq is at least
+/// half the table (otherwise the all-reduce stays).
 /// Returns how many were rewritten.
 int64_t scatterSlicedSums(func::FuncOp func) {
   SmallVector<LocalSliceOp> candidates;
@@ -265,6 +267,15 @@ int64_t scatterSlicedSums(func::FuncOp func) {
     if (!ar || !v.hasOneUse() || ar.getInputs().size() != 1 ||
         ar.getAsync() || ar.getReduction() != ReductionKind::Sum ||
         ar.getAxesAttr() != axes || ar.getMeshAttr() != slice.getMeshAttr())
+      continue;
+    // A ring reduce-scatter sends (n-1)/n of its input, an all-reduce twice
+    // that: after a pad, scatter only when the padded table is at most
+    // twice the rows it pads (wpe at seq = n_positions: half the bytes; a
+    // short sequence in a long table keeps its all-reduce of seq rows).
+    auto elements = [](Value x) {
+      return cast<RankedTensorType>(x.getType()).getNumElements();
+    };
+    if (elements(slice.getInput()) > 2 * elements(v))
       continue;
     // 2. The other slices take the partial sum; the dp slice becomes the
     //    reduce-scatter.
