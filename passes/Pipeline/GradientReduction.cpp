@@ -221,8 +221,35 @@ void scatterWhereSliced(func::FuncOp update,
   }
 }
 
+/// `v` (used once) as a sum all-reduce on `axes`, or an add of such sums
+/// (each used once), recursively: the all-reduces, in `reductions`.
+LogicalResult collectSummedReductions(Value v, FlatSymbolRefAttr mesh,
+                                      ArrayAttr axes,
+                                      SmallVectorImpl<AllReduceOp> &reductions) {
+  if (!v.hasOneUse())
+    return failure();
+  if (auto add = v.getDefiningOp<AddOp>()) {
+    if (add.getLhs().getType() != add.getType() ||
+        add.getRhs().getType() != add.getType())
+      return failure();
+    return success(
+        succeeded(collectSummedReductions(add.getLhs(), mesh, axes,
+                                          reductions)) &&
+        succeeded(collectSummedReductions(add.getRhs(), mesh, axes,
+                                          reductions)));
+  }
+  auto ar = v.getDefiningOp<AllReduceOp>();
+  if (!ar || ar.getInputs().size() != 1 || ar.getAsync() ||
+      ar.getReduction() != ReductionKind::Sum || ar.getAxesAttr() != axes ||
+      ar.getMeshAttr() != mesh)
+    return failure();
+  reductions.push_back(ar);
+  return success();
+}
+
 /// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
-/// dp all-reduce: the partitioner reduces a partial sum whole and then
+/// dp all-reduce (or of a sum of dp all-reduces: the tied wte's two
+/// contributions): the partitioner reduces a partial sum whole and then
 /// keeps the rank's block (with tensor parallelism, the embedding's
 /// full-vocabulary wte gradient on its way into a ZeRO-2/3 accumulator; the
 /// position embedding's gradient, padded from seq rows to the table by
@@ -263,33 +290,44 @@ int64_t scatterSlicedSums(func::FuncOp func) {
         break;
       }
     }
-    auto ar = v.getDefiningOp<AllReduceOp>();
-    if (!ar || !v.hasOneUse() || ar.getInputs().size() != 1 ||
-        ar.getAsync() || ar.getReduction() != ReductionKind::Sum ||
-        ar.getAxesAttr() != axes || ar.getMeshAttr() != slice.getMeshAttr())
+    // The all-reduces: one, or several whose sums are added (the tied wte's
+    // embedding and LM-head contributions, each reduced over dp, then
+    // summed): a sum of sums is the sum of the local partial sums.
+    SmallVector<AllReduceOp> reductions;
+    if (failed(collectSummedReductions(v, slice.getMeshAttr(), axes,
+                                       reductions)))
       continue;
     // A ring reduce-scatter sends (n-1)/n of its input, an all-reduce twice
-    // that: after a pad, scatter only when the padded table is at most
-    // twice the rows it pads (wpe at seq = n_positions: half the bytes; a
-    // short sequence in a long table keeps its all-reduce of seq rows).
+    // that: scatter only when that sends no more (after a pad, the padded
+    // table must be at most twice the rows it pads: wpe at seq =
+    // n_positions is half the bytes; a short sequence in a long table keeps
+    // its all-reduce of seq rows).
     auto elements = [](Value x) {
       return cast<RankedTensorType>(x.getType()).getNumElements();
     };
-    if (elements(slice.getInput()) > 2 * elements(v))
+    int64_t reducedElements = 0;
+    for (AllReduceOp ar : reductions)
+      reducedElements += elements(ar.getInputs().front());
+    if (elements(slice.getInput()) > 2 * reducedElements)
       continue;
-    // 2. The other slices take the partial sum; the dp slice becomes the
-    //    reduce-scatter.
-    v.replaceAllUsesWith(ar.getInputs().front());
+    // 2. The adds, pads and other slices take the partial sums; the dp
+    //    slice becomes the reduce-scatter.
+    std::string reason = reductions.front().getReason().value_or("").str();
+    if (reductions.size() > 1)
+      reason += " and " + std::to_string(reductions.size() - 1) +
+                " more partial sum(s) added to it";
+    for (AllReduceOp ar : reductions) {
+      ar.getResults().front().replaceAllUsesWith(ar.getInputs().front());
+      ar.erase();
+    }
     OpBuilder b(slice);
     auto scatter = ReduceScatterOp::create(
         b, slice.getLoc(), slice.getResult().getType(), slice.getInput(),
         slice.getMeshAttr(), axes, slice.getDimAttr(),
         ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
-        b.getStringAttr(ar.getReason().value_or("").str() +
-                        ", reduce-scattered to this rank's block"));
+        b.getStringAttr(reason + ", reduce-scattered to this rank's block"));
     slice.getResult().replaceAllUsesWith(scatter.getResult());
     slice.erase();
-    ar.erase();
     ++rewritten;
   }
   return rewritten;
