@@ -135,9 +135,10 @@ BlockReads readsAsDpBlocks(AllReduceOp reduce) {
 /// sums would not match). An accumulator read whole anywhere (or through
 /// other axes' slices) keeps its all-reduce; so does every one of an update
 /// whose sum of squares is already reduced over dp (ZeRO-2/3).
-void scatterWhereSliced(func::FuncOp update,
-                        ArrayRef<std::pair<AllReduceOp, std::string>> reductions,
-                        const llvm::StringSet<> &sharedScattered) {
+void scatterWhereSliced(
+    func::FuncOp update,
+    ArrayRef<std::pair<AllReduceOp, std::string>> reductions,
+    const llvm::StringSet<> &sharedScattered) {
   if (reductions.empty())
     return;
   AllReduceOp first = reductions.front().first;
@@ -223,20 +224,19 @@ void scatterWhereSliced(func::FuncOp update,
 
 /// `v` (used once) as a sum all-reduce on `axes`, or an add of such sums
 /// (each used once), recursively: the all-reduces, in `reductions`.
-LogicalResult collectSummedReductions(Value v, FlatSymbolRefAttr mesh,
-                                      ArrayAttr axes,
-                                      SmallVectorImpl<AllReduceOp> &reductions) {
+LogicalResult
+collectSummedReductions(Value v, FlatSymbolRefAttr mesh, ArrayAttr axes,
+                        SmallVectorImpl<AllReduceOp> &reductions) {
   if (!v.hasOneUse())
     return failure();
   if (auto add = v.getDefiningOp<AddOp>()) {
     if (add.getLhs().getType() != add.getType() ||
         add.getRhs().getType() != add.getType())
       return failure();
-    return success(
-        succeeded(collectSummedReductions(add.getLhs(), mesh, axes,
-                                          reductions)) &&
-        succeeded(collectSummedReductions(add.getRhs(), mesh, axes,
-                                          reductions)));
+    return success(succeeded(collectSummedReductions(add.getLhs(), mesh, axes,
+                                                     reductions)) &&
+                   succeeded(collectSummedReductions(add.getRhs(), mesh, axes,
+                                                     reductions)));
   }
   auto ar = v.getDefiningOp<AllReduceOp>();
   if (!ar || ar.getInputs().size() != 1 || ar.getAsync() ||
@@ -294,8 +294,8 @@ int64_t scatterSlicedSums(func::FuncOp func) {
     // embedding and LM-head contributions, each reduced over dp, then
     // summed): a sum of sums is the sum of the local partial sums.
     SmallVector<AllReduceOp> reductions;
-    if (failed(collectSummedReductions(v, slice.getMeshAttr(), axes,
-                                       reductions)))
+    if (failed(
+            collectSummedReductions(v, slice.getMeshAttr(), axes, reductions)))
       continue;
     // A ring reduce-scatter sends (n-1)/n of its input, an all-reduce twice
     // that: scatter only when that sends no more (after a pad, the padded
