@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Debug.h"
 
 #include <map>
@@ -72,35 +73,79 @@ StringRef argName(func::FuncOp func, unsigned index) {
   return name ? name.getValue() : StringRef();
 }
 
-/// ZeRO-1 (moments sharded, gradients whole): the update reads only this
-/// rank's dp block of a gradient, for AdamW and for the gradient norm. An
-/// all-reduce of the accumulator followed by that slice becomes one
-/// reduce-scatter (half the bytes: ZeRO-1 then moves what DDP does, as
-/// Megatron's distributed optimizer) and the norm sums the blocks' squares
-/// over dp. An accumulator read whole anywhere (or through other axes'
-/// slices, or summed with another stage's: the tied wte, whose other stage
-/// may not scatter its copy) keeps its all-reduce; so does every one of an
-/// update whose sum of squares is
-/// already reduced over dp (ZeRO-2/3: its sharded gradients' blocks are
-/// summed there).
-void scatterWhereSliced(func::FuncOp update,
-                        ArrayRef<std::pair<AllReduceOp, std::string>> reductions) {
-  if (reductions.empty())
-    return;
-  AllReduceOp first = reductions.front().first;
-  ArrayAttr dpAxes = first.getAxesAttr();
-  FlatSymbolRefAttr mesh = first.getMeshAttr();
-  auto reducesOverDp = [&](SumSquaresOp sum) {
+/// Whether an update already sums a gradient norm's squares over `dpAxes`
+/// (ZeRO-2/3: its sharded gradients' blocks are summed there).
+bool sumsSquaresOverDp(func::FuncOp update, ArrayAttr dpAxes) {
+  for (SumSquaresOp sum : update.getOps<SumSquaresOp>())
     for (Operation *user : sum.getResult().getUsers())
       if (auto ar = dyn_cast<AllReduceOp>(user))
         for (StringRef axis : ar.getAxes().getAsValueRange<StringAttr>())
           if (llvm::is_contained(dpAxes.getAsValueRange<StringAttr>(), axis))
             return true;
-    return false;
-  };
-  for (SumSquaresOp sum : update.getOps<SumSquaresOp>())
-    if (reducesOverDp(sum))
-      return;
+  return false;
+}
+
+/// How the update reads a once-per-step dp all-reduce `reduce`: through dp
+/// slices of one dimension (and the norm) alone, directly or after one sum
+/// over the stages that share the parameter (the tied wte's
+/// group_all_reduce on pp, which commutes with the dp reduce-scatter: it
+/// runs on other axes). Empty `slices` when it is read otherwise.
+struct BlockReads {
+  SmallVector<LocalSliceOp> slices;
+  GroupAllReduceOp shared;
+};
+
+BlockReads readsAsDpBlocks(AllReduceOp reduce) {
+  ArrayAttr dpAxes = reduce.getAxesAttr();
+  BlockReads reads;
+  Value whole = reduce.getResults().front();
+  if (whole.hasOneUse())
+    if (auto group = dyn_cast<GroupAllReduceOp>(*whole.getUsers().begin()))
+      if (group.getReduction() == ReductionKind::Sum &&
+          llvm::none_of(group.getAxes().getAsValueRange<StringAttr>(),
+                        [&](StringRef axis) {
+                          return llvm::is_contained(
+                              dpAxes.getAsValueRange<StringAttr>(), axis);
+                        })) {
+        reads.shared = group;
+        whole = group.getResult();
+      }
+  for (OpOperand &use : whole.getUses()) {
+    auto slice = dyn_cast<LocalSliceOp>(use.getOwner());
+    if (slice && slice.getAxesAttr() == dpAxes &&
+        slice.getMeshAttr() == reduce.getMeshAttr() &&
+        (reads.slices.empty() ||
+         reads.slices.front().getDim() == slice.getDim()))
+      reads.slices.push_back(slice);
+    else if (!isa<SumSquaresOp>(use.getOwner()))
+      return {};
+  }
+  return reads;
+}
+
+/// ZeRO-1 (moments sharded, gradients whole): the update reads only this
+/// rank's dp block of a gradient, for AdamW and for the gradient norm. An
+/// all-reduce of the accumulator followed by that slice becomes one
+/// reduce-scatter (half the bytes: ZeRO-1 then moves what DDP does, as
+/// Megatron's distributed optimizer) and the norm sums the blocks' squares
+/// over dp. A parameter shared between stages (the tied wte) is summed
+/// over them after the reduce-scatter, block by block (1/n of the whole
+/// table's pp bytes), when its name is in `sharedScattered` (every stage
+/// that holds it scatters its copy the same way; otherwise the stages'
+/// sums would not match). An accumulator read whole anywhere (or through
+/// other axes' slices) keeps its all-reduce; so does every one of an update
+/// whose sum of squares is already reduced over dp (ZeRO-2/3).
+void scatterWhereSliced(
+    func::FuncOp update,
+    ArrayRef<std::pair<AllReduceOp, std::string>> reductions,
+    const llvm::StringSet<> &sharedScattered) {
+  if (reductions.empty())
+    return;
+  AllReduceOp first = reductions.front().first;
+  ArrayAttr dpAxes = first.getAxesAttr();
+  FlatSymbolRefAttr mesh = first.getMeshAttr();
+  if (sumsSquaresOverDp(update, dpAxes))
+    return;
 
   // 1. Each reduction read only through dp slices of one dimension (and the
   //    norm) becomes a reduce-scatter.
@@ -108,34 +153,40 @@ void scatterWhereSliced(func::FuncOp update,
   for (auto [reduce, name] : reductions) {
     if (reduce.getAxesAttr() != dpAxes || reduce.getMeshAttr() != mesh)
       continue;
-    Value whole = reduce.getResults().front();
-    SmallVector<LocalSliceOp> slices;
-    bool onlySlicesAndNorm = true;
-    for (OpOperand &use : whole.getUses()) {
-      auto slice = dyn_cast<LocalSliceOp>(use.getOwner());
-      if (slice && slice.getAxesAttr() == dpAxes &&
-          (slices.empty() || slices.front().getDim() == slice.getDim()))
-        slices.push_back(slice);
-      else if (!isa<SumSquaresOp>(use.getOwner()))
-        onlySlicesAndNorm = false;
-    }
-    if (slices.empty() || !onlySlicesAndNorm)
+    BlockReads reads = readsAsDpBlocks(reduce);
+    if (reads.slices.empty() ||
+        (reads.shared && !sharedScattered.contains(name)))
       continue;
     OpBuilder b(reduce);
     Value acc = reduce.getInputs().front();
     auto scatter = ReduceScatterOp::create(
-        b, reduce.getLoc(), slices.front().getResult().getType(), acc,
-        mesh, dpAxes, b.getI64IntegerAttr(slices.front().getDim()),
+        b, reduce.getLoc(), reads.slices.front().getResult().getType(), acc,
+        mesh, dpAxes, b.getI64IntegerAttr(reads.slices.front().getDim()),
         ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
         b.getStringAttr(name + ": the micro-batches' local gradients "
                                "reduce-scattered over the data-parallel ranks "
                                "once per step; this rank updates its block"));
     Value block = scatter.getResult();
+    Value whole = reduce.getResults().front();
+    if (GroupAllReduceOp group = reads.shared) {
+      // The stages' sum of this rank's block (every sharing stage's rank
+      // at this dp coordinate holds the same block).
+      b.setInsertionPoint(group);
+      auto blockSum = GroupAllReduceOp::create(
+          b, group.getLoc(), block.getType(), block, group.getMeshAttr(),
+          group.getAxesAttr(), group.getMembersAttr(), group.getReductionAttr(),
+          b.getStringAttr(group.getReason().value_or("").str() +
+                          " (this rank's dp block)"));
+      whole = group.getResult();
+      block = blockSum.getResult();
+    }
     whole.replaceAllUsesWith(block);
-    for (LocalSliceOp slice : slices) {
+    for (LocalSliceOp slice : reads.slices) {
       slice.getResult().replaceAllUsesWith(block);
       slice.erase();
     }
+    if (reads.shared)
+      reads.shared.erase();
     reduce.erase();
     blocks.insert(block);
   }
@@ -171,13 +222,45 @@ void scatterWhereSliced(func::FuncOp update,
   }
 }
 
-/// `local_slice` on dp of (slices on other axes of) a dp all-reduce: the
-/// partitioner reduces a partial sum whole and then keeps the rank's
-/// block (with tensor parallelism, the embedding's full-vocabulary wte
-/// gradient on its way into a ZeRO-2/3 accumulator). The other axes' slices
+/// `v` (used once) as a sum all-reduce on `axes`, or an add of such sums
+/// (each used once), recursively: the all-reduces, in `reductions`.
+LogicalResult
+collectSummedReductions(Value v, FlatSymbolRefAttr mesh, ArrayAttr axes,
+                        SmallVectorImpl<AllReduceOp> &reductions) {
+  if (!v.hasOneUse())
+    return failure();
+  if (auto add = v.getDefiningOp<AddOp>()) {
+    if (add.getLhs().getType() != add.getType() ||
+        add.getRhs().getType() != add.getType())
+      return failure();
+    return success(succeeded(collectSummedReductions(add.getLhs(), mesh, axes,
+                                                     reductions)) &&
+                   succeeded(collectSummedReductions(add.getRhs(), mesh, axes,
+                                                     reductions)));
+  }
+  auto ar = v.getDefiningOp<AllReduceOp>();
+  if (!ar || ar.getInputs().size() != 1 || ar.getAsync() ||
+      ar.getReduction() != ReductionKind::Sum || ar.getAxesAttr() != axes ||
+      ar.getMeshAttr() != mesh)
+    return failure();
+  reductions.push_back(ar);
+  return success();
+}
+
+/// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
+/// dp all-reduce (or of a sum of dp all-reduces: the tied wte's two
+/// contributions): the partitioner reduces a partial sum whole and then
+/// keeps the rank's block (with tensor parallelism, the embedding's
+/// full-vocabulary wte gradient on its way into a ZeRO-2/3 accumulator; the
+/// position embedding's gradient, padded from seq rows to the table by
+/// slice_grad, at every ZeRO-2/3 step). The other axes' slices and the pad
 /// commute with the dp sum, and a dp block of a dp sum is a reduce-scatter:
 /// 1/n of the all-reduce's bytes (n = 2: half; the wte of GPT-3 at tp=8:
-/// 1/16). Returns how many were rewritten.
+/// 1/16). The pad then runs on the local partial sum, so the reduce-scatter
+/// moves the whole table's rows, as PyTorch's FSDP does for wpe: fewer
+/// bytes than the all-reduce of the seq rows only while seq is at least
+/// half the table (otherwise the all-reduce stays).
+/// Returns how many were rewritten.
 int64_t scatterSlicedSums(func::FuncOp func) {
   SmallVector<LocalSliceOp> candidates;
   func.walk([&](LocalSliceOp slice) { candidates.push_back(slice); });
@@ -191,33 +274,60 @@ int64_t scatterSlicedSums(func::FuncOp func) {
                                  axes.getAsValueRange<StringAttr>(), axis);
                            });
     };
-    // 1. Up through other axes' slices to the all-reduce.
-    SmallVector<LocalSliceOp> between;
+    // 1. Up through other axes' slices and slice_grad pads (the position
+    //    embedding's rows written into zeros of the table: linear, so the
+    //    pad of a sum is the sum of the pads) to the all-reduce.
     Value v = slice.getInput();
-    while (auto inner = v.getDefiningOp<LocalSliceOp>()) {
-      if (!v.hasOneUse() || !disjoint(inner.getAxesAttr()))
+    while (v.hasOneUse()) {
+      Operation *def = v.getDefiningOp();
+      if (auto inner = dyn_cast_or_null<LocalSliceOp>(def)) {
+        if (!disjoint(inner.getAxesAttr()))
+          break;
+        v = inner.getInput();
+      } else if (auto pad = dyn_cast_or_null<SliceGradOp>(def)) {
+        v = pad.getDout();
+      } else {
         break;
-      between.push_back(inner);
-      v = inner.getInput();
+      }
     }
-    auto ar = v.getDefiningOp<AllReduceOp>();
-    if (!ar || !v.hasOneUse() || ar.getInputs().size() != 1 ||
-        ar.getAsync() || ar.getReduction() != ReductionKind::Sum ||
-        ar.getAxesAttr() != axes || ar.getMeshAttr() != slice.getMeshAttr())
+    // The all-reduces: one, or several whose sums are added (the tied wte's
+    // embedding and LM-head contributions, each reduced over dp, then
+    // summed): a sum of sums is the sum of the local partial sums.
+    SmallVector<AllReduceOp> reductions;
+    if (failed(
+            collectSummedReductions(v, slice.getMeshAttr(), axes, reductions)))
       continue;
-    // 2. The other slices take the partial sum; the dp slice becomes the
-    //    reduce-scatter.
-    v.replaceAllUsesWith(ar.getInputs().front());
+    // A ring reduce-scatter sends (n-1)/n of its input, an all-reduce twice
+    // that: scatter only when that sends no more (after a pad, the padded
+    // table must be at most twice the rows it pads: wpe at seq =
+    // n_positions is half the bytes; a short sequence in a long table keeps
+    // its all-reduce of seq rows).
+    auto elements = [](Value x) {
+      return cast<RankedTensorType>(x.getType()).getNumElements();
+    };
+    int64_t reducedElements = 0;
+    for (AllReduceOp ar : reductions)
+      reducedElements += elements(ar.getInputs().front());
+    if (elements(slice.getInput()) > 2 * reducedElements)
+      continue;
+    // 2. The adds, pads and other slices take the partial sums; the dp
+    //    slice becomes the reduce-scatter.
+    std::string reason = reductions.front().getReason().value_or("").str();
+    if (reductions.size() > 1)
+      reason += " and " + std::to_string(reductions.size() - 1) +
+                " more partial sum(s) added to it";
+    for (AllReduceOp ar : reductions) {
+      ar.getResults().front().replaceAllUsesWith(ar.getInputs().front());
+      ar.erase();
+    }
     OpBuilder b(slice);
     auto scatter = ReduceScatterOp::create(
         b, slice.getLoc(), slice.getResult().getType(), slice.getInput(),
         slice.getMeshAttr(), axes, slice.getDimAttr(),
         ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
-        b.getStringAttr(ar.getReason().value_or("").str() +
-                        ", reduce-scattered to this rank's block"));
+        b.getStringAttr(reason + ", reduce-scattered to this rank's block"));
     slice.getResult().replaceAllUsesWith(scatter.getResult());
     slice.erase();
-    ar.erase();
     ++rewritten;
   }
   return rewritten;
@@ -281,9 +391,12 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
   // 2. Drop the per-micro-batch all-reduces; all-reduce the accumulator at
   //    the start of the stage's update instead.
   int64_t moved = 0;
+  std::vector<SmallVector<std::pair<AllReduceOp, std::string>>> perStageOnce(
+      stages);
   for (int64_t s = 0; s < stages; ++s) {
     func::FuncOp update = updates[s];
-    SmallVector<std::pair<AllReduceOp, std::string>> onceReductions;
+    SmallVector<std::pair<AllReduceOp, std::string>> &onceReductions =
+        perStageOnce[s];
     Block &entry = update.getBody().front();
     OpBuilder b(update.getContext());
     b.setInsertionPointToStart(&entry);
@@ -335,8 +448,50 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
       LLVM_DEBUG(llvm::dbgs() << "stage " << s << ": " << name
                               << " all-reduced once per step\n");
     }
-    scatterWhereSliced(update, onceReductions);
   }
+
+  // 3. A parameter shared between stages scatters only where every stage
+  //    that holds it reads its sum as dp blocks of the same dimension in a
+  //    ZeRO-1 update: then each sums its block with the others' (the
+  //    members' sums agree in shape, so none waits on a mismatched one).
+  struct SharedReads {
+    size_t stagesScattering = 0;
+    std::optional<uint64_t> dim;
+    bool mismatched = false;
+  };
+  llvm::StringMap<SharedReads> sharedReads;
+  for (int64_t s = 0; s < stages; ++s) {
+    auto &once = perStageOnce[s];
+    if (once.empty())
+      continue;
+    bool zero1 =
+        !sumsSquaresOverDp(updates[s], once.front().first.getAxesAttr());
+    for (auto &[reduce, name] : once) {
+      BlockReads reads = readsAsDpBlocks(reduce);
+      if (!reads.shared)
+        continue;
+      SharedReads &r = sharedReads[name];
+      if (!zero1 || reads.slices.empty() ||
+          (r.dim && *r.dim != reads.slices.front().getDim()) ||
+          reads.shared.getMembers().size() < 2) {
+        r.mismatched = true;
+        continue;
+      }
+      r.dim = reads.slices.front().getDim();
+      ++r.stagesScattering;
+    }
+  }
+  llvm::StringSet<> sharedScattered;
+  for (int64_t s = 0; s < stages; ++s)
+    for (auto &[reduce, name] : perStageOnce[s]) {
+      BlockReads reads = readsAsDpBlocks(reduce);
+      const SharedReads &r = sharedReads.lookup(name);
+      if (reads.shared && !r.mismatched &&
+          r.stagesScattering == reads.shared.getMembers().size())
+        sharedScattered.insert(name);
+    }
+  for (int64_t s = 0; s < stages; ++s)
+    scatterWhereSliced(updates[s], perStageOnce[s], sharedScattered);
   for (func::FuncOp func : backward)
     scatterSlicedSums(func);
   return moved;

@@ -8,9 +8,13 @@
 // PipelineEngine (reduce_grads) accumulate the local gradients over the
 // micro-batches and all-reduce once per step. This moves those
 // all-reduces into the stages' optimizer updates (as reduce-scatters where
-// an update reads only the rank's dp block, ZeRO-1), and turns a dp block
-// of a dp all-reduce that stays per micro-batch (ZeRO-2/3) into a
-// reduce-scatter.
+// an update reads only the rank's dp block, ZeRO-1: every tensor whose
+// moments ZeRO-1 splits, the tied wte too, whose stages then sum their dp
+// blocks; a tensor whose moments stay whole over dp, a column-parallel
+// bias under tp, keeps its all-reduce), and turns a dp block of a dp
+// all-reduce that stays per micro-batch (ZeRO-2/3), or of a sum of them
+// (the tied wte's two contributions), or of wpe's slice_grad pad of one,
+// into a reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 

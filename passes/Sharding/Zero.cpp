@@ -47,7 +47,8 @@ private:
 struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
   using Base::Base;
 
-  /// ZeRO's stages as shardings of the model state on the axis, each on the
+  /// ZeRO's stages as shardings of the model state on the axis (stage 0:
+  /// all of it whole, DDP), each on the
   /// first dimension the axis divides (wte's vocabulary rows rarely divide;
   /// its width does), the same dimension for a parameter, its gradient and
   /// its moments so the shards line up. Stage 1 splits the AdamW moments:
@@ -76,7 +77,7 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
       if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
           r != Role::AdamV)
         continue;
-      bool split = r == Role::AdamM || r == Role::AdamV ||
+      bool split = ((r == Role::AdamM || r == Role::AdamV) && stage >= 1) ||
                    (r == Role::Grad && stage >= 2) ||
                    (r == Role::Param && stage >= 3);
       // A sharding seeded before (tensor parallelism) is kept; dp takes a
@@ -156,7 +157,12 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
         shardings.set(i, sharding);
       }
       shardings.apply();
-      if (stage >= 1 && failed(seedOptimizerState(func, mesh)))
+      // Stage 0 (DDP) seeds the model state whole on dp, as stage 1 seeds
+      // the parameters and gradients: a hand-written sharding that splits
+      // an activation's channels over dp must not split a replicated
+      // parameter through propagation (its gradient accumulator, which no
+      // op reads in the micro-batch, would stay whole and not match).
+      if (failed(seedOptimizerState(func, mesh)))
         return signalPassFailure();
     }
   }

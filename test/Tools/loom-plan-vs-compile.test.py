@@ -37,17 +37,15 @@ MESHES = [(2, 2, 2, 4, "1f1b", 1, ("none", "selective", "full")),
           (4, 1, 1, 2, "1f1b", 1, ("none",))]
 
 # dp, by ZeRO stage, for pipelines. Left out of the plan, as compiler
-# matters rather than the model's: Loom all-reduces wpe's gradient over dp
-# every micro-batch (pp > 1), and its once-per-step reduction of a ZeRO-1
-# pipeline reduce-scatters only the blocks' matrices, all-reducing wte,
-# wpe, the norms and biases (the ZeRO paper, and the plan, reduce-scatter
-# all): the compiled step sends up to ~9% more than the plan on this small
-# model, whose wte is a large share of a stage. ZeRO-2/3 also leave out the
-# scalar all-reduces and the SP layer-norm shards' rounding.
-DP_TOLERANCE = {0: 0.02, 1: 0.10, 2: 0.01, 3: 0.01}
+# matters rather than the model's: the scalar all-reduces (loss, gradient
+# norm), the SP layer-norm shards' rounding and, in a ZeRO-1 pipeline, the
+# tensors whose optimizer state ZeRO-1 cannot split over dp (a
+# column-parallel bias: its gradient is all-reduced, not reduce-scattered),
+# about 1% of a stage of this small model.
+DP_TOLERANCE = {0: 0.02, 1: 0.02, 2: 0.01, 3: 0.01}
 
 
-def dp_bounds(mesh, zero, plan, wte_bytes):
+def dp_bounds(mesh, zero, sp, plan, wte_bytes):
     """The interval the compiled dp figure must fall in, around the plan's
     `plan` bytes, as (low, high). The plan counts every parameter once,
     reduced as DDP and the ZeRO paper reduce it; what the compiled step
@@ -63,6 +61,13 @@ def dp_bounds(mesh, zero, plan, wte_bytes):
     # table follows the all-reduce), and ZeRO-3's backward re-gathers only
     # the tensors it reads (not the biases, wte, wpe): up to 0.3% less.
     low = plan * (1 - 0.005)
+    if sp and zero >= 2:
+        # Sequence parallelism under ZeRO-2/3: since the tied wte's two
+        # contributions are reduce-scattered as one sum, the compiled step
+        # sends up to 0.55% less than the plan here (measured: -0.50% for
+        # ZeRO-2, -0.53% for ZeRO-3); the plan's count of the partial
+        # layer-norm gradients' reductions is the coarser one.
+        low = plan * (1 - 0.0075)
     extra = 0.0
     if tp > 1:
         # With tp > 1 the tied wte's two vocab-parallel contributions
@@ -189,7 +194,7 @@ for mesh, zero, recompute, sp in cases:
             if figure == "dp":
                 # Compiled within [low, high] <=> plan within this range
                 # of the compiled figure.
-                low, high = dp_bounds(mesh, zero, got, wte_bytes)
+                low, high = dp_bounds(mesh, zero, sp, got, wte_bytes)
                 good = low <= want <= high
                 scale = 100 / max(want, 1)
                 bounds = (f"{scale * (got - high):+.2f}.."

@@ -594,7 +594,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
   // 5. The tied embedding: its gradient is all-reduced between the first
   //    and the last stage once per step (Megatron), exposed.
-  //    Under ZeRO-2/3 the gradient is already split over dp: the dp shard
+  //    Under ZeRO-1/2/3 the gradient is first split over dp: the dp shard
   //    is all-reduced.
   if (p > 1) {
     double bytes = ringAllReduceBytes(states[0].wteGrad * elementBytes, 2);

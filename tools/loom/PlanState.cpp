@@ -135,8 +135,11 @@ StageState loom::plan::stageState(const ModelShape &model, const Plan &plan,
         copies * localElements(tensor, t, n, plan.zero >= 1, split);
     if (llvm::StringRef(tensor.name).starts_with("ln_"))
       state.layerNormGrads += grad;
+    // The tied wte's pipeline sum moves the dp block wherever ZeRO shards
+    // its optimizer state (ZeRO-1 reduce-scatters it over dp first).
     if (llvm::StringRef(tensor.name) == "wte.weight")
-      state.wteGrad = grad;
+      state.wteGrad =
+          copies * localElements(tensor, t, n, plan.zero >= 1, split);
   }
   return state;
 }

@@ -77,7 +77,9 @@ struct StageState {
   /// shard). Sequence parallelism leaves them partial over tp (each rank
   /// normalises its sequence shard): they are all-reduced over tp too.
   double layerNormGrads = 0;
-  /// The tied wte's gradient on this GPU (0 when the stage has no wte).
+  /// The tied wte's gradient the pipeline's first and last stage sum (0
+  /// when the stage has no wte): ZeRO-1/2/3 the dp block, as the compiled
+  /// step reduce-scatters it over dp before that sum.
   double wteGrad = 0;
   /// Bytes: fp32 4·(P + G + 2M) (what `--loom-report` prints as
   /// model_state_bytes); bf16 mixed precision 2P + 2G + 12M
