@@ -19,25 +19,14 @@
 #include "runtime/cuda/kernels.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
 
 #include <cmath>
 
 namespace loom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-
-__device__ float warpSum(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ float warpMax(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
+using namespace launch;
 
 /// Row `r` of the (b, h, t) rows: probabilities att[b,h,t,:].
 __global__ void attentionProbsKernel(float *att, const float *qkv, int64_t B,
@@ -155,10 +144,6 @@ __global__ void attentionBackwardKeyKernel(float *dqkv, const float *dpre,
     dqkv[(b * T + k) * C3 + C + h * hs + i] = dk;
     dqkv[(b * T + k) * C3 + 2 * C + h * hs + i] = dv;
   }
-}
-
-unsigned blocksForRows(int64_t rows) {
-  return static_cast<unsigned>((rows * kWarp + kThreads - 1) / kThreads);
 }
 
 } // namespace

@@ -10,38 +10,14 @@
 #include "runtime/cuda/kernels.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
 
 #include <cmath>
 
 namespace loom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-
-unsigned blocksFor(int64_t n, int threads = kThreads) {
-  return static_cast<unsigned>((n + threads - 1) / threads);
-}
-
-__device__ float warpSum(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ float warpMax(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-/// Global warp index / lane for warp-per-row kernels.
-__device__ int64_t warpIndex() {
-  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-}
-__device__ int laneIndex() { return threadIdx.x % kWarp; }
-unsigned blocksForRows(int64_t rows) {
-  return blocksFor(rows * kWarp);
-}
+using namespace launch;
 
 //===----------------------------------------------------------------------===//
 // Element-wise

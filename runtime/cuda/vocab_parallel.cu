@@ -10,29 +10,14 @@
 #include "runtime/cuda/vocab_parallel.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
 
 #include <cmath>
 
 namespace loom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-
-unsigned blocksFor(int64_t n) {
-  return static_cast<unsigned>((n + kThreads - 1) / kThreads);
-}
-
-__device__ float warpSum(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-__device__ float warpMax(float x) {
-  for (int o = kWarp / 2; o > 0; o /= 2)
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
+using namespace launch;
 
 /// Columns of this rank's block below validV (as cpu::localValid).
 __host__ __device__ int64_t localValid(int64_t V, int64_t offset,

@@ -1,0 +1,45 @@
+//===- launch.cuh - Launch shapes and warp reductions --------*- CUDA -*-===//
+//
+// What every .cu file of the backend shares: the block size, grid sizes for
+// one thread per element or one warp per row, and the butterfly warp
+// reductions (every lane ends with the result, in a fixed order, so the
+// kernels stay deterministic).
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CUDA_LAUNCH_CUH
+#define LOOM_RUNTIME_CUDA_LAUNCH_CUH
+
+#include <cstdint>
+
+namespace loom::cuda::launch {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+/// Blocks of `threads` covering `n` threads.
+inline unsigned blocksFor(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+/// Blocks for one warp per row.
+inline unsigned blocksForRows(int64_t rows) { return blocksFor(rows * kWarp); }
+
+__device__ inline float warpSum(float x) {
+  for (int o = kWarp / 2; o > 0; o /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+__device__ inline float warpMax(float x) {
+  for (int o = kWarp / 2; o > 0; o /= 2)
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+/// Global warp index / lane for warp-per-row kernels.
+__device__ inline int64_t warpIndex() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+}
+__device__ inline int laneIndex() { return threadIdx.x % kWarp; }
+
+} // namespace loom::cuda::launch
+
+#endif // LOOM_RUNTIME_CUDA_LAUNCH_CUH
