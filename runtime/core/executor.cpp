@@ -432,6 +432,16 @@ Status Executor::runUpdate(int64_t step, float lr,
   return runList(stageTable->update_instructions(), true, 0, timings);
 }
 
+Status Executor::checkMicrobatchBuffers(int64_t rows, int64_t T) const {
+  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
+    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
+               "stage " << stageTable->index() << ": buffer "
+                        << program::shapeString(shapes[b])
+                        << " does not hold one micro-batch of " << rows << " x "
+                        << T << " tokens");
+  return Status::success();
+}
+
 Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
                            int64_t step, float lr, TrainStepResult &result,
                            std::vector<InstructionTiming> *timings) {
@@ -441,12 +451,7 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M, T = modelInfo->seq();
   const size_t chunk = static_cast<size_t>(rows * T) * sizeof(int32_t);
-  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
-    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
-               "stage " << stageTable->index() << ": buffer "
-                        << program::shapeString(shapes[b])
-                        << " does not hold one micro-batch of " << rows << " x "
-                        << T << " tokens");
+  LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
   // 1. Gradients accumulate over the micro-batches from zero.
   LOOM_RETURN_IF_ERROR(zeroGradients());
   double lossSum = 0;
@@ -494,12 +499,7 @@ Status Executor::evaluatePipelined(const int32_t *inputs,
                          "pipeline stage without update_instructions)");
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M, T = modelInfo->seq();
-  for (int32_t b : {stageTable->tokens(), stageTable->targets()})
-    LOOM_CHECK(b < 0 || bufferNumel(static_cast<uint32_t>(b)) == rows * T,
-               "stage " << stageTable->index() << ": buffer "
-                        << program::shapeString(shapes[b])
-                        << " does not hold one micro-batch of " << rows << " x "
-                        << T << " tokens");
+  LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
   // The forward actions alone: nothing is stashed (the chunks keep
   // nothing), the loss is summed over the pipeline.
   LOOM_RETURN_IF_ERROR(trainStepPipelined(inputs, targets, result, timings));

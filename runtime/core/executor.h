@@ -207,6 +207,9 @@ private:
           bool update, uint32_t microbatch,
           std::vector<InstructionTiming> *timings, int32_t chunk = -1,
           bool backward = false, bool flush = true);
+  /// The tokens / targets buffers (when this stage has them) hold one
+  /// micro-batch of `rows` x `T` ids.
+  Status checkMicrobatchBuffers(int64_t rows, int64_t T) const;
   Status trainStepPipelined(const int32_t *inputs, const int32_t *targets,
                             TrainStepResult &result,
                             std::vector<InstructionTiming> *timings);
