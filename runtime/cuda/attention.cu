@@ -31,9 +31,8 @@ using namespace launch;
 /// Row `r` of the (b, h, t) rows: probabilities att[b,h,t,:].
 __global__ void attentionProbsKernel(float *att, const float *qkv, int64_t B,
                                      int64_t T, int64_t C, int64_t NH) {
-  const int64_t r =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t r = warpIndex();
+  const int lane = laneIndex();
   if (r >= B * NH * T)
     return;
   const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
@@ -67,9 +66,8 @@ __global__ void attentionProbsKernel(float *att, const float *qkv, int64_t B,
 __global__ void attentionValuesKernel(float *out, const float *att,
                                       const float *qkv, int64_t B, int64_t T,
                                       int64_t C, int64_t NH) {
-  const int64_t r =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t r = warpIndex();
+  const int lane = laneIndex();
   if (r >= B * NH * T)
     return;
   const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
@@ -90,9 +88,8 @@ __global__ void attentionBackwardQueryKernel(float *dqkv, float *dpre,
                                              const float *qkv,
                                              const float *att, int64_t B,
                                              int64_t T, int64_t C, int64_t NH) {
-  const int64_t r =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t r = warpIndex();
+  const int lane = laneIndex();
   if (r >= B * NH * T)
     return;
   const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
@@ -127,9 +124,8 @@ __global__ void attentionBackwardKeyKernel(float *dqkv, const float *dpre,
                                            const float *dout, const float *qkv,
                                            const float *att, int64_t B,
                                            int64_t T, int64_t C, int64_t NH) {
-  const int64_t r =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t r = warpIndex();
+  const int lane = laneIndex();
   if (r >= B * NH * T)
     return;
   const int64_t k = r % T, h = (r / T) % NH, b = r / (T * NH);

@@ -261,19 +261,12 @@ __global__ void crossEntropyRowsKernel(float *losses, const float *logits,
 /// One block: mean of the row losses in a fixed order, times scale.
 __global__ void meanKernel(float *out, const float *x, int64_t n,
                            float scale) {
-  __shared__ double partial[kThreads];
   double s = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     s += x[i];
-  partial[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
+  s = blockSum(s);
   if (threadIdx.x == 0)
-    out[0] = static_cast<float>(partial[0] / n * scale);
+    out[0] = static_cast<float>(s / n * scale);
 }
 
 __global__ void crossEntropyBackwardKernel(float *dlogits, const float *logits,
@@ -307,20 +300,13 @@ constexpr int kSumBlocks = 128;
 
 __global__ void sumSquaresPartialKernel(double *partial, const float *x,
                                         int64_t n) {
-  __shared__ double part[kThreads];
   double s = 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
        i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     s += static_cast<double>(x[i]) * x[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      part[threadIdx.x] += part[threadIdx.x + stride];
-    __syncthreads();
-  }
+  s = blockSum(s);
   if (threadIdx.x == 0)
-    partial[blockIdx.x] = part[0];
+    partial[blockIdx.x] = s;
 }
 
 __global__ void sumPartialsKernel(float *out, const double *partial,
@@ -370,13 +356,6 @@ __global__ void adamwKernel(float *params, const float *grads, float *m,
 //===----------------------------------------------------------------------===//
 // Launchers
 //===----------------------------------------------------------------------===//
-
-#define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
-  do {                                                                         \
-    if ((blocks) > 0)                                                          \
-      kernel<<<(blocks), (threads), 0, (stream)>>>(__VA_ARGS__);               \
-    LOOM_CUDA_CHECK_LAUNCH();                                                  \
-  } while (0)
 
 Status add(float *out, const float *a, const float *b, int64_t n,
            cudaStream_t stream) {

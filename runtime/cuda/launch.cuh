@@ -34,6 +34,21 @@ __device__ inline float warpMax(float x) {
   return x;
 }
 
+/// The sum of every thread's `s` over a block of kThreads threads, in a
+/// fixed shared-memory tree (deterministic); valid in thread 0. Every
+/// thread of the block must call it.
+__device__ inline double blockSum(double s) {
+  __shared__ double partial[kThreads];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (threadIdx.x < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return partial[0];
+}
+
 /// Global warp index / lane for warp-per-row kernels.
 __device__ inline int64_t warpIndex() {
   return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
@@ -41,5 +56,14 @@ __device__ inline int64_t warpIndex() {
 __device__ inline int laneIndex() { return threadIdx.x % kWarp; }
 
 } // namespace loom::cuda::launch
+
+/// Launches `kernel` on `stream` when there is work (a zero-size grid is an
+/// error in CUDA) and checks the launch (check.h).
+#define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
+  do {                                                                         \
+    if ((blocks) > 0)                                                          \
+      kernel<<<(blocks), (threads), 0, (stream)>>>(__VA_ARGS__);               \
+    LOOM_CUDA_CHECK_LAUNCH();                                                  \
+  } while (0)
 
 #endif // LOOM_RUNTIME_CUDA_LAUNCH_CUH

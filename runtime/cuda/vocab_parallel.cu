@@ -41,9 +41,8 @@ __global__ void embeddingRowsKernel(float *out, const int32_t *idx,
 // so the early return keeps whole warps together for the shuffles.
 __global__ void rowMaxKernel(float *rowMax, const float *logits, int64_t N,
                              int64_t V, int64_t cols) {
-  const int64_t row =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
   if (row >= N)
     return;
   const float *x = logits + row * V;
@@ -59,9 +58,8 @@ __global__ void sumsKernel(float *sumExp, float *targetLogit,
                            const float *logits, const float *rowMax,
                            const int32_t *targets, int64_t N, int64_t V,
                            int64_t offset, int64_t cols) {
-  const int64_t row =
-      (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int lane = threadIdx.x % kWarp;
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
   if (row >= N)
     return;
   const float *x = logits + row * V;
@@ -82,20 +80,13 @@ __global__ void sumsKernel(float *sumExp, float *targetLogit,
 __global__ void fromSumsKernel(float *loss, const float *rowMax,
                                const float *sumExp, const float *targetLogit,
                                int64_t N, double divisor) {
-  __shared__ double partial[kThreads];
   double s = 0.0;
   for (int64_t n = threadIdx.x; n < N; n += kThreads)
     s += log(static_cast<double>(sumExp[n])) + static_cast<double>(rowMax[n]) -
          static_cast<double>(targetLogit[n]);
-  partial[threadIdx.x] = s;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
+  s = blockSum(s);
   if (threadIdx.x == 0)
-    loss[0] = divisor > 0 ? static_cast<float>(partial[0] / divisor) : 0.0f;
+    loss[0] = divisor > 0 ? static_cast<float>(s / divisor) : 0.0f;
 }
 
 // One thread per element; each reads its own logit before writing it, so
@@ -121,13 +112,6 @@ __global__ void sumsBackwardKernel(float *dlogits, const float *logits,
 
 } // namespace
 
-#define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
-  do {                                                                         \
-    if ((blocks) > 0)                                                          \
-      kernel<<<(blocks), (threads), 0, (stream)>>>(__VA_ARGS__);               \
-    LOOM_CUDA_CHECK_LAUNCH();                                                  \
-  } while (0)
-
 Status embeddingForwardRows(float *out, const int32_t *idx, const float *rows,
                             int64_t N, int64_t rowBegin, int64_t R, int64_t C,
                             cudaStream_t stream) {
@@ -139,7 +123,7 @@ Status embeddingForwardRows(float *out, const int32_t *idx, const float *rows,
 Status crossEntropyRowMax(float *rowMax, const float *logits, int64_t N,
                           int64_t V, int64_t offset, int64_t validV,
                           cudaStream_t stream) {
-  LOOM_LAUNCH(rowMaxKernel, blocksFor(N * kWarp), kThreads, stream, rowMax,
+  LOOM_LAUNCH(rowMaxKernel, blocksForRows(N), kThreads, stream, rowMax,
               logits, N, V, localValid(V, offset, validV));
   return Status::success();
 }
@@ -148,7 +132,7 @@ Status crossEntropySums(float *sumExp, float *targetLogit, const float *logits,
                         const float *rowMax, const int32_t *targets, int64_t N,
                         int64_t V, int64_t offset, int64_t validV,
                         cudaStream_t stream) {
-  LOOM_LAUNCH(sumsKernel, blocksFor(N * kWarp), kThreads, stream, sumExp,
+  LOOM_LAUNCH(sumsKernel, blocksForRows(N), kThreads, stream, sumExp,
               targetLogit, logits, rowMax, targets, N, V, offset,
               localValid(V, offset, validV));
   return Status::success();
