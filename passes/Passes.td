@@ -344,9 +344,9 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     overlaps it). ZeRO-2/3's gradients stay reduce-scattered per
     micro-batch: a sharded accumulator is what bounds their gradient
     memory to 1/N, and deferring would need the whole gradient resident.
-    The logic is the pipeline pass's (Pipeline/GradientReduction.h), which
-    does the same per stage: a mesh with `pipeline-axis` of size > 1 is
-    left to it.
+    The logic (Sharding/GradientReduction.h) is shared with
+    `--loom-pipeline`, which does the same per stage: a mesh with
+    `pipeline-axis` of size > 1 is left to it.
 
     **Options:**
     * `reduce-once-per-step` (default true): false keeps every all-reduce

@@ -10,7 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
-#include "passes/Pipeline/GradientReduction.h"
+#include "passes/Sharding/GradientReduction.h"
 #include "passes/Pipeline/PipelineModel.h"
 #include "passes/Pipeline/Schedules.h"
 #include "passes/Pipeline/StageCut.h"

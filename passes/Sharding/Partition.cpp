@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
-#include "passes/Pipeline/GradientReduction.h"
+#include "passes/Sharding/GradientReduction.h"
 #include "passes/Sharding/OpNames.h"
 
 #include "mlir/IR/Builders.h"

@@ -483,7 +483,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     cost.ppBytes = std::max(cost.ppBytes, p2pBytes * double(m));
 
     // Once per step, as the compiled step schedules it
-    // (passes/Pipeline/GradientReduction.cpp, passes/Sharding/ScheduleComm.cpp):
+    // (passes/Sharding/GradientReduction.cpp, passes/Sharding/ScheduleComm.cpp):
     //  * DDP accumulates whole gradients locally over the micro-batches and
     //    all-reduces them once, at the start of the (stage's) update, after
     //    the last backward (PyTorch DDP's no_sync, Megatron's pipelines):

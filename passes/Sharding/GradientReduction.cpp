@@ -1,6 +1,6 @@
 //===- GradientReduction.cpp - DP gradient sums once per step -*- C++ -*-===//
 
-#include "passes/Pipeline/GradientReduction.h"
+#include "passes/Sharding/GradientReduction.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"

@@ -1,9 +1,9 @@
 //===- GradientReduction.h - DP gradient sums once per step -*- C++ -*-===//
 //
-// After --loom-pipeline has cut the step, every backward action (one per
-// micro-batch) all-reduces its gradients over the data-parallel axes
-// before adding them to the accumulators, as the partitioner placed them in
-// the micro-batch function: M all-reduces of every gradient per step. A sum
+// The partitioner places each gradient's data-parallel all-reduce in the
+// micro-batch's backward, before the accumulator: M all-reduces of every
+// gradient per step (after --loom-pipeline, one per backward action; in an
+// unpipelined step, --loom-partition calls this with one stage). A sum
 // of sums is the sum: Megatron-LM (finalize_model_grads) and DeepSpeed's
 // PipelineEngine (reduce_grads) accumulate the local gradients over the
 // micro-batches and all-reduce once per step. This moves those
@@ -18,8 +18,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
-#define LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
+#ifndef LOOM_PASSES_SHARDING_GRADIENTREDUCTION_H
+#define LOOM_PASSES_SHARDING_GRADIENTREDUCTION_H
 
 #include "dialects/Loom/IR/LoomOps.h"
 
@@ -51,4 +51,4 @@ int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
 
 } // namespace mlir::loom
 
-#endif // LOOM_PASSES_PIPELINE_GRADIENTREDUCTION_H
+#endif // LOOM_PASSES_SHARDING_GRADIENTREDUCTION_H
