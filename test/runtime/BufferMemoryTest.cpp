@@ -330,16 +330,6 @@ private:
   cpu::CpuKernels cpu;
 };
 
-std::vector<int32_t> randomIds(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> dist(0,
-                                              static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto &i : ids)
-    i = dist(gen);
-  return ids;
-}
-
 /// What a few training steps leave: per-step loss and norm, every buffer.
 struct Trained {
   std::vector<float> losses, norms;

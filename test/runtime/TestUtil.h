@@ -22,6 +22,18 @@
 
 namespace loom::test {
 
+/// n uniform token ids in [0, vocab) from a fixed seed.
+inline std::vector<int32_t> randomIds(int64_t n, int64_t vocab,
+                                      uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0,
+                                              static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto &i : ids)
+    i = dist(gen);
+  return ids;
+}
+
 /// n uniform floats in [lo, hi) from a fixed seed.
 inline std::vector<float> randomVector(int64_t n, uint32_t seed,
                                        float lo = -1.0f, float hi = 1.0f) {

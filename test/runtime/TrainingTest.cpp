@@ -82,16 +82,6 @@ const ParamView &param(const Executor &ex, const std::string &name) {
   return ex.params()[0];
 }
 
-std::vector<int32_t> randomIds(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int32_t> dist(0,
-                                              static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto &i : ids)
-    i = dist(gen);
-  return ids;
-}
-
 void setIds(Executor &ex, int32_t b, const std::vector<int32_t> &ids) {
   ASSERT_EQ(static_cast<int64_t>(ids.size()), ex.bufferNumel(b));
   std::memcpy(ex.bufferData(b), ids.data(), ids.size() * sizeof(int32_t));
