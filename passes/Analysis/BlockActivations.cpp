@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/Analysis/BlockActivations.h"
+#include "passes/Analysis/RankFigures.h"
 
 #include "dialects/Loom/IR/OpShapes.h"
 #include "passes/Sharding/OpNames.h"
@@ -88,40 +89,39 @@ int64_t BlockActivationFigures::megatronSentBytes() const {
 
 namespace {
 
-/// Adds the collectives on `axis` inside `block` to `allReduce` / `other`.
-void countCollectives(BlockOp block, StringRef axis, int64_t groupSize,
+/// Adds the collectives on `axis` inside `block` to `allReduce` / `other`
+/// (bytes as the report and the runtime count them: collectiveSentBytes).
+void countCollectives(BlockOp block, StringRef axis,
                       BlockCollectives &allReduce, BlockCollectives &other) {
   auto onAxis = [&](ArrayAttr axes) {
     return llvm::any_of(axes.getAsValueRange<StringAttr>(),
                         [&](StringRef a) { return a == axis; });
   };
-  auto ring = [&](int64_t factor, int64_t bytes) {
-    return groupSize <= 1 ? 0 : factor * (groupSize - 1) * bytes / groupSize;
-  };
   block.walk([&](Operation *op) {
+    int64_t elements = 0;
+    BlockCollectives *into = nullptr;
     if (auto c = dyn_cast<AllReduceOp>(op)) {
       if (!onAxis(c.getAxes()))
         return;
-      int64_t bytes = 0;
-      for (Value input : c.getInputs()) {
-        allReduce.elements += numElements(input);
-        bytes += bytesOf(input);
-      }
-      allReduce.calls += 1;
-      allReduce.sentBytes += ring(2, bytes);
+      for (Value input : c.getInputs())
+        elements += numElements(input);
+      into = &allReduce;
     } else if (auto c = dyn_cast<AllGatherOp>(op)) {
       if (!onAxis(c.getAxes()))
         return;
-      other.calls += 1;
-      other.elements += numElements(c.getResult());
-      other.sentBytes += ring(1, bytesOf(c.getResult()));
+      elements = numElements(c.getResult());
+      into = &other;
     } else if (auto c = dyn_cast<ReduceScatterOp>(op)) {
       if (!onAxis(c.getAxes()))
         return;
-      other.calls += 1;
-      other.elements += numElements(c.getInput());
-      other.sentBytes += ring(1, bytesOf(c.getInput()));
+      elements = numElements(c.getInput());
+      into = &other;
+    } else {
+      return;
     }
+    into->calls += 1;
+    into->elements += elements;
+    into->sentBytes += collectiveSentBytes(op).second;
   });
 }
 
@@ -245,10 +245,10 @@ mlir::loom::measureBlockActivations(ModuleOp module) {
 
   // 5. Tensor-parallel collectives of the block.
   if (!fig.tpAxis.empty()) {
-    countCollectives(forward, fig.tpAxis, fig.t, fig.forwardAllReduce,
+    countCollectives(forward, fig.tpAxis, fig.forwardAllReduce,
                      fig.forwardOther);
     if (backward)
-      countCollectives(backward, fig.tpAxis, fig.t, fig.backwardAllReduce,
+      countCollectives(backward, fig.tpAxis, fig.backwardAllReduce,
                        fig.backwardOther);
   }
   return fig;

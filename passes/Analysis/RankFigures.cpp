@@ -19,11 +19,8 @@
 using namespace mlir;
 using namespace mlir::loom;
 
-namespace {
-
-/// Bytes one rank sends for one execution of `op`, ring-counted with S the
-/// full buffer, and the collective's kind (null for other ops).
-std::pair<const char *, int64_t> ringBytes(Operation *op) {
+std::pair<const char *, int64_t>
+mlir::loom::collectiveSentBytes(Operation *op) {
   auto group = [&](auto c) { return c.getGroupSize().value_or(1); };
   auto ring = [](int64_t factor, int64_t full, int64_t n) -> int64_t {
     return n <= 1 ? 0 : factor * (n - 1) * full / n;
@@ -49,6 +46,8 @@ std::pair<const char *, int64_t> ringBytes(Operation *op) {
     return {"send", bytesOf(c.getInput().getType())};
   return {nullptr, 0};
 }
+
+namespace {
 
 int64_t sum(const std::map<std::string, int64_t> &m) {
   int64_t t = 0;
@@ -141,7 +140,7 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
     RankFigures::PhaseTraffic &phase = fig.phases[phaseName];
     phase.executions = executions;
     func.walk([&](Operation *op) {
-      auto [kind, bytes] = ringBytes(op);
+      auto [kind, bytes] = collectiveSentBytes(op);
       if (!kind)
         return;
       fig.sentBytes[kind] += bytes * executions;

@@ -80,6 +80,13 @@ struct RankFigures {
   int64_t totalSentBytes() const;
 };
 
+/// Bytes one rank sends for one execution of the collective `op`,
+/// ring-counted as the runtime counts them (nccl-tests: all-reduce
+/// 2(n-1)/n·S, all-gather / reduce-scatter / all-to-all (n-1)/n·S with S
+/// the full buffer; a send its buffer), and its kind ("all_reduce", ...);
+/// {nullptr, 0} for any other op.
+std::pair<const char *, int64_t> collectiveSentBytes(Operation *op);
+
 /// The figures of `funcs` (the functions one rank runs, e.g. a training
 /// step's micro-batch and update functions) on `mesh` (null: one rank).
 /// A function's collectives count once per execution: the micro-batch
