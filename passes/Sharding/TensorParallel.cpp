@@ -74,7 +74,7 @@ void setArgShardings(func::FuncOp func,
 
 bool isTrainingState(Role role) {
   return role == Role::Param || role == Role::Grad || role == Role::AdamM ||
-         role == Role::AdamV;
+         role == Role::AdamV || role == Role::Master;
 }
 
 /// Which dimension of which parameter the axis splits, and why.
