@@ -45,14 +45,14 @@ inline int64_t bytesOf(Type t) {
 }
 inline int64_t bytesOf(Value v) { return bytesOf(v.getType()); }
 
-/// All float operands and results of `op` of rank >= 1 share one element
-/// type. Rank-0 scalars (a loss, its seed gradient, the clip coefficient)
-/// are left out: bf16 mixed precision keeps them f32 next to bf16 tensors.
+/// All float operands and results of `op` share one element type, except
+/// f32 scalars: bf16 mixed precision keeps rank-0 values (a loss, its seed
+/// gradient, the clip coefficient) f32 next to bf16 tensors.
 inline LogicalResult verifySameFloatElementType(Operation *op) {
   Type expected;
   auto check = [&](Value v) -> LogicalResult {
     Type elt = elementTypeOf(v);
-    if (!isa<FloatType>(elt) || shapeOf(v).empty())
+    if (!isa<FloatType>(elt) || (shapeOf(v).empty() && elt.isF32()))
       return success();
     if (!expected)
       expected = elt;
