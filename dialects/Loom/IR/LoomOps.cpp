@@ -269,7 +269,7 @@ LogicalResult RowMaxOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getInput(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getInput()}, {getResult()});
 }
 int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
 int64_t RowMaxOp::getBytesAccessed() {
@@ -290,7 +290,8 @@ LogicalResult CrossEntropySumsOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getLogits()},
+                                   {getRowMax(), getSumExp(), getTargetLogit()});
 }
 // exp and add per logit; one read per token for the target.
 int64_t CrossEntropySumsOp::getFlops() { return 3 * numElements(getLogits()); }

@@ -204,7 +204,8 @@ LogicalResult CrossEntropySumsGradOp::verify() {
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getLogits(), getResult()},
+                                   {getRowMax(), getSumExp()});
 }
 int64_t CrossEntropySumsGradOp::getFlops() {
   return 4 * numElements(getLogits());

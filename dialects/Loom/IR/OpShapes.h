@@ -71,6 +71,35 @@ inline LogicalResult verifySameFloatElementType(Operation *op) {
   return success();
 }
 
+/// The vocab-parallel loss ops: `logits` (and a logits gradient) share one
+/// element type, and the per-token `statistics` (row maxima, sums of
+/// exponentials, target logits) share that type or f32. bf16 mixed
+/// precision keeps the statistics f32 next to bf16 logits, as Megatron
+/// computes its vocab-parallel cross-entropy in fp32: a bf16 sum of
+/// exponentials would cost the loss ~3 significant bits.
+inline LogicalResult verifyLogitsAndStatistics(Operation *op,
+                                               ArrayRef<Value> logits,
+                                               ArrayRef<Value> statistics) {
+  Type logitType = elementTypeOf(logits.front()), statType;
+  for (Value v : logits)
+    if (elementTypeOf(v) != logitType)
+      return op->emitOpError() << "mixes element types " << logitType
+                               << " and " << elementTypeOf(v)
+                               << " in its logits; cast explicitly before "
+                                  "combining";
+  for (Value v : statistics) {
+    Type elt = elementTypeOf(v);
+    if (!statType)
+      statType = elt;
+    if (elt != statType || (elt != logitType && !elt.isF32()))
+      return op->emitOpError()
+             << "has per-token statistics of element type " << elt
+             << " next to " << logitType
+             << " logits; they must all be the logits' type or f32";
+  }
+  return success();
+}
+
 /// Channels C of an attention input: `[B, T, 3C]` (q|k|v packed along the
 /// last dimension, as GPT-2's c_attn produces them) or `[B, T, 3, C]` (the
 /// same bytes with q, k and v as a dimension, so heads are a plain split of

@@ -63,3 +63,20 @@ func.func @f(%a: tensor<4xbf16>, %b: tensor<4xf32>) {
   %0 = loom.add %a, %b : tensor<4xbf16>, tensor<4xf32>
   return
 }
+
+// -----
+
+// Vocab-parallel loss statistics: the logits' type or f32, all alike.
+func.func @f(%l: tensor<4x16xbf16>) {
+  // expected-error@+1 {{'loom.row_max' op has per-token statistics of element type 'f16' next to 'bf16' logits; they must all be the logits' type or f32}}
+  %0 = loom.row_max %l : tensor<4x16xbf16> -> tensor<4xf16>
+  return
+}
+
+// -----
+
+func.func @f(%d: tensor<f32>, %l: tensor<4x16xbf16>, %m: tensor<4xf32>, %s: tensor<4xf32>, %t: tensor<4xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_sums_grad' op mixes element types 'bf16' and 'f32' in its logits; cast explicitly before combining}}
+  %0 = loom.cross_entropy_sums_grad %d, %l, %m, %s, %t : tensor<f32>, tensor<4x16xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32> -> tensor<4x16xf32>
+  return
+}

@@ -39,3 +39,17 @@ func.func @bf16_loss(%logits: tensor<2x4x16xbf16>, %t: tensor<2x4xi32>, %g: tens
   %s = loom.sum_squares %g : tensor<8xbf16> -> tensor<f32>
   return %loss, %d, %s : tensor<f32>, tensor<2x4x16xbf16>, tensor<f32>
 }
+
+// bf16 logits with f32 per-token statistics (the vocab-parallel loss under
+// mixed precision).
+// CHECK-LABEL: func.func @vocab_parallel_loss
+func.func @vocab_parallel_loss(%d: tensor<f32>, %l: tensor<4x16xbf16>, %t: tensor<4xi32>) -> (tensor<f32>, tensor<4x16xbf16>) {
+  // CHECK: loom.row_max %{{.*}} : tensor<4x16xbf16> -> tensor<4xf32>
+  %m = loom.row_max %l : tensor<4x16xbf16> -> tensor<4xf32>
+  // CHECK: loom.cross_entropy_sums {{.*}} : tensor<4x16xbf16>, tensor<4xf32>, tensor<4xi32> -> tensor<4xf32>, tensor<4xf32>
+  %s, %tl = loom.cross_entropy_sums %l, %m, %t : tensor<4x16xbf16>, tensor<4xf32>, tensor<4xi32> -> tensor<4xf32>, tensor<4xf32>
+  %loss = loom.cross_entropy_from_sums %m, %s, %tl : tensor<4xf32>, tensor<4xf32>, tensor<4xf32> -> tensor<f32>
+  // CHECK: loom.cross_entropy_sums_grad {{.*}} -> tensor<4x16xbf16>
+  %g = loom.cross_entropy_sums_grad %d, %l, %m, %s, %t : tensor<f32>, tensor<4x16xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32> -> tensor<4x16xbf16>
+  return %loss, %g : tensor<f32>, tensor<4x16xbf16>
+}
