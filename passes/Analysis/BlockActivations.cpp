@@ -66,7 +66,7 @@ double BlockActivationFigures::paperSelective(int e) const {
 }
 
 double BlockActivationFigures::expectedLoom() const {
-  return sbhOf(*this) * (16.0 + 48.0 / double(t));
+  return sbhOf(*this) * (16.0 + 48.0 / double(t)) * double(valueBytes) / 4.0;
 }
 
 int64_t BlockActivationFigures::keptBytes() const {
@@ -79,7 +79,7 @@ int64_t BlockActivationFigures::keptBytes() const {
 int64_t BlockActivationFigures::megatronSentBytes() const {
   if (t <= 1)
     return 0;
-  int64_t bytes = 4 * allReduceElements();
+  int64_t bytes = valueBytes * allReduceElements();
   return 4 * (2 * (t - 1) * bytes / t);
 }
 
@@ -216,6 +216,11 @@ mlir::loom::measureBlockActivations(ModuleOp module) {
   if (!forward)
     return std::nullopt;
   fig.block = forward.getLabel().str();
+  // The precision the activations are compiled in: the block's input.
+  if (forward.getNumOperands() > 0)
+    if (auto type = dyn_cast<RankedTensorType>(forward.getOperand(0).getType());
+        type && isa<FloatType>(type.getElementType()))
+      fig.valueBytes = (type.getElementTypeBitWidth() + 7) / 8;
 
   // 4. What the backward reads of the forward: its results, and its inputs
   //    that are activations (not function arguments: the parameters).
@@ -261,6 +266,7 @@ mlir::loom::measureBlockActivations(ModuleOp module) {
 void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
                                        raw_ostream &os) {
   double sbh = sbhOf(fig);
+  const char *precision = fig.valueBytes == 4 ? "fp32" : "16-bit";
   auto line = [&](StringRef what, StringRef formula, double bytes) {
     os << llvm::formatv("    {0,-26} {1,-24} = {2:F0} bytes ({3:F2} sbh)\n",
                         what, formula, bytes, bytes / sbh);
@@ -285,8 +291,9 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
     os << "  Loom keeps: nothing (no backward in this program)\n";
   } else {
     os << llvm::formatv("  Loom keeps (forward values {0}.grad reads, this "
-                        "rank, fp32): {1} bytes ({2:F2} sbh)\n",
-                        fig.block, fig.keptBytes(), fig.keptBytes() / sbh);
+                        "rank, {3}): {1} bytes ({2:F2} sbh)\n",
+                        fig.block, fig.keptBytes(), fig.keptBytes() / sbh,
+                        precision);
     for (const KeptActivation &k : fig.kept) {
       os << "    " << k.what << " [";
       llvm::interleaveComma(k.shape, os);
@@ -296,17 +303,23 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
       os << llvm::formatv(
           "  why it differs: full recomputation: the backward re-runs the "
           "block's forward from its input, which is all that stays (the "
-          "paper's full recomputation keeps 2sbh in 16 bits, 4sbh = {0:F0} "
-          "bytes in fp32); the backward block then also holds the re-run "
-          "forward's collectives\n",
-          4 * sbh);
+          "paper's full recomputation keeps {0}); the backward block then "
+          "also holds the re-run forward's collectives\n",
+          fig.valueBytes == 4
+              ? llvm::formatv("2sbh in 16 bits, 4sbh = {0:F0} bytes in fp32",
+                              4 * sbh)
+                    .str()
+              : llvm::formatv("2sbh = {0:F0} bytes in 16 bits, 4sbh in fp32",
+                              2 * sbh)
+                    .str());
     else
       os << llvm::formatv(
           "  why it differs: Loom has no dropout (no masks) and its attention "
           "keeps q|k|v and recomputes the a*s^2 scores and softmax in the "
-          "backward; the paper's fp32 tensor-parallel count without masks "
-          "and scores is sbh(16+48/t) = {0:F0} bytes\n",
-          fig.expectedLoom());
+          "backward; the paper's {1} tensor-parallel count without masks "
+          "and scores is {2} = {0:F0} bytes\n",
+          fig.expectedLoom(), precision,
+          fig.valueBytes == 4 ? "sbh(16+48/t)" : "sbh(8+24/t)");
   }
   if (!fig.paddedTable.empty())
     os << "  vocabulary: " << fig.paddedTable << " padded from "
@@ -318,9 +331,10 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
   int64_t elements = fig.allReduceElements();
   os << llvm::formatv(
       "tensor-parallel traffic per block (Megatron): forward 2 + backward 2 "
-      "all-reduces of b*s*h = {0} elements ({1} bytes fp32) on tp={2}: {3} "
+      "all-reduces of b*s*h = {0} elements ({1} bytes {4}) on tp={2}: {3} "
       "bytes sent per rank (ring 2(t-1)/t each)\n",
-      elements, 4 * elements, fig.t, fig.megatronSentBytes());
+      elements, fig.valueBytes * elements, fig.t, fig.megatronSentBytes(),
+      precision);
   auto measured = [&](StringRef what, const BlockCollectives &c) {
     os << llvm::formatv("  Loom's {0}: {1} all-reduce{2} of {3} elements, {4} "
                         "bytes sent per rank\n",
@@ -339,7 +353,7 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
       "  with sequence parallelism: forward 2 all-gathers + 2 reduce-scatters "
       "of b*s*h, backward the same: 8 x (t-1)/t x {0} = {1} bytes sent per "
       "rank, the all-reduces' volume\n",
-      4 * elements, fig.megatronSentBytes());
+      fig.valueBytes * elements, fig.megatronSentBytes());
 }
 
 llvm::json::Object
@@ -375,6 +389,7 @@ mlir::loom::blockActivationsToJson(const BlockActivationFigures &fig) {
       {"loom_full_recompute", fig.fullRecompute},
       {"loom_kept", std::move(kept)},
       {"expected_loom_bytes", fig.expectedLoom()},
+      {"value_bytes", fig.valueBytes},
   };
   if (!fig.paddedTable.empty())
     root["vocab_padding"] = llvm::json::Object{{"table", fig.paddedTable},

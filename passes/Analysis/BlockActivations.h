@@ -47,6 +47,9 @@ struct BlockActivationFigures {
   int64_t s = 0, b = 0, h = 0; // sequence, micro-batch per dp rank, hidden
   int64_t a = 0, t = 1;        // heads, tensor-parallel size
   std::string tpAxis;          // "" without a tensor-parallel axis
+  /// Bytes of one activation value as compiled: 4 (fp32), or 2 in bf16
+  /// mixed precision (--loom-mixed-precision).
+  int64_t valueBytes = 4;
   /// An embedding table padded for tensor parallelism: name, real and
   /// padded rows (loom.unpadded_rows); empty name when none.
   std::string paddedTable;
@@ -62,8 +65,9 @@ struct BlockActivationFigures {
   double paperSequenceParallel(int valueBytes) const;
   /// Selective recomputation (the a·s² part recomputed) with TP + SP.
   double paperSelective(int valueBytes) const;
-  /// The paper's accounting with Loom's model: fp32 values, no dropout
-  /// masks, the a·s² scores recomputed in the backward: sbh(16 + 48/t).
+  /// The paper's accounting with Loom's model: values of valueBytes, no
+  /// dropout masks, the a·s² scores recomputed in the backward:
+  /// sbh(16 + 48/t) in fp32, sbh(8 + 24/t) in 16 bits.
   double expectedLoom() const;
 
   /// What Loom keeps: the forward's values its backward block reads (this
@@ -77,12 +81,13 @@ struct BlockActivationFigures {
   /// Collectives on the tp axis in the forward and the backward block.
   BlockCollectives forwardAllReduce, backwardAllReduce;
   BlockCollectives forwardOther, backwardOther; // all-gather, reduce-scatter
-  /// Megatron's per-block volume: b·s·h elements per all-reduce, fp32.
+  /// Megatron's per-block volume: b·s·h elements per all-reduce, of
+  /// valueBytes each.
   int64_t allReduceElements() const { return b * s * h; }
-  /// Bytes one rank sends per block for 2 + 2 all-reduces of b·s·h fp32
-  /// elements on a ring of t: 4 · 2(t-1)/t · 4bsh; with sequence
-  /// parallelism 4 all-gathers + 4 reduce-scatters of (t-1)/t · 4bsh each,
-  /// the same.
+  /// Bytes one rank sends per block for 2 + 2 all-reduces of b·s·h
+  /// elements on a ring of t: 4 · 2(t-1)/t · bsh · valueBytes; with
+  /// sequence parallelism 4 all-gathers + 4 reduce-scatters of
+  /// (t-1)/t · bsh · valueBytes each, the same.
   int64_t megatronSentBytes() const;
 };
 
