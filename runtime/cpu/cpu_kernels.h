@@ -104,6 +104,16 @@ public:
   Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
                const float *lr, const float *step, const float *gradScale,
                const AdamWHyperParams &hyper) override;
+  Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
+  Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
+  /// SumSquares reads BF16 gradients itself (cpu::sumSquaresBF16): the
+  /// result equals the fp32 kernel on widened copies, without staging every
+  /// gradient of the model at once.
+  bool handlesBF16Natively(program::Opcode op) const override;
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<TypedOperand> &inputs,
+                         const std::vector<TypedOperand> &outputs,
+                         const std::vector<TypedOperand> &scratch) override;
 };
 
 } // namespace loom::cpu
