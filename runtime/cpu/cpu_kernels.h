@@ -14,8 +14,9 @@
 
 namespace loom::cpu {
 
-/// The CPU kernel backend. Stateless: buffer pointers are host pointers.
-class CpuKernels final : public KernelBackend {
+/// The CPU kernel backend. Stateless: buffer pointers are host pointers. Not
+/// final: tests derive from it to switch its native bf16 SumSquares off.
+class CpuKernels : public KernelBackend {
 public:
   Status embeddingForward(float *out, const int32_t *ids, const float *table,
                           int64_t N, int64_t V, int64_t C) override;
