@@ -6,15 +6,23 @@
 // to bf16 after every addition gets wrong; reduce-scatter likewise; the
 // started (DDP-overlapped) all-reduce; gathers, all-to-all and send / recv
 // move the 2-byte elements unchanged; an all-reduce among pipeline members;
-// bytes counted at half of fp32's; and a data-parallel bf16 training step
-// whose ranks end with bit-identical weights.
+// bytes counted at half of fp32's; a data-parallel bf16 training step whose
+// ranks end with bit-identical weights; and ZeRO-1's sharded fp32 master:
+// init by global index, AdamW on the shard, Cast, bf16 all-gather, and a
+// checkpoint that holds the gathered masters.
 //
 //===----------------------------------------------------------------------===//
 #include "MpiTestUtil.h"
 #include "ProgramTestUtil.h"
 
 #include "runtime/core/bfloat16.h"
+#include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
+#include "runtime/core/param_init.h"
+#include "runtime/core/safetensors.h"
+#include "runtime/cpu/adamw.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -226,6 +234,152 @@ TEST_F(Mpi, BF16DataParallelTrainingKeepsRanksInStep) {
     gradBytes += ringBytes(CommKind::AllReduce, 2 * ex->bufferNumel(pv.gradBuffer), 4);
   EXPECT_EQ(comm->stats().sentBytes[static_cast<int>(CommKind::AllReduce)],
             4 * (gradBytes + ringBytes(CommKind::AllReduce, 4, 4)));
+}
+
+TEST_F(Mpi, ZeroShardedMasterUpdateAndCheckpoint) {
+  // ZeRO-1 on two jobs of 2 ranks (world {0, 1} and {2, 3}), mesh dp=2: the
+  // bf16 parameter w [4, 3] and its bf16 gradient are replicated; its fp32
+  // master and moments hold rows [2d, 2d + 2) (moment_sharding: dim 0 over
+  // dp). The update slices the gradient, runs AdamW on the master shard,
+  // casts it and all-gathers the bf16 shards into w.
+  const int r = comm->rank();
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &half);
+  std::unique_ptr<Communicator> dp;
+  ASSERT_TRUE(MpiCommunicator::create(half, dp).ok());
+  MPI_Comm_free(&half);
+  const int d = dp->rank();
+
+  auto p = emptyProgram(2, 4, 16);
+  auto axis = std::make_unique<fb::MeshAxisT>();
+  axis->name = "dp";
+  axis->size = 2;
+  p->mesh.push_back(std::move(axis));
+  StageBuilder s(*p->stages[0]);
+  const auto BF = fb::DType::BF16;
+  const uint32_t w = s.param("w", {4, 3});
+  s.stage.buffers[w]->dtype = BF;
+  auto &param = *s.stage.params.back();
+  const uint32_t grad = s.buffer("grad.w", {4, 3}, BF);
+  const uint32_t m = s.buffer("m.w", {2, 3}), v = s.buffer("v.w", {2, 3});
+  const uint32_t master = s.buffer("master.w", {2, 3});
+  param.grad_buffer = static_cast<int32_t>(grad);
+  param.m_buffer = static_cast<int32_t>(m);
+  param.v_buffer = static_cast<int32_t>(v);
+  param.master_buffer = static_cast<int32_t>(master);
+  for (std::vector<uint32_t> axes : {std::vector<uint32_t>{0}, {}}) {
+    auto ds = std::make_unique<fb::DimShardingT>();
+    ds->axes = axes;
+    param.moment_sharding.push_back(std::move(ds));
+  }
+  const uint32_t lr = s.buffer("lr", {}), step = s.buffer("step", {}),
+                 coef = s.buffer("coef", {});
+  const uint32_t gshard = s.buffer("grad.w.shard", {2, 3}, BF),
+                 wshard = s.buffer("w.shard", {2, 3}, BF);
+  s.stage.lr = static_cast<int32_t>(lr);
+  s.stage.step = static_cast<int32_t>(step);
+  s.updateOp(fb::Opcode::Fill, "coef", {}, {coef}).value = 1.0;
+  auto &slice = s.updateOp(fb::Opcode::LocalSlice, "grad.slice", {grad},
+                           {gshard});
+  slice.axes = {0};
+  slice.dim = 0;
+  auto &adamw = s.updateOp(fb::Opcode::AdamW, "adamw.w",
+                           {master, gshard, m, v, lr, step, coef},
+                           {master, m, v});
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.95;
+  adamw.adam_eps = 1e-8;
+  adamw.weight_decay = 0.1;
+  s.updateOp(fb::Opcode::Cast, "cast.w", {master}, {wshard});
+  auto &gather = s.updateOp(fb::Opcode::AllGather, "gather.w", {wshard}, {w});
+  gather.axes = {0};
+  gather.dim = 0;
+  program::LoadedProgram loaded;
+  Status st = program::loadProgramBytes(serialize(*p), "zero1-bf16", loaded);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  std::unique_ptr<Executor> ex;
+  st = Executor::create(loaded, 0, 5, ex, dp.get());
+  ASSERT_TRUE(st.ok()) << st.toString();
+
+  // 1. Init: the master shard holds the fp32 values of its global rows, w
+  //    the whole tensor rounded.
+  std::vector<float> global(12);
+  ParamInitializer init;
+  init.kind = ParamInitializer::Kind::Normal;
+  init.std = 0.2f;
+  ASSERT_TRUE(
+      initParamSlice(global.data(), "w", 5, init, {4, 3}, {0, 0}, {4, 3}).ok());
+  auto masterNow = [&] {
+    const float *f = static_cast<const float *>(ex->bufferData(master));
+    return std::vector<float>(f, f + 6);
+  };
+  auto weightsNow = [&] {
+    const uint16_t *h = static_cast<const uint16_t *>(ex->bufferData(w));
+    return std::vector<uint16_t>(h, h + 12);
+  };
+  auto roundedAll = [](const std::vector<float> &x) {
+    std::vector<uint16_t> out(x.size());
+    floatsToBF16(out.data(), x.data(), static_cast<int64_t>(x.size()));
+    return out;
+  };
+  EXPECT_EQ(masterNow(),
+            std::vector<float>(global.begin() + 6 * d, global.begin() + 6 * d + 6));
+  EXPECT_EQ(weightsNow(), roundedAll(global));
+  // 2 (w) + 2 (grad) + 4 (master) + 4 + 4 (moments) bytes, ZeRO-1's
+  // 2 + 2 + 12 / N per element (N = 2) plus the update's shards.
+  EXPECT_EQ(ex->modelStateBytes(), 12 * 2 + 12 * 2 + 6 * 4 * 3);
+
+  // 2. One update with the same bf16 gradient on both ranks.
+  std::vector<uint16_t> g(12);
+  for (int i = 0; i < 12; ++i)
+    g[i] = floatToBF16(0.05f * static_cast<float>(i - 5));
+  std::memcpy(ex->bufferData(grad), g.data(), 24);
+  dp->resetStats();
+  st = ex->runUpdate(1, 1e-2f);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  std::vector<float> want = global, gw(12), mw(12, 0.0f), vw(12, 0.0f);
+  bf16ToFloats(gw.data(), g.data(), 12);
+  cpu::AdamWConfig cfg;
+  cfg.lr = 1e-2f;
+  cfg.step = 1;
+  cfg.beta1 = 0.9;
+  cfg.beta2 = 0.95;
+  cfg.eps = 1e-8;
+  cfg.weightDecay = 0.1;
+  cpu::adamwStep(want.data(), gw.data(), mw.data(), vw.data(), 12, cfg);
+  EXPECT_EQ(masterNow(),
+            std::vector<float>(want.begin() + 6 * d, want.begin() + 6 * d + 6));
+  EXPECT_EQ(weightsNow(), roundedAll(want));
+  // The parameter's all-gather moves bf16: half of fp32's bytes.
+  EXPECT_EQ(dp->stats().sentBytes[static_cast<int>(CommKind::AllGather)],
+            ringBytes(CommKind::AllGather, 12 * 2, 2));
+
+  // 3. The checkpoint holds the gathered fp32 masters; loading restores the
+  //    shards and rounds the whole tensor into w.
+  int pid = static_cast<int>(::getpid());
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/loom_mpi_zero_bf16_" + std::to_string(pid) +
+                           "_" + std::to_string(r / 2) + ".safetensors";
+  st = saveCheckpoint(*ex, path, 1);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  MPI_Barrier(MPI_COMM_WORLD);
+  SafetensorsFile file;
+  ASSERT_TRUE(readSafetensors(path, file).ok());
+  std::vector<float> saved;
+  ASSERT_TRUE(toFloat32(*file.find("w"), saved).ok());
+  EXPECT_EQ(saved, want);
+  std::memset(ex->bufferData(master), 0, 24);
+  std::memset(ex->bufferData(w), 0, 24);
+  int64_t steps = 0;
+  st = loadCheckpoint(*ex, path, &steps);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  EXPECT_EQ(steps, 1);
+  EXPECT_EQ(masterNow(),
+            std::vector<float>(want.begin() + 6 * d, want.begin() + 6 * d + 6));
+  EXPECT_EQ(weightsNow(), roundedAll(want));
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (d == 0)
+    std::remove(path.c_str());
 }
 
 } // namespace
