@@ -621,16 +621,15 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   //    the buffers as they are; otherwise every BF16 input and scratch is
   //    widened into an fp32 slot of the staging memory, and the kernel
   //    reads (f32) and writes (dsts) the slots instead of the buffers.
-  KernelBackend &k = *kernels;
   BF16StagingPlan bf16 = planBF16Staging(*stageTable, ins);
-  if (!bf16.empty() && k.handlesBF16Natively(op)) {
+  if (!bf16.empty() && kernels->handlesBF16Natively(op)) {
     auto typed = [&](const std::vector<uint32_t> &list) {
       std::vector<TypedOperand> v;
       for (uint32_t b : list)
         v.push_back({bufferData(b), bufferDType(b), &shapes[b]});
       return v;
     };
-    return k.runBF16Natively(ins, typed(in), typed(out), typed(scr));
+    return kernels->runBF16Natively(ins, typed(in), typed(out), typed(scr));
   }
   auto slotData = [&](int32_t s) {
     return reinterpret_cast<float *>(
@@ -646,7 +645,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       readFrom.emplace_back(scr[j], slotData(bf16.scratchSlot[j]));
   for (size_t s = 0; s < bf16.slots.size(); ++s)
     if (bf16.slots[s].widen)
-      LOOM_RETURN_IF_ERROR(k.convertBF16ToF32(
+      LOOM_RETURN_IF_ERROR(kernels->convertBF16ToF32(
           slotData(static_cast<int32_t>(s)),
           static_cast<const uint16_t *>(bufferData(bf16.slots[s].buffer)),
           bf16.slots[s].count));
@@ -687,6 +686,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       out.empty() ? 0 : static_cast<int64_t>(range(o).end - range(o).begin);
 
   // 2. The kernel (KernelBackend: this executor's buffer pointers only).
+  KernelBackend &k = *kernels;
   switch (op) {
   case Opcode::Embedding: {
     const auto &t = shapes[in[0]];
