@@ -6,7 +6,8 @@
 // inputs then rounded, in-place accumulation into a bf16 buffer, AdamW on
 // an fp32 master with a bf16 gradient followed by the Cast into the bf16
 // parameter, parameter init and checkpoints with masters, the native-bf16
-// hook, and a whole bf16 GPT training step next to the fp32 one.
+// hook, greedy sampling from bf16 logits, and a whole bf16 GPT training step
+// next to the fp32 one.
 //
 //===----------------------------------------------------------------------===//
 #include "ProgramTestUtil.h"
@@ -17,6 +18,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/param_init.h"
 #include "runtime/core/safetensors.h"
+#include "runtime/core/sampler.h"
 #include "runtime/cpu/adamw.h"
 #include "runtime/cpu/cpu_kernels.h"
 
@@ -550,6 +552,35 @@ TEST(MixedPrecisionTraining, BF16EvaluationRuns) {
     ASSERT_TRUE(ex->readLoss(losses[k++]).ok());
   }
   EXPECT_NEAR(losses[1], losses[0], 1e-2 * losses[0]);
+}
+
+TEST(MixedPrecisionTraining, GreedySamplingReadsBF16Logits) {
+  // A bf16 bigram model: the logits are bf16, the sampler widens the row
+  // and takes the same argmax (ties to the lower id, padded columns never).
+  const int64_t B = 2, T = 4, V = 7, Vp = 9;
+  auto p = bigramLm(B, T, V, Vp);
+  makeMixedPrecision(*p);
+  fb::LoadedProgram loaded;
+  auto ex = load(*p, loaded);
+  ASSERT_TRUE(ex);
+  ASSERT_EQ(ex->bufferDType(ex->params()[0].buffer), fb::DType::BF16);
+  std::vector<uint16_t> table(static_cast<size_t>(Vp * Vp), 0);
+  for (int64_t v = 0; v < Vp; ++v) {
+    table[v * Vp + (v + 1) % V] = floatToBF16(1.0f);
+    table[v * Vp + (v + 3) % V] = floatToBF16(1.0f);
+    for (int64_t c = V; c < Vp; ++c)
+      table[v * Vp + c] = floatToBF16(100.0f);
+  }
+  setBuffer(*ex, ex->params()[0].buffer, table);
+  std::vector<int32_t> tokens = {2, 5};
+  Status s = sampleGreedy(*ex, tokens, 6);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  std::vector<int32_t> expected = {2, 5};
+  for (int i = 0; i < 6; ++i) {
+    const int32_t v = expected.back();
+    expected.push_back(std::min((v + 1) % 7, (v + 3) % 7));
+  }
+  EXPECT_EQ(tokens, expected);
 }
 
 } // namespace
