@@ -128,6 +128,45 @@ def LoomAutodiff : Pass<"loom-autodiff", "::mlir::ModuleOp"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Precision
+//===----------------------------------------------------------------------===//
+
+def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
+  let summary = "bf16 mixed precision: bf16 compute, fp32 master weights and moments";
+  let description = [{
+    Megatron's / the ZeRO paper's mixed precision as types on the training
+    step (after `--loom-autodiff`, before `--loom-recompute`, the sharding
+    passes and `--loom-pipeline`), or on a forward-only model (evaluation):
+
+    * In the micro-batch function (or the model), every f32 tensor of rank
+      >= 1 becomes bf16: parameters (what forward and backward read),
+      activations, saved values, gradients and the gradient accumulators
+      (accumulated by a bf16 `loom.add`). Rank-0 scalars stay f32: the loss
+      and its seed gradient.
+    * The update function reads bf16 parameters and gradients and gets one
+      new f32 argument per parameter, its master weights (`role = master`,
+      named after the parameter; appended after the other arguments, and
+      returned updated in place). Each `loom.adamw` updates the master from
+      the bf16 gradient (the moments stay f32), then `loom.cast` rounds the
+      new master into the bf16 parameter. `loom.sum_squares` reads the bf16
+      gradients and returns an f32 sum; lr, step, the norm and the clip
+      coefficient stay f32.
+
+    Model state is then 2 + 2 + 12 bytes per parameter (16Φ). The master is
+    training state like the moments, so `--loom-zero` shards it with them
+    (ZeRO-1/2: each rank casts its shard of the master and the bf16
+    parameter is all-gathered; ZeRO-3: the bf16 parameter is sharded and
+    gathered in bf16), and collectives on bf16 values move 2-byte elements.
+
+    Errors: a graph with a float type other than f32 (already converted, or
+    f16/f64), a function already partitioned or pipelined, a module without
+    a model or training step, an update function that reads a parameter
+    other than through `loom.adamw`.
+  }];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
+//===----------------------------------------------------------------------===//
 // Sharding
 //===----------------------------------------------------------------------===//
 

@@ -19,6 +19,10 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     autodiff.eps = options.eps;
     autodiff.weightDecay = options.weightDecay;
     pm.addPass(createLoomAutodiff(autodiff));
+  }
+  if (options.precision == "bf16")
+    pm.addPass(createLoomMixedPrecision());
+  if (options.train) {
     LoomRecomputeOptions recompute;
     recompute.mode = options.recompute;
     pm.addPass(createLoomRecompute(recompute));

@@ -81,6 +81,12 @@ struct CompilePipelineOptions
                      llvm::cl::desc("Derive the training step (autodiff + "
                                     "AdamW) before lowering"),
                      llvm::cl::init(false)};
+  Option<std::string> precision{
+      *this, "precision",
+      llvm::cl::desc("fp32, or bf16: mixed precision (--loom-mixed-precision "
+                     "after autodiff: bf16 compute, fp32 master weights and "
+                     "moments)"),
+      llvm::cl::init("fp32")};
   Option<int64_t> microbatches{*this, "microbatches",
                                llvm::cl::desc("Micro-batches per step"),
                                llvm::cl::init(1)};
@@ -99,7 +105,9 @@ struct CompilePipelineOptions
 };
 
 /// Model IR -> IR that `--loom-to-program` can serialize: with `train`, the
-/// training step is derived first (--loom-autodiff); with `partition`, the
+/// training step is derived first (--loom-autodiff); with `precision=bf16`,
+/// it (or the evaluated model) is made bf16 mixed precision
+/// (--loom-mixed-precision, before recomputation); with `partition`, the
 /// step is split over the module's mesh (--loom-tensor-parallel when
 /// `tensor-parallel`, with `sequence-parallel` its option, --loom-zero,
 /// --loom-propagate, --loom-partition); with `pp` > 1 it is cut into

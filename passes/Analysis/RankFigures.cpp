@@ -102,7 +102,7 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
         continue;
       Role r = role.getValue();
       if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
-          r != Role::AdamV)
+          r != Role::AdamV && r != Role::Master)
         continue;
       std::string key = (stringifyRole(r) + ":" + name.getValue()).str();
       if (!seen.insert(key).second)

@@ -31,8 +31,9 @@ inline constexpr const char *kCollectiveKinds[] = {
 
 /// What one rank holds and sends.
 struct RankFigures {
-  /// Model state by role ("param", "grad", "adam_m", "adam_v"): bytes of the
-  /// arguments with that role, local shapes, each (role, name) once.
+  /// Model state by role ("param", "grad", "adam_m", "adam_v", and "master"
+  /// in mixed precision): bytes of the arguments with that role, local
+  /// shapes and element types, each (role, name) once.
   std::map<std::string, int64_t> stateBytes;
   /// Local parameter elements.
   int64_t params = 0;
@@ -76,6 +77,10 @@ struct RankFigures {
   /// and gradients, and the fp32 optimizer state (master weights sharded
   /// like the moments, plus both moments) at 12 bytes per moment element.
   int64_t mixedPrecisionStateBytes() const;
+  /// Whether the step is compiled in bf16 mixed precision (it holds fp32
+  /// master weights: --loom-mixed-precision); mixedPrecisionStateBytes()
+  /// then equals modelStateBytes().
+  bool isMixedPrecision() const { return stateElements.count("master"); }
   /// Sum of sentBytes over the kinds.
   int64_t totalSentBytes() const;
 };

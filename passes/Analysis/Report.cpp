@@ -40,17 +40,24 @@ void printText(const RankFigures &fig, raw_ostream &os) {
     os << llvm::formatv(" ({0:F2} bytes per local parameter)",
                         double(state) / double(fig.params));
   os << "\n";
-  for (const char *role : {"param", "grad", "adam_m", "adam_v"})
+  for (const char *role : {"param", "grad", "master", "adam_m", "adam_v"})
     if (auto it = fig.stateBytes.find(role); it != fig.stateBytes.end())
       os << "    " << role << ": " << it->second << "\n";
   if (fig.globalParams) {
     auto perPhi = [&](int64_t bytes) {
       return double(bytes) / double(fig.globalParams);
     };
+    // Compiled in mixed precision (--loom-mixed-precision: fp32 masters),
+    // the state is the ZeRO paper's figure itself; in fp32, what it would
+    // be in mixed precision follows.
+    bool mixed = fig.isMixedPrecision();
     os << llvm::formatv("  model parameters: Phi = {0}; model state = "
-                        "{1:F2} Phi bytes (fp32)\n",
-                        fig.globalParams, perPhi(state));
-    if (fig.stateElements.count("adam_m"))
+                        "{1:F2} Phi bytes ({2})\n",
+                        fig.globalParams, perPhi(state),
+                        mixed ? "bf16 mixed precision: 2-byte params and "
+                                "grads; fp32 master weights and moments"
+                              : "fp32");
+    if (!mixed && fig.stateElements.count("adam_m"))
       os << llvm::formatv(
           "  in bf16 mixed precision: {0} bytes = {1:F2} Phi (2-byte params "
           "and grads; fp32 master weights and moments)\n",
@@ -187,6 +194,7 @@ llvm::json::Object toJson(const RankFigures &fig) {
       {"local_params", fig.params},
       {"global_params", fig.globalParams},
       {"model_state_bytes_bf16_mixed", fig.mixedPrecisionStateBytes()},
+      {"precision", fig.isMixedPrecision() ? "bf16" : "fp32"},
       {"predicted_peak_bytes", fig.arenaBytes},
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},

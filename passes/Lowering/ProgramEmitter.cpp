@@ -56,8 +56,10 @@ private:
   };
 
   unsigned addBuffer(std::string name, int64_t offset, RankedTensorType type) {
-    fb::DType dtype = type.getElementType().isInteger(32) ? fb::DType::I32
-                                                          : fb::DType::F32;
+    Type element = type.getElementType();
+    fb::DType dtype = element.isInteger(32) ? fb::DType::I32
+                      : element.isBF16()    ? fb::DType::BF16
+                                            : fb::DType::F32;
     buffers.push_back({std::move(name), offset,
                        SmallVector<int64_t>(type.getShape()), dtype});
     return buffers.size() - 1;
@@ -142,6 +144,7 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<TransposeOp>([](auto) { return fb::Opcode::Transpose; })
       .Case<SliceOp>([](auto) { return fb::Opcode::Slice; })
       .Case<ConcatOp>([](auto) { return fb::Opcode::Concat; })
+      .Case<CastOp>([](auto) { return fb::Opcode::Cast; })
       .Case<AllReduceOp, GroupAllReduceOp>(
           [](auto) { return fb::Opcode::AllReduce; })
       .Case<AllGatherOp>([](auto) { return fb::Opcode::AllGather; })
@@ -420,7 +423,8 @@ LogicalResult StageEmitter::addArguments(func::FuncOp func) {
       std::string label = name ? name.str() : "arg" + std::to_string(i);
       Role role =
           func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr).getValue();
-      if (role == Role::Grad || role == Role::AdamM || role == Role::AdamV)
+      if (role == Role::Grad || role == Role::AdamM || role == Role::AdamV ||
+          role == Role::Master)
         label = key; // "grad:wte.weight", "adam_m:wte.weight", ...
       it = argumentBuffers
                .emplace(key, addBuffer(label, offset.getInt(), type))
@@ -618,7 +622,7 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index,
         bufferFor(Role::Grad, name), bufferFor(Role::AdamM, name),
         bufferFor(Role::AdamV, name), paramDims, gradDims, momentDims,
         checkpointShape.empty() ? 0 : fbb.CreateVector(checkpointShape),
-        unpaddedRows));
+        unpaddedRows, bufferFor(Role::Master, name)));
   }
 
   // 3. The buffer table (last: instructions add buffers).

@@ -442,7 +442,8 @@ void linkTrainingState(func::FuncOp func,
     auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
     if (!role || !name ||
         (role.getValue() != Role::Param && role.getValue() != Role::Grad &&
-         role.getValue() != Role::AdamM && role.getValue() != Role::AdamV))
+         role.getValue() != Role::AdamM && role.getValue() != Role::AdamV &&
+         role.getValue() != Role::Master))
       continue;
     std::string key = (stringifyRole(role.getValue()) + ":" + name.getValue()).str();
     auto sharding =

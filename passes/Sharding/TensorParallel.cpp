@@ -74,7 +74,7 @@ void setArgShardings(func::FuncOp func,
 
 bool isTrainingState(Role role) {
   return role == Role::Param || role == Role::Grad || role == Role::AdamM ||
-         role == Role::AdamV;
+         role == Role::AdamV || role == Role::Master;
 }
 
 /// Which dimension of which parameter the axis splits, and why.
@@ -346,9 +346,15 @@ void splitCrossEntropyOverVocab(ModuleOp module) {
   module.walk([&](CrossEntropyOp ce) { losses.push_back(ce); });
   for (CrossEntropyOp ce : losses) {
     Value logits = ce.getLogits(), targets = ce.getTargets();
+    // The per-token statistics in at least f32: bf16 logits (mixed
+    // precision) keep an fp32 maximum, sum and target logit, as Megatron's
+    // vocab-parallel cross-entropy computes in fp32.
     auto logitsType = cast<RankedTensorType>(logits.getType());
-    auto tokensType = RankedTensorType::get(logitsType.getShape().drop_back(),
-                                            logitsType.getElementType());
+    Type statistic = logitsType.getElementType();
+    if (statistic.getIntOrFloatBitWidth() < 32)
+      statistic = Float32Type::get(module.getContext());
+    auto tokensType =
+        RankedTensorType::get(logitsType.getShape().drop_back(), statistic);
     auto statistics = [&](OpBuilder &b, Location loc) {
       Value max = RowMaxOp::create(b, subLoc(loc, ".max"), tokensType, logits);
       auto sums = CrossEntropySumsOp::create(b, subLoc(loc, ".sums"),

@@ -54,7 +54,7 @@ int64_t factorOf(ArrayRef<SmallVector<int64_t>> factors, unsigned index,
 
 bool isTrainingState(Role role) {
   return role == Role::Param || role == Role::Grad || role == Role::AdamM ||
-         role == Role::AdamV;
+         role == Role::AdamV || role == Role::Master;
 }
 
 /// The (value, dimension) pairs that hold the padded index space, found by

@@ -75,9 +75,13 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
         continue;
       Role r = role.getValue();
       if (r != Role::Param && r != Role::Grad && r != Role::AdamM &&
-          r != Role::AdamV)
+          r != Role::AdamV && r != Role::Master)
         continue;
-      bool split = ((r == Role::AdamM || r == Role::AdamV) && stage >= 1) ||
+      // Mixed precision's fp32 master weights are optimizer state: split
+      // with the moments (the ZeRO paper's 12 bytes per parameter).
+      bool split = ((r == Role::AdamM || r == Role::AdamV ||
+                     r == Role::Master) &&
+                    stage >= 1) ||
                    (r == Role::Grad && stage >= 2) ||
                    (r == Role::Param && stage >= 3);
       // A sharding seeded before (tensor parallelism) is kept; dp takes a

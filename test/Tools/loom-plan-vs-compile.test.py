@@ -5,7 +5,10 @@ loom-plan-vs-compile.test): per pipeline stage, the model state per GPU
 each mesh axis. Prints a table of plan vs compiled per figure.
 
 Arguments: the loom binary, the loom-opt binary, the config, a work
-directory.
+directory, and optionally `bf16`: compile in bf16 mixed precision
+(--precision bf16) and compare with `loom plan --precision bf16` (the
+compiled state is then the bf16 figure itself, and the traffic is the bf16
+plan's: 2-byte tensors, f32 loss statistics and scalars).
 
 The compiled traffic is read from --loom-report's per-phase figures
 (executions per step x bytes per execution, keyed "<kind>[<axes>]"): a
@@ -18,6 +21,8 @@ import subprocess
 import sys
 
 loom, loom_opt, config, work = sys.argv[1:5]
+PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
+ELEMENT_BYTES = 2 if PRECISION == "bf16" else 4
 BATCH, SEQ = 8, 32
 N_EMBD = json.load(open(config))["n_embd"]
 
@@ -123,7 +128,8 @@ def strategy(mesh, zero, recompute):
 
 def compiled(mesh, zero, recompute, sp, tag):
     flags = ["--config", config, "--batch", str(BATCH), "--seq", str(SEQ),
-             "--train", *strategy(mesh, zero, recompute)]
+             "--train", *strategy(mesh, zero, recompute),
+             "--precision", PRECISION]
     if sp:
         flags.append("--sequence-parallel")
     ir = os.path.join(work, f"{tag}.mlir")
@@ -139,8 +145,13 @@ def compiled(mesh, zero, recompute, sp, tag):
                 names = key[key.index("[") + 1:-1].split(",")
                 axis = "dp" if "dp" in names else names[0]
                 axes[axis] += phase["executions_per_step"] * sent
+        # In bf16 the state compiled is the bf16 state itself (fp32
+        # masters, 2-byte params and grads), not the report's estimate.
+        assert st["precision"] == PRECISION
         stages.append({"state_fp32": st["model_state_bytes"],
-                       "state_bf16": st["model_state_bytes_bf16_mixed"],
+                       "state_bf16": st["model_state_bytes"]
+                       if PRECISION == "bf16"
+                       else st["model_state_bytes_bf16_mixed"],
                        **axes})
     return stages
 
@@ -179,16 +190,23 @@ for mesh, zero, recompute, sp in cases:
     # 1001 rows: whole at tp = 1, else padded to a multiple of 128 x tp.
     padded = 1001 if tp == 1 else -(-1001 // (128 * tp)) * 128 * tp
     ok &= fp32["memory"]["vocab_rows_per_gpu"] == padded // tp
-    wte_bytes = 4 * padded // tp * N_EMBD
+    wte_bytes = ELEMENT_BYTES * padded // tp * N_EMBD
     ok &= len(built) == len(fp32["memory"]["stages"])
+    # The traffic the compiled step is compared with: the plan in its
+    # precision.
+    traffic_plan = bf16 if PRECISION == "bf16" else fp32
     for i, (got32, got16) in enumerate(zip(fp32["memory"]["stages"],
                                            bf16["memory"]["stages"])):
-        traffic = got32["traffic_bytes_per_step"]
+        traffic = traffic_plan["memory"]["stages"][i][
+            "traffic_bytes_per_step"]
         plan = {"state_fp32": got32["model_state_bytes"],
                 "state_bf16": got16["model_state_bytes"],
                 "tp": traffic["tp"], "dp": traffic["dp"],
                 "pp": traffic["pp"]}
-        for figure in ("state_fp32", "state_bf16", "tp", "dp", "pp"):
+        # Compiled in bf16, the step holds no fp32 state to compare.
+        figures = ("state_bf16", "tp", "dp", "pp") if PRECISION == "bf16" \
+            else ("state_fp32", "state_bf16", "tp", "dp", "pp")
+        for figure in figures:
             want, got = built[i][figure], plan[figure]
             diff = (got - want) / want if want else float(got != want)
             if figure == "dp":

@@ -149,10 +149,5 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "tensor-parallel ranks: it needs --mesh tp=T with T > 1";
     return false;
   }
-  if (s.precision != "fp32") {
-    error = "--precision " + s.precision +
-            " is not supported yet; use --precision fp32";
-    return false;
-  }
   return true;
 }

@@ -87,6 +87,10 @@ strategy flags:
     multiple of this x tp rows, as Megatron's --make-vocab-size-divisible-by)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16
+  --precision bf16 compiles bf16 mixed precision (--loom-mixed-precision):
+  bf16 weights, activations and gradients (and collectives), fp32 master
+  weights and AdamW moments, fp32 loss and norms: 16 bytes of model state
+  per parameter, which ZeRO shards as 4+12/N, 2+14/N and 16/N.
   --sequence-parallel (with --mesh tp=T, T > 1) also splits the residual stream
   (embedding output, layer norms, residual adds) on the sequence over tp, as
   Megatron-LM's --sequence-parallel: each tp all-reduce becomes a reduce-scatter
@@ -362,6 +366,7 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
   pipeline.recompute = inv.strategy.recompute;
+  pipeline.precision = inv.strategy.precision;
   // The machine the pipeline's cost model assumes (its balance moves the
   // cut; the report's times and the program's predicted bubble use it).
   std::optional<double> linkGbs;

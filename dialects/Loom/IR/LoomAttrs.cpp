@@ -445,6 +445,15 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
                << " state; it must be a float tensor named after its "
                   "parameter (loom.name)";
       return success();
+    case Role::Master:
+      // The fp32 copy AdamW updates; the bf16 parameter is cast from it.
+      if (!tensorType.getElementType().isF32() || !argAttrs ||
+          !argAttrs.get(kNameAttr))
+        return op->emitOpError()
+               << what << " holds master weights; they must be an f32 tensor "
+                  "named after their parameter (loom.name), not "
+               << argType;
+      return success();
     case Role::LearningRate:
     case Role::Step:
       if (tensorType.getRank() != 0 ||

@@ -33,7 +33,9 @@ def Loom_Dialect : Dialect {
 
     Discardable attributes the dialect verifies:
     * on function arguments: `loom.name` (string), `loom.role`
-      (`#loom.role<param|input|target>`), `loom.init` (`#loom.init<...>`),
+      (`#loom.role<param|input|target>`, or the training state autodiff and
+      mixed precision add: `grad`, `adam_m`, `adam_v`, `master`, `lr`,
+      `step`), `loom.init` (`#loom.init<...>`),
       `loom.sharding` (`#loom.sharding<...>`), `loom.checkpoint_shape`
       (`array<i64: ...>`, a param's shape in checkpoints when its type groups
       the same row-major elements otherwise, as GPT-2's c_attn `[C, 3, C]`
@@ -119,7 +121,12 @@ def Loom_Role : I32EnumAttr<"Role", "what a function argument is", [
   I32EnumAttrCase<"Step", 7, "step">,
   // Pipeline: an activation the forward of a stage keeps for its backward
   // (one copy per micro-batch in flight).
-  I32EnumAttrCase<"Stash", 8, "stash">
+  I32EnumAttrCase<"Stash", 8, "stash">,
+  // Mixed precision (--loom-mixed-precision): the fp32 master weights of a
+  // parameter whose `param` copy is bf16. The update function's AdamW
+  // updates the master and casts it into the parameter; sharded like the
+  // AdamW moments (ZeRO-1/2/3).
+  I32EnumAttrCase<"Master", 9, "master">
 ]> {
   let genSpecializedAttr = 0;
   let cppNamespace = "::mlir::loom";

@@ -94,6 +94,14 @@ LogicalResult GeluOp::buildGradient(OpBuilder &b, ValueRange dy,
   return success();
 }
 
+LogicalResult CastOp::buildGradient(OpBuilder &b, ValueRange dy,
+                                   SmallVectorImpl<Value> &grads) {
+  resetGrads(*this, grads);
+  // The gradient flows back in the input's precision.
+  grads[0] = CastOp::create(b, gradLoc(*this), getInput().getType(), dy[0]);
+  return success();
+}
+
 LogicalResult AttentionOp::buildGradient(OpBuilder &b, ValueRange dy,
                                          SmallVectorImpl<Value> &grads) {
   resetGrads(*this, grads);

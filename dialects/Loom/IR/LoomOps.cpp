@@ -269,7 +269,7 @@ LogicalResult RowMaxOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getInput(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getInput()}, {getResult()});
 }
 int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
 int64_t RowMaxOp::getBytesAccessed() {
@@ -290,7 +290,8 @@ LogicalResult CrossEntropySumsOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getLogits()},
+                                   {getRowMax(), getSumExp(), getTargetLogit()});
 }
 // exp and add per logit; one read per token for the target.
 int64_t CrossEntropySumsOp::getFlops() { return 3 * numElements(getLogits()); }
@@ -459,6 +460,56 @@ int64_t BlockOp::getBytesAccessed() {
       total += op.getBytesAccessed();
   });
   return total;
+}
+
+//===----------------------------------------------------------------------===//
+// CastOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult CastOp::verify() {
+  if (shapeOf(getInput()) != shapeOf(getResult()))
+    return emitOpError() << "changes the shape from " << shapeRef(getInput())
+                         << " to " << shapeRef(getResult())
+                         << "; a cast keeps the shape (reshape separately)";
+  Type from = elementTypeOf(getInput()), to = elementTypeOf(getResult());
+  if (!((from.isF32() && to.isBF16()) || (from.isBF16() && to.isF32())))
+    return emitOpError() << "casts " << from << " to " << to
+                         << "; only f32 -> bf16 and bf16 -> f32 are supported";
+  return success();
+}
+// One conversion per element.
+int64_t CastOp::getFlops() { return numElements(getInput()); }
+int64_t CastOp::getBytesAccessed() {
+  return bytesOf(getInput()) + bytesOf(getResult());
+}
+
+//===----------------------------------------------------------------------===//
+// AdamWOp assembly
+//===----------------------------------------------------------------------===//
+
+/// `tensor<f32>` after the parameter's type when the gradient has it, or
+/// `tensor<768x3072xbf16>, tensor<f32>` when it differs (bf16 gradients of
+/// f32 master weights): the common case keeps its short form.
+static ParseResult parseAdamWGradAndScalarTypes(OpAsmParser &parser,
+                                                Type &grad, Type &scalar,
+                                                Type param) {
+  Type first;
+  if (parser.parseType(first))
+    return failure();
+  if (failed(parser.parseOptionalComma())) {
+    grad = param;
+    scalar = first;
+    return success();
+  }
+  grad = first;
+  return parser.parseType(scalar);
+}
+
+static void printAdamWGradAndScalarTypes(OpAsmPrinter &printer, Operation *,
+                                         Type grad, Type scalar, Type param) {
+  if (grad != param)
+    printer << grad << ", ";
+  printer << scalar;
 }
 
 //===----------------------------------------------------------------------===//

@@ -408,6 +408,29 @@ def Loom_ConcatOp : Loom_DifferentiableOp<"concat"> {
 }
 
 //===----------------------------------------------------------------------===//
+// Precision
+//===----------------------------------------------------------------------===//
+
+def Loom_CastOp : Loom_DifferentiableOp<"cast"> {
+  let summary = "Convert a tensor between f32 and bf16";
+  let description = [{
+    Same shape, the other element type: f32 -> bf16 rounds to nearest even,
+    bf16 -> f32 is exact. `--loom-mixed-precision` casts each parameter's
+    updated fp32 master weights into the bf16 copy the forward and backward
+    read. Elementwise, so it shards like its operand (under ZeRO-1/2 each
+    rank casts its shard of the master, then the bf16 parameter is
+    all-gathered: half of fp32's bytes). Its gradient is the cast back.
+
+    ```mlir
+    %w = loom.cast %master : tensor<768x3072xf32> -> tensor<768x3072xbf16>
+    ```
+  }];
+  let arguments = (ins Loom_FloatTensor:$input);
+  let results = (outs Loom_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
 // Structure
 //===----------------------------------------------------------------------===//
 

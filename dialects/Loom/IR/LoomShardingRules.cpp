@@ -142,6 +142,7 @@ ShardingRule LayerNormOp::getShardingRule() {
 }
 
 ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
+ShardingRule CastOp::getShardingRule() { return elementwise(*this); }
 ShardingRule SoftmaxOp::getShardingRule() { return rowwise(*this); }
 
 /// Attention's rule, shared by the forward and the backward: the batch may

@@ -204,7 +204,8 @@ LogicalResult CrossEntropySumsGradOp::verify() {
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
-  return verifySameFloatElementType(*this);
+  return verifyLogitsAndStatistics(*this, {getLogits(), getResult()},
+                                   {getRowMax(), getSumExp()});
 }
 int64_t CrossEntropySumsGradOp::getFlops() {
   return 4 * numElements(getLogits());
@@ -279,6 +280,16 @@ LogicalResult AdamWOp::verify() {
     return emitOpError() << "eps must be positive, got " << eps;
   if (!(wd >= 0.0))
     return emitOpError() << "weight_decay must be >= 0, got " << wd;
+  if (failed(expectShape(*this, "grad", getGrad(), shapeOf(getParam()))))
+    return failure();
+  // The gradient is the parameter's type, or bf16 next to f32 master
+  // weights (mixed precision): never wider than what it updates.
+  Type param = elementTypeOf(getParam()), grad = elementTypeOf(getGrad());
+  if (grad != param && !(param.isF32() && grad.isBF16()))
+    return emitOpError() << "grad element type " << grad
+                         << " does not fit parameter element type " << param
+                         << "; it must be the parameter's, or bf16 for f32 "
+                            "master weights (mixed precision)";
   return success();
 }
 // Per element: decay (2), both moments (5), bias corrections, sqrt, divide
@@ -286,5 +297,5 @@ LogicalResult AdamWOp::verify() {
 int64_t AdamWOp::getFlops() { return 14 * numElements(getParam()); }
 int64_t AdamWOp::getBytesAccessed() {
   // Read param, grad, m, v; write param, m, v.
-  return 7 * bytesOf(getParam());
+  return 6 * bytesOf(getParam()) + bytesOf(getGrad());
 }

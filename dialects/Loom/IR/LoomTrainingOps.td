@@ -297,7 +297,7 @@ def Loom_ClipCoefOp : Loom_ComputeOp<"clip_coef"> {
 }
 
 def Loom_AdamWOp : Loom_ComputeOp<"adamw", [
-    AllTypesMatch<["param", "grad", "m", "v", "new_param", "new_m", "new_v"]>,
+    AllTypesMatch<["param", "m", "v", "new_param", "new_m", "new_v"]>,
     AllTypesMatch<["lr", "step", "coef"]>]> {
   let summary = "One AdamW update of a parameter (PyTorch torch.optim.AdamW)";
   let description = [{
@@ -306,11 +306,21 @@ def Loom_AdamWOp : Loom_ComputeOp<"adamw", [
     layer-norm parameters), `m = β1·m + (1−β1)·g`, `v = β2·v + (1−β2)·g²`,
     `p -= lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + eps)`.
 
+    The gradient has the parameter's shape and element type, or, under bf16
+    mixed precision (`--loom-mixed-precision`), is bf16 while the parameter
+    (the fp32 master weights) and the moments are f32: the kernel widens
+    each gradient element as it reads it. The assembly names the gradient's
+    type after the parameter's only when the two differ.
+
     ```mlir
     %p1, %m1, %v1 = loom.adamw %p, %g, %m, %v, %lr, %step, %coef
         {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64,
          weight_decay = 0.01 : f64}
         : tensor<768x3072xf32>, tensor<f32>
+    %w1, %m1, %v1 = loom.adamw %master, %gbf16, %m, %v, %lr, %step, %coef
+        {beta1 = 0.9 : f64, beta2 = 0.999 : f64, eps = 1.0e-08 : f64,
+         weight_decay = 0.01 : f64}
+        : tensor<768x3072xf32>, tensor<768x3072xbf16>, tensor<f32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$param, Loom_FloatTensor:$grad,
@@ -324,7 +334,8 @@ def Loom_AdamWOp : Loom_ComputeOp<"adamw", [
                       Loom_FloatTensor:$new_v);
   let assemblyFormat = [{
     $param `,` $grad `,` $m `,` $v `,` $lr `,` $step `,` $coef attr-dict `:`
-    type($param) `,` type($lr)
+    type($param) `,` custom<AdamWGradAndScalarTypes>(type($grad), type($lr),
+                                                     ref(type($param)))
   }];
   let builders = [
     OpBuilder<(ins "::mlir::Value":$param, "::mlir::Value":$grad,

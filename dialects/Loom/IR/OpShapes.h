@@ -45,12 +45,14 @@ inline int64_t bytesOf(Type t) {
 }
 inline int64_t bytesOf(Value v) { return bytesOf(v.getType()); }
 
-/// All float operands and results of `op` share one element type.
+/// All float operands and results of `op` share one element type, except
+/// f32 scalars: bf16 mixed precision keeps rank-0 values (a loss, its seed
+/// gradient, the clip coefficient) f32 next to bf16 tensors.
 inline LogicalResult verifySameFloatElementType(Operation *op) {
   Type expected;
   auto check = [&](Value v) -> LogicalResult {
     Type elt = elementTypeOf(v);
-    if (!isa<FloatType>(elt))
+    if (!isa<FloatType>(elt) || (shapeOf(v).empty() && elt.isF32()))
       return success();
     if (!expected)
       expected = elt;
@@ -66,6 +68,35 @@ inline LogicalResult verifySameFloatElementType(Operation *op) {
   for (Value v : op->getResults())
     if (failed(check(v)))
       return failure();
+  return success();
+}
+
+/// The vocab-parallel loss ops: `logits` (and a logits gradient) share one
+/// element type, and the per-token `statistics` (row maxima, sums of
+/// exponentials, target logits) share that type or f32. bf16 mixed
+/// precision keeps the statistics f32 next to bf16 logits, as Megatron
+/// computes its vocab-parallel cross-entropy in fp32: a bf16 sum of
+/// exponentials would cost the loss ~3 significant bits.
+inline LogicalResult verifyLogitsAndStatistics(Operation *op,
+                                               ArrayRef<Value> logits,
+                                               ArrayRef<Value> statistics) {
+  Type logitType = elementTypeOf(logits.front()), statType;
+  for (Value v : logits)
+    if (elementTypeOf(v) != logitType)
+      return op->emitOpError() << "mixes element types " << logitType
+                               << " and " << elementTypeOf(v)
+                               << " in its logits; cast explicitly before "
+                                  "combining";
+  for (Value v : statistics) {
+    Type elt = elementTypeOf(v);
+    if (!statType)
+      statType = elt;
+    if (elt != statType || (elt != logitType && !elt.isF32()))
+      return op->emitOpError()
+             << "has per-token statistics of element type " << elt
+             << " next to " << logitType
+             << " logits; they must all be the logits' type or f32";
+  }
   return success();
 }
 

@@ -1,0 +1,277 @@
+//===- MixedPrecision.cpp - bf16 compute, fp32 master weights --*- C++ -*-===//
+//
+// `--loom-mixed-precision`: Megatron's / the ZeRO paper's bf16 mixed
+// precision, as types on the training step. The forward and backward read
+// bf16 parameters and produce bf16 activations and gradients; the optimizer
+// keeps fp32 master weights and moments and casts each updated master into
+// the bf16 parameter. Model state is then 2 + 2 + 12 bytes per parameter
+// (16Φ), which ZeRO-1/2/3 shard as 4Φ+12Φ/N, 2Φ+14Φ/N and 16Φ/N: the
+// master is sharded like the moments (its role is training state to
+// --loom-zero), so ZeRO-1/2 cast the master's shard and all-gather the bf16
+// parameter, half of fp32's bytes.
+//
+// Runs after --loom-autodiff (or on a forward-only model, for evaluation)
+// and before recomputation, tensor parallelism, ZeRO and partitioning,
+// which see bf16 values like any others.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/Support/Debug.h"
+
+#define DEBUG_TYPE "loom-mixed-precision"
+
+namespace mlir::loom {
+#define GEN_PASS_DEF_LOOMMIXEDPRECISION
+#include "passes/Passes.h.inc"
+} // namespace mlir::loom
+
+using namespace mlir;
+using namespace mlir::loom;
+
+namespace {
+
+/// The bf16 version of `type` when it is an f32 tensor of rank >= 1 (what
+/// mixed precision narrows); null otherwise. Rank-0 scalars (the loss, its
+/// seed gradient, lr, step, the norm and the clip coefficient) stay f32.
+RankedTensorType narrowed(Type type) {
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor || tensor.getRank() == 0 || !tensor.getElementType().isF32())
+    return RankedTensorType();
+  return RankedTensorType::get(tensor.getShape(),
+                               BFloat16Type::get(type.getContext()));
+}
+
+/// Fails with a diagnostic on `func` when a float tensor in it is not f32
+/// (already converted, or a precision this pass does not handle).
+LogicalResult checkConvertible(func::FuncOp func) {
+  auto check = [&](Value v, Operation *where) -> LogicalResult {
+    auto tensor = dyn_cast<RankedTensorType>(v.getType());
+    if (!tensor || !isa<FloatType>(tensor.getElementType()) ||
+        tensor.getElementType().isF32())
+      return success();
+    if (tensor.getElementType().isBF16())
+      return where->emitOpError()
+             << "already has a bf16 value (" << tensor
+             << "); --loom-mixed-precision converts an f32 graph, once";
+    return where->emitOpError()
+           << "has a value of type " << tensor
+           << "; --loom-mixed-precision converts f32 graphs only (convert the "
+              "model to f32 first)";
+  };
+  for (BlockArgument arg : func.getArguments())
+    if (failed(check(arg, func)))
+      return failure();
+  WalkResult walk = func.walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          if (failed(check(arg, op)))
+            return WalkResult::interrupt();
+    for (Value result : op->getResults())
+      if (failed(check(result, op)))
+        return WalkResult::interrupt();
+    return WalkResult::advance();
+  });
+  return failure(walk.wasInterrupted());
+}
+
+/// Narrows every f32 tensor of rank >= 1 in `func` (arguments, block
+/// arguments of nested regions, results) to bf16 and updates its type.
+void narrowFunction(func::FuncOp func) {
+  auto narrow = [](Value v) {
+    if (RankedTensorType bf16 = narrowed(v.getType()))
+      v.setType(bf16);
+  };
+  for (BlockArgument arg : func.getArguments())
+    narrow(arg);
+  func.walk([&](Operation *op) {
+    for (Region &region : op->getRegions())
+      for (Block &block : region)
+        for (BlockArgument arg : block.getArguments())
+          narrow(arg);
+    for (Value result : op->getResults())
+      narrow(result);
+  });
+  Operation *ret = func.getBody().front().getTerminator();
+  func.setFunctionType(FunctionType::get(
+      func.getContext(), func.getBody().front().getArgumentTypes(),
+      ret->getOperandTypes()));
+}
+
+struct LoomMixedPrecisionPass
+    : mlir::loom::impl::LoomMixedPrecisionBase<LoomMixedPrecisionPass> {
+  using Base::Base;
+
+  LogicalResult convertUpdate(func::FuncOp update);
+  void runOnOperation() override;
+};
+
+/// The optimizer update: bf16 parameters and gradients, a new fp32 master
+/// argument per parameter (appended, so the loom.updates indices stay
+/// valid), each AdamW rewritten to update the master and followed by the
+/// cast of the new master into the parameter.
+LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
+  MLIRContext *ctx = update.getContext();
+  Block &entry = update.getBody().front();
+  auto ret = cast<func::ReturnOp>(entry.getTerminator());
+  OpBuilder b(ctx);
+
+  // 1. Each parameter gets its master: f32, the parameter's shape, named
+  //    after it. The parameter may be read only by its AdamW (as the
+  //    weights it updates) and returned (a parameter without gradient).
+  SmallVector<BlockArgument> params;
+  for (BlockArgument arg : entry.getArguments()) {
+    auto role = update.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
+                                                  LoomDialect::kRoleAttr);
+    if (!role || role.getValue() != Role::Param)
+      continue;
+    for (OpOperand &use : arg.getUses()) {
+      auto adamw = dyn_cast<AdamWOp>(use.getOwner());
+      if ((adamw && use.get() == adamw.getParam() &&
+           use.getOperandNumber() == 0) ||
+          isa<func::ReturnOp>(use.getOwner()))
+        continue;
+      return use.getOwner()->emitOpError()
+             << "reads parameter '"
+             << update.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                    LoomDialect::kNameAttr)
+                    .getValue()
+             << "' in the optimizer update; --loom-mixed-precision expects "
+                "only loom.adamw to read it (the fp32 master replaces it "
+                "there)";
+    }
+    params.push_back(arg);
+  }
+  llvm::DenseMap<Value, Value> masterOf;
+  for (BlockArgument param : params) {
+    unsigned i = param.getArgNumber();
+    auto name = update.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+    NamedAttrList attrs;
+    attrs.set(LoomDialect::kNameAttr, name);
+    attrs.set(LoomDialect::kRoleAttr, RoleAttr::get(ctx, Role::Master));
+    unsigned index = update.getNumArguments();
+    // Appending to a function with a body cannot fail.
+    LogicalResult inserted = update.insertArgument(
+        index, param.getType(), attrs.getDictionary(ctx),
+        NameLoc::get(StringAttr::get(ctx, name.getValue() + ".master")));
+    assert(succeeded(inserted) && "appending an argument failed");
+    (void)inserted;
+    masterOf[param] = entry.getArgument(index);
+  }
+
+  // 2. AdamW updates the master (reading the bf16 gradient); the parameter
+  //    is the cast of the new master.
+  SmallVector<AdamWOp> adamws(update.getOps<AdamWOp>());
+  llvm::DenseMap<Value, Value> newMasterOf;
+  for (AdamWOp adamw : adamws) {
+    Value master = masterOf.lookup(adamw.getParam());
+    if (!master)
+      return adamw.emitOpError()
+             << "updates a value that is not a parameter argument of the "
+                "optimizer update; --loom-mixed-precision cannot give it "
+                "master weights";
+    b.setInsertionPoint(adamw);
+    auto mixed = AdamWOp::create(
+        b, adamw.getLoc(), master, adamw.getGrad(), adamw.getM(), adamw.getV(),
+        adamw.getLr(), adamw.getStep(), adamw.getCoef(),
+        adamw.getBeta1().convertToDouble(), adamw.getBeta2().convertToDouble(),
+        adamw.getEps().convertToDouble(),
+        adamw.getWeightDecay().convertToDouble());
+    Location castLoc = adamw.getLoc();
+    if (auto named = dyn_cast<NameLoc>(castLoc))
+      castLoc = NameLoc::get(
+          StringAttr::get(ctx, named.getName().str() + ".cast"));
+    auto cast = CastOp::create(b, castLoc, narrowed(master.getType()),
+                               mixed.getNewParam());
+    adamw.getNewParam().replaceAllUsesWith(cast.getResult());
+    adamw.getNewM().replaceAllUsesWith(mixed.getNewM());
+    adamw.getNewV().replaceAllUsesWith(mixed.getNewV());
+    newMasterOf[master] = mixed.getNewParam();
+    adamw.erase();
+  }
+
+  // 3. Parameters and gradients (and anything computed from them) become
+  //    bf16; the moments, masters and scalars stay f32.
+  for (BlockArgument arg : entry.getArguments()) {
+    auto role = update.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
+                                                  LoomDialect::kRoleAttr);
+    if (role && (role.getValue() == Role::Param ||
+                 role.getValue() == Role::Grad))
+      if (RankedTensorType bf16 = narrowed(arg.getType()))
+        arg.setType(bf16);
+  }
+
+  // 4. Return every master too (updated in place: loom.updates), so the
+  //    runtime keeps each one, also a parameter's without gradient.
+  SmallVector<Value> results(ret.getOperands());
+  SmallVector<DictionaryAttr> resultAttrs;
+  update.getAllResultAttrs(resultAttrs);
+  for (BlockArgument param : params) {
+    Value master = masterOf.lookup(param);
+    Value updated = newMasterOf.lookup(master);
+    results.push_back(updated ? updated : master);
+    resultAttrs.push_back(b.getDictionaryAttr({b.getNamedAttr(
+        LoomDialect::kUpdatesAttr,
+        b.getI64IntegerAttr(cast<BlockArgument>(master).getArgNumber()))}));
+  }
+  b.setInsertionPoint(ret);
+  func::ReturnOp::create(b, ret.getLoc(), results);
+  ret.erase();
+  update.setFunctionType(FunctionType::get(
+      ctx, entry.getArgumentTypes(), ValueRange(results).getTypes()));
+  update.setAllResultAttrs(resultAttrs);
+  return success();
+}
+
+void LoomMixedPrecisionPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  // 1. Which functions: the training step's micro-batch and update
+  //    functions (--loom-autodiff), or a forward-only model (evaluation).
+  SmallVector<func::FuncOp> compute, updates;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func.isExternal())
+      continue;
+    if (func->hasAttr(LoomDialect::kPipelineAttr) ||
+        func->hasAttr(LoomDialect::kPartitionedAttr)) {
+      func.emitOpError()
+          << "is already "
+          << (func->hasAttr(LoomDialect::kPipelineAttr) ? "a pipeline stage"
+                                                        : "partitioned")
+          << "; run --loom-mixed-precision after --loom-autodiff and before "
+             "--loom-tensor-parallel, --loom-zero, --loom-partition and "
+             "--loom-pipeline";
+      return signalPassFailure();
+    }
+    auto train = func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr);
+    auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
+    if (phase && phase.getValue() == "update")
+      updates.push_back(func);
+    else if ((phase && phase.getValue() == "microbatch") ||
+             (!train && func->hasAttr(LoomDialect::kModelAttr)))
+      compute.push_back(func);
+  }
+  if (compute.empty()) {
+    module.emitError()
+        << "loom-mixed-precision: found no model function (loom.model) or "
+           "training step (loom.train, from --loom-autodiff) to convert";
+    return signalPassFailure();
+  }
+  for (func::FuncOp func : llvm::concat<func::FuncOp>(compute, updates))
+    if (failed(checkConvertible(func)))
+      return signalPassFailure();
+
+  // 2. The forward and backward compute in bf16; the update keeps fp32
+  //    master weights.
+  for (func::FuncOp func : compute) {
+    narrowFunction(func);
+    LLVM_DEBUG(llvm::dbgs() << "bf16: @" << func.getSymName() << "\n");
+  }
+  for (func::FuncOp update : updates)
+    if (failed(convertUpdate(update)))
+      return signalPassFailure();
+}
+
+} // namespace
