@@ -69,6 +69,7 @@ std::string cudaGap(const Instruction &ins) {
   case Opcode::AllToAll:
   case Opcode::Send:
   case Opcode::Recv:
+  case Opcode::Cast: // convert.cu (also the bf16 staging of every opcode)
     return {};
   }
   // A value outside the enum cannot pass the verifier; name it anyway.

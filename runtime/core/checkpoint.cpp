@@ -1,6 +1,7 @@
 //===- checkpoint.cpp - Parameters to and from safetensors -----*- C++ -*-===//
 #include "runtime/core/checkpoint.h"
 
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/safetensors.h"
 
 #include <algorithm>
@@ -95,11 +96,13 @@ ParamView momentView(const Executor &executor, const ParamView &p) {
   bool sharded = false;
   for (const auto &axes : p.momentSharding)
     sharded = sharded || !axes.empty();
-  if (p.momentSharding.empty() || p.mBuffer < 0)
+  // The moments' shape, which a mixed-precision master shares.
+  const int32_t like = p.mBuffer >= 0 ? p.mBuffer : p.masterBuffer;
+  if (p.momentSharding.empty() || like < 0)
     return p;
   ParamView m = p;
   m.sharding = p.momentSharding;
-  m.localShape = executor.bufferShape(static_cast<uint32_t>(p.mBuffer));
+  m.localShape = executor.bufferShape(static_cast<uint32_t>(like));
   m.sliceOffset.assign(m.localShape.size(), 0);
   if (sharded)
     for (size_t d = 0; d < m.sharding.size(); ++d)
@@ -141,8 +144,18 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   if (p.unpaddedRows > 0)
     values.resize(static_cast<size_t>(program::shapeNumel(p.globalShape)),
                   0.0f);
-  copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
-            p.globalShape, p.sliceOffset, p.localShape);
+  if (executor.bufferDType(buffer) != program::DType::BF16) {
+    copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
+              p.globalShape, p.sliceOffset, p.localShape);
+    return Status::success();
+  }
+  // A bf16 parameter: its slice rounded to nearest even (what the update's
+  // Cast of the same fp32 master gives).
+  std::vector<float> slice(static_cast<size_t>(program::shapeNumel(p.localShape)));
+  copySlice(slice.data(), values.data(), p.globalShape, p.sliceOffset,
+            p.localShape);
+  floatsToBF16(static_cast<uint16_t *>(executor.bufferData(buffer)),
+               slice.data(), static_cast<int64_t>(slice.size()));
   return Status::success();
 }
 
@@ -155,9 +168,17 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
   SafetensorsFile file;
   LOOM_RETURN_IF_ERROR(readSafetensors(path, file));
   std::vector<float> values;
-  for (const ParamView &p : executor.params())
+  for (const ParamView &p : executor.params()) {
     LOOM_RETURN_IF_ERROR(
         loadTensor(executor, file, path, p, p.name, p.buffer, values));
+    // Mixed precision: the file's fp32 weights are the master (its own
+    // block, sharded like the moments); the bf16 buffer got them rounded.
+    if (p.masterBuffer >= 0)
+      LOOM_RETURN_IF_ERROR(loadTensor(executor, file, path,
+                                      momentView(executor, p), p.name,
+                                      static_cast<uint32_t>(p.masterBuffer),
+                                      values));
+  }
   if (!executor.isTraining())
     return Status::success();
 
@@ -170,8 +191,9 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
       for (int32_t b : {p.mBuffer, p.vBuffer})
         if (b >= 0)
           std::memset(executor.bufferData(static_cast<uint32_t>(b)), 0,
-                      static_cast<size_t>(executor.bufferNumel(b)) *
-                          sizeof(float));
+                      static_cast<size_t>(
+                          executor.bufferNumel(b) *
+                          program::dtypeBytes(executor.bufferDType(b))));
     return Status::success();
   }
   LOOM_CHECK(!without, "checkpoint '" << path << "' has optimizer state for '"
@@ -214,6 +236,16 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
                          uint32_t buffer, std::vector<float> &global) {
   const float *local = static_cast<const float *>(executor.bufferData(buffer));
   const int64_t localNumel = program::shapeNumel(p.localShape);
+  // A bf16 buffer without master (an evaluation's weights) is saved
+  // widened: checkpoints hold fp32.
+  std::vector<float> widened;
+  if (executor.bufferDType(buffer) == program::DType::BF16) {
+    widened.resize(static_cast<size_t>(localNumel));
+    bf16ToFloats(widened.data(),
+                 static_cast<const uint16_t *>(executor.bufferData(buffer)),
+                 localNumel);
+    local = widened.data();
+  }
   if (!p.sharded()) {
     LOOM_CHECK(p.localShape == p.globalShape,
                "parameter '" << p.name << "' is sliced (local "
@@ -407,8 +439,14 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
                   global.data());
     return Status::success();
   };
-  for (const ParamView &p : executor.params())
-    LOOM_RETURN_IF_ERROR(add(p, p.name, p.buffer));
+  for (const ParamView &p : executor.params()) {
+    // Mixed precision: the fp32 master, not its bf16 rounding.
+    if (p.masterBuffer >= 0)
+      LOOM_RETURN_IF_ERROR(add(momentView(executor, p), p.name,
+                               static_cast<uint32_t>(p.masterBuffer)));
+    else
+      LOOM_RETURN_IF_ERROR(add(p, p.name, p.buffer));
+  }
   if (training)
     for (const ParamView &param : executor.params()) {
       // Gathered by moment_sharding when the moments are sharded otherwise.

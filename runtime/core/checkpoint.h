@@ -12,6 +12,11 @@
 // is written once, after checking that the copies are equal. Loading needs
 // nothing special: each stage reads the tensors of its own parameters.
 //
+// Mixed precision: a parameter with a master buffer is saved from its fp32
+// master and loaded into it (its bf16 buffer gets the values rounded to
+// nearest even); a BF16 buffer without master (an evaluation's) is rounded
+// at load and widened at save. The file format does not change.
+//
 // A training program's checkpoint also holds the AdamW moments as
 // `optimizer.exp_avg.<name>` and `optimizer.exp_avg_sq.<name>` (same global
 // shapes; gathered / sliced by Param.moment_sharding when present, ZeRO) and
@@ -56,9 +61,10 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
 Status gatherParamTensor(const Executor &executor, const ParamView &p,
                          uint32_t buffer, std::vector<float> &global);
 
-/// `p` as its AdamW moments see it: with Param.moment_sharding (when
-/// present) as `sharding`, the m buffer's shape as `localShape` and this
-/// rank's block offset as `sliceOffset`; else `p` itself.
+/// `p` as its AdamW moments (and its mixed-precision master) see it: with
+/// Param.moment_sharding (when present) as `sharding`, the m (or master)
+/// buffer's shape as `localShape` and this rank's block offset as
+/// `sliceOffset`; else `p` itself.
 ParamView momentView(const Executor &executor, const ParamView &p);
 
 /// Names of the AdamW moment tensors of parameter `name`.

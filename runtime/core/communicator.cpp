@@ -1,6 +1,8 @@
 //===- communicator.cpp - Collectives over the device mesh -----*- C++ -*-===//
 #include "runtime/core/communicator.h"
 
+#include "runtime/core/bfloat16.h"
+
 #include "runtime/core/executor.h" // steadyNowNs
 
 #ifdef LOOM_HAVE_MPI
@@ -276,8 +278,8 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
                                                   << " is out of range ("
                                                   << meshAxes.size()
                                                   << " axes)");
-  LOOM_CHECK(dtype == DType::F32,
-             "an all-reduce among members needs F32 data");
+  LOOM_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+             "an all-reduce among members needs F32 or BF16 data");
   const std::vector<int64_t> mine = coords();
   const auto self = std::find(members.begin(), members.end(), mine[axis]);
   LOOM_CHECK(self != members.end(),
@@ -289,32 +291,44 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
   // 1. Every member sends its values to the others (sends are buffered),
   //    2. receives theirs, 3. reduces them in member order.
   constexpr int64_t kMembersTag = 32767; // MPI guarantees tags up to 32767
+  // BF16 moves as it is and reduces in fp32, rounded once: every member
+  // computes the same bits.
   const size_t bytes = static_cast<size_t>(bytesOf(count, dtype));
-  std::vector<float> all(static_cast<size_t>(count * n));
+  std::vector<uint8_t> all(bytes * static_cast<size_t>(n));
   std::vector<int> ranks(members.size());
   for (size_t k = 0; k < members.size(); ++k) {
     std::vector<int64_t> c = mine;
     c[axis] = members[k];
     ranks[k] = rankOf(c);
     if (members[k] == mine[axis])
-      std::memcpy(all.data() + k * count, buf, bytes);
+      std::memcpy(all.data() + k * bytes, buf, bytes);
     else
       LOOM_RETURN_IF_ERROR(doSend(buf, count, dtype, ranks[k], kMembersTag));
   }
   for (size_t k = 0; k < members.size(); ++k)
     if (members[k] != mine[axis])
-      LOOM_RETURN_IF_ERROR(doRecv(all.data() + k * count, count, dtype,
+      LOOM_RETURN_IF_ERROR(doRecv(all.data() + k * bytes, count, dtype,
                                   ranks[k], kMembersTag));
-  float *out = static_cast<float *>(buf);
+  const bool bf16 = dtype == DType::BF16;
+  auto value = [&](int64_t k, int64_t i) {
+    return bf16 ? bf16ToFloat(reinterpret_cast<const uint16_t *>(
+                      all.data() + k * bytes)[i])
+                : reinterpret_cast<const float *>(all.data() + k * bytes)[i];
+  };
   for (int64_t i = 0; i < count; ++i) {
-    float acc = all[i];
+    float acc = value(0, i);
     for (int64_t k = 1; k < n; ++k) {
-      const float v = all[k * count + i];
+      const float v = value(k, i);
       acc = op == Reduction::Max   ? std::max(acc, v)
             : op == Reduction::Min ? std::min(acc, v)
                                    : acc + v;
     }
-    out[i] = op == Reduction::Avg ? acc / static_cast<float>(n) : acc;
+    if (op == Reduction::Avg)
+      acc /= static_cast<float>(n);
+    if (bf16)
+      static_cast<uint16_t *>(buf)[i] = floatToBF16(acc);
+    else
+      static_cast<float *>(buf)[i] = acc;
   }
   return Status::success();
 }

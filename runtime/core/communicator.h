@@ -19,6 +19,10 @@
 // Buffers are dense and contiguous; the executor packs non-leading
 // dimensions (packBlocks / unpackBlocks) before and after.
 //
+// BF16 (mixed precision) is carried as 2-byte elements, so it is counted at
+// half of fp32's bytes; reductions on it compute in fp32 and round once to
+// nearest even, giving every rank the same bits (see comm_mpi.cpp).
+//
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_COMMUNICATOR_H
 #define LOOM_RUNTIME_CORE_COMMUNICATOR_H
@@ -134,7 +138,8 @@ public:
   /// the n received blocks in group-rank order.
   Status allToAll(const void *in, void *out, int64_t count,
                   program::DType dtype, const std::vector<uint32_t> &axes);
-  /// In place over `count` f32 elements of `buf`, among the ranks whose
+  /// In place over `count` f32 or bf16 elements of `buf` (bf16 reduced in
+  /// fp32, rounded once), among the ranks whose
   /// coordinate on mesh axis `axis` is one of `members` (increasing; this
   /// rank must be one; all other coordinates equal to this rank's): a
   /// pipeline's shared parameter. Every member reduces the values in member

@@ -14,9 +14,17 @@
 // so the backward never depends on what the forward left in the arena besides
 // its named activations.
 //
+// Mixed precision (bf16_staging.h): an instruction with BF16 operands runs its
+// fp32 kernel on fp32 copies in the executor's staging memory (allocated once
+// at load, as large as the largest instruction needs) and rounds its BF16
+// results back; Cast converts; a parameter with a master buffer starts with
+// fp32 values in the master and their bf16 rounding in its buffer.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
 
+#include "runtime/core/bf16_staging.h"
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/param_init.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/host_memory.h"
@@ -35,6 +43,8 @@ namespace loom {
 
 using program::DType;
 using program::Opcode;
+using InstructionList =
+    flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>;
 
 int64_t steadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -45,6 +55,39 @@ int64_t steadyNowNs() {
 //===----------------------------------------------------------------------===//
 // Setup
 //===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Initializes the box `offset` + `shape` of parameter `v`'s global tensor
+/// on the host (fp32 values by global index: param_init.h) and copies it
+/// into `dst`, a buffer of `dtype`: BF16 gets the values rounded to nearest
+/// even, as the Cast of the same fp32 values would give.
+Status initParamBuffer(BufferMemory &memory, void *dst, DType dtype,
+                       const ParamView &v, uint64_t seed,
+                       const ParamInitializer &init,
+                       const std::vector<int64_t> &offset,
+                       const std::vector<int64_t> &shape) {
+  std::vector<float> values(static_cast<size_t>(program::shapeNumel(shape)));
+  LOOM_RETURN_IF_ERROR(initParamSlice(values.data(), v.name, seed, init,
+                                      v.globalShape, offset, shape));
+  // Padding rows start (and, with a zero gradient, stay) at zero; the real
+  // rows keep the values of their global index, as unpadded.
+  if (v.unpaddedRows > 0) {
+    const int64_t rowSize = program::shapeNumel(shape) / shape[0];
+    const int64_t firstPadding =
+        std::clamp<int64_t>(v.unpaddedRows - offset[0], 0, shape[0]);
+    std::fill(values.begin() + firstPadding * rowSize,
+              values.begin() + shape[0] * rowSize, 0.0f);
+  }
+  if (dtype != DType::BF16)
+    return memory.copyIn(dst, values.data(), values.size() * sizeof(float));
+  std::vector<uint16_t> rounded(values.size());
+  floatsToBF16(rounded.data(), values.data(),
+               static_cast<int64_t>(values.size()));
+  return memory.copyIn(dst, rounded.data(), rounded.size() * sizeof(uint16_t));
+}
+
+} // namespace
 
 Status Executor::create(const program::LoadedProgram &program,
                         uint32_t stageIndex, uint64_t seed,
@@ -108,6 +151,7 @@ Status Executor::create(const program::LoadedProgram &program,
       v.gradBuffer = p->grad_buffer();
       v.mBuffer = p->m_buffer();
       v.vBuffer = p->v_buffer();
+      v.masterBuffer = p->master_buffer();
       v.localShape = ex->shapes[v.buffer];
       if (p->sharding() && p->sharding()->size() > 0) {
         // Offset along d = block index on sharding[d].axes x local size.
@@ -148,29 +192,54 @@ Status Executor::create(const program::LoadedProgram &program,
         init.std = static_cast<float>(p->init_std());
         break;
       }
-      // Initialized on the host, then copied into buffer memory.
-      std::vector<float> values(
-          static_cast<size_t>(program::shapeNumel(v.localShape)));
-      LOOM_RETURN_IF_ERROR(initParamSlice(values.data(), v.name, seed, init,
-                                          v.globalShape, v.sliceOffset,
-                                          v.localShape));
-      // Padding rows start (and, with a zero gradient, stay) at zero; the
-      // real rows keep the values of their global index, as unpadded.
-      if (v.unpaddedRows > 0) {
-        const int64_t rowSize =
-            program::shapeNumel(v.localShape) / v.localShape[0];
-        const int64_t firstPadding =
-            std::clamp<int64_t>(v.unpaddedRows - v.sliceOffset[0], 0,
-                                v.localShape[0]);
-        std::fill(values.begin() + firstPadding * rowSize,
-                  values.begin() + v.localShape[0] * rowSize, 0.0f);
+      LOOM_RETURN_IF_ERROR(initParamBuffer(
+          *ex->memory, ex->bufferData(v.buffer), ex->bufferDType(v.buffer), v,
+          seed, init, v.sliceOffset, v.localShape));
+      if (v.masterBuffer >= 0) {
+        // The fp32 master of a bf16 parameter: the same values at the same
+        // global indices, over the master's own block (sharded like the
+        // AdamW moments under ZeRO, else the parameter's slice).
+        const uint32_t master = static_cast<uint32_t>(v.masterBuffer);
+        const std::vector<int64_t> &shape = ex->shapes[master];
+        std::vector<int64_t> offset = v.sliceOffset;
+        bool momentSharded = false;
+        for (const auto &axes : v.momentSharding)
+          momentSharded = momentSharded || !axes.empty();
+        if (!v.momentSharding.empty()) {
+          offset.assign(shape.size(), 0);
+          for (size_t d = 0; momentSharded && d < shape.size(); ++d)
+            offset[d] = comm->blockIndex(v.momentSharding[d]) * shape[d];
+        }
+        LOOM_RETURN_IF_ERROR(initParamBuffer(*ex->memory,
+                                             ex->bufferData(master),
+                                             DType::F32, v, seed, init, offset,
+                                             shape));
       }
-      LOOM_RETURN_IF_ERROR(ex->memory->copyIn(ex->bufferData(v.buffer),
-                                              values.data(),
-                                              values.size() * sizeof(float)));
       ex->paramViews.push_back(std::move(v));
     }
   }
+  // 4. Staging for the fp32 kernels of instructions with BF16 operands:
+  //    once, as large as the largest of them needs.
+  uint64_t stagingBytes = 0;
+  auto plan = [&](const InstructionList *list) {
+    if (list)
+      for (const program::Instruction *ins : *list)
+        if (!ex->kernels->handlesBF16Natively(ins->opcode()))
+          stagingBytes =
+              std::max(stagingBytes, planBF16Staging(*stage, *ins).bytes);
+  };
+  plan(stage->instructions());
+  plan(stage->update_instructions());
+  if (stage->pipeline())
+    for (const program::PipelineChunk *chunk : *stage->pipeline()->chunks()) {
+      plan(chunk->forward());
+      plan(chunk->backward());
+    }
+  Status staged = ex->memory->allocate(stagingBytes, ex->bf16Staging);
+  if (!staged.ok())
+    return staged.withContext("the bf16 staging memory of stage " +
+                              std::to_string(stageIndex));
+  ex->bf16StagingSize = stagingBytes;
   out = std::move(ex);
   return Status::success();
 }
@@ -179,6 +248,7 @@ Executor::~Executor() {
   if (!memory)
     return;
   memory->release(arena, arenaSize);
+  memory->release(bf16Staging, bf16StagingSize);
   for (TempPool *pool : {&workspace, &workspace2})
     memory->release(pool->data, pool->capacity * sizeof(float));
   for (TempPool &pool : staging)
@@ -208,8 +278,8 @@ DType Executor::bufferDType(uint32_t index) const {
 int64_t Executor::modelStateBytes() const {
   std::set<int32_t> held;
   for (const ParamView &p : paramViews)
-    for (int32_t b :
-         {static_cast<int32_t>(p.buffer), p.gradBuffer, p.mBuffer, p.vBuffer})
+    for (int32_t b : {static_cast<int32_t>(p.buffer), p.gradBuffer, p.mBuffer,
+                      p.vBuffer, p.masterBuffer})
       if (b >= 0)
         held.insert(b);
   int64_t bytes = 0;
@@ -232,7 +302,7 @@ uint64_t Executor::peakTensorBytes() const {
   uint64_t floats = workspace.capacity + workspace2.capacity;
   for (const TempPool &pool : staging)
     floats += pool.capacity;
-  return arenaSize + floats * sizeof(float);
+  return arenaSize + bf16StagingSize + floats * sizeof(float);
 }
 
 float *Executor::temp(TempPool &pool, int64_t count) {
@@ -413,7 +483,9 @@ Status Executor::zeroGradients() {
     if (p.gradBuffer >= 0)
       LOOM_RETURN_IF_ERROR(memory->fillZero(
           bufferData(static_cast<uint32_t>(p.gradBuffer)),
-          static_cast<uint64_t>(bufferNumel(p.gradBuffer)) * sizeof(float)));
+          static_cast<uint64_t>(bufferNumel(p.gradBuffer) *
+                                program::dtypeBytes(bufferDType(
+                                    static_cast<uint32_t>(p.gradBuffer))))));
   return Status::success();
 }
 
@@ -522,24 +594,6 @@ struct Range {
   }
 };
 
-/// Whether `op`'s kernel may write its output over input `k` when both are
-/// the same bytes (element-wise kernels that read an element before writing
-/// it).
-bool mayAlias(Opcode op, size_t k) {
-  switch (op) {
-  case Opcode::Add: // the lhs, not the broadcast rhs
-    return k == 0;
-  case Opcode::Gelu:
-  case Opcode::Softmax:
-  case Opcode::GeluGrad:
-    return true;
-  case Opcode::CrossEntropyGrad: // dlogits over logits
-    return k == 1;
-  default:
-    return false;
-  }
-}
-
 } // namespace
 
 Status Executor::runInstruction(const program::Instruction &ins) {
@@ -556,7 +610,6 @@ Status Executor::runInstruction(const program::Instruction &ins) {
         off, off + static_cast<uint64_t>(bufferNumel(b) *
                                          program::dtypeBytes(bufferDType(b)))};
   };
-  auto f32 = [&](uint32_t b) { return static_cast<float *>(bufferData(b)); };
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
@@ -564,6 +617,44 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   // bucket, possibly after it completes in flight).
   if (op == Opcode::AllReduce)
     return runAllReduce(ins, in, out, scr);
+  // 0. Mixed precision: a backend that runs the opcode on bf16 itself gets
+  //    the buffers as they are; otherwise every BF16 input and scratch is
+  //    widened into an fp32 slot of the staging memory, and the kernel
+  //    reads (f32) and writes (dsts) the slots instead of the buffers.
+  BF16StagingPlan bf16 = planBF16Staging(*stageTable, ins);
+  if (!bf16.empty() && kernels->handlesBF16Natively(op)) {
+    auto typed = [&](const std::vector<uint32_t> &list) {
+      std::vector<TypedOperand> v;
+      for (uint32_t b : list)
+        v.push_back({bufferData(b), bufferDType(b), &shapes[b]});
+      return v;
+    };
+    return kernels->runBF16Natively(ins, typed(in), typed(out), typed(scr));
+  }
+  auto slotData = [&](int32_t s) {
+    return reinterpret_cast<float *>(
+        bf16Staging + bf16.slots[static_cast<size_t>(s)].offset);
+  };
+  // What the kernel reads for an input or scratch buffer.
+  std::vector<std::pair<uint32_t, float *>> readFrom;
+  for (size_t j = 0; j < bf16.inputSlot.size(); ++j)
+    if (bf16.inputSlot[j] >= 0)
+      readFrom.emplace_back(in[j], slotData(bf16.inputSlot[j]));
+  for (size_t j = 0; j < bf16.scratchSlot.size(); ++j)
+    if (bf16.scratchSlot[j] >= 0)
+      readFrom.emplace_back(scr[j], slotData(bf16.scratchSlot[j]));
+  for (size_t s = 0; s < bf16.slots.size(); ++s)
+    if (bf16.slots[s].widen)
+      LOOM_RETURN_IF_ERROR(kernels->convertBF16ToF32(
+          slotData(static_cast<int32_t>(s)),
+          static_cast<const uint16_t *>(bufferData(bf16.slots[s].buffer)),
+          bf16.slots[s].count));
+  auto f32 = [&](uint32_t b) {
+    for (const auto &[buffer, data] : readFrom)
+      if (buffer == b)
+        return data;
+    return static_cast<float *>(bufferData(b));
+  };
   // 1. Where each output is written: in place, or into a staging temporary
   //    when it shares bytes with an input the kernel still reads. Copy uses
   //    memmove; AdamW updates its state in place by contract.
@@ -572,11 +663,15 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   if (staging.size() < out.size())
     staging.resize(out.size());
   for (size_t k = 0; k < out.size(); ++k) {
+    if (!bf16.outputSlot.empty() && bf16.outputSlot[k] >= 0) {
+      dsts[k] = slotData(bf16.outputSlot[k]); // rounded back in step 3
+      continue;
+    }
     const Range r = range(out[k]);
     if (op != Opcode::Copy && op != Opcode::AdamW)
       for (size_t j = 0; j < in.size(); ++j) {
         const Range ri = range(in[j]);
-        if (ri.overlaps(r) && !(ri == r && mayAlias(op, j)))
+        if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
           staged[k] = true;
       }
     const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
@@ -872,13 +967,23 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     // (ZeRO's fresh parameter shard) starts as a copy of it.
     const uint32_t state[3] = {in[0], in[2], in[3]};
     for (size_t j = 0; j < 3; ++j)
-      if (out[j] != state[j])
-        LOOM_RETURN_IF_ERROR(k.copy(outF(j), bufferData(state[j]),
+      if (outF(j) != f32(state[j]))
+        LOOM_RETURN_IF_ERROR(k.copy(outF(j), f32(state[j]),
                                     bufferNumel(state[j]) *
                                         static_cast<int64_t>(sizeof(float))));
     LOOM_RETURN_IF_ERROR(k.adamw(outF(0), f32(in[1]), outF(1), outF(2),
                                  bufferNumel(in[0]), f32(in[4]), f32(in[5]),
                                  f32(in[6]), hyper));
+    break;
+  }
+  case Opcode::Cast: {
+    const int64_t n = bufferNumel(in[0]);
+    if (bufferDType(o) == DType::BF16)
+      LOOM_RETURN_IF_ERROR(
+          k.convertF32ToBF16(static_cast<uint16_t *>(dst), f32(in[0]), n));
+    else
+      LOOM_RETURN_IF_ERROR(k.convertBF16ToF32(
+          dstF, static_cast<const uint16_t *>(bufferData(in[0])), n));
     break;
   }
   case Opcode::AllGather:
@@ -892,12 +997,18 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     LOOM_ERROR("opcode " << program::opcodeName(op)
                          << " cannot run on this runtime");
   }
-  // 3. Staged outputs to their buffers.
+  // 3. Staged outputs to their buffers; fp32 results of BF16 outputs and
+  //    scratch rounded into them.
   for (size_t k = 0; k < out.size(); ++k)
     if (staged[k])
       LOOM_RETURN_IF_ERROR(
           kernels->copy(bufferData(out[k]), dsts[k],
                  static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
+  for (size_t s = 0; s < bf16.slots.size(); ++s)
+    if (bf16.slots[s].round)
+      LOOM_RETURN_IF_ERROR(kernels->convertF32ToBF16(
+          static_cast<uint16_t *>(bufferData(bf16.slots[s].buffer)),
+          slotData(static_cast<int32_t>(s)), bf16.slots[s].count));
   return Status::success();
 }
 

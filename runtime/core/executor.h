@@ -91,6 +91,10 @@ struct ParamView {
   int32_t gradBuffer = -1;
   int32_t mBuffer = -1;
   int32_t vBuffer = -1;
+  /// Mixed precision (Param.master_buffer): the fp32 master weights of a
+  /// BF16 parameter, with the m buffer's shape and moment sharding; -1 if
+  /// none. Checkpoints save and load it in place of `buffer`.
+  int32_t masterBuffer = -1;
 };
 
 /// Steady-clock nanoseconds (the time base of InstructionTiming).
@@ -196,8 +200,12 @@ public:
   uint64_t arenaBytes() const { return arenaSize; }
   /// Bytes the runtime has held for tensors at peak: the arena plus the
   /// temporaries it allocated (staging for in-place ops, kernel workspace the
-  /// program did not plan).
+  /// program did not plan, the bf16 staging memory).
   uint64_t peakTensorBytes() const;
+  /// Bytes of the staging memory in which instructions with BF16 operands
+  /// run their fp32 kernels (bf16_staging.h): allocated at load, the most
+  /// any one instruction needs; 0 for an all-fp32 program.
+  uint64_t bf16StagingBytes() const { return bf16StagingSize; }
 
 private:
   Executor() = default;
@@ -242,6 +250,10 @@ private:
   uint64_t arenaSize = 0;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<ParamView> paramViews;
+  /// fp32 slots for the BF16 operands of one instruction (bf16_staging.h),
+  /// in buffer memory.
+  uint8_t *bf16Staging = nullptr;
+  uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and
   // kernel workspace (mean/rstd, attention probabilities, per-token losses)
   // when the program gives no scratch buffer.

@@ -23,11 +23,18 @@
 // arena is issue 8's next step; runtime/core/backend_support.h lists what
 // it would still lack.
 //
+// Mixed precision: the float kernels take fp32. An instruction with BF16
+// operands runs them on fp32 copies the executor widens and rounds with
+// convertBF16ToF32 / convertF32ToBF16 (bf16 storage, fp32 math), unless the
+// backend says it runs that opcode on bf16 itself (handlesBF16Natively, the
+// hook for e.g. cuBLASLt bf16 GEMMs).
+//
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_KERNEL_BACKEND_H
 #define LOOM_RUNTIME_CORE_KERNEL_BACKEND_H
 
 #include "runtime/core/status.h"
+#include "runtime/program/program.h"
 
 #include <cstdint>
 #include <vector>
@@ -38,6 +45,14 @@ namespace loom {
 struct BufferSpan {
   const float *data;
   int64_t size;
+};
+
+/// An operand of an instruction a backend runs on bf16 itself
+/// (KernelBackend::runBF16Natively): its buffer pointer, dtype and shape.
+struct TypedOperand {
+  void *data;
+  program::DType dtype;
+  const std::vector<int64_t> *shape;
 };
 
 /// AdamW's hyper-parameters compiled into the instruction (double, as
@@ -195,6 +210,38 @@ public:
                        int64_t n, const float *lr, const float *step,
                        const float *gradScale,
                        const AdamWHyperParams &hyper) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Mixed precision
+  //===--------------------------------------------------------------------===//
+  /// out[i] = in[i] rounded to bfloat16: to nearest, ties to even; a NaN
+  /// stays a NaN, values beyond bf16's range become infinities (the
+  /// contract of runtime/core/bfloat16.h's floatToBF16). Opcode::Cast and
+  /// the executor's rounding of fp32-computed results into BF16 buffers.
+  virtual Status convertF32ToBF16(uint16_t *out, const float *in,
+                                  int64_t n) = 0;
+  /// out[i] = in[i] widened to fp32 (exact).
+  virtual Status convertBF16ToF32(float *out, const uint16_t *in,
+                                  int64_t n) = 0;
+  /// Whether the backend runs instruction `op` with BF16 operands itself,
+  /// through runBF16Natively, instead of the fp32 kernel on widened copies.
+  /// The hook for native bf16 kernels (cuBLASLt bf16 GEMMs with fp32
+  /// accumulation); no backend claims any opcode yet.
+  virtual bool handlesBF16Natively(program::Opcode op) const {
+    (void)op;
+    return false;
+  }
+  /// Runs `ins` (an opcode handlesBF16Natively claims) on its operands as
+  /// they are: every pointer is a buffer pointer, BF16 or F32 as `dtype`
+  /// says. Outputs may alias inputs as for the fp32 kernel.
+  virtual Status runBF16Natively(const program::Instruction &ins,
+                                 const std::vector<TypedOperand> &inputs,
+                                 const std::vector<TypedOperand> &outputs,
+                                 const std::vector<TypedOperand> &scratch) {
+    (void)inputs, (void)outputs, (void)scratch;
+    return Status::error("this kernel backend has no native bf16 kernel for " +
+                         program::opcodeName(ins.opcode()));
+  }
 };
 
 } // namespace loom

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/sampler.h"
 
+#include "runtime/core/bfloat16.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -61,11 +63,14 @@ Status findSamplerLayout(const Executor &ex, SamplerLayout &layout) {
   const uint32_t logits = ce->inputs()->Get(0);
   const std::vector<int64_t> &shape = ex.bufferShape(logits);
   const int64_t Vp = shape.empty() ? 0 : shape.back();
-  LOOM_CHECK(ex.bufferDType(logits) == DType::F32 && Vp >= 1 &&
+  const DType logitsType = ex.bufferDType(logits);
+  LOOM_CHECK((logitsType == DType::F32 || logitsType == DType::BF16) &&
+                 Vp >= 1 &&
                  ex.bufferNumel(logits) == B * T * Vp,
              "the logits buffer " << program::shapeString(shape)
                                   << " (the first input of the CrossEntropy) "
-                                     "is not f32 [batch, seq, vocab] with "
+                                     "is not f32 / bf16 [batch, seq, vocab] "
+                                     "with "
                                      "batch x seq = "
                                   << B << " x " << T);
   layout.tokens = tokens;
@@ -121,7 +126,8 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
       l.targets >= 0
           ? static_cast<int32_t *>(ex.bufferData(static_cast<uint32_t>(l.targets)))
           : nullptr;
-  const float *logits = static_cast<const float *>(ex.bufferData(l.logits));
+  const bool bf16 = ex.bufferDType(l.logits) == DType::BF16;
+  std::vector<float> widened(bf16 ? static_cast<size_t>(l.paddedVocab) : 0);
   for (int64_t n = 0; n < count; ++n) {
     const int64_t L = std::min<int64_t>(static_cast<int64_t>(tokens.size()),
                                         l.seq);
@@ -134,7 +140,17 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
     LOOM_RETURN_IF_ERROR(ex.run().withContext(
         "sampling token " + std::to_string(n + 1) + " of " +
         std::to_string(count)));
-    const float *row = logits + (L - 1) * l.paddedVocab;
+    const float *row =
+        static_cast<const float *>(ex.bufferData(l.logits)) +
+        (L - 1) * l.paddedVocab;
+    if (bf16) {
+      // Mixed precision: the row widened (exact), then the same argmax.
+      bf16ToFloats(widened.data(),
+                   static_cast<const uint16_t *>(ex.bufferData(l.logits)) +
+                       (L - 1) * l.paddedVocab,
+                   l.paddedVocab);
+      row = widened.data();
+    }
     int64_t best = 0;
     for (int64_t v = 1; v < l.vocab; ++v)
       if (row[v] > row[best]) // strict: ties keep the lowest id; NaN never wins

@@ -1,6 +1,8 @@
 //===- adamw.cpp - AdamW optimizer step and gradient norm ------*- C++ -*-===//
 #include "runtime/cpu/adamw.h"
 
+#include "runtime/core/bfloat16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -63,6 +65,26 @@ double sumSquares(const float *x, int64_t n) {
     double acc = 0.0;
     for (int64_t i = c * kChunk; i < end; ++i)
       acc += static_cast<double>(x[i]) * x[i];
+    partial[c] = acc;
+  }
+  double total = 0.0;
+  for (double p : partial)
+    total += p;
+  return total;
+}
+
+double sumSquaresBF16(const uint16_t *x, int64_t n) {
+  constexpr int64_t kChunk = 8192; // as sumSquares
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    double acc = 0.0;
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      const float v = bf16ToFloat(x[i]);
+      acc += static_cast<double>(v) * v;
+    }
     partial[c] = acc;
   }
   double total = 0.0;

@@ -49,6 +49,11 @@ double sumSquares(const float *x, int64_t n);
 /// Reference: one serial double accumulator.
 double sumSquaresReference(const float *x, int64_t n);
 
+/// sumSquares of bf16 values (x[i] widened exactly to fp32): the same
+/// chunks and order, so it equals sumSquares of the widened copy bit for
+/// bit without materializing it.
+double sumSquaresBF16(const uint16_t *x, int64_t n);
+
 /// A tensor the SumSquares kernel reads.
 struct FloatSpan {
   const float *data;

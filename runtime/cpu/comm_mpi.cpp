@@ -1,6 +1,23 @@
 //===- comm_mpi.cpp - Communicator over MPI --------------------*- C++ -*-===//
+//
+// F32 and I32 reductions are MPI's own. BF16 (mixed precision) has no MPI
+// type or reduction, and summing in bf16 would round after every addition,
+// so a BF16 reduction runs as the two halves of a ring all-reduce with the
+// arithmetic in the middle: an all-to-all gives member j every member's
+// block j (bf16 on the wire), member j reduces them in fp32 in group-rank
+// order and rounds once to nearest even, and an all-gather (all-reduce) or
+// nothing (reduce-scatter) returns the reduced blocks. Each block is reduced
+// by one rank only, so every rank gets the same bits, and each rank sends
+// 2(n-1)/n (all-reduce) or (n-1)/n (reduce-scatter) of the bf16 buffer: the
+// ring volumes the communicator counts. Gathers, all-to-all and send / recv
+// move the 2-byte elements as they are.
+//
+//===----------------------------------------------------------------------===//
 #include "runtime/cpu/comm_mpi.h"
 
+#include "runtime/core/bfloat16.h"
+
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -28,12 +45,19 @@ std::string mpiError(int code) {
   } while (0)
 
 MPI_Datatype mpiType(DType dtype) {
-  return dtype == DType::I32 ? MPI_INT32_T : MPI_FLOAT;
+  switch (dtype) {
+  case DType::I32:
+    return MPI_INT32_T;
+  case DType::BF16:
+    return MPI_UINT16_T; // moved as raw 2-byte elements, never reduced by MPI
+  default:
+    return MPI_FLOAT;
+  }
 }
 
 Status mpiOp(Reduction op, DType dtype, MPI_Op &out) {
   LOOM_CHECK(dtype != DType::BF16,
-             "MPI collectives on BF16 are not supported by the CPU runtime");
+             "internal: a BF16 reduction reached MPI's own reductions");
   switch (op) {
   case Reduction::Sum:
     out = MPI_SUM;
@@ -64,6 +88,29 @@ void divide(void *buf, int64_t count, int64_t n) {
   const float inv = 1.0f / static_cast<float>(n);
   for (int64_t i = 0; i < count; ++i)
     f[i] *= inv;
+}
+
+/// First element of block j when `count` elements are split into n blocks
+/// (sizes differ by at most one; `count` need not be divisible by n).
+int64_t blockStart(int64_t count, int64_t n, int64_t j) {
+  return count * j / n;
+}
+
+/// out[i] = the reduction of the n contributions in[r * len + i] (r in
+/// group-rank order), computed in fp32 and rounded once to bf16.
+void reduceBF16(uint16_t *out, const uint16_t *in, int64_t len, int64_t n,
+                Reduction op) {
+  const float inv = 1.0f / static_cast<float>(n);
+  for (int64_t i = 0; i < len; ++i) {
+    float acc = bf16ToFloat(in[i]);
+    for (int64_t r = 1; r < n; ++r) {
+      const float v = bf16ToFloat(in[r * len + i]);
+      acc = op == Reduction::Max   ? std::max(acc, v)
+            : op == Reduction::Min ? std::min(acc, v)
+                                   : acc + v;
+    }
+    out[i] = floatToBF16(op == Reduction::Avg ? acc * inv : acc);
+  }
 }
 
 bool finalizeRegistered = false;
@@ -181,9 +228,73 @@ Status MpiCommunicator::reductionArgs(const std::vector<uint32_t> &axes,
   return intCount(count, n);
 }
 
+Status MpiCommunicator::startBF16AllReduce(void *buf, int64_t count,
+                                           Reduction op,
+                                           const std::vector<uint32_t> &axes,
+                                           bool nonblocking,
+                                           std::shared_ptr<BF16AllReduce> &out) {
+  auto ar = std::make_shared<BF16AllReduce>();
+  LOOM_RETURN_IF_ERROR(group(axes, ar->comm));
+  int checked = 0;
+  LOOM_RETURN_IF_ERROR(intCount(count, checked));
+  const int64_t n = groupSize(axes), me = groupRank(axes);
+  ar->buf = static_cast<uint16_t *>(buf);
+  ar->count = count;
+  ar->groupSize = n;
+  ar->op = op;
+  ar->sendCounts.resize(n);
+  ar->sendDispls.resize(n);
+  for (int64_t j = 0; j < n; ++j) {
+    ar->sendDispls[j] = static_cast<int>(blockStart(count, n, j));
+    ar->sendCounts[j] =
+        static_cast<int>(blockStart(count, n, j + 1) - ar->sendDispls[j]);
+  }
+  // 1. Member j receives every member's block j.
+  const int mine = ar->sendCounts[me];
+  ar->received.resize(static_cast<size_t>(mine) * n);
+  ar->recvCounts.assign(n, mine);
+  ar->recvDispls.resize(n);
+  for (int64_t r = 0; r < n; ++r)
+    ar->recvDispls[r] = static_cast<int>(r * mine);
+  if (nonblocking)
+    MPI_CHECK(MPI_Ialltoallv(buf, ar->sendCounts.data(), ar->sendDispls.data(),
+                             MPI_UINT16_T, ar->received.data(),
+                             ar->recvCounts.data(), ar->recvDispls.data(),
+                             MPI_UINT16_T, ar->comm, &ar->request),
+              "MPI_Ialltoallv (bf16 all-reduce) failed");
+  else
+    MPI_CHECK(MPI_Alltoallv(buf, ar->sendCounts.data(), ar->sendDispls.data(),
+                            MPI_UINT16_T, ar->received.data(),
+                            ar->recvCounts.data(), ar->recvDispls.data(),
+                            MPI_UINT16_T, ar->comm),
+              "MPI_Alltoallv (bf16 all-reduce) failed");
+  out = std::move(ar);
+  return Status::success();
+}
+
+Status MpiCommunicator::finishBF16AllReduce(BF16AllReduce &ar) {
+  // 2. Reduce this member's block in fp32, round once; 3. gather the
+  //    reduced blocks in place.
+  int me = 0;
+  MPI_Comm_rank(ar.comm, &me);
+  reduceBF16(ar.buf + ar.sendDispls[me], ar.received.data(),
+             ar.sendCounts[me], ar.groupSize, ar.op);
+  MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ar.buf,
+                           ar.sendCounts.data(), ar.sendDispls.data(),
+                           MPI_UINT16_T, ar.comm),
+            "MPI_Allgatherv (bf16 all-reduce) failed");
+  return Status::success();
+}
+
 Status MpiCommunicator::doAllReduce(void *buf, int64_t count, DType dtype,
                                     Reduction op,
                                     const std::vector<uint32_t> &axes) {
+  if (dtype == DType::BF16) {
+    std::shared_ptr<BF16AllReduce> ar;
+    LOOM_RETURN_IF_ERROR(startBF16AllReduce(buf, count, op, axes,
+                                            /*nonblocking=*/false, ar));
+    return finishBF16AllReduce(*ar);
+  }
   MPI_Comm comm;
   MPI_Op mop;
   int n = 0;
@@ -199,13 +310,27 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
                                          DType dtype, Reduction op,
                                          const std::vector<uint32_t> &axes,
                                          Ticket &ticket) {
+  if (dtype == DType::BF16) {
+    // The all-to-all half runs in the background; the reduction and the
+    // gather happen at completion (the same program point on every rank,
+    // so MPI sees the group's collectives in one order).
+    PendingCollective pending{MPI_REQUEST_NULL, nullptr, count,
+                              groupSize(axes), nullptr};
+    LOOM_RETURN_IF_ERROR(startBF16AllReduce(buf, count, op, axes,
+                                            /*nonblocking=*/true,
+                                            pending.bf16));
+    pending.request = pending.bf16->request;
+    ticket = nextTicket++;
+    started.emplace(ticket, pending);
+    return Status::success();
+  }
   MPI_Comm comm;
   MPI_Op mop;
   int n = 0;
   LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
   PendingCollective pending{MPI_REQUEST_NULL,
                             op == Reduction::Avg ? buf : nullptr, count,
-                            groupSize(axes)};
+                            groupSize(axes), nullptr};
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm,
                            &pending.request),
             "MPI_Iallreduce failed");
@@ -222,7 +347,8 @@ Status MpiCommunicator::doStartAllGather(const void *in, void *out,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   int n = 0;
   LOOM_RETURN_IF_ERROR(intCount(count, n));
-  PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes)};
+  PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes),
+                            nullptr};
   MPI_CHECK(MPI_Iallgather(in, n, mpiType(dtype), out, n, mpiType(dtype),
                            comm, &pending.request),
             "MPI_Iallgather failed");
@@ -241,6 +367,8 @@ Status MpiCommunicator::doComplete(Ticket ticket) {
             "a started collective failed to complete");
   if (pending.averageBuf)
     divide(pending.averageBuf, pending.count, pending.groupSize);
+  if (pending.bf16)
+    return finishBF16AllReduce(*pending.bf16);
   return Status::success();
 }
 
@@ -261,7 +389,6 @@ Status MpiCommunicator::doAllGather(const void *in, void *out, int64_t count,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   int n = 0;
   LOOM_RETURN_IF_ERROR(intCount(count, n));
-  LOOM_CHECK(dtype != DType::BF16, "BF16 all_gather is not supported");
   MPI_CHECK(MPI_Allgather(in, n, mpiType(dtype), out, n, mpiType(dtype), comm),
             "MPI_Allgather failed");
   return Status::success();
@@ -271,6 +398,20 @@ Status MpiCommunicator::doReduceScatter(const void *in, void *out,
                                         int64_t count, DType dtype,
                                         Reduction op,
                                         const std::vector<uint32_t> &axes) {
+  if (dtype == DType::BF16) {
+    // Member j receives everyone's block j, reduces in fp32, rounds once.
+    MPI_Comm comm;
+    LOOM_RETURN_IF_ERROR(group(axes, comm));
+    int c = 0;
+    LOOM_RETURN_IF_ERROR(intCount(count, c));
+    const int64_t n = groupSize(axes);
+    std::vector<uint16_t> received(static_cast<size_t>(count * n));
+    MPI_CHECK(MPI_Alltoall(in, c, MPI_UINT16_T, received.data(), c,
+                           MPI_UINT16_T, comm),
+              "MPI_Alltoall (bf16 reduce-scatter) failed");
+    reduceBF16(static_cast<uint16_t *>(out), received.data(), count, n, op);
+    return Status::success();
+  }
   MPI_Comm comm;
   MPI_Op mop;
   int n = 0;
@@ -289,7 +430,6 @@ Status MpiCommunicator::doAllToAll(const void *in, void *out, int64_t count,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   int n = 0;
   LOOM_RETURN_IF_ERROR(intCount(count, n));
-  LOOM_CHECK(dtype != DType::BF16, "BF16 all_to_all is not supported");
   MPI_CHECK(MPI_Alltoall(in, n, mpiType(dtype), out, n, mpiType(dtype), comm),
             "MPI_Alltoall failed");
   return Status::success();

@@ -75,6 +75,25 @@ private:
   Status reductionArgs(const std::vector<uint32_t> &axes,
                        program::Reduction op, program::DType dtype,
                        int64_t count, MPI_Comm &comm, MPI_Op &mop, int &n);
+  /// A BF16 all-reduce (comm_mpi.cpp): the all-to-all of blocks, then the
+  /// fp32 reduction of this member's block and the all-gather. MPI reads the
+  /// counts and receive buffer until the all-to-all completes.
+  struct BF16AllReduce {
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Request request = MPI_REQUEST_NULL;
+    uint16_t *buf = nullptr;
+    int64_t count = 0, groupSize = 1;
+    program::Reduction op = program::Reduction::Sum;
+    std::vector<int> sendCounts, sendDispls, recvCounts, recvDispls;
+    std::vector<uint16_t> received;
+  };
+  /// Starts (or, without `nonblocking`, runs) the all-to-all half.
+  Status startBF16AllReduce(void *buf, int64_t count, program::Reduction op,
+                            const std::vector<uint32_t> &axes,
+                            bool nonblocking,
+                            std::shared_ptr<BF16AllReduce> &out);
+  /// After the all-to-all: reduce, round, all-gather.
+  Status finishBF16AllReduce(BF16AllReduce &ar);
   MPI_Comm world;
   std::map<uint64_t, MPI_Comm> groups;
   struct PendingSend {
@@ -89,6 +108,7 @@ private:
     void *averageBuf;   // non-null: divide `count` elements by groupSize
     int64_t count;
     int64_t groupSize;
+    std::shared_ptr<BF16AllReduce> bf16; // a BF16 all-reduce's second half
   };
   std::map<Ticket, PendingCollective> started;
   Ticket nextTicket = 0;

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/cpu_kernels.h"
 
+#include "runtime/core/bfloat16.h"
+
 #include "runtime/cpu/adamw.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/cross_entropy.h"
@@ -305,6 +307,51 @@ Status CpuKernels::adamw(float *params, const float *grads, float *m, float *v,
   cfg.eps = hyper.eps;
   cfg.weightDecay = hyper.weightDecay;
   cpu::adamwStep(params, grads, m, v, n, cfg);
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision
+//===----------------------------------------------------------------------===//
+
+Status CpuKernels::convertF32ToBF16(uint16_t *out, const float *in,
+                                    int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = floatToBF16(in[i]);
+  return Status::success();
+}
+
+Status CpuKernels::convertBF16ToF32(float *out, const uint16_t *in,
+                                    int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = bf16ToFloat(in[i]);
+  return Status::success();
+}
+
+bool CpuKernels::handlesBF16Natively(program::Opcode op) const {
+  return op == program::Opcode::SumSquares;
+}
+
+Status CpuKernels::runBF16Natively(const program::Instruction &ins,
+                                   const std::vector<TypedOperand> &inputs,
+                                   const std::vector<TypedOperand> &outputs,
+                                   const std::vector<TypedOperand> &) {
+  LOOM_CHECK(ins.opcode() == program::Opcode::SumSquares && outputs.size() == 1 &&
+                 outputs[0].dtype == program::DType::F32,
+             "the CPU backend runs only SumSquares on bf16 itself, not "
+                 << program::opcodeName(ins.opcode()));
+  // As cpu::sumSquares(spans): each tensor's double sum, added in order,
+  // rounded once.
+  double total = 0.0;
+  for (const TypedOperand &t : inputs) {
+    const int64_t n = program::shapeNumel(*t.shape);
+    total += t.dtype == program::DType::BF16
+                 ? cpu::sumSquaresBF16(static_cast<const uint16_t *>(t.data), n)
+                 : cpu::sumSquares(static_cast<const float *>(t.data), n);
+  }
+  *static_cast<float *>(outputs[0].data) = static_cast<float>(total);
   return Status::success();
 }
 

@@ -14,8 +14,9 @@
 
 namespace loom::cpu {
 
-/// The CPU kernel backend. Stateless: buffer pointers are host pointers.
-class CpuKernels final : public KernelBackend {
+/// The CPU kernel backend. Stateless: buffer pointers are host pointers. Not
+/// final: tests derive from it to switch its native bf16 SumSquares off.
+class CpuKernels : public KernelBackend {
 public:
   Status embeddingForward(float *out, const int32_t *ids, const float *table,
                           int64_t N, int64_t V, int64_t C) override;
@@ -104,6 +105,16 @@ public:
   Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
                const float *lr, const float *step, const float *gradScale,
                const AdamWHyperParams &hyper) override;
+  Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
+  Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
+  /// SumSquares reads BF16 gradients itself (cpu::sumSquaresBF16): the
+  /// result equals the fp32 kernel on widened copies, without staging every
+  /// gradient of the model at once.
+  bool handlesBF16Natively(program::Opcode op) const override;
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<TypedOperand> &inputs,
+                         const std::vector<TypedOperand> &outputs,
+                         const std::vector<TypedOperand> &scratch) override;
 };
 
 } // namespace loom::cpu

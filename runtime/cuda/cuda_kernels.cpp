@@ -9,6 +9,7 @@
 #include "runtime/cuda/cuda_kernels.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/convert.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
@@ -264,6 +265,16 @@ Status CudaKernels::copy(void *dst, const void *src, int64_t bytes) {
   LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes),
                                   cudaMemcpyDeviceToDevice, computeStream));
   return Status::success();
+}
+
+Status CudaKernels::convertF32ToBF16(uint16_t *out, const float *in,
+                                     int64_t n) {
+  return cuda::convertF32ToBF16(out, in, n, computeStream);
+}
+
+Status CudaKernels::convertBF16ToF32(float *out, const uint16_t *in,
+                                     int64_t n) {
+  return cuda::convertBF16ToF32(out, in, n, computeStream);
 }
 
 Status CudaKernels::fillF32(float *dst, int64_t n, float value) {

@@ -125,6 +125,8 @@ public:
   Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
                const float *lr, const float *step, const float *gradScale,
                const AdamWHyperParams &hyper) override;
+  Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
+  Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
 
 private:
   CudaKernels() = default;

@@ -190,6 +190,9 @@ private:
   }
   Status scalar(uint32_t b, const char *role);
   Status dtype(uint32_t b, DType want, const char *role);
+  /// A float tensor operand: F32, or BF16 (mixed precision: the runtime
+  /// stores bf16 and computes in fp32). Scalars go through scalar(): F32.
+  Status floating(uint32_t b, const char *role);
   Status sameShape(uint32_t b, const std::vector<int64_t> &want,
                    const char *role);
   Status numel(uint32_t b, int64_t want, const char *role);
@@ -198,6 +201,7 @@ private:
   Status checkTraining();
   Status checkVocabParallelLoss();
   Status checkCollective();
+  Status checkCast();
   /// `axes` of an op reading a vocabulary shard (Embedding, the vocab-
   /// parallel loss): none, or distinct axes of a non-empty mesh.
   Status checkShardAxes();
@@ -224,7 +228,7 @@ Status InstructionChecker::checkLayerNormStats(const std::vector<int64_t> &x) {
                                                             << " buffers");
   const int64_t rows = shapeNumel(x) / x.back();
   for (uint32_t b : scratch) {
-    LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "scratch"));
+    LOOM_RETURN_IF_ERROR(floating(b, "scratch"));
     LOOM_RETURN_IF_ERROR(numel(b, rows, "scratch (mean / rstd)"));
   }
   return Status::success();
@@ -296,6 +300,13 @@ Status InstructionChecker::dtype(uint32_t b, DType want, const char *role) {
   return Status::success();
 }
 
+Status InstructionChecker::floating(uint32_t b, const char *role) {
+  INSTR_CHECK(facts.dtypes[b] == DType::F32 || facts.dtypes[b] == DType::BF16,
+              role << " (buffer " << b << ") must be F32 or BF16, got "
+                   << dtypeLabel(facts.dtypes[b]));
+  return Status::success();
+}
+
 Status InstructionChecker::sameShape(uint32_t b,
                                      const std::vector<int64_t> &want,
                                      const char *role) {
@@ -336,12 +347,15 @@ Status InstructionChecker::check() {
   // mesh / axes checks.
   if (isCollective(op) || op == Opcode::LocalSlice)
     return checkCollective();
+  if (op == Opcode::Cast)
+    return checkCast();
   const char *schemaName = EnumNameOpcode(op);
   INSTR_CHECK(!(schemaName && *schemaName),
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
-                                 "executes compute, data movement, gradient "
-                                 "and optimizer opcodes 0-30)");
+                                 "executes compute, data movement, gradient, "
+                                 "optimizer, collective and cast opcodes "
+                                 "0-39)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -354,9 +368,9 @@ Status InstructionChecker::checkCompute() {
   case Opcode::Embedding: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
     const uint32_t table = inputs[0], ids = inputs[1], out = outputs[0];
-    LOOM_RETURN_IF_ERROR(dtype(table, DType::F32, "table"));
+    LOOM_RETURN_IF_ERROR(floating(table, "table"));
     LOOM_RETURN_IF_ERROR(dtype(ids, DType::I32, "ids"));
-    LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "result"));
+    LOOM_RETURN_IF_ERROR(floating(out, "result"));
     INSTR_CHECK(shape(table).size() == 2, "table must be [vocab, width], got "
                                               << shapeString(shape(table)));
     // Vocab-parallel: axes splitting the table's rows.
@@ -369,7 +383,7 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
     const uint32_t lhs = inputs[0], rhs = inputs[1], out = outputs[0];
     for (uint32_t b : {lhs, rhs, out})
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+      LOOM_RETURN_IF_ERROR(floating(b, "operand"));
     const auto &l = shape(lhs), &r = shape(rhs);
     INSTR_CHECK(r.size() <= l.size() &&
                     std::equal(r.begin(), r.end(), l.end() - r.size()),
@@ -382,8 +396,8 @@ Status InstructionChecker::checkCompute() {
   case Opcode::Linear: {
     LOOM_RETURN_IF_ERROR(counts(2, 3, 1, 0));
     for (uint32_t b : inputs)
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+      LOOM_RETURN_IF_ERROR(floating(b, "operand"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
     const auto &x = shape(inputs[0]), &w = shape(inputs[1]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
     INSTR_CHECK(w.size() >= 2,
@@ -403,7 +417,7 @@ Status InstructionChecker::checkCompute() {
   case Opcode::Matmul: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
     for (uint32_t b : {inputs[0], inputs[1], outputs[0]})
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
+      LOOM_RETURN_IF_ERROR(floating(b, "operand"));
     const auto &l = shape(inputs[0]), &r = shape(inputs[1]);
     INSTR_CHECK(l.size() >= 2,
                 "lhs must be [..., M, K], got " << shapeString(l));
@@ -421,8 +435,8 @@ Status InstructionChecker::checkCompute() {
   case Opcode::LayerNorm: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 2));
     for (uint32_t b : inputs)
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, "operand"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+      LOOM_RETURN_IF_ERROR(floating(b, "operand"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
     const auto &x = shape(inputs[0]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], {x.back()}, "weight"));
@@ -433,21 +447,21 @@ Status InstructionChecker::checkCompute() {
   case Opcode::Gelu:
   case Opcode::Softmax: {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
-    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "input"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    LOOM_RETURN_IF_ERROR(floating(inputs[0], "input"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
     if (op == Opcode::Softmax)
       INSTR_CHECK(!shape(inputs[0]).empty(), "input must have rank >= 1");
     return sameShape(outputs[0], shape(inputs[0]), "result");
   }
   case Opcode::Attention: {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
-    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "qkv"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
+    LOOM_RETURN_IF_ERROR(floating(inputs[0], "qkv"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
     return checkAttentionShape(shape(inputs[0]), shape(outputs[0]), "result");
   }
   case Opcode::CrossEntropy: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
-    LOOM_RETURN_IF_ERROR(dtype(inputs[0], DType::F32, "logits"));
+    LOOM_RETURN_IF_ERROR(floating(inputs[0], "logits"));
     LOOM_RETURN_IF_ERROR(dtype(inputs[1], DType::I32, "targets"));
     LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "result"));
     const auto &l = shape(inputs[0]);
@@ -457,7 +471,7 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], rows, "targets"));
     LOOM_RETURN_IF_ERROR(numel(outputs[0], 1, "result (scalar loss)"));
     if (!scratch.empty()) {
-      LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (losses)"));
+      LOOM_RETURN_IF_ERROR(floating(scratch[0], "scratch (losses)"));
       LOOM_RETURN_IF_ERROR(
           numel(scratch[0], shapeNumel(rows), "scratch (per-token losses)"));
     }
@@ -472,19 +486,19 @@ Status InstructionChecker::checkCompute() {
 
 Status InstructionChecker::checkTraining() {
   const Opcode op = ins.opcode();
-  auto allF32 = [&](const std::vector<uint32_t> &v,
+  auto allFloat = [&](const std::vector<uint32_t> &v,
                     const char *role) -> Status {
     for (uint32_t b : v)
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+      LOOM_RETURN_IF_ERROR(floating(b, role));
     return Status::success();
   };
   switch (op) {
   case Opcode::EmbeddingGrad: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
     const uint32_t dout = inputs[0], ids = inputs[1], out = outputs[0];
-    LOOM_RETURN_IF_ERROR(dtype(dout, DType::F32, "dout"));
+    LOOM_RETURN_IF_ERROR(floating(dout, "dout"));
     LOOM_RETURN_IF_ERROR(dtype(ids, DType::I32, "ids"));
-    LOOM_RETURN_IF_ERROR(dtype(out, DType::F32, "dtable"));
+    LOOM_RETURN_IF_ERROR(floating(out, "dtable"));
     INSTR_CHECK(shape(out).size() == 2, "dtable must be [vocab, width], got "
                                             << shapeString(shape(out)));
     std::vector<int64_t> want = shape(ids);
@@ -493,7 +507,7 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::ReduceLeading: {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
-    LOOM_RETURN_IF_ERROR(allF32({inputs[0], outputs[0]}, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat({inputs[0], outputs[0]}, "operand"));
     const auto &x = shape(inputs[0]), &o = shape(outputs[0]);
     INSTR_CHECK(o.size() <= x.size() &&
                     std::equal(o.begin(), o.end(), x.end() - o.size()),
@@ -505,8 +519,8 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::LinearGrad: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0, 3));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
-    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat(outputs, "result"));
     const auto &dy = shape(inputs[0]), &x = shape(inputs[1]),
                &w = shape(inputs[2]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
@@ -530,8 +544,8 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::MatmulGrad: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
-    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat(outputs, "result"));
     const auto &l = shape(inputs[1]), &r = shape(inputs[2]);
     INSTR_CHECK(l.size() >= 2,
                 "lhs must be [..., M, K], got " << shapeString(l));
@@ -550,8 +564,8 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::LayerNormGrad: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 3, 2));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
-    LOOM_RETURN_IF_ERROR(allF32(outputs, "result"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat(outputs, "result"));
     const auto &x = shape(inputs[1]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
     LOOM_RETURN_IF_ERROR(sameShape(inputs[0], x, "dout"));
@@ -564,8 +578,8 @@ Status InstructionChecker::checkTraining() {
   case Opcode::GeluGrad:
   case Opcode::SoftmaxGrad: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dinput"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "dinput"));
     const auto &x = shape(inputs[1]);
     if (op == Opcode::SoftmaxGrad)
       INSTR_CHECK(!x.empty(), "result must have rank >= 1");
@@ -574,8 +588,8 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::AttentionGrad: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "operand"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dqkv"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "dqkv"));
     LOOM_RETURN_IF_ERROR(
         checkAttentionShape(shape(inputs[1]), shape(inputs[0]), "dout"));
     return sameShape(outputs[0], shape(inputs[1]), "dqkv");
@@ -583,9 +597,9 @@ Status InstructionChecker::checkTraining() {
   case Opcode::CrossEntropyGrad: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
     LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
-    LOOM_RETURN_IF_ERROR(dtype(inputs[1], DType::F32, "logits"));
+    LOOM_RETURN_IF_ERROR(floating(inputs[1], "logits"));
     LOOM_RETURN_IF_ERROR(dtype(inputs[2], DType::I32, "targets"));
-    LOOM_RETURN_IF_ERROR(dtype(outputs[0], DType::F32, "dlogits"));
+    LOOM_RETURN_IF_ERROR(floating(outputs[0], "dlogits"));
     const auto &l = shape(inputs[1]);
     INSTR_CHECK(l.size() >= 2,
                 "logits must be [..., vocab], got " << shapeString(l));
@@ -623,8 +637,9 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(counts(0, 0, 1, 0));
     const DType t = facts.dtypes[outputs[0]];
     const double v = ins.value();
-    INSTR_CHECK(t == DType::F32 || t == DType::I32,
-                "result (buffer " << outputs[0] << ") must be F32 or I32, got "
+    INSTR_CHECK(t == DType::F32 || t == DType::BF16 || t == DType::I32,
+                "result (buffer " << outputs[0]
+                                  << ") must be F32, BF16 or I32, got "
                                   << dtypeLabel(t));
     INSTR_CHECK(t != DType::I32 ||
                     (v == std::floor(v) && v >= INT32_MIN && v <= INT32_MAX),
@@ -633,7 +648,7 @@ Status InstructionChecker::checkTraining() {
   }
   case Opcode::SumSquares: {
     LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 1, 0));
-    LOOM_RETURN_IF_ERROR(allF32(inputs, "gradient"));
+    LOOM_RETURN_IF_ERROR(allFloat(inputs, "gradient"));
     return scalar(outputs[0], "sum of squares (scalar)");
   }
   case Opcode::ClipCoef: {
@@ -648,7 +663,7 @@ Status InstructionChecker::checkTraining() {
   case Opcode::AdamW: {
     LOOM_RETURN_IF_ERROR(counts(7, 7, 3, 0));
     const uint32_t p = inputs[0], g = inputs[1], m = inputs[2], v = inputs[3];
-    LOOM_RETURN_IF_ERROR(allF32({p, g, m, v}, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat({p, g, m, v}, "operand"));
     LOOM_RETURN_IF_ERROR(sameShape(g, shape(p), "grad"));
     LOOM_RETURN_IF_ERROR(sameShape(m, shape(p), "m"));
     LOOM_RETURN_IF_ERROR(sameShape(v, shape(p), "v"));
@@ -661,7 +676,7 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], shape(p), "updated param"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[1], shape(p), "updated m"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[2], shape(p), "updated v"));
-    LOOM_RETURN_IF_ERROR(allF32({outputs[0], outputs[1], outputs[2]}, "output"));
+    LOOM_RETURN_IF_ERROR(allFloat({outputs[0], outputs[1], outputs[2]}, "output"));
     const uint32_t state[] = {p, g, m, v};
     const char *names[] = {"param", "grad", "m", "v"};
     for (int a = 0; a < 4; ++a)
@@ -711,7 +726,7 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                                                     << q[1] << "*" << q[1]
                                                     << " overflow");
   if (!scratch.empty()) {
-    LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch (att)"));
+    LOOM_RETURN_IF_ERROR(floating(scratch[0], "scratch (att)"));
     // B*NH*T*T fits: NH <= C and the qkv buffer is in the arena, but T*T
     // may not; compare by division.
     const int64_t s = shapeNumel(shape(scratch[0]));
@@ -742,10 +757,10 @@ Status InstructionChecker::checkShardAxes() {
 Status InstructionChecker::checkVocabParallelLoss() {
   const Opcode op = ins.opcode();
   LOOM_RETURN_IF_ERROR(checkShardAxes());
-  auto allF32 = [&](const std::vector<uint32_t> &v,
+  auto allFloat = [&](const std::vector<uint32_t> &v,
                     const char *role) -> Status {
     for (uint32_t b : v)
-      LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+      LOOM_RETURN_IF_ERROR(floating(b, role));
     return Status::success();
   };
   // Per-token shapes: the logits without their last dimension.
@@ -760,7 +775,7 @@ Status InstructionChecker::checkVocabParallelLoss() {
   switch (op) {
   case Opcode::RowMax: {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
-    LOOM_RETURN_IF_ERROR(allF32({inputs[0], outputs[0]}, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat({inputs[0], outputs[0]}, "operand"));
     const auto &x = shape(inputs[0]);
     INSTR_CHECK(!x.empty(), "input must have rank >= 1");
     return sameShape(outputs[0], std::vector<int64_t>(x.begin(), x.end() - 1),
@@ -769,7 +784,7 @@ Status InstructionChecker::checkVocabParallelLoss() {
   case Opcode::CrossEntropySums:
     LOOM_RETURN_IF_ERROR(counts(3, 3, 2, 0));
     LOOM_RETURN_IF_ERROR(
-        allF32({inputs[0], inputs[1], outputs[0], outputs[1]}, "operand"));
+        allFloat({inputs[0], inputs[1], outputs[0], outputs[1]}, "operand"));
     LOOM_RETURN_IF_ERROR(dtype(inputs[2], DType::I32, "targets"));
     LOOM_RETURN_IF_ERROR(tokensOf(inputs[0], tokens));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], tokens, "row_max"));
@@ -778,16 +793,16 @@ Status InstructionChecker::checkVocabParallelLoss() {
     return sameShape(outputs[1], tokens, "target_logit");
   case Opcode::CrossEntropyFromSums:
     LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
-    LOOM_RETURN_IF_ERROR(allF32({inputs[0], inputs[1], inputs[2]}, "operand"));
+    LOOM_RETURN_IF_ERROR(allFloat({inputs[0], inputs[1], inputs[2]}, "operand"));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], shape(inputs[0]), "sum_exp"));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[2], shape(inputs[0]), "target_logit"));
     INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
                 "value (global token count) must be >= 0, got " << ins.value());
-    return numel(outputs[0], 1, "result (scalar loss)");
+    return scalar(outputs[0], "result (scalar loss)");
   case Opcode::CrossEntropySumsGrad:
     LOOM_RETURN_IF_ERROR(counts(5, 5, 1, 0));
     LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
-    LOOM_RETURN_IF_ERROR(allF32({inputs[1], inputs[2], inputs[3], outputs[0]},
+    LOOM_RETURN_IF_ERROR(allFloat({inputs[1], inputs[2], inputs[3], outputs[0]},
                                 "operand"));
     LOOM_RETURN_IF_ERROR(dtype(inputs[4], DType::I32, "targets"));
     LOOM_RETURN_IF_ERROR(tokensOf(inputs[1], tokens));
@@ -907,8 +922,9 @@ Status InstructionChecker::checkCollective() {
     const char *rn = EnumNameReduction(red);
     INSTR_CHECK(rn && *rn,
                 "unknown reduction " << static_cast<int>(red));
-    INSTR_CHECK(red != Reduction::Avg || facts.dtypes[b] == DType::F32,
-                "Avg reduction needs F32 data, got "
+    INSTR_CHECK(red != Reduction::Avg || facts.dtypes[b] == DType::F32 ||
+                    facts.dtypes[b] == DType::BF16,
+                "Avg reduction needs F32 or BF16 data, got "
                     << dtypeLabel(facts.dtypes[b]));
     return Status::success();
   };
@@ -967,8 +983,10 @@ Status InstructionChecker::checkCollective() {
       INSTR_CHECK(axes.size() == 1 && k == 1 && !ins.async_collective(),
                   "an AllReduce among members reduces one value over one "
                   "axis, synchronously");
-      INSTR_CHECK(facts.dtypes[inputs[0]] == DType::F32,
-                  "an AllReduce among members needs F32 data");
+      INSTR_CHECK(facts.dtypes[inputs[0]] == DType::F32 ||
+                      facts.dtypes[inputs[0]] == DType::BF16,
+                  "an AllReduce among members needs F32 or BF16 data, got "
+                      << dtypeLabel(facts.dtypes[inputs[0]]));
       INSTR_CHECK(members.size() >= 2, "an AllReduce among members needs at "
                                        "least two members");
       for (size_t m = 0; m < members.size(); ++m)
@@ -986,8 +1004,6 @@ Status InstructionChecker::checkCollective() {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
     const uint32_t in = inputs[0], out = outputs[0];
     LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
-    INSTR_CHECK(facts.dtypes[in] != DType::BF16,
-                opcodeName(op) << " on BF16 is not supported by this runtime");
     INSTR_CHECK(!overlaps(in, out), "output buffer "
                                         << out << " overlaps input buffer "
                                         << in);
@@ -1047,15 +1063,25 @@ Status InstructionChecker::checkCollective() {
                         << axes[0] << " of size " << n);
     INSTR_CHECK(ins.tag() >= 0 && ins.tag() <= 32767,
                 "tag " << ins.tag() << " must be in [0, 32767]");
-    const uint32_t b = op == Opcode::Send ? inputs[0] : outputs[0];
-    INSTR_CHECK(facts.dtypes[b] != DType::BF16,
-                opcodeName(op) << " on BF16 is not supported by this runtime");
     return Status::success();
   }
   default:
     break;
   }
   return Status::success();
+}
+
+Status InstructionChecker::checkCast() {
+  LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+  const uint32_t in = inputs[0], out = outputs[0];
+  const DType from = facts.dtypes[in], to = facts.dtypes[out];
+  INSTR_CHECK((from == DType::F32 && to == DType::BF16) ||
+                  (from == DType::BF16 && to == DType::F32),
+              "Cast converts F32 to BF16 or BF16 to F32, got "
+                  << dtypeLabel(from) << " (buffer " << in << ") to "
+                  << dtypeLabel(to) << " (buffer " << out << ")"
+                  << (from == to ? "; a same-dtype move is a Copy" : ""));
+  return sameShape(out, shape(in), "result");
 }
 
 #undef INSTR_CHECK
@@ -1082,8 +1108,8 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
     LOOM_CHECK(b < facts.shapes.size(),
                label << ": buffer " << b << " is out of range (the stage has "
                      << facts.shapes.size() << " buffers)");
-    LOOM_CHECK(facts.dtypes[b] == DType::F32,
-               label << ": buffer " << b << " must be F32, got "
+    LOOM_CHECK(facts.dtypes[b] == DType::F32 || facts.dtypes[b] == DType::BF16,
+               label << ": buffer " << b << " must be F32 or BF16, got "
                      << dtypeLabel(facts.dtypes[b]));
     const std::vector<int64_t> &local = facts.shapes[b];
     const std::vector<int64_t> global = toVector(param->global_shape());
@@ -1185,39 +1211,46 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
     LOOM_RETURN_IF_ERROR(
         extraShape(param->moment_sharding(), "moment_sharding", momentShape));
     // Training buffers: the gradient accumulator and the AdamW moments have
-    // those shapes, are F32 and share no bytes with the parameter or each
-    // other (the update reads the gradient while writing the rest).
+    // those shapes and share no bytes with the parameter or each other (the
+    // update reads the gradient while writing the rest). The moments and a
+    // mixed-precision master are F32; the gradient F32 or BF16 (bf16
+    // gradients, or fp32 accumulation under bf16 weights).
     struct Extra {
       int32_t index;
       const char *what;
       const std::vector<int64_t> *shape;
       const char *whose;
+      bool bf16Allowed;
     };
     const bool gradSharded =
         param->grad_sharding() && param->grad_sharding()->size() > 0;
     const bool momentSharded =
         param->moment_sharding() && param->moment_sharding()->size() > 0;
+    const char *momentWhose =
+        momentSharded ? "moment_sharding's block" : "the parameter's";
     const Extra extra[] = {
         {param->grad_buffer(), "grad_buffer", &gradShape,
-         gradSharded ? "grad_sharding's block" : "the parameter's"},
-        {param->m_buffer(), "m_buffer", &momentShape,
-         momentSharded ? "moment_sharding's block" : "the parameter's"},
-        {param->v_buffer(), "v_buffer", &momentShape,
-         momentSharded ? "moment_sharding's block" : "the parameter's"}};
+         gradSharded ? "grad_sharding's block" : "the parameter's", true},
+        {param->m_buffer(), "m_buffer", &momentShape, momentWhose, false},
+        {param->v_buffer(), "v_buffer", &momentShape, momentWhose, false},
+        {param->master_buffer(), "master_buffer", &momentShape, momentWhose,
+         false}};
     std::vector<uint32_t> owned = {b};
-    for (const auto &[index, what, want, whose] : extra) {
+    for (const auto &[index, what, want, whose, bf16Allowed] : extra) {
       if (index == -1)
         continue;
       LOOM_CHECK(index >= 0 && static_cast<size_t>(index) < facts.shapes.size(),
                  label << ": " << what << " " << index
                        << " is out of range (the stage has "
                        << facts.shapes.size() << " buffers; -1 means none)");
-      LOOM_CHECK(facts.dtypes[index] == DType::F32 &&
+      const DType t = facts.dtypes[index];
+      LOOM_CHECK((t == DType::F32 || (bf16Allowed && t == DType::BF16)) &&
                      facts.shapes[index] == *want,
                  label << ": " << what << " " << index << " is "
                        << shapeString(facts.shapes[index]) << " "
-                       << dtypeLabel(facts.dtypes[index]) << ", expected "
-                       << whose << " " << shapeString(*want) << " F32");
+                       << dtypeLabel(t) << ", expected " << whose << " "
+                       << shapeString(*want)
+                       << (bf16Allowed ? " F32 or BF16" : " F32"));
       for (uint32_t other : owned)
         LOOM_CHECK(facts.offsets[index] >=
                            facts.offsets[other] + facts.bytes[other] ||
@@ -1233,6 +1266,21 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                  label << ": a training program (update_instructions is not "
                           "empty) needs grad_buffer, m_buffer and v_buffer "
                           "for every parameter");
+    // Mixed precision: the master holds the fp32 weights of a bf16
+    // parameter. A bf16 parameter a training program updates without one
+    // would lose every update smaller than bf16's spacing.
+    LOOM_CHECK(param->master_buffer() < 0 || facts.dtypes[b] == DType::BF16,
+               label << ": has master_buffer " << param->master_buffer()
+                     << " but its buffer " << b << " is "
+                     << dtypeLabel(facts.dtypes[b])
+                     << "; fp32 master weights belong to a BF16 parameter");
+    LOOM_CHECK(!training || facts.dtypes[b] != DType::BF16 ||
+                   param->master_buffer() >= 0,
+               label << ": buffer " << b
+                     << " is BF16 but the training program gives it no "
+                        "master_buffer (the fp32 master weights AdamW "
+                        "updates); compile with --precision bf16, which "
+                        "adds them");
     const auto kind = param->init();
     LOOM_CHECK(kind == InitKind::Normal || kind == InitKind::Zeros ||
                    kind == InitKind::Ones,

@@ -17,6 +17,11 @@
 // Param.grad_sharding / moment_sharding (ZeRO) give the grad / m / v buffers
 // the global shape divided per dimension by their blocks (else the param
 // buffer's shape): axes in range and distinct, each dimension divisible.
+// Mixed precision: every float tensor operand may be F32 or BF16 (scalars:
+// the loss, dloss, lr, step, coef, norms stay F32); Cast converts F32 <-> BF16
+// of one shape; Param.master_buffer is an F32 buffer of the m buffer's shape
+// belonging to a BF16 parameter, and a training program's BF16 parameter
+// must have one; moments stay F32, gradients may be either.
 // After a successful load the executor can index buffers and run kernels
 // without further checks. Every error is a Status naming the stage, the
 // instruction index and its name; no input makes the loader crash.

@@ -322,6 +322,25 @@ public:
     LOOM_GUARD(adamw, (params, grads, m, v, lr, step, gradScale),
                adamw(params, grads, m, v, n, lr, step, gradScale, hyper));
   }
+  Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override {
+    LOOM_GUARD(convertF32ToBF16, (out, in), convertF32ToBF16(out, in, n));
+  }
+  Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override {
+    LOOM_GUARD(convertBF16ToF32, (out, in), convertBF16ToF32(out, in, n));
+  }
+  bool handlesBF16Natively(program::Opcode op) const override {
+    return cpu.handlesBF16Natively(op);
+  }
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<TypedOperand> &inputs,
+                         const std::vector<TypedOperand> &outputs,
+                         const std::vector<TypedOperand> &scratch) override {
+    for (const auto *list : {&inputs, &outputs, &scratch})
+      for (const TypedOperand &t : *list)
+        LOOM_RETURN_IF_ERROR(mem.check("runBF16Natively", t.data));
+    LOOM_GUARD(runBF16Natively, (),
+               runBF16Natively(ins, inputs, outputs, scratch));
+  }
 #undef LOOM_GUARD
 #undef LOOM_POINTERS
 
@@ -406,6 +425,24 @@ TEST(BufferMemory, PipelineStashesGoThroughTheBackend) {
   auto p = miniGptTrain(d, o);
   makeSingleChunkPipeline(*p);
   expectSame(*p);
+}
+
+TEST(BufferMemory, BF16StagingLivesInBufferMemory) {
+  // Mixed precision: every instruction with bf16 operands widens them into
+  // the executor's staging memory, runs the fp32 kernel there and rounds
+  // back; masters are initialized, updated and cast. The staging must be
+  // buffer memory the host never touches (plain and as a pipeline stage).
+  MiniGptDims d;
+  d.B = 4;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  auto p = miniGptTrain(d, o);
+  makeMixedPrecision(*p);
+  expectSame(*p);
+  auto piped = miniGptTrain(d, o);
+  makeSingleChunkPipeline(*piped);
+  makeMixedPrecision(*piped);
+  expectSame(*piped);
 }
 
 TEST(BufferMemory, StagingAndWorkspaceLiveInBufferMemory) {

@@ -98,6 +98,44 @@ TEST(Communicator, SingleRankCollectivesCopy) {
   EXPECT_EQ(st.calls[static_cast<int>(CommKind::AllGather)], 1);
 }
 
+TEST(Communicator, SingleRankBF16CollectivesKeepTheBits) {
+  // A group of one: a bf16 sum / average is the value itself (already a
+  // bf16, so rounding it once changes nothing), moves copy 2-byte
+  // elements, and sends count 2 bytes per element.
+  SingleRankCommunicator comm;
+  ASSERT_TRUE(comm.setMesh({{"dp", 1}}).ok());
+  const std::vector<uint16_t> a = {0x3f80, 0x7fc1, 0xff80, 0x0001, 0x8000};
+  for (program::Reduction op :
+       {program::Reduction::Sum, program::Reduction::Avg}) {
+    std::vector<uint16_t> x = a;
+    ASSERT_TRUE(comm.allReduce(x.data(), 5, program::DType::BF16, op, {0}).ok());
+    EXPECT_EQ(x, a);
+    ASSERT_TRUE(comm.allReduceAmong(x.data(), 5, program::DType::BF16, op, 0,
+                                    {0})
+                    .ok());
+    EXPECT_EQ(x, a);
+  }
+  std::vector<uint16_t> b(5);
+  ASSERT_TRUE(comm.allGather(a.data(), b.data(), 5, program::DType::BF16, {0})
+                  .ok());
+  EXPECT_EQ(b, a);
+  b.assign(5, 0);
+  ASSERT_TRUE(comm.reduceScatter(a.data(), b.data(), 5, program::DType::BF16,
+                                 program::Reduction::Sum, {0})
+                  .ok());
+  EXPECT_EQ(b, a);
+  b.assign(5, 0);
+  ASSERT_TRUE(
+      comm.allToAll(a.data(), b.data(), 5, program::DType::BF16, {0}).ok());
+  EXPECT_EQ(b, a);
+  comm.resetStats();
+  ASSERT_TRUE(comm.send(a.data(), 5, program::DType::BF16, 0, 1).ok());
+  b.assign(5, 0);
+  ASSERT_TRUE(comm.recv(b.data(), 5, program::DType::BF16, 0, 1).ok());
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(comm.stats().sentBytes[static_cast<int>(CommKind::Send)], 10);
+}
+
 TEST(Communicator, WorldSizeMismatchNamesBoth) {
   SingleRankCommunicator comm;
   Status s = comm.setMesh({{"dp", 2}, {"tp", 1}});

@@ -15,6 +15,7 @@
 #include "runtime/cpu/cross_entropy.h"
 #include "runtime/cpu/embedding.h"
 #include "runtime/cpu/tensor_movement.h"
+#include "runtime/cuda/convert.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
@@ -137,6 +138,47 @@ TEST_F(CudaBackendTest, TransposeEveryPermutationOfRank3AndElementSizes) {
   DeviceVector<float> s(std::vector<float>{2.5f}), d(1);
   ASSERT_TRUE(cuda::transpose(d.get(), s.get(), {}, {}, 4, stream).ok());
   EXPECT_EQ(d.host(), std::vector<float>{2.5f});
+}
+
+TEST_F(CudaBackendTest, BF16ConversionsMatchTheCpuBitForBit) {
+  // Every bf16 bit pattern widened, and fp32 values covering ties (both
+  // parities), NaNs with payloads, infinities, overflow and subnormals
+  // rounded: the device must give the CPU's bits (convert.cu).
+  std::vector<uint16_t> every(65536);
+  for (size_t i = 0; i < every.size(); ++i)
+    every[i] = static_cast<uint16_t>(i);
+  std::vector<float> want(every.size());
+  cpu::CpuKernels cpuKernels;
+  ASSERT_TRUE(cpuKernels.convertBF16ToF32(want.data(), every.data(), 65536).ok());
+  DeviceVector<uint16_t> dEvery(every);
+  DeviceVector<float> dWide(every.size());
+  ASSERT_TRUE(
+      cuda::convertBF16ToF32(dWide.get(), dEvery.get(), 65536, stream).ok());
+  std::vector<float> got = dWide.host();
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+
+  std::vector<uint32_t> bits;
+  std::mt19937 gen(3);
+  for (int i = 0; i < 100000; ++i)
+    bits.push_back(gen());
+  for (uint32_t b : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu,
+                     0x7f800000u, 0x7f800001u, 0xffc12345u, 0x00000001u,
+                     0x80008000u, 0x7f7f8000u})
+    bits.push_back(b);
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> wantNarrow(values.size());
+  ASSERT_TRUE(cpuKernels
+                  .convertF32ToBF16(wantNarrow.data(), values.data(),
+                                    static_cast<int64_t>(values.size()))
+                  .ok());
+  DeviceVector<float> dValues(values);
+  DeviceVector<uint16_t> dNarrow(values.size());
+  ASSERT_TRUE(cuda::convertF32ToBF16(dNarrow.get(), dValues.get(),
+                                     static_cast<int64_t>(values.size()),
+                                     stream)
+                  .ok());
+  EXPECT_EQ(dNarrow.host(), wantNarrow);
 }
 
 TEST_F(CudaBackendTest, CudaKernelsMatchCpuKernels) {

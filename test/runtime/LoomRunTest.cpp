@@ -472,6 +472,40 @@ TEST_F(LoomRun, SummaryReportsModelStateAndTheProgramsPredictions) {
   }
 }
 
+TEST_F(LoomRun, MixedPrecisionSummaryReportsStagingAndSixteenBytes) {
+  // A bf16 training program (bf16 weights and gradients, fp32 masters and
+  // moments): 2 + 2 + 4 + 4 + 4 bytes of model state per parameter, and the
+  // fp32 staging of bf16 operands reported next to the arena.
+  const std::string train = tempPath("train.loom"), l1 = tempPath("l1.jsonl");
+  auto p = miniGptTrain();
+  makeMixedPrecision(*p);
+  int64_t elements = 0;
+  for (const auto &param : p->stages[0]->params) {
+    int64_t n = 1;
+    for (int64_t d : p->stages[0]->buffers[param->buffer]->shape)
+      n *= d;
+    elements += n;
+  }
+  writeText(train, serialize(*p));
+  std::string out, err;
+  ASSERT_EQ(runLoomRun(train + " --data " + data + " --steps 2 --log-json " +
+                           l1,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find(", bf16 staging "), std::string::npos) << out;
+  const auto log = readLog(l1);
+  ASSERT_EQ(log.size(), 3u);
+  for (int s = 0; s < 2; ++s)
+    EXPECT_TRUE(std::isfinite(log[s].find("loss")->asDouble()));
+  const JsonValue &rank = log.back().find("ranks")->items().at(0);
+  EXPECT_EQ(rank.find("model_state_bytes")->asInt(), 16 * elements);
+  const int64_t staging = rank.find("bf16_staging_bytes")->asInt();
+  EXPECT_GT(staging, 0);
+  EXPECT_GE(rank.find("peak_bytes")->asInt(),
+            rank.find("predicted_peak_bytes")->asInt() + staging);
+}
+
 TEST_F(LoomRun, TrainingStepsZeroSavesTheInitialModel) {
   const std::string train = tempPath("train.loom"),
                     z = tempPath("z.safetensors");

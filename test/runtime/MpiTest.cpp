@@ -16,6 +16,7 @@
 // --gtest_output.
 //
 //===----------------------------------------------------------------------===//
+#include "MpiTestUtil.h"
 #include "ProgramTestUtil.h"
 
 #include "runtime/core/checkpoint.h"
@@ -36,35 +37,6 @@ using namespace loom;
 using namespace loom::test;
 
 namespace {
-
-int worldRank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-class Mpi : public ::testing::Test {
-protected:
-  void SetUp() override {
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    ASSERT_EQ(size, 4) << "run loom-mpi-tests under mpirun -np 4";
-    ASSERT_TRUE(MpiCommunicator::create(MPI_COMM_WORLD, comm).ok());
-  }
-  void TearDown() override {
-    int bad = HasFailure() ? 1 : 0, any = 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any && !bad)
-      ADD_FAILURE() << "another rank failed this test (see its output)";
-    if (bad && worldRank() != 0)
-      std::fprintf(stderr, "loom-mpi-tests: rank %d failed %s\n", worldRank(),
-                   ::testing::UnitTest::GetInstance()
-                       ->current_test_info()
-                       ->name());
-    comm.reset();
-  }
-  std::unique_ptr<Communicator> comm;
-};
 
 void addMesh(fb::ProgramT &p,
              std::vector<std::pair<std::string, int64_t>> axes) {

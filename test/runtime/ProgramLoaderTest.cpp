@@ -288,7 +288,7 @@ TEST(ProgramVerifier, Dtypes) {
         stage0(p).buffers[instr(p, "h.0.mlp.gelu").outputs[0]]->dtype =
             fb::DType::I32;
       },
-      {"result", "must be F32, got I32"});
+      {"result", "must be F32 or BF16, got I32"});
   expectRejected(
       [](fb::ProgramT &p) {
         stage0(p).buffers[instr(p, "loss").inputs[1]]->dtype = fb::DType::F32;
@@ -968,12 +968,13 @@ TEST(ProgramVerifier, GradientShapes) {
         shapeOf(p, "dreduce.wpe.weight") = {2, 8};
       },
       {"(ReduceLeading)", "must equal the trailing dimensions"});
-  // Fill: F32 / I32 result, integral value for I32.
+  // Fill: F32 / BF16 / I32 result, integral value for I32. (A BF16 seed
+  // then fails where it is read as a scalar.)
   expectTrainRejected(
       [](fb::ProgramT &p) {
         stage0(p).buffers[bufferIndex(p, "d.loss")]->dtype = fb::DType::BF16;
       },
-      {"(Fill)", "must be F32 or I32"});
+      {"(CrossEntropyGrad)", "dloss (scalar)", "must be F32, got BF16"});
   expectTrainRejected(
       [](fb::ProgramT &p) {
         auto &fill = instr(p, "loss.seed");
@@ -1018,7 +1019,7 @@ TEST(ProgramVerifier, OptimizerInstructions) {
       [](fb::ProgramT &p) {
         update(p, "sum_squares").inputs[0] = bufferIndex(p, "tokens");
       },
-      {"(SumSquares)", "gradient (buffer", "must be F32, got I32"});
+      {"(SumSquares)", "gradient (buffer", "must be F32 or BF16, got I32"});
   expectTrainRejected(
       [](fb::ProgramT &p) { shapeOf(p, "grad_sum_squares") = {2}; },
       {"(SumSquares)", "sum of squares (scalar)", "expected 1"});
@@ -1293,6 +1294,142 @@ TEST(ProgramVerifier, TrainingParamsAndStage) {
   stage0(*p).update_instructions.clear();
   Status s = load(*p);
   EXPECT_TRUE(s.ok()) << s.toString();
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision (bf16 storage, fp32 masters)
+//===----------------------------------------------------------------------===//
+
+/// As expectTrainRejected, on the training program made mixed precision
+/// (makeMixedPrecision: bf16 tensors, fp32 masters updated then Cast).
+void expectMixedRejected(const std::function<void(fb::ProgramT &)> &edit,
+                         const std::vector<std::string> &needles) {
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        makeMixedPrecision(p);
+        edit(p);
+      },
+      needles);
+}
+
+TEST(ProgramVerifier, MixedPrecisionProgramsLoad) {
+  auto train = miniGptTrain();
+  makeMixedPrecision(*train);
+  Status s = load(*train);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  auto eval = miniGpt();
+  makeMixedPrecision(*eval);
+  s = load(*eval);
+  EXPECT_TRUE(s.ok()) << s.toString();
+  // Collectives carry bf16, averages and shared-parameter sums included.
+  auto dp = miniGptTrain();
+  makeDataParallel(*dp, 2);
+  makeMixedPrecision(*dp);
+  stage0(*dp).update_instructions[0]->members = {0, 1};
+  s = load(*dp);
+  EXPECT_TRUE(s.ok()) << s.toString();
+}
+
+TEST(ProgramVerifier, Cast) {
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        auto &cast = update(p, "cast.wte.weight");
+        cast.inputs[0] = bufferIndex(p, "m.wte.weight");
+        cast.outputs[0] = bufferIndex(p, "v.wte.weight");
+      },
+      {"update instruction", "'cast.wte.weight' (Cast)",
+       "Cast converts F32 to BF16 or BF16 to F32, got F32",
+       "a same-dtype move is a Copy"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        update(p, "cast.wte.weight").outputs[0] = bufferIndex(p, "wpe.weight");
+      },
+      {"(Cast)", "result (buffer", "has shape [8, 16], expected [64, 16]"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) { update(p, "cast.wte.weight").outputs.clear(); },
+      {"(Cast)", "has 1 output(s), got 0"});
+}
+
+TEST(ProgramVerifier, MasterBuffers) {
+  // Index, dtype, shape, overlap.
+  expectMixedRejected(
+      [](fb::ProgramT &p) { stage0(p).params[0]->master_buffer = 9999; },
+      {"param #0 'wte.weight'", "master_buffer 9999 is out of range"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->master_buffer =
+            static_cast<int32_t>(stage0(p).params[0]->grad_buffer);
+      },
+      {"param #0 'wte.weight'", "master_buffer",
+       "[64, 16] BF16, expected the parameter's [64, 16] F32"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->master_buffer =
+            static_cast<int32_t>(bufferIndex(p, "master.wpe.weight"));
+      },
+      {"param #0 'wte.weight'", "master_buffer",
+       "is [8, 16] F32, expected the parameter's [64, 16] F32"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).params[0]->master_buffer = stage0(p).params[0]->m_buffer;
+      },
+      {"master_buffer", "overlaps buffer"});
+  // A master belongs to a bf16 parameter; a bf16 trained parameter needs
+  // one; moments stay fp32 (a bf16 gradient is fine).
+  expectTrainRejected(
+      [](fb::ProgramT &p) {
+        StageBuilder s(stage0(p));
+        stage0(p).params[1]->master_buffer =
+            static_cast<int32_t>(s.buffer("master.wpe", {8, 16}));
+      },
+      {"param #1 'wpe.weight'", "fp32 master weights belong to a BF16 "
+                                "parameter"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) { stage0(p).params[1]->master_buffer = -1; },
+      {"param #1 'wpe.weight'", "is BF16 but the training program gives it "
+                                "no master_buffer",
+       "--precision bf16"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[bufferIndex(p, "m.wpe.weight")]->dtype =
+            fb::DType::BF16;
+      },
+      {"param #1 'wpe.weight'", "m_buffer",
+       "BF16, expected the parameter's [8, 16] F32"});
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[bufferIndex(p, "grad.wpe.weight")]->dtype =
+            fb::DType::I32;
+      },
+      {"grad_buffer", "I32, expected the parameter's [8, 16] F32 or BF16"});
+  expectRejected(
+      [](fb::ProgramT &p) { stage0(p).params[0]->buffer = stage0(p).tokens; },
+      {"'wte.weight'", "must be F32 or BF16, got I32"});
+}
+
+TEST(ProgramVerifier, MixedPrecisionScalarsAndCollectives) {
+  // The loss stays an f32 scalar.
+  expectMixedRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[bufferIndex(p, "loss")]->dtype = fb::DType::BF16;
+      },
+      {"(CrossEntropy)", "result", "must be F32, got BF16"});
+  // Averages and among-member sums need float data.
+  auto dp = miniGptTrain();
+  makeDataParallel(*dp, 2);
+  auto &sync = *stage0(*dp).update_instructions[0];
+  sync.inputs[0] = sync.outputs[0] = bufferIndex(*dp, "tokens");
+  Status s = load(*dp);
+  EXPECT_NE(s.message().find("Avg reduction needs F32 or BF16 data, got I32"),
+            std::string::npos)
+      << s.message();
+  sync.reduction = fb::Reduction::Sum;
+  sync.members = {0, 1};
+  s = load(*dp);
+  EXPECT_NE(s.message().find("an AllReduce among members needs F32 or BF16 "
+                             "data, got I32"),
+            std::string::npos)
+      << s.message();
 }
 
 } // namespace

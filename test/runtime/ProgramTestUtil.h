@@ -502,6 +502,58 @@ inline void makeForwardOnlyPipeline(fb::ProgramT &p) {
       actions.end());
 }
 
+/// Makes `p` what --loom-mixed-precision emits (the program.fbs contract):
+/// every F32 buffer of rank >= 1 becomes BF16 (weights, activations, saved
+/// values, gradients) except the AdamW moments; scalars stay F32. In a
+/// training program each parameter gets an fp32 master ("master.<name>",
+/// the m buffer's shape) that its AdamW updates instead of the parameter,
+/// followed by a Cast of the new master into the bf16 parameter. Offsets
+/// stay: a bf16 buffer needs half the bytes its fp32 one had.
+inline void makeMixedPrecision(fb::ProgramT &p) {
+  for (auto &stage : p.stages) {
+    fb::StageT &st = *stage;
+    std::vector<bool> keep(st.buffers.size(), false);
+    for (auto &param : st.params)
+      for (int32_t b : {param->m_buffer, param->v_buffer})
+        if (b >= 0)
+          keep[static_cast<size_t>(b)] = true;
+    for (size_t b = 0; b < st.buffers.size(); ++b)
+      if (!keep[b] && st.buffers[b]->dtype == fb::DType::F32 &&
+          !st.buffers[b]->shape.empty())
+        st.buffers[b]->dtype = fb::DType::BF16;
+    StageBuilder s(st);
+    std::vector<std::unique_ptr<fb::InstructionT>> update;
+    for (auto &ins : st.update_instructions) {
+      if (ins->opcode != fb::Opcode::AdamW) {
+        update.push_back(std::move(ins));
+        continue;
+      }
+      const uint32_t weights = ins->inputs[0];
+      fb::ParamT *param = nullptr;
+      for (auto &candidate : st.params)
+        if (candidate->buffer == weights)
+          param = candidate.get();
+      EXPECT_TRUE(param) << "AdamW " << ins->name << " updates no parameter";
+      if (!param)
+        return;
+      const uint32_t master = s.buffer(
+          "master." + param->name,
+          st.buffers[static_cast<size_t>(param->m_buffer)]->shape);
+      param->master_buffer = static_cast<int32_t>(master);
+      ins->inputs[0] = master;
+      ins->outputs[0] = master;
+      auto cast = std::make_unique<fb::InstructionT>();
+      cast->opcode = fb::Opcode::Cast;
+      cast->name = "cast." + param->name;
+      cast->inputs = {master};
+      cast->outputs = {weights};
+      update.push_back(std::move(ins));
+      update.push_back(std::move(cast));
+    }
+    st.update_instructions = std::move(update);
+  }
+}
+
 } // namespace loom::test
 
 #endif // LOOM_TEST_RUNTIME_PROGRAMTESTUTIL_H

@@ -638,6 +638,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     kPredictedIdlePpm,    // the compiler's idle share, in millionths
     kStashPeak,           // most bytes of stashed activations held at once
     kPredictedStashPeak,  // ... as the compiler's timeline predicted (-1)
+    kBF16Staging,         // fp32 staging of bf16 operands (in kPeak too)
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -645,6 +646,7 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   std::vector<int64_t> mine(kNumFields, 0);
   mine[kPeak] = static_cast<int64_t>(ex->peakTensorBytes());
   mine[kPredictedPeak] = static_cast<int64_t>(stage.arena_bytes());
+  mine[kBF16Staging] = static_cast<int64_t>(ex->bf16StagingBytes());
   mine[kRssPeak] = static_cast<int64_t>(rssPeakBytes());
   mine[kCommNs] = stepStats.commNs / steps;
   mine[kModelState] = ex->modelStateBytes();
@@ -715,6 +717,9 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
     rank.set("coords", coords);
     rank.set("peak_bytes", JsonValue::integer(v[kPeak]));
     rank.set("predicted_peak_bytes", JsonValue::integer(v[kPredictedPeak]));
+    // Mixed precision: the part of peak_bytes that is the fp32 staging of
+    // bf16 operands (the planned arena does not include it).
+    rank.set("bf16_staging_bytes", JsonValue::integer(v[kBF16Staging]));
     rank.set("rss_peak_bytes", JsonValue::integer(v[kRssPeak]));
     rank.set("model_state_bytes", JsonValue::integer(v[kModelState]));
     if (v[kHasPredictions])
@@ -779,10 +784,15 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
   LOOM_RETURN_IF_ERROR(comm.barrier());
   if (!opts.quiet)
     std::printf("done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
-                "%s (planned arena %s), peak RSS %s\n",
+                "%s (planned arena %s%s), peak RSS %s\n",
                 opts.steps, meanLoss,
                 formatBytes(ex->peakTensorBytes()).c_str(),
                 formatBytes(stage.arena_bytes()).c_str(),
+                ex->bf16StagingBytes() > 0
+                    ? (", bf16 staging " +
+                       formatBytes(ex->bf16StagingBytes()))
+                          .c_str()
+                    : "",
                 formatBytes(rssPeakBytes()).c_str());
   return Status::success();
 }
