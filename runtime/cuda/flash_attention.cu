@@ -22,6 +22,7 @@
 #include "runtime/cuda/flash_attention.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/flash_attention_wmma.h"
 #include "runtime/cuda/launch.cuh"
 
 #include <cmath>
@@ -414,6 +415,10 @@ Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>)
+    if (C / NH == kFlashTensorCoreHeadSize)
+      return flashAttentionForwardTensorCores(out, lse, qkv, B, T, C, NH,
+                                              stream);
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return forwardWith<Elem, decltype(hs)::value>(out, lse, qkv, B, T, C, NH,
                                                   stream);
@@ -427,6 +432,13 @@ Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
+  if constexpr (std::is_same_v<Elem, __nv_bfloat16>)
+    if (C / NH == kFlashTensorCoreHeadSize) {
+      LOOM_LAUNCH(flashRowDotKernel<Elem>, blocksForRows(B * NH * T), kThreads,
+                  stream, rowDot, dout, out, B, T, C, NH);
+      return flashAttentionBackwardTensorCores(dqkv, rowDot, dout, qkv, lse, B,
+                                               T, C, NH, stream);
+    }
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return backwardWith<Elem, decltype(hs)::value>(dqkv, rowDot, dout, qkv, out,
                                                    lse, B, T, C, NH, stream);

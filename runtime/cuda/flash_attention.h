@@ -19,7 +19,8 @@
 //
 // Each thread owns one row (a query in the forward and in dQ, a key in
 // dK/dV) and computes in fp32 whatever the element type; bf16 variants load
-// and store bf16. Head sizes up to kFlashMaxHeadSize (GPT-2: 64) are
+// and store bf16, and at head size 64 run on tensor cores
+// (flash_attention_wmma.h). Head sizes up to kFlashMaxHeadSize (GPT-2: 64) are
 // supported; the executor falls back to attention.cu beyond that.
 //
 //===----------------------------------------------------------------------===//

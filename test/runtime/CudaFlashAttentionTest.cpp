@@ -137,12 +137,15 @@ TEST_F(CudaFlashAttentionTest, Bf16MatchesCpuKernelsOnRoundedInputs) {
                                              stream)
                     .ok())
         << c.name();
-    // Outputs are rounded once to bf16 (2^-9 relative); dqkv also sees the
-    // bf16-rounded out through D = dout . out.
-    expectClose(cuda::floatsFromBf16(dOut.host()), out, 1.0 / 128, 1e-3,
+    // |error| <= 2^-9 (max|v| + |out|): out is rounded once to bf16, and
+    // the tensor-core kernels (hs 64) round each probability to bf16 before
+    // P V (sum_k |dp_k v_k| <= 2^-9 max|v| with v in [-1, 1)).
+    expectClose(cuda::floatsFromBf16(dOut.host()), out, 1.0 / 256, 2.5e-3,
                 "bf16 flash out " + c.name());
     expectClose(dLse.host(), referenceLse(qkv, c), 1e-5, 1e-5,
                 "bf16 flash lse " + c.name());
+    // dqkv also sees the bf16-rounded out (through D = dout . out) and, on
+    // tensor cores, bf16-rounded P and dS.
     expectCloseToScale(cuda::floatsFromBf16(dDqkv.host()), dqkv, 2e-2,
                        "bf16 flash dqkv " + c.name());
   }
