@@ -4,7 +4,11 @@
 // and attentionGrad, the Attention / AttentionGrad opcodes) with each
 // kernel LOOM_CUDA_ATTENTION selects, at one GPT-2 layer's shape, and
 // checks on the way that the two kernels agree (max |flash - naive| of out
-// and dqkv; inputs uniform in [-1, 1)). Prints
+// and dqkv; inputs uniform in [-1, 1)). A third row, flash-bf16, times the
+// bf16 flash kernels (tensor cores at head size 64) on the same inputs
+// rounded to bf16: forward, and the backward given the forward's out and
+// lse (no recompute: the API a bf16 executor calls); its differences from
+// naive are bf16 roundings, reported, not judged. Prints
 //   kernel | forward ms | grad ms | total ms | max |diff| out | dqkv
 // (median of --iters, CUDA events) and, with --json F, the same for
 // scripts. Needs a GPU; without one it says so and exits 1.
@@ -13,8 +17,10 @@
 //                             [--C 768] [--iters 10] [--json F]
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cuda/bf16_host.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/device.h"
+#include "runtime/cuda/flash_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -115,7 +121,7 @@ int main(int argc, char **argv) {
   std::printf("causal attention fp32, B=%lld T=%lld NH=%lld C=%lld "
               "(executor calls: forward, grad with recompute)\n",
               (long long)B, (long long)T, (long long)NH, (long long)C);
-  std::printf("%-6s %11s %11s %11s %14s %14s\n", "kernel", "forward ms",
+  std::printf("%-10s %11s %11s %11s %14s %14s\n", "kernel", "forward ms",
               "grad ms", "total ms", "max|d| out", "max|d| dqkv");
   std::vector<float> outs[2], grads[2];
   std::string json = "[";
@@ -148,7 +154,7 @@ int main(int argc, char **argv) {
     const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
     const double dOutDiff = k ? maxAbsDiff(outs[1], outs[0]) : 0;
     const double dGradDiff = k ? maxAbsDiff(grads[1], grads[0]) : 0;
-    std::printf("%-6s %11.3f %11.3f %11.3f %14.3g %14.3g\n", name, f, g, f + g,
+    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g\n", name, f, g, f + g,
                 dOutDiff, dGradDiff);
     char row[256];
     std::snprintf(row, sizeof(row),
@@ -157,6 +163,66 @@ int main(int argc, char **argv) {
                   "%.6g}",
                   k ? ", " : "", name, f, g, dOutDiff, dGradDiff);
     json += row;
+  }
+  // flash-bf16: the same values rounded to bf16, out / lse / rowDot kept.
+  {
+    const std::vector<uint16_t> qkv16 = loom::cuda::bf16Bits(qkv),
+                                dout16 = loom::cuda::bf16Bits(dout);
+    __nv_bfloat16 *bQkv = nullptr, *bDout = nullptr, *bOut = nullptr,
+                  *bDqkv = nullptr;
+    float *lse = nullptr, *rowDot = nullptr;
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bQkv), nQkv * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bDout), nOut * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bOut), nOut * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bDqkv), nQkv * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&lse), B * NH * T * 4));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&rowDot), B * NH * T * 4));
+    BENCH_CUDA(
+        cudaMemcpy(bQkv, qkv16.data(), nQkv * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(
+        cudaMemcpy(bDout, dout16.data(), nOut * 2, cudaMemcpyHostToDevice));
+    std::vector<float> fwdMs(iters), gradMs(iters);
+    for (int i = -1; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(e0, stream));
+      BENCH_CHECK(loom::cuda::flashAttentionForward(bOut, lse, bQkv, B, T, C,
+                                                    NH, stream));
+      BENCH_CUDA(cudaEventRecord(e1, stream));
+      BENCH_CHECK(loom::cuda::flashAttentionBackward(
+          bDqkv, rowDot, bDout, bQkv, bOut, lse, B, T, C, NH, stream));
+      BENCH_CUDA(cudaEventRecord(e2, stream));
+      BENCH_CUDA(cudaEventSynchronize(e2));
+      if (i < 0)
+        continue;
+      BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
+      BENCH_CUDA(cudaEventElapsedTime(&gradMs[i], e1, e2));
+    }
+    std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
+    BENCH_CUDA(
+        cudaMemcpy(out16.data(), bOut, nOut * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(
+        cudaMemcpy(dqkv16.data(), bDqkv, nQkv * 2, cudaMemcpyDeviceToHost));
+    std::sort(fwdMs.begin(), fwdMs.end());
+    std::sort(gradMs.begin(), gradMs.end());
+    const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
+    const double dOutDiff =
+        maxAbsDiff(loom::cuda::floatsFromBf16(out16), outs[0]);
+    const double dGradDiff =
+        maxAbsDiff(loom::cuda::floatsFromBf16(dqkv16), grads[0]);
+    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g  (bf16 inputs)\n",
+                "flash-bf16", f, g, f + g, dOutDiff, dGradDiff);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  ", {\"kernel\": \"flash-bf16\", \"forward_ms\": %.6f, "
+                  "\"grad_ms\": %.6f, \"max_abs_diff_out\": %.6g, "
+                  "\"max_abs_diff_dqkv\": %.6g}",
+                  f, g, dOutDiff, dGradDiff);
+    json += row;
+    cudaFree(bQkv);
+    cudaFree(bDout);
+    cudaFree(bOut);
+    cudaFree(bDqkv);
+    cudaFree(lse);
+    cudaFree(rowDot);
   }
   json += "]\n";
   if (jsonPath) {
