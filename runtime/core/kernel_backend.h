@@ -177,6 +177,16 @@ public:
                            const std::vector<int64_t> &extents,
                            const std::vector<int64_t> &outShape, int64_t dim,
                            int64_t elemBytes) = 0;
+  /// A collective's blocks made contiguous: `src` viewed as [outer, n,
+  /// inner] (`shape` split at `dim` into n blocks) to dense `dst` [n, outer,
+  /// inner] (communicator.h's packBlocks, on buffer memory).
+  virtual Status packBlocks(void *dst, const void *src,
+                            const std::vector<int64_t> &shape, int64_t dim,
+                            int64_t n, int64_t elemBytes) = 0;
+  /// Inverse: n contiguous chunks of `blockShape` concatenated along `dim`.
+  virtual Status unpackBlocks(void *dst, const void *src,
+                              const std::vector<int64_t> &blockShape,
+                              int64_t dim, int64_t n, int64_t elemBytes) = 0;
 
   //===--------------------------------------------------------------------===//
   // Optimizer

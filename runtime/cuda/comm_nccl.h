@@ -74,6 +74,10 @@ protected:
   Status doFlush() override;
   Status doBarrier() override;
   void meshChanged() override;
+  /// NCCL moves device buffers; host values (losses, checkpoint tensors)
+  /// are staged through a temporary of the bound CudaMemory.
+  bool transportsHostMemory() const override { return false; }
+  bool requiresBoundMemoryForHost() const override { return true; }
 
 private:
   NcclCommunicator(int rank, int size) : Communicator(rank, size) {}
