@@ -189,3 +189,253 @@ TEST(BufferMemory, GuardRefusesHostPointers) {
   EXPECT_FALSE(mem.copyIn(host.data(), dev, 16).ok());
   mem.release(base, 4096);
 }
+
+//===----------------------------------------------------------------------===//
+// The communicator on buffer memory
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A one-rank transport that reads and writes host memory, as MPI does: a
+/// poisoned buffer reaching its do*() methods faults, so the base class
+/// must stage buffers through the host.
+class HostLoopback final : public Communicator {
+public:
+  HostLoopback() : Communicator(0, 1) {}
+  const char *backend() const override { return "host-loopback"; }
+  void abort(int) override {}
+
+protected:
+  Status move(void *out, const void *in, int64_t count, program::DType dt) {
+    std::memmove(out, in, static_cast<size_t>(count * program::dtypeBytes(dt)));
+    return Status::success();
+  }
+  Status doAllReduce(void *, int64_t, program::DType, program::Reduction,
+                     const std::vector<uint32_t> &) override {
+    return Status::success();
+  }
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dt, const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dt, program::Reduction,
+                         const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doAllToAll(const void *in, void *out, int64_t count, program::DType dt,
+                    const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doSend(const void *buf, int64_t count, program::DType dt, int,
+                int64_t) override {
+    const auto *p = static_cast<const uint8_t *>(buf);
+    sent.assign(p, p + count * program::dtypeBytes(dt));
+    return Status::success();
+  }
+  Status doRecv(void *buf, int64_t, program::DType, int, int64_t) override {
+    std::memcpy(buf, sent.data(), sent.size());
+    return Status::success();
+  }
+  Status doFlush() override { return Status::success(); }
+  Status doBarrier() override { return Status::success(); }
+
+private:
+  std::vector<uint8_t> sent;
+};
+
+/// A transport of device pointers only (as NCCL): its do*() methods move
+/// bytes with the bound memory's own calls, which refuse a host pointer, so
+/// host values must be staged through a buffer temporary.
+class DeviceOnly final : public Communicator {
+public:
+  DeviceOnly() : Communicator(0, 1) {}
+  const char *backend() const override { return "device-only"; }
+  void abort(int) override {}
+
+protected:
+  bool transportsHostMemory() const override { return false; }
+  bool requiresBoundMemoryForHost() const override { return true; }
+  Status move(void *out, const void *in, int64_t count, program::DType dt) {
+    return memory->copy(out, in,
+                        static_cast<uint64_t>(count * program::dtypeBytes(dt)));
+  }
+  Status doAllReduce(void *buf, int64_t count, program::DType dt,
+                     program::Reduction,
+                     const std::vector<uint32_t> &) override {
+    return move(buf, buf, count, dt);
+  }
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dt, const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dt, program::Reduction,
+                         const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doAllToAll(const void *in, void *out, int64_t count, program::DType dt,
+                    const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doSend(const void *buf, int64_t count, program::DType dt, int,
+                int64_t) override {
+    sent.resize(static_cast<size_t>(count * program::dtypeBytes(dt)));
+    return memory->copyOut(sent.data(), buf, sent.size());
+  }
+  Status doRecv(void *buf, int64_t, program::DType, int, int64_t) override {
+    return memory->copyIn(buf, sent.data(), sent.size());
+  }
+  Status doFlush() override { return Status::success(); }
+  Status doBarrier() override { return Status::success(); }
+
+private:
+  std::vector<uint8_t> sent;
+};
+
+/// Runs every collective of `comm` (bound to `mem`) on poisoned buffers and
+/// on host values, checking what arrives.
+void exerciseCollectives(Communicator &comm, PoisonedMemory &mem) {
+  ASSERT_TRUE(comm.setMesh({{"dp", 1}}).ok());
+  comm.bindBufferMemory(&mem);
+  uint8_t *a = nullptr, *b = nullptr;
+  ASSERT_TRUE(mem.allocate(64, a).ok());
+  ASSERT_TRUE(mem.allocate(64, b).ok());
+  const std::vector<float> x = {1, 2, 3, 4};
+  std::vector<float> got(4);
+  auto readB = [&]() {
+    got.assign(4, 0.0f);
+    EXPECT_TRUE(mem.copyOut(got.data(), b, 16).ok());
+    return got;
+  };
+  ASSERT_TRUE(mem.copyIn(a, x.data(), 16).ok());
+  using program::DType;
+  ASSERT_TRUE(comm.allGather(a, b, 4, DType::F32, {0}).ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(
+      comm.reduceScatter(a, b, 4, DType::F32, program::Reduction::Sum, {0})
+          .ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(comm.allToAll(a, b, 4, DType::F32, {0}).ok());
+  EXPECT_EQ(readB(), x);
+  Communicator::Ticket t = -1;
+  ASSERT_TRUE(comm.startAllReduce(a, 4, DType::F32, program::Reduction::Sum,
+                                  {0}, t)
+                  .ok());
+  ASSERT_TRUE(comm.complete(t).ok());
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(comm.send(a, 4, DType::F32, 0, 3).ok());
+  ASSERT_TRUE(comm.recv(b, 4, DType::F32, 0, 3).ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(comm.allReduceAmong(a, 4, DType::F32, program::Reduction::Sum, 0,
+                                  {0})
+                  .ok());
+  // Host values.
+  std::vector<float> h = x, hout(4);
+  ASSERT_TRUE(
+      comm.allReduceHost(h.data(), 4, DType::F32, program::Reduction::Max, {0})
+          .ok());
+  EXPECT_EQ(h, x);
+  ASSERT_TRUE(comm.allGatherHost(x.data(), hout.data(), 4, DType::F32, {0}).ok());
+  EXPECT_EQ(hout, x);
+  hout.assign(4, 0.0f);
+  ASSERT_TRUE(comm.sendHost(x.data(), 4, DType::F32, 0, 4).ok());
+  ASSERT_TRUE(comm.recvHost(hout.data(), 4, DType::F32, 0, 4).ok());
+  EXPECT_EQ(hout, x);
+  comm.bindBufferMemory(nullptr); // releases the staging temporary
+  mem.release(a, 64);
+  mem.release(b, 64);
+}
+
+} // namespace
+
+TEST(BufferMemory, SingleRankCollectivesCopyThroughTheBoundMemory) {
+  PoisonedMemory mem;
+  SingleRankCommunicator comm;
+  const uint64_t before = guardCounters().copies;
+  exerciseCollectives(comm, mem);
+  EXPECT_GT(guardCounters().copies, before);
+}
+
+TEST(BufferMemory, HostTransportsStageBufferMemoryThroughTheHost) {
+  // The MPI case: without staging, the loopback's memmove on a poisoned
+  // pointer would fault.
+  PoisonedMemory mem;
+  HostLoopback comm;
+  exerciseCollectives(comm, mem);
+}
+
+TEST(BufferMemory, DeviceTransportsNeedABoundMemoryForHostValues) {
+  DeviceOnly comm;
+  ASSERT_TRUE(comm.setMesh({{"dp", 1}}).ok());
+  float v = 1.0f;
+  Status s = comm.allReduceHost(&v, 1, program::DType::F32,
+                                program::Reduction::Sum, {0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the device-only communicator moves device "
+                             "buffers only: collectives on host values need "
+                             "the executor's buffer memory"),
+            std::string::npos)
+      << s.message();
+  PoisonedMemory mem;
+  exerciseCollectives(comm, mem); // staged through the bound memory
+}
+
+TEST(BufferMemory, TokenIdsAreCheckedOnTheHostBeforeCopyIn) {
+  // A device kernel cannot report a bad id: the executor refuses it before
+  // it reaches buffer memory, naming the row and position.
+  MiniGptDims d;
+  d.B = 4;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  fb::LoadedProgram loaded;
+  Status s =
+      fb::loadProgramBytes(serialize(*miniGptTrain(d, o)), "ids.loom", loaded);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  auto memory = std::make_unique<PoisonedMemory>();
+  PoisonedMemory &mem = *memory;
+  std::unique_ptr<Executor> ex;
+  s = Executor::create(loaded, 0, 7, ex, nullptr,
+                       std::make_unique<GuardedKernels>(mem),
+                       std::move(memory));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  const int64_t V = ex->model().vocab_size(), T = ex->model().seq();
+  auto inputs = randomIds(ex->localBatch() * T, V, 5);
+  auto targets = randomIds(ex->localBatch() * T, V, 6);
+  inputs[3 * T + 2] = static_cast<int32_t>(V); // row 3: micro-batch 1
+  TrainStepResult r;
+  s = ex->trainStep(inputs.data(), targets.data(), 1, 1e-2f, r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token id " + std::to_string(V) +
+                             " at row 3, position 2 of this rank's batch is "
+                             "outside the vocabulary [0, " +
+                             std::to_string(V) + ")"),
+            std::string::npos)
+      << s.message();
+  inputs[3 * T + 2] = 0;
+  targets[0] = -1;
+  s = ex->trainStep(inputs.data(), targets.data(), 1, 1e-2f, r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("target id -1 at row 0, position 0"),
+            std::string::npos)
+      << s.message();
+  // evaluate() is for unpipelined evaluation programs only.
+  float loss = 0;
+  s = ex->evaluate(inputs.data(), targets.data(), loss);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is not an unpipelined evaluation program"),
+            std::string::npos)
+      << s.message();
+  // Host copies into and out of a buffer check its size.
+  std::vector<uint8_t> big(ex->bufferBytes(0) + 4);
+  s = ex->copyToBuffer(0, big.data(), big.size());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bytes into buffer #0 of"), std::string::npos)
+      << s.message();
+  s = ex->copyFromBuffer(0, big.data(), big.size());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bytes out of buffer #0 of"), std::string::npos)
+      << s.message();
+}

@@ -110,8 +110,6 @@ public:
     PoisonedMemory &mem;
   };
 
-  uint64_t copies = 0;
-
 private:
   void protect(int prot) {
     for (const auto &[base, bytes] : blocks)
