@@ -10,9 +10,22 @@
 // on the device without host synchronization.
 //
 // Groups (mesh axes) are sub-communicators split from the world
-// communicator (ncclCommSplit), cached per axis set. all_to_all is grouped
-// send/recv; send/recv match in issue order per peer (NCCL has no tags, and
-// the compiler emits p2p in the same order on both sides).
+// communicator (ncclCommSplit), one per set of mesh axes, all created when
+// the mesh is set: ncclCommSplit is collective over the world, and the
+// stages of a pipeline use different groups at different times, so a split
+// on first use would hang. all_to_all is grouped send/recv.
+//
+// Point-to-point follows the Communicator contract (send copies the data
+// and returns; flush waits): a send first copies its buffer into a staging
+// temporary on the compute stream, which never waits for the send, so
+// compute may overwrite the buffer at once. Messages to a higher world rank
+// travel on one duplicate of the world communicator and stream ("up"),
+// messages to a lower one on another ("down"): two neighbours sending to
+// each other at once (1F1B's activation one way, gradient the other) then
+// never wait on each other's send. NCCL has no tags: messages between two
+// ranks in one direction are matched in issue order, which the compiler's
+// schedules keep (each stage sends and receives a chunk's micro-batches in
+// schedule order).
 //
 // The ncclUniqueId travels over MPI when the runtime has MPI and the job
 // has more than one rank (createNcclWorldCommunicator); a single rank makes
@@ -27,6 +40,7 @@
 #include <cuda_runtime_api.h>
 #include <map>
 #include <memory>
+#include <vector>
 
 struct ncclComm;
 
@@ -81,8 +95,19 @@ protected:
 
 private:
   NcclCommunicator(int rank, int size) : Communicator(rank, size) {}
-  /// The communicator of this rank's group over `axes` (split on first use).
+  /// The communicator of this rank's group over `axes` (split when the mesh
+  /// was set).
   Status group(const std::vector<uint32_t> &axes, ncclComm *&comm);
+  /// Splits the world once per set of mesh axes (collective; every rank in
+  /// the same order).
+  Status splitGroups();
+  /// One direction of point-to-point traffic (see the file comment).
+  struct P2pLane {
+    ncclComm *comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  P2pLane &laneTo(int peer) { return peer > rank() ? up : down; }
   /// Comm stream waits for the compute work enqueued so far.
   Status beginOnCommStream();
   /// Compute stream waits for the comm work enqueued so far.
@@ -92,6 +117,9 @@ private:
 
   ncclComm *world = nullptr;
   std::map<uint64_t, ncclComm *> groups; // by axesMask
+  std::vector<MeshAxisInfo> splitFor;    // the mesh `groups` were split for
+  Status splitStatus = Status::success();
+  P2pLane up, down;
   cudaStream_t compute = nullptr, stream = nullptr;
   cudaEvent_t computeDone = nullptr, commDone = nullptr;
   std::map<Ticket, cudaEvent_t> tickets;
