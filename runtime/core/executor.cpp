@@ -242,14 +242,15 @@ uint64_t Executor::peakTensorBytes() const {
   return arenaSize + floats * sizeof(float) + spareBytes;
 }
 
-Status Executor::takeSpare(uint64_t bytes, uint8_t *&base) {
+Status Executor::takeSpare(uint64_t bytes, uint8_t *&base, bool countInPeak) {
   if (auto it = spares.find(bytes); it != spares.end()) {
     base = it->second;
     spares.erase(it);
     return Status::success();
   }
   LOOM_RETURN_IF_ERROR(memory->allocate(bytes, base));
-  spareBytes += bytes;
+  if (countInPeak)
+    spareBytes += bytes;
   return Status::success();
 }
 
@@ -399,8 +400,24 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const program::Pipeline &pipe = *stageTable->pipeline();
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M, T = modelInfo->seq();
-  // Stashed activations of the micro-batches in flight, by (chunk, mb).
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint8_t>> stash;
+  // Stashed activations of the micro-batches in flight, by (chunk, mb): a
+  // spare of buffer memory each (device-to-device copies, no host round
+  // trip), returned to the spares when the backward has read it.
+  struct Stashed {
+    uint8_t *data = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, Stashed> stash;
+  // Whatever is still stashed when the step ends (an error midway) goes
+  // back to the spares, not astray.
+  struct ReturnStashes {
+    Executor &ex;
+    std::map<std::pair<uint32_t, uint32_t>, Stashed> &held;
+    ~ReturnStashes() {
+      for (auto &entry : held)
+        ex.returnSpare(entry.second.bytes, entry.second.data);
+    }
+  } returnStashes{*this, stash};
   int64_t stashBytes = 0; // held in `stash` now
   result.stashPeakBytes = 0;
   double lossSum = 0;
@@ -422,17 +439,21 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
       LOOM_RETURN_IF_ERROR(runList(chunk.forward(), false, mb, timings,
                                    static_cast<int32_t>(a->chunk()), false,
                                    /*flush=*/false));
-      std::vector<uint8_t> &kept = stash[key];
+      Stashed &kept = stash[key];
       if (chunk.stash_out())
+        for (uint32_t b : *chunk.stash_out())
+          kept.bytes += bufferBytes(b);
+      if (kept.bytes > 0) {
+        LOOM_RETURN_IF_ERROR(
+            takeSpare(kept.bytes, kept.data, /*countInPeak=*/false));
+        uint64_t at = 0;
         for (uint32_t b : *chunk.stash_out()) {
-          const size_t bytes = static_cast<size_t>(
-              bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-          const size_t at = kept.size();
-          kept.resize(at + bytes);
           LOOM_RETURN_IF_ERROR(
-              memory->copyOut(kept.data() + at, bufferData(b), bytes));
+              memory->copy(kept.data + at, bufferData(b), bufferBytes(b)));
+          at += bufferBytes(b);
         }
-      stashBytes += static_cast<int64_t>(kept.size());
+      }
+      stashBytes += static_cast<int64_t>(kept.bytes);
       result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         float loss = 0;
@@ -448,15 +469,20 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     LOOM_CHECK(it != stash.end(), "stage " << stageTable->index()
                                            << ": backward of micro-batch "
                                            << mb << " before its forward");
-    const uint8_t *from = it->second.data();
+    uint64_t at = 0;
     if (chunk.stash_in())
       for (uint32_t b : *chunk.stash_in()) {
-        const size_t bytes = static_cast<size_t>(
-            bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-        LOOM_RETURN_IF_ERROR(memory->copyIn(bufferData(b), from, bytes));
-        from += bytes;
+        LOOM_CHECK(at + bufferBytes(b) <= it->second.bytes,
+                   "stage " << stageTable->index()
+                            << ": the backward of micro-batch " << mb
+                            << " reads more stashed bytes than its forward "
+                               "kept");
+        LOOM_RETURN_IF_ERROR(memory->copy(bufferData(b), it->second.data + at,
+                                          bufferBytes(b)));
+        at += bufferBytes(b);
       }
-    stashBytes -= static_cast<int64_t>(it->second.size());
+    stashBytes -= static_cast<int64_t>(it->second.bytes);
+    returnSpare(it->second.bytes, it->second.data);
     stash.erase(it);
     LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
                                  static_cast<int32_t>(a->chunk()), true,

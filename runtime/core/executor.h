@@ -241,8 +241,10 @@ private:
   Status copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
                       const char *what, int64_t firstRow);
   /// A buffer-memory temporary of exactly `bytes` from the spares (kept
-  /// until the executor goes; counted in peakTensorBytes), and back.
-  Status takeSpare(uint64_t bytes, uint8_t *&base);
+  /// until the executor goes; counted in peakTensorBytes unless
+  /// `countInPeak` is false: a pipeline's stashes, which have their own
+  /// figure, TrainStepResult::stashPeakBytes), and back.
+  Status takeSpare(uint64_t bytes, uint8_t *&base, bool countInPeak = true);
   void returnSpare(uint64_t bytes, uint8_t *base);
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
