@@ -175,8 +175,7 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
         if (b >= 0)
           LOOM_RETURN_IF_ERROR(executor.bufferMemory().fillZero(
               executor.bufferData(static_cast<uint32_t>(b)),
-              static_cast<uint64_t>(executor.bufferNumel(b)) *
-                  sizeof(float)));
+              static_cast<uint64_t>(executor.bufferNumel(b)) * sizeof(float)));
     return Status::success();
   }
   LOOM_CHECK(!without, "checkpoint '" << path << "' has optimizer state for '"
@@ -220,8 +219,8 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
   // This rank's block on the host (the buffer may be device memory).
   const int64_t localNumel = program::shapeNumel(p.localShape);
   std::vector<float> local(static_cast<size_t>(localNumel));
-  LOOM_RETURN_IF_ERROR(executor.copyFromBuffer(
-      buffer, local.data(), local.size() * sizeof(float)));
+  LOOM_RETURN_IF_ERROR(executor.copyFromBuffer(buffer, local.data(),
+                                               local.size() * sizeof(float)));
   if (!p.sharded()) {
     LOOM_CHECK(p.localShape == p.globalShape,
                "parameter '" << p.name << "' is sliced (local "
@@ -306,12 +305,12 @@ Status sendStageTensors(Communicator &comm, const SafetensorsFile &file,
   manifest.resize((manifest.size() + 3) / 4 * 4, '\n'); // whole I32 words
   LOOM_RETURN_IF_ERROR(
       comm.sendHost(&length, 1, program::DType::I32, peer, kCheckpointTag));
-  LOOM_RETURN_IF_ERROR(comm.sendHost(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.sendHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   for (const SafeTensor &t : file.tensors)
-    LOOM_RETURN_IF_ERROR(comm.sendHost(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.sendHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
   return comm.flush();
 }
 
@@ -329,9 +328,9 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
                                           << stage
                                           << " sent a malformed manifest");
   std::string manifest((static_cast<size_t>(length) + 3) / 4 * 4, '\0');
-  LOOM_RETURN_IF_ERROR(comm.recvHost(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.recvHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   manifest.resize(static_cast<size_t>(length));
   size_t pos = 0;
   while (pos < manifest.size()) {
@@ -353,8 +352,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
     }
     pos = eol + 1;
     t.data.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-    LOOM_RETURN_IF_ERROR(comm.recvHost(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.recvHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
     if (const SafeTensor *held = file.find(t.name)) {
       LOOM_CHECK(held->shape == t.shape,
                  "cannot save '" << path << "': tensor '" << t.name

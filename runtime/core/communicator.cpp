@@ -443,9 +443,9 @@ Status Communicator::throughBuffers(
   if (inBytes > 0)
     LOOM_RETURN_IF_ERROR(memory->copyIn(b, in, inBytes));
   LOOM_RETURN_IF_ERROR(f(b, b + (shared ? 0 : alignedAt)));
-  return outBytes > 0 ? memory->copyOut(out, b + (shared ? 0 : alignedAt),
-                                        outBytes)
-                      : Status::success();
+  return outBytes > 0
+             ? memory->copyOut(out, b + (shared ? 0 : alignedAt), outBytes)
+             : Status::success();
 }
 
 Status Communicator::rawSendHost(const void *buf, int64_t count, DType dtype,

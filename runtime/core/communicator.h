@@ -39,8 +39,8 @@
 #include "runtime/program/program.h"
 
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>

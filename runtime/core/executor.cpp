@@ -271,8 +271,9 @@ Status Executor::copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
                what << " id " << ids[i] << " at row " << firstRow + i / T
                     << ", position " << i % T
                     << " of this rank's batch is outside the vocabulary [0, "
-                    << V << "); check the token file and the model's "
-                                "vocab_size");
+                    << V
+                    << "); check the token file and the model's "
+                       "vocab_size");
   return memory->copyIn(bufferData(static_cast<uint32_t>(buffer)), ids,
                         static_cast<uint64_t>(count) * sizeof(int32_t));
 }
@@ -305,8 +306,8 @@ Status Executor::copyToBuffer(uint32_t index, const void *host,
 Status Executor::copyFromBuffer(uint32_t index, void *host,
                                 uint64_t bytes) const {
   LOOM_CHECK(bytes <= bufferBytes(index),
-             "copy of " << bytes << " bytes out of buffer #" << index
-                        << " of " << bufferBytes(index) << " bytes");
+             "copy of " << bytes << " bytes out of buffer #" << index << " of "
+                        << bufferBytes(index) << " bytes");
   return memory->copyOut(host, bufferData(index), bytes);
 }
 
@@ -428,8 +429,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     const uint32_t mb = a->microbatch();
     // 1. The micro-batch's tokens and targets, when this stage reads them.
     LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(),
-                                      inputs + mb * rows * T, rows * T,
-                                      "token", mb * rows));
+                                      inputs + mb * rows * T, rows * T, "token",
+                                      mb * rows));
     LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->targets(),
                                       targets + mb * rows * T, rows * T,
                                       "target", mb * rows));
@@ -477,8 +478,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
                             << ": the backward of micro-batch " << mb
                             << " reads more stashed bytes than its forward "
                                "kept");
-        LOOM_RETURN_IF_ERROR(memory->copy(bufferData(b), it->second.data + at,
-                                          bufferBytes(b)));
+        LOOM_RETURN_IF_ERROR(
+            memory->copy(bufferData(b), it->second.data + at, bufferBytes(b)));
         at += bufferBytes(b);
       }
     stashBytes -= static_cast<int64_t>(it->second.bytes);
@@ -1156,8 +1157,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     const void *src = bufferData(in[0]);
     if (outerOf(shape, dim) != 1) {
       void *packed = tempBytes(workspace, count * n * eb);
-      LOOM_RETURN_IF_ERROR(
-          kernels->packBlocks(packed, src, shape, dim, n, eb));
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     return comm->reduceScatter(src, dst, count, dt, ins.reduction(), axes);
@@ -1173,8 +1173,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     const void *src = bufferData(in[0]);
     if (outerOf(shape, dim) != 1) {
       void *packed = tempBytes(workspace, chunk * n * eb);
-      LOOM_RETURN_IF_ERROR(
-          kernels->packBlocks(packed, src, shape, dim, n, eb));
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     if (outerOf(chunkShape, dim2) == 1)

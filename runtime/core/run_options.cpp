@@ -194,8 +194,8 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                         : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
                         : !opts.logJson.empty()        ? "--log-json"
                         : !opts.trace.empty()          ? "--trace"
-                        : opts.trainingFlags           ? "the learning-rate flags"
-                                                       : nullptr;
+                        : opts.trainingFlags ? "the learning-rate flags"
+                                             : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");
     return Status::success();

@@ -128,8 +128,8 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
     // every step sees exactly this context.
     std::fill(ids.begin(), ids.end(), 0);
     std::copy(tokens.end() - L, tokens.end(), ids.begin());
-    LOOM_RETURN_IF_ERROR(ex.copyToBuffer(l.tokens, ids.data(),
-                                         ids.size() * sizeof(int32_t)));
+    LOOM_RETURN_IF_ERROR(
+        ex.copyToBuffer(l.tokens, ids.data(), ids.size() * sizeof(int32_t)));
     if (l.targets >= 0)
       LOOM_RETURN_IF_ERROR(ex.copyToBuffer(static_cast<uint32_t>(l.targets),
                                            zeros.data(),

@@ -100,7 +100,8 @@ uint64_t rssPeakBytes() {
 
 } // namespace
 
-Status runSample(const RunOptions &opts, const ExecutorBackendFactory &backend) {
+Status runSample(const RunOptions &opts,
+                 const ExecutorBackendFactory &backend) {
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
   std::unique_ptr<KernelBackend> kernels;
@@ -112,8 +113,8 @@ Status runSample(const RunOptions &opts, const ExecutorBackendFactory &backend) 
                                         nullptr, std::move(kernels),
                                         std::move(memory)));
   SamplerLayout layout;
-  LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout).withContext(
-      "program '" + opts.program + "'"));
+  LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout)
+                           .withContext("program '" + opts.program + "'"));
   std::vector<int32_t> tokens;
   LOOM_RETURN_IF_ERROR(
       promptTokens(opts.prompt, ex->model().vocab_size(), tokens));
@@ -128,9 +129,8 @@ Status runSample(const RunOptions &opts, const ExecutorBackendFactory &backend) 
     std::fprintf(stderr,
                  "loom-run: sampling %" PRId64 " tokens greedily from %s "
                  "(%s), context %" PRId64 ", vocab %" PRId64 "\n",
-                 opts.sample, opts.program.c_str(),
-                 weights.c_str(),
-                 layout.seq, layout.vocab);
+                 opts.sample, opts.program.c_str(), weights.c_str(), layout.seq,
+                 layout.vocab);
     std::fflush(stderr);
   }
   LOOM_RETURN_IF_ERROR(sampleGreedy(*ex, tokens, opts.sample));
@@ -166,8 +166,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
   LOOM_RETURN_IF_ERROR(comm.setMesh(programMesh(*loaded.root())));
-  if (multi && loaded.root()->stages()->size() > 1 &&
-      comm.axisSize("pp") > 1)
+  if (multi && loaded.root()->stages()->size() > 1 && comm.axisSize("pp") > 1)
     opts.stage = static_cast<uint32_t>(comm.coordOn("pp"));
   std::unique_ptr<KernelBackend> kernels;
   std::unique_ptr<BufferMemory> memory;
@@ -198,12 +197,12 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
         {stage.targets(), "targets"}})
     if (index >= 0)
       LOOM_CHECK(ex->bufferNumel(index) == localB / M * T,
-                 "program '" << opts.program << "': the " << what << " buffer "
-                             << program::shapeString(ex->bufferShape(index))
-                             << " does not hold batch"
-                             << (localB != B ? " / dp" : "")
-                             << (M > 1 ? " / microbatches" : "") << " x seq = "
-                             << localB / M << " x " << T << " tokens");
+                 "program '"
+                     << opts.program << "': the " << what << " buffer "
+                     << program::shapeString(ex->bufferShape(index))
+                     << " does not hold batch" << (localB != B ? " / dp" : "")
+                     << (M > 1 ? " / microbatches" : "")
+                     << " x seq = " << localB / M << " x " << T << " tokens");
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -389,11 +388,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     kModelState,
     kHasPredictions,
     kPredictedModelState,
-    kPipelineNs,          // a pipeline stage: micro-batch phase, all steps
-    kPipelineWaitNs,      // ... and the time it waited for its neighbours
-    kPredictedIdlePpm,    // the compiler's idle share, in millionths
-    kStashPeak,           // most bytes of stashed activations held at once
-    kPredictedStashPeak,  // ... as the compiler's timeline predicted (-1)
+    kPipelineNs,         // a pipeline stage: micro-batch phase, all steps
+    kPipelineWaitNs,     // ... and the time it waited for its neighbours
+    kPredictedIdlePpm,   // the compiler's idle share, in millionths
+    kStashPeak,          // most bytes of stashed activations held at once
+    kPredictedStashPeak, // ... as the compiler's timeline predicted (-1)
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -457,8 +456,8 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   // as in the simulated timeline. Summed over the steps.
   int64_t pipelineSpanNs = 0;
   for (int r = 0; r < comm.size(); ++r)
-    pipelineSpanNs = std::max(pipelineSpanNs,
-                              all[r * mine.size() + kPipelineNs]);
+    pipelineSpanNs =
+        std::max(pipelineSpanNs, all[r * mine.size() + kPipelineNs]);
   std::vector<JsonValue> rankEntries;
   for (int r = 0; r < comm.size(); ++r) {
     const int64_t *v = all.data() + r * mine.size();
@@ -513,8 +512,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                     v[kPredictedIdlePpm] * 1e-4);
         if (v[kStashPeak] > 0 || v[kPredictedStashPeak] > 0)
           std::printf("pipeline stage %" PRId64 " (rank %d): activations in "
-                      "flight peak %" PRId64 " bytes (predicted %" PRId64
-                      ")\n",
+                      "flight peak %" PRId64 " bytes (predicted %" PRId64 ")\n",
                       stageOfRank, r, v[kStashPeak], v[kPredictedStashPeak]);
       }
     }

@@ -324,8 +324,8 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
   void *copy = nullptr;
   if (bytes > 0) {
     LOOM_CUDA_CHECK(cudaMallocAsync(&copy, bytes, compute));
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(copy, buf, bytes, cudaMemcpyDeviceToDevice,
-                                    compute));
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(copy, buf, bytes, cudaMemcpyDeviceToDevice, compute));
   }
   LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));

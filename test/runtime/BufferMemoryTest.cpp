@@ -1,4 +1,5 @@
-//===- BufferMemoryTest.cpp - The executor keeps off buffer memory -*- C++ -*-===//
+//===- BufferMemoryTest.cpp - The executor keeps off buffer memory -*- C++
+//-*-===//
 //
 // A device backend's buffer pointers cannot be dereferenced on the host, and
 // its kernels cannot read host memory. Without a GPU this test plays the
@@ -215,7 +216,8 @@ protected:
     return Status::success();
   }
   Status doAllGather(const void *in, void *out, int64_t count,
-                     program::DType dt, const std::vector<uint32_t> &) override {
+                     program::DType dt,
+                     const std::vector<uint32_t> &) override {
     return move(out, in, count, dt);
   }
   Status doReduceScatter(const void *in, void *out, int64_t count,
@@ -266,7 +268,8 @@ protected:
     return move(buf, buf, count, dt);
   }
   Status doAllGather(const void *in, void *out, int64_t count,
-                     program::DType dt, const std::vector<uint32_t> &) override {
+                     program::DType dt,
+                     const std::vector<uint32_t> &) override {
     return move(out, in, count, dt);
   }
   Status doReduceScatter(const void *in, void *out, int64_t count,
@@ -321,24 +324,25 @@ void exerciseCollectives(Communicator &comm, PoisonedMemory &mem) {
   ASSERT_TRUE(comm.allToAll(a, b, 4, DType::F32, {0}).ok());
   EXPECT_EQ(readB(), x);
   Communicator::Ticket t = -1;
-  ASSERT_TRUE(comm.startAllReduce(a, 4, DType::F32, program::Reduction::Sum,
-                                  {0}, t)
-                  .ok());
+  ASSERT_TRUE(
+      comm.startAllReduce(a, 4, DType::F32, program::Reduction::Sum, {0}, t)
+          .ok());
   ASSERT_TRUE(comm.complete(t).ok());
   ASSERT_TRUE(mem.fillZero(b, 16).ok());
   ASSERT_TRUE(comm.send(a, 4, DType::F32, 0, 3).ok());
   ASSERT_TRUE(comm.recv(b, 4, DType::F32, 0, 3).ok());
   EXPECT_EQ(readB(), x);
-  ASSERT_TRUE(comm.allReduceAmong(a, 4, DType::F32, program::Reduction::Sum, 0,
-                                  {0})
-                  .ok());
+  ASSERT_TRUE(
+      comm.allReduceAmong(a, 4, DType::F32, program::Reduction::Sum, 0, {0})
+          .ok());
   // Host values.
   std::vector<float> h = x, hout(4);
   ASSERT_TRUE(
       comm.allReduceHost(h.data(), 4, DType::F32, program::Reduction::Max, {0})
           .ok());
   EXPECT_EQ(h, x);
-  ASSERT_TRUE(comm.allGatherHost(x.data(), hout.data(), 4, DType::F32, {0}).ok());
+  ASSERT_TRUE(
+      comm.allGatherHost(x.data(), hout.data(), 4, DType::F32, {0}).ok());
   EXPECT_EQ(hout, x);
   hout.assign(4, 0.0f);
   ASSERT_TRUE(comm.sendHost(x.data(), 4, DType::F32, 0, 4).ok());

@@ -36,8 +36,8 @@ namespace {
 
 std::string tempPath(const std::string &name) {
   const auto *info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "/cudarun_" + std::to_string(::getpid()) +
-         "_" + (info ? info->name() : "none") + "_" + name;
+  return ::testing::TempDir() + "/cudarun_" + std::to_string(::getpid()) + "_" +
+         (info ? info->name() : "none") + "_" + name;
 }
 
 void writeBytes(const std::string &path, const std::string &bytes) {
@@ -142,8 +142,7 @@ protected:
                       gpuCkpt = tempPath("gpu.safetensors");
     Status s = runProgram(trainOptions(4, cpuLog, cpuCkpt), cpuComm);
     ASSERT_TRUE(s.ok()) << s.toString();
-    s = runProgram(trainOptions(4, gpuLog, gpuCkpt), deviceComm,
-                   cudaBackend());
+    s = runProgram(trainOptions(4, gpuLog, gpuCkpt), deviceComm, cudaBackend());
     ASSERT_TRUE(s.ok()) << s.toString();
     expectLogsClose(cpuLog, gpuLog, 1e-4);
     expectCheckpointsClose(cpuCkpt, gpuCkpt, 1e-4);

@@ -1,4 +1,5 @@
-//===- GuardedRun.cpp - loom-run on memory the host may not touch -*- C++ -*-===//
+//===- GuardedRun.cpp - loom-run on memory the host may not touch -*- C++
+//-*-===//
 //
 // loom-run-guarded takes loom-run's command line and runs the same driver
 // (runtime/core/training_run.h) with PoisonedMemory and GuardedKernels

@@ -42,8 +42,8 @@ public:
     base = nullptr;
     if (bytes == 0)
       return Status::success();
-    void *p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    void *p =
+        ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     LOOM_CHECK(p != MAP_FAILED, "mmap of " << bytes << " bytes failed");
     base = static_cast<uint8_t *>(p);
     blocks[base] = bytes;
@@ -103,7 +103,9 @@ public:
   /// test's own inspection).
   class Open {
   public:
-    explicit Open(PoisonedMemory &m) : mem(m) { mem.protect(PROT_READ | PROT_WRITE); }
+    explicit Open(PoisonedMemory &m) : mem(m) {
+      mem.protect(PROT_READ | PROT_WRITE);
+    }
     ~Open() { mem.protect(PROT_NONE); }
 
   private:
@@ -138,7 +140,7 @@ public:
 
 #define LOOM_POINTERS(...) {__VA_ARGS__}
 #define LOOM_GUARD(NAME, PTRS, CALL)                                           \
-  return guard(#NAME, LOOM_POINTERS PTRS,                                     \
+  return guard(#NAME, LOOM_POINTERS PTRS,                                      \
                [&](cpu::CpuKernels &k) { return k.CALL; })
 
   Status embeddingForward(float *out, const int32_t *ids, const float *table,
@@ -149,9 +151,9 @@ public:
   Status embeddingForwardRows(float *out, const int32_t *ids, const float *rows,
                               int64_t N, int64_t V, int64_t rowOffset,
                               int64_t rowCount, int64_t C) override {
-    LOOM_GUARD(embeddingForwardRows, (out, ids, rows),
-               embeddingForwardRows(out, ids, rows, N, V, rowOffset, rowCount,
-                                    C));
+    LOOM_GUARD(
+        embeddingForwardRows, (out, ids, rows),
+        embeddingForwardRows(out, ids, rows, N, V, rowOffset, rowCount, C));
   }
   Status embeddingBackward(float *dtable, const float *dout, const int32_t *ids,
                            int64_t N, int64_t V, int64_t C) override {
@@ -180,9 +182,9 @@ public:
   Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
               float alpha, const float *A, int64_t lda, const float *B,
               int64_t ldb, float beta, float *C, int64_t ldc) override {
-    LOOM_GUARD(gemm, (A, B, C),
-               gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                    ldc));
+    LOOM_GUARD(
+        gemm, (A, B, C),
+        gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc));
   }
   Status columnSum(float *dbias, const float *dout, int64_t M,
                    int64_t N) override {
@@ -264,9 +266,9 @@ public:
   Status crossEntropyFromSums(float *loss, const float *rowMax,
                               const float *sumExp, const float *targetLogit,
                               int64_t N, double tokens) override {
-    LOOM_GUARD(crossEntropyFromSums, (loss, rowMax, sumExp, targetLogit),
-               crossEntropyFromSums(loss, rowMax, sumExp, targetLogit, N,
-                                    tokens));
+    LOOM_GUARD(
+        crossEntropyFromSums, (loss, rowMax, sumExp, targetLogit),
+        crossEntropyFromSums(loss, rowMax, sumExp, targetLogit, N, tokens));
   }
   Status crossEntropySumsBackward(float *dlogits, const float *dloss,
                                   const float *logits, const float *rowMax,
@@ -305,9 +307,9 @@ public:
                       const std::vector<int64_t> &outShape, int64_t dim,
                       int64_t offset, int64_t inExtent,
                       int64_t elemBytes) override {
-    LOOM_GUARD(sliceDimGrad, (out, in),
-               sliceDimGrad(out, in, outShape, dim, offset, inExtent,
-                            elemBytes));
+    LOOM_GUARD(
+        sliceDimGrad, (out, in),
+        sliceDimGrad(out, in, outShape, dim, offset, inExtent, elemBytes));
   }
   Status concatDim(void *out, const std::vector<const void *> &inputs,
                    const std::vector<int64_t> &extents,

@@ -122,7 +122,8 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
                                 << " ranks per node (mpirun -np / "
                                    "--npernode)");
   LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
-  LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
+  LOOM_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
   // 3. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
   //    MPI), or one rank's device-to-device copies.
   if (world.size() > 1) {
