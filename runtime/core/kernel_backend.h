@@ -19,9 +19,9 @@
 // any input.
 //
 // Implementations: cpu::CpuKernels (runtime/cpu/cpu_kernels.h), the fp32
-// CPU kernels the runtime always had. A CUDA implementation on the device
-// arena is issue 8's next step; runtime/core/backend_support.h lists what
-// it would still lack.
+// CPU kernels the runtime always had, and cuda::CudaKernels (runtime/cuda/
+// cuda_kernels.h) on device memory; runtime/core/backend_support.h lists
+// the opcodes the CUDA build lacks.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_KERNEL_BACKEND_H
