@@ -327,6 +327,11 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
     LOOM_CUDA_CHECK(
         cudaMemcpyAsync(copy, buf, bytes, cudaMemcpyDeviceToDevice, compute));
   }
+  if (peer == rank()) {
+    // To itself: the copy is the message, handed over by doRecv.
+    selfMessages.emplace_back(copy, bytes);
+    return Status::success();
+  }
   LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
   LOOM_NCCL_CHECK(ncclSend(copy ? copy : buf, static_cast<size_t>(count), type,
@@ -340,6 +345,23 @@ Status NcclCommunicator::doRecv(void *buf, int64_t count, program::DType dtype,
                                 int peer, int64_t) {
   ncclDataType_t type;
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
+  if (peer == rank()) {
+    LOOM_CHECK(!selfMessages.empty(),
+               "recv from this rank itself with no matching send (it would "
+               "wait forever)");
+    const auto [message, bytes] = selfMessages.front();
+    selfMessages.pop_front();
+    const size_t want = static_cast<size_t>(count) * elemBytes(dtype);
+    LOOM_CHECK(bytes == want, "recv from this rank itself expects "
+                                  << want << " bytes but the send had "
+                                  << bytes);
+    if (message) {
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(buf, message, bytes,
+                                      cudaMemcpyDeviceToDevice, compute));
+      LOOM_CUDA_CHECK(cudaFreeAsync(message, compute));
+    }
+    return Status::success();
+  }
   P2pLane &lane = laneTo(peer);
   // The buffer's earlier readers and writers first; compute then waits for
   // the message.

@@ -38,6 +38,7 @@
 #include "runtime/core/communicator.h"
 
 #include <cuda_runtime_api.h>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -120,6 +121,9 @@ private:
   std::vector<MeshAxisInfo> splitFor;    // the mesh `groups` were split for
   Status splitStatus = Status::success();
   P2pLane up, down;
+  /// Messages this rank sent itself (device copies, in send order): NCCL
+  /// would need a grouped send + recv, the executor issues them apart.
+  std::deque<std::pair<void *, size_t>> selfMessages;
   cudaStream_t compute = nullptr, stream = nullptr;
   cudaEvent_t computeDone = nullptr, commDone = nullptr;
   std::map<Ticket, cudaEvent_t> tickets;

@@ -8,6 +8,7 @@
 #include "CudaTestUtil.h"
 
 #include "runtime/cuda/comm_nccl.h"
+#include "runtime/cuda/cuda_memory.h"
 
 using namespace loom;
 using namespace loom::test;
@@ -45,6 +46,45 @@ TEST_F(CudaCommTest, WorldOfOneRunsEveryCollective) {
   ASSERT_TRUE(comm->flush().ok());
   ASSERT_TRUE(comm->barrier().ok());
   EXPECT_EQ(comm->stats().calls[0], 2);
+}
+
+TEST_F(CudaCommTest, SendToItselfIsDeliveredInOrderAndBuffered) {
+  // Sends copy the message (the buffer may change at once) and a rank's
+  // messages to itself arrive in send order; a host value goes through the
+  // bound device memory.
+  SingleRankCommunicator bootstrap;
+  std::unique_ptr<cuda::NcclCommunicator> comm;
+  ASSERT_TRUE(cuda::createNcclWorldCommunicator(bootstrap, stream, comm).ok());
+  ASSERT_TRUE(comm->setMesh({{"pp", 1}}).ok());
+  DeviceVector<float> a(std::vector<float>{1, 2}), b(std::vector<float>{3, 4});
+  DeviceVector<float> got(2);
+  ASSERT_TRUE(comm->send(a.get(), 2, program::DType::F32, 0, 1).ok());
+  ASSERT_TRUE(comm->send(b.get(), 2, program::DType::F32, 0, 2).ok());
+  ASSERT_EQ(cudaMemsetAsync(a.get(), 0, 8, stream), cudaSuccess);
+  ASSERT_TRUE(comm->recv(got.get(), 2, program::DType::F32, 0, 1).ok());
+  EXPECT_EQ(got.host(), (std::vector<float>{1, 2}));
+  ASSERT_TRUE(comm->recv(got.get(), 2, program::DType::F32, 0, 2).ok());
+  EXPECT_EQ(got.host(), (std::vector<float>{3, 4}));
+  Status s = comm->recv(got.get(), 2, program::DType::F32, 0, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no matching send"), std::string::npos);
+  // Host values need the bound memory, then travel through it.
+  float v = 2.0f;
+  s = comm->allReduceHost(&v, 1, program::DType::F32, program::Reduction::Sum,
+                          {0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the nccl communicator moves device buffers "
+                             "only"),
+            std::string::npos)
+      << s.message();
+  cuda::CudaMemory memory(stream);
+  comm->bindBufferMemory(&memory);
+  ASSERT_TRUE(comm->allReduceHost(&v, 1, program::DType::F32,
+                                  program::Reduction::Sum, {0})
+                  .ok());
+  EXPECT_EQ(v, 2.0f);
+  comm->bindBufferMemory(nullptr);
+  ASSERT_TRUE(comm->flush().ok());
 }
 
 } // namespace
