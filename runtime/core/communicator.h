@@ -17,7 +17,7 @@
 //   (n-1)/n S, send S (recv counts nothing).
 //
 // Buffers are dense and contiguous; the executor packs non-leading
-// dimensions (KernelBackend::transpose) before and after.
+// dimensions (KernelBackend::packBlocks / unpackBlocks) before and after.
 //
 // Two kinds of pointers. The collectives take *buffer pointers*: addresses
 // in the BufferMemory the executor binds (bindBufferMemory; none bound: host

@@ -3,9 +3,14 @@
 
 #include "runtime/cuda/check.h"
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <nccl.h>
+#include <thread>
+#include <unistd.h>
 #ifdef LOOM_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -418,6 +423,59 @@ Status createNcclWorldCommunicator(const Communicator &bootstrap,
   }
   return NcclCommunicator::create(bootstrap.rank(), bootstrap.size(), &id,
                                   computeStream, out);
+}
+
+Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
+                                  double timeoutSeconds,
+                                  cudaStream_t computeStream,
+                                  std::unique_ptr<NcclCommunicator> &out) {
+  LOOM_CHECK(size >= 1 && rank >= 0 && rank < size,
+             "rank " << rank << " of " << size
+                     << ": LOOM_RANK must be in [0, LOOM_WORLD_SIZE)");
+  LOOM_CHECK(!idFile.empty(), "the ranks of a " << size
+                                                << "-rank job without mpirun "
+                                                   "share the ncclUniqueId "
+                                                   "through a file: set "
+                                                   "LOOM_NCCL_ID_FILE to a "
+                                                   "fresh path for the job");
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (rank == 0) {
+    // 1. Rank 0 writes the id where the others look, atomically.
+    LOOM_NCCL_CHECK(ncclGetUniqueId(&id));
+    const std::string tmp = idFile + ".tmp" + std::to_string(::getpid());
+    std::FILE *f = std::fopen(tmp.c_str(), "wb");
+    LOOM_CHECK(f, "cannot create '" << tmp << "' (LOOM_NCCL_ID_FILE's "
+                                    << "directory): " << std::strerror(errno));
+    const bool wrote = std::fwrite(&id, sizeof(id), 1, f) == 1;
+    const bool closed = std::fclose(f) == 0;
+    LOOM_CHECK(wrote && closed && std::rename(tmp.c_str(), idFile.c_str()) == 0,
+               "cannot write the ncclUniqueId to '" << idFile
+                                                    << "': "
+                                                    << std::strerror(errno));
+  } else {
+    // 2. The others wait for the file and read it.
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      if (std::FILE *f = std::fopen(idFile.c_str(), "rb")) {
+        const bool read = std::fread(&id, sizeof(id), 1, f) == 1;
+        std::fclose(f);
+        LOOM_CHECK(read, "'" << idFile << "' does not hold a "
+                             << sizeof(id) << "-byte ncclUniqueId");
+        break;
+      }
+      const double waited = std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+      LOOM_CHECK(waited < timeoutSeconds,
+                 "rank " << rank << " waited " << timeoutSeconds
+                         << " s for rank 0's ncclUniqueId in '" << idFile
+                         << "'; start rank 0 (LOOM_RANK=0) with the same "
+                            "LOOM_NCCL_ID_FILE and LOOM_WORLD_SIZE");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return NcclCommunicator::create(rank, size, &id, computeStream, out);
 }
 
 } // namespace loom::cuda

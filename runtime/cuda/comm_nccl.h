@@ -29,7 +29,9 @@
 //
 // The ncclUniqueId travels over MPI when the runtime has MPI and the job
 // has more than one rank (createNcclWorldCommunicator); a single rank makes
-// its own.
+// its own. Without an MPI launcher (a GPU machine without OpenMPI), ranks
+// started by hand with LOOM_RANK / LOOM_WORLD_SIZE share it through a file
+// (createNcclFileCommunicator).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CUDA_COMM_NCCL_H
@@ -41,6 +43,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 struct ncclComm;
@@ -136,6 +139,16 @@ private:
 Status createNcclWorldCommunicator(const Communicator &bootstrap,
                                    cudaStream_t computeStream,
                                    std::unique_ptr<NcclCommunicator> &out);
+
+/// The NCCL world of `size` processes started without MPI: rank 0 writes its
+/// ncclUniqueId to `idFile` (atomically: temp file + rename), the others
+/// wait for it (up to `timeoutSeconds`). `idFile` must be a fresh path for
+/// each job (a stale id would make ncclCommInitRank wait forever). Errors
+/// name the file, the rank and what to start.
+Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
+                                  double timeoutSeconds,
+                                  cudaStream_t computeStream,
+                                  std::unique_ptr<NcclCommunicator> &out);
 
 } // namespace loom::cuda
 

@@ -10,6 +10,10 @@
 #include "runtime/cuda/comm_nccl.h"
 #include "runtime/cuda/cuda_memory.h"
 
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
 using namespace loom;
 using namespace loom::test;
 
@@ -46,6 +50,42 @@ TEST_F(CudaCommTest, WorldOfOneRunsEveryCollective) {
   ASSERT_TRUE(comm->flush().ok());
   ASSERT_TRUE(comm->barrier().ok());
   EXPECT_EQ(comm->stats().calls[0], 2);
+}
+
+TEST(NcclFileBootstrap, ClearErrorsBeforeAnyDeviceCall) {
+  // Ranks started without mpirun (loom-run with LOOM_RANK / LOOM_WORLD_SIZE)
+  // find rank 0's ncclUniqueId in a file; what goes wrong before NCCL is
+  // reached needs no GPU.
+  std::unique_ptr<cuda::NcclCommunicator> comm;
+  Status s = cuda::createNcclFileCommunicator(2, 2, "/tmp/x", 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("LOOM_RANK must be in [0, LOOM_WORLD_SIZE)"),
+            std::string::npos)
+      << s.message();
+  s = cuda::createNcclFileCommunicator(1, 2, "", 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("set LOOM_NCCL_ID_FILE to a fresh path"),
+            std::string::npos)
+      << s.message();
+  const std::string missing =
+      ::testing::TempDir() + "/nccl-id-never-written-" +
+      std::to_string(::getpid());
+  s = cuda::createNcclFileCommunicator(1, 2, missing, 0.05, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rank 1 waited 0.05 s for rank 0's ncclUniqueId "
+                             "in '" + missing +
+                             "'; start rank 0 (LOOM_RANK=0) with the same "
+                             "LOOM_NCCL_ID_FILE"),
+            std::string::npos)
+      << s.message();
+  // A file that is not an id.
+  { std::ofstream(missing) << "short"; }
+  s = cuda::createNcclFileCommunicator(1, 2, missing, 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not hold a 128-byte ncclUniqueId"),
+            std::string::npos)
+      << s.message();
+  std::remove(missing.c_str());
 }
 
 TEST_F(CudaCommTest, SendToItselfIsDeliveredInOrderAndBuffered) {

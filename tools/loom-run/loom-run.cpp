@@ -45,7 +45,10 @@
 // device r modulo the node's devices) and its collectives over NCCL (the
 // ncclUniqueId travels over MPI) when the job has several ranks, or on a
 // single-rank communicator that copies device buffers when it has one, so a
-// single GPU needs no MPI launcher.
+// single GPU needs no MPI launcher. Several GPUs without an MPI launcher:
+// start one process per GPU with LOOM_RANK=r, LOOM_WORLD_SIZE=N and the same
+// fresh LOOM_NCCL_ID_FILE (rank 0 writes its ncclUniqueId there; NCCL then
+// runs the collectives as under mpirun).
 //
 #include "runtime/core/backend_support.h"
 #include "runtime/core/communicator.h"
@@ -60,6 +63,8 @@
 #endif
 #include "runtime/program/program.h"
 
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -88,18 +93,47 @@ struct Backend {
 #endif
 };
 
-#ifdef LOOM_HAVE_CUDA
 /// An integer environment variable (the launcher's local rank / size), or
-/// `fallback`.
-int envInt(const char *name, int fallback) {
+/// `fallback` when unset; errors when it is not a non-negative integer.
+Status envInt(const char *name, int fallback, int &out) {
   const char *v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
+  out = fallback;
+  if (!v || !*v)
+    return Status::success();
+  char *end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  LOOM_CHECK(*end == '\0' && errno == 0 && n >= 0 && n <= INT32_MAX,
+             name << "='" << v << "' is not a non-negative integer");
+  out = static_cast<int>(n);
+  return Status::success();
 }
 
+/// Ranks started without an MPI launcher (LOOM_RANK / LOOM_WORLD_SIZE):
+/// size 1 when LOOM_WORLD_SIZE is unset or under mpirun (which says).
+struct EnvRanks {
+  int rank = 0, size = 1;
+};
+
+Status envRanks(EnvRanks &out) {
+  out = EnvRanks();
+  if (launchedUnderMpirun())
+    return Status::success();
+  LOOM_RETURN_IF_ERROR(envInt("LOOM_WORLD_SIZE", 1, out.size));
+  LOOM_RETURN_IF_ERROR(envInt("LOOM_RANK", 0, out.rank));
+  LOOM_CHECK(out.size >= 1, "LOOM_WORLD_SIZE=0: a job has at least one rank");
+  LOOM_CHECK(out.rank < out.size,
+             "LOOM_RANK=" << out.rank << " is not below LOOM_WORLD_SIZE="
+                          << out.size);
+  return Status::success();
+}
+
+#ifdef LOOM_HAVE_CUDA
 /// --backend cuda: device, compute stream, kernels on device memory, and
-/// NCCL (several ranks) or a single-rank communicator (one).
+/// NCCL (several ranks: under mpirun, or started with LOOM_RANK /
+/// LOOM_WORLD_SIZE) or a single-rank communicator (one).
 Status createCudaBackend(const RunOptions &opts, Communicator &world,
-                         Backend &out) {
+                         const EnvRanks &env, Backend &out) {
   // 1. The program first: one the CUDA kernels cannot run is refused on
   //    any machine, before a device is touched, naming what is missing.
   program::LoadedProgram loaded;
@@ -110,10 +144,17 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
   //    refuses two ranks on one device, so say so before it does.
   int devices = 0;
   LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
-  const int localRank = envInt("OMPI_COMM_WORLD_LOCAL_RANK",
-                               envInt("MPI_LOCALRANKID", world.rank()));
-  const int localSize = envInt("OMPI_COMM_WORLD_LOCAL_SIZE", world.size());
-  LOOM_CHECK(world.size() == 1 || localSize <= devices,
+  const int rank = env.size > 1 ? env.rank : world.rank();
+  const int size = env.size > 1 ? env.size : world.size();
+  int localRank = 0, localSize = 0, mpiLocal = 0;
+  LOOM_RETURN_IF_ERROR(envInt("MPI_LOCALRANKID", rank, mpiLocal));
+  LOOM_RETURN_IF_ERROR(
+      envInt(env.size > 1 ? "LOOM_LOCAL_RANK" : "OMPI_COMM_WORLD_LOCAL_RANK",
+             mpiLocal, localRank));
+  LOOM_RETURN_IF_ERROR(envInt(env.size > 1 ? "LOOM_LOCAL_WORLD_SIZE"
+                                           : "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              size, localSize));
+  LOOM_CHECK(size == 1 || localSize <= devices,
              "--backend cuda: " << localSize << " ranks on this node but "
                                 << devices
                                 << " CUDA device(s); NCCL needs one device "
@@ -126,7 +167,19 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
   // 3. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
   //    MPI), or one rank's device-to-device copies.
-  if (world.size() > 1) {
+  if (env.size > 1) {
+    const char *idFile = std::getenv("LOOM_NCCL_ID_FILE");
+    int timeout = 0;
+    LOOM_RETURN_IF_ERROR(envInt("LOOM_NCCL_ID_TIMEOUT", 120, timeout));
+    std::unique_ptr<cuda::NcclCommunicator> nccl;
+    LOOM_RETURN_IF_ERROR(
+        cuda::createNcclFileCommunicator(env.rank, env.size,
+                                         idFile ? idFile : "", timeout,
+                                         out.stream, nccl)
+            .withContext("--backend cuda on " + std::to_string(env.size) +
+                         " ranks started without mpirun"));
+    out.deviceComm = std::move(nccl);
+  } else if (world.size() > 1) {
     std::unique_ptr<cuda::NcclCommunicator> nccl;
     LOOM_RETURN_IF_ERROR(
         cuda::createNcclWorldCommunicator(world, out.stream, nccl)
@@ -157,10 +210,18 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
 Status createBackend(const RunOptions &opts, Communicator &world,
                      Backend &out) {
   out.comm = &world;
+  EnvRanks env;
+  LOOM_RETURN_IF_ERROR(envRanks(env));
+  LOOM_CHECK(env.size == 1 || opts.backend == "cuda",
+             "LOOM_WORLD_SIZE=" << env.size
+                                << " without mpirun starts ranks for "
+                                   "--backend cuda (NCCL); CPU ranks "
+                                   "communicate over MPI: run mpirun -np "
+                                << env.size << " loom-run ...");
   if (opts.backend == "cpu")
     return Status::success();
 #ifdef LOOM_HAVE_CUDA
-  return createCudaBackend(opts, world, out);
+  return createCudaBackend(opts, world, env, out);
 #else
   LOOM_ERROR("--backend cuda: this loom-run was built without the CUDA "
              "backend (LOOM_ENABLE_CUDA=OFF, or no nvcc at configure time); "
@@ -188,6 +249,7 @@ int fail(const std::string &message, bool usage) {
 
 int main(int argc, char **argv) {
   std::unique_ptr<Communicator> comm;
+  Backend backend; // outlives the handlers below (gComm may point into it)
   try {
     Status s = createWorldCommunicator(&argc, &argv, comm);
     if (!s.ok())
@@ -203,10 +265,13 @@ int main(int argc, char **argv) {
         std::printf("%s", kLoomRunUsage);
       return 0;
     }
-    Backend backend;
     s = createBackend(opts, *comm, backend);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
+    // Ranks started without mpirun know each other only through NCCL: a
+    // failing one names itself and aborts its NCCL communicators.
+    if (backend.comm->size() > comm->size())
+      gComm = backend.comm;
     s = opts.sample >= 0 ? runSample(opts, backend.factory)
                          : runProgram(opts, *backend.comm, backend.factory);
     if (!s.ok())
