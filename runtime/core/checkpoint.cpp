@@ -141,9 +141,13 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   if (p.unpaddedRows > 0)
     values.resize(static_cast<size_t>(program::shapeNumel(p.globalShape)),
                   0.0f);
-  copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
-            p.globalShape, p.sliceOffset, p.localShape);
-  return Status::success();
+  // This rank's slice on the host, then into buffer memory.
+  std::vector<float> local(
+      static_cast<size_t>(program::shapeNumel(p.localShape)));
+  copySlice(local.data(), values.data(), p.globalShape, p.sliceOffset,
+            p.localShape);
+  return executor.copyToBuffer(buffer, local.data(),
+                               local.size() * sizeof(float));
 }
 
 } // namespace
@@ -169,9 +173,9 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
     for (const ParamView &p : executor.params())
       for (int32_t b : {p.mBuffer, p.vBuffer})
         if (b >= 0)
-          std::memset(executor.bufferData(static_cast<uint32_t>(b)), 0,
-                      static_cast<size_t>(executor.bufferNumel(b)) *
-                          sizeof(float));
+          LOOM_RETURN_IF_ERROR(executor.bufferMemory().fillZero(
+              executor.bufferData(static_cast<uint32_t>(b)),
+              static_cast<uint64_t>(executor.bufferNumel(b)) * sizeof(float)));
     return Status::success();
   }
   LOOM_CHECK(!without, "checkpoint '" << path << "' has optimizer state for '"
@@ -212,8 +216,11 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
 
 Status gatherParamTensor(const Executor &executor, const ParamView &p,
                          uint32_t buffer, std::vector<float> &global) {
-  const float *local = static_cast<const float *>(executor.bufferData(buffer));
+  // This rank's block on the host (the buffer may be device memory).
   const int64_t localNumel = program::shapeNumel(p.localShape);
+  std::vector<float> local(static_cast<size_t>(localNumel));
+  LOOM_RETURN_IF_ERROR(executor.copyFromBuffer(buffer, local.data(),
+                                               local.size() * sizeof(float)));
   if (!p.sharded()) {
     LOOM_CHECK(p.localShape == p.globalShape,
                "parameter '" << p.name << "' is sliced (local "
@@ -221,7 +228,7 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
                              << shapeStr(p.globalShape)
                              << ") without Param.sharding; its other parts "
                                 "cannot be found");
-    global.assign(local, local + localNumel);
+    global = std::move(local);
     return Status::success();
   }
   Communicator &comm = executor.communicator();
@@ -233,8 +240,8 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
           axes.push_back(a);
   const int64_t n = comm.groupSize(axes);
   std::vector<float> all(static_cast<size_t>(localNumel * n));
-  LOOM_RETURN_IF_ERROR(comm.allGather(local, all.data(), localNumel,
-                                      program::DType::F32, axes)
+  LOOM_RETURN_IF_ERROR(comm.allGatherHost(local.data(), all.data(), localNumel,
+                                          program::DType::F32, axes)
                            .withContext("gathering '" + p.name + "'"));
   global.assign(static_cast<size_t>(program::shapeNumel(p.globalShape)), 0.0f);
   for (int64_t m = 0; m < n; ++m) {
@@ -297,13 +304,13 @@ Status sendStageTensors(Communicator &comm, const SafetensorsFile &file,
   const int32_t length = static_cast<int32_t>(manifest.size());
   manifest.resize((manifest.size() + 3) / 4 * 4, '\n'); // whole I32 words
   LOOM_RETURN_IF_ERROR(
-      comm.send(&length, 1, program::DType::I32, peer, kCheckpointTag));
-  LOOM_RETURN_IF_ERROR(comm.send(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+      comm.sendHost(&length, 1, program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.sendHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   for (const SafeTensor &t : file.tensors)
-    LOOM_RETURN_IF_ERROR(comm.send(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.sendHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
   return comm.flush();
 }
 
@@ -316,14 +323,14 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
                            const std::string &path, SafetensorsFile &file) {
   int32_t length = 0;
   LOOM_RETURN_IF_ERROR(
-      comm.recv(&length, 1, program::DType::I32, peer, kCheckpointTag));
+      comm.recvHost(&length, 1, program::DType::I32, peer, kCheckpointTag));
   LOOM_CHECK(length >= 0, "cannot save '" << path << "': pipeline stage "
                                           << stage
                                           << " sent a malformed manifest");
   std::string manifest((static_cast<size_t>(length) + 3) / 4 * 4, '\0');
-  LOOM_RETURN_IF_ERROR(comm.recv(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.recvHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   manifest.resize(static_cast<size_t>(length));
   size_t pos = 0;
   while (pos < manifest.size()) {
@@ -345,8 +352,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
     }
     pos = eol + 1;
     t.data.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-    LOOM_RETURN_IF_ERROR(comm.recv(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.recvHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
     if (const SafeTensor *held = file.find(t.name)) {
       LOOM_CHECK(held->shape == t.shape,
                  "cannot save '" << path << "': tensor '" << t.name

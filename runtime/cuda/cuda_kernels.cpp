@@ -360,6 +360,19 @@ Status CudaKernels::concatDim(void *out,
                          computeStream);
 }
 
+Status CudaKernels::packBlocks(void *dst, const void *src,
+                               const std::vector<int64_t> &shape, int64_t dim,
+                               int64_t n, int64_t elemBytes) {
+  return cuda::packBlocks(dst, src, shape, dim, n, elemBytes, computeStream);
+}
+
+Status CudaKernels::unpackBlocks(void *dst, const void *src,
+                                 const std::vector<int64_t> &blockShape,
+                                 int64_t dim, int64_t n, int64_t elemBytes) {
+  return cuda::unpackBlocks(dst, src, blockShape, dim, n, elemBytes,
+                            computeStream);
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizer
 //===----------------------------------------------------------------------===//
