@@ -10,7 +10,11 @@
 // not a change to the executor.
 //
 // Implementations: cpu::HostMemory (runtime/cpu/host_memory.h), an anonymous
-// mmap as the runtime always had.
+// mmap as the runtime always had; cuda::CudaMemory (runtime/cuda/
+// cuda_memory.h), device memory with copies on the compute stream. The
+// communicator is told which memory its buffer pointers live in
+// (Communicator::bindBufferMemory), so collectives on one rank copy through
+// copy() and host-only transports (MPI) stage through copyIn / copyOut.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_BUFFER_MEMORY_H
@@ -41,11 +45,19 @@ public:
   /// Buffer memory -> host bytes, after every earlier kernel and copy that
   /// writes `src` has finished.
   virtual Status copyOut(void *hostDst, const void *src, uint64_t bytes) = 0;
+  /// Buffer memory -> buffer memory (`dst` and `src` are buffer pointers;
+  /// equal or disjoint). Ordered after every earlier kernel and copy. The
+  /// default stages through the host; implementations override it with a
+  /// device-side copy.
+  virtual Status copy(void *dst, const void *src, uint64_t bytes);
   /// Sets `bytes` of buffer memory at `dst` to zero.
   virtual Status fillZero(void *dst, uint64_t bytes) = 0;
   /// Waits until every kernel and copy issued so far has finished (before
   /// the host hands buffer memory to code outside the executor).
   virtual Status synchronize() = 0;
+  /// True when the host may dereference buffer pointers (host memory): then
+  /// host-only transports use them directly instead of staging.
+  virtual bool hostAccessible() const { return false; }
 };
 
 } // namespace loom

@@ -144,20 +144,21 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   if (p.unpaddedRows > 0)
     values.resize(static_cast<size_t>(program::shapeNumel(p.globalShape)),
                   0.0f);
-  if (executor.bufferDType(buffer) != program::DType::BF16) {
-    copySlice(static_cast<float *>(executor.bufferData(buffer)), values.data(),
-              p.globalShape, p.sliceOffset, p.localShape);
-    return Status::success();
-  }
-  // A bf16 parameter: its slice rounded to nearest even (what the update's
-  // Cast of the same fp32 master gives).
-  std::vector<float> slice(
+  // This rank's slice on the host, then into buffer memory; a bf16
+  // parameter gets it rounded to nearest even (what the update's Cast of
+  // the same fp32 master gives).
+  std::vector<float> local(
       static_cast<size_t>(program::shapeNumel(p.localShape)));
-  copySlice(slice.data(), values.data(), p.globalShape, p.sliceOffset,
+  copySlice(local.data(), values.data(), p.globalShape, p.sliceOffset,
             p.localShape);
-  floatsToBF16(static_cast<uint16_t *>(executor.bufferData(buffer)),
-               slice.data(), static_cast<int64_t>(slice.size()));
-  return Status::success();
+  if (executor.bufferDType(buffer) != program::DType::BF16)
+    return executor.copyToBuffer(buffer, local.data(),
+                                 local.size() * sizeof(float));
+  std::vector<uint16_t> rounded(local.size());
+  floatsToBF16(rounded.data(), local.data(),
+               static_cast<int64_t>(local.size()));
+  return executor.copyToBuffer(buffer, rounded.data(),
+                               rounded.size() * sizeof(uint16_t));
 }
 
 } // namespace
@@ -190,10 +191,11 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
     for (const ParamView &p : executor.params())
       for (int32_t b : {p.mBuffer, p.vBuffer})
         if (b >= 0)
-          std::memset(executor.bufferData(static_cast<uint32_t>(b)), 0,
-                      static_cast<size_t>(
-                          executor.bufferNumel(b) *
-                          program::dtypeBytes(executor.bufferDType(b))));
+          LOOM_RETURN_IF_ERROR(executor.bufferMemory().fillZero(
+              executor.bufferData(static_cast<uint32_t>(b)),
+              static_cast<uint64_t>(
+                  executor.bufferNumel(b) *
+                  program::dtypeBytes(executor.bufferDType(b)))));
     return Status::success();
   }
   LOOM_CHECK(!without, "checkpoint '" << path << "' has optimizer state for '"
@@ -234,17 +236,19 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
 
 Status gatherParamTensor(const Executor &executor, const ParamView &p,
                          uint32_t buffer, std::vector<float> &global) {
-  const float *local = static_cast<const float *>(executor.bufferData(buffer));
+  // This rank's block on the host (the buffer may be device memory).
   const int64_t localNumel = program::shapeNumel(p.localShape);
-  // A bf16 buffer without master (an evaluation's weights) is saved
-  // widened: checkpoints hold fp32.
-  std::vector<float> widened;
+  std::vector<float> local(static_cast<size_t>(localNumel));
   if (executor.bufferDType(buffer) == program::DType::BF16) {
-    widened.resize(static_cast<size_t>(localNumel));
-    bf16ToFloats(widened.data(),
-                 static_cast<const uint16_t *>(executor.bufferData(buffer)),
-                 localNumel);
-    local = widened.data();
+    // A bf16 buffer without master (an evaluation's weights) is saved
+    // widened: checkpoints hold fp32.
+    std::vector<uint16_t> narrow(local.size());
+    LOOM_RETURN_IF_ERROR(executor.copyFromBuffer(
+        buffer, narrow.data(), narrow.size() * sizeof(uint16_t)));
+    bf16ToFloats(local.data(), narrow.data(), localNumel);
+  } else {
+    LOOM_RETURN_IF_ERROR(executor.copyFromBuffer(
+        buffer, local.data(), local.size() * sizeof(float)));
   }
   if (!p.sharded()) {
     LOOM_CHECK(p.localShape == p.globalShape,
@@ -253,7 +257,7 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
                              << shapeStr(p.globalShape)
                              << ") without Param.sharding; its other parts "
                                 "cannot be found");
-    global.assign(local, local + localNumel);
+    global = std::move(local);
     return Status::success();
   }
   Communicator &comm = executor.communicator();
@@ -265,8 +269,8 @@ Status gatherParamTensor(const Executor &executor, const ParamView &p,
           axes.push_back(a);
   const int64_t n = comm.groupSize(axes);
   std::vector<float> all(static_cast<size_t>(localNumel * n));
-  LOOM_RETURN_IF_ERROR(comm.allGather(local, all.data(), localNumel,
-                                      program::DType::F32, axes)
+  LOOM_RETURN_IF_ERROR(comm.allGatherHost(local.data(), all.data(), localNumel,
+                                          program::DType::F32, axes)
                            .withContext("gathering '" + p.name + "'"));
   global.assign(static_cast<size_t>(program::shapeNumel(p.globalShape)), 0.0f);
   for (int64_t m = 0; m < n; ++m) {
@@ -329,13 +333,13 @@ Status sendStageTensors(Communicator &comm, const SafetensorsFile &file,
   const int32_t length = static_cast<int32_t>(manifest.size());
   manifest.resize((manifest.size() + 3) / 4 * 4, '\n'); // whole I32 words
   LOOM_RETURN_IF_ERROR(
-      comm.send(&length, 1, program::DType::I32, peer, kCheckpointTag));
-  LOOM_RETURN_IF_ERROR(comm.send(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+      comm.sendHost(&length, 1, program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.sendHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   for (const SafeTensor &t : file.tensors)
-    LOOM_RETURN_IF_ERROR(comm.send(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.sendHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
   return comm.flush();
 }
 
@@ -348,14 +352,14 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
                            const std::string &path, SafetensorsFile &file) {
   int32_t length = 0;
   LOOM_RETURN_IF_ERROR(
-      comm.recv(&length, 1, program::DType::I32, peer, kCheckpointTag));
+      comm.recvHost(&length, 1, program::DType::I32, peer, kCheckpointTag));
   LOOM_CHECK(length >= 0, "cannot save '" << path << "': pipeline stage "
                                           << stage
                                           << " sent a malformed manifest");
   std::string manifest((static_cast<size_t>(length) + 3) / 4 * 4, '\0');
-  LOOM_RETURN_IF_ERROR(comm.recv(manifest.data(),
-                                 static_cast<int64_t>(manifest.size() / 4),
-                                 program::DType::I32, peer, kCheckpointTag));
+  LOOM_RETURN_IF_ERROR(
+      comm.recvHost(manifest.data(), static_cast<int64_t>(manifest.size() / 4),
+                    program::DType::I32, peer, kCheckpointTag));
   manifest.resize(static_cast<size_t>(length));
   size_t pos = 0;
   while (pos < manifest.size()) {
@@ -377,8 +381,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
     }
     pos = eol + 1;
     t.data.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-    LOOM_RETURN_IF_ERROR(comm.recv(t.data.data(), t.numel(),
-                                   program::DType::F32, peer, kCheckpointTag));
+    LOOM_RETURN_IF_ERROR(comm.recvHost(
+        t.data.data(), t.numel(), program::DType::F32, peer, kCheckpointTag));
     if (const SafeTensor *held = file.find(t.name)) {
       LOOM_CHECK(held->shape == t.shape,
                  "cannot save '" << path << "': tensor '" << t.name

@@ -196,6 +196,12 @@ Status Communicator::allReduce(void *buf, int64_t count, DType dtype,
                                const std::vector<uint32_t> &axes) {
   CommTimer t(counters);
   COUNT(CommKind::AllReduce, bytesOf(count, dtype), groupSize(axes));
+  if (stagesBuffersThroughHost()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count, dtype));
+    return throughHost(buf, bytes, buf, bytes, [&](const void *, void *h) {
+      return doAllReduce(h, count, dtype, op, axes);
+    });
+  }
   return doAllReduce(buf, count, dtype, op, axes);
 }
 
@@ -203,6 +209,10 @@ Status Communicator::startAllReduce(void *buf, int64_t count, DType dtype,
                                     Reduction op,
                                     const std::vector<uint32_t> &axes,
                                     Ticket &ticket) {
+  if (stagesBuffersThroughHost()) {
+    ticket = -1; // staged: complete when started
+    return allReduce(buf, count, dtype, op, axes);
+  }
   CommTimer t(counters);
   COUNT(CommKind::AllReduce, bytesOf(count, dtype), groupSize(axes));
   return doStartAllReduce(buf, count, dtype, op, axes, ticket);
@@ -212,6 +222,10 @@ Status Communicator::startAllGather(const void *in, void *out, int64_t count,
                                     DType dtype,
                                     const std::vector<uint32_t> &axes,
                                     Ticket &ticket) {
+  if (stagesBuffersThroughHost()) {
+    ticket = -1;
+    return allGather(in, out, count, dtype, axes);
+  }
   CommTimer t(counters);
   const int64_t n = groupSize(axes);
   COUNT(CommKind::AllGather, bytesOf(count * n, dtype), n);
@@ -231,6 +245,13 @@ Status Communicator::allGather(const void *in, void *out, int64_t count,
   CommTimer t(counters);
   const int64_t n = groupSize(axes);
   COUNT(CommKind::AllGather, bytesOf(count * n, dtype), n);
+  if (stagesBuffersThroughHost()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count, dtype));
+    return throughHost(in, bytes, out, bytes * static_cast<uint64_t>(n),
+                       [&](const void *hIn, void *hOut) {
+                         return doAllGather(hIn, hOut, count, dtype, axes);
+                       });
+  }
   return doAllGather(in, out, count, dtype, axes);
 }
 
@@ -240,6 +261,14 @@ Status Communicator::reduceScatter(const void *in, void *out, int64_t count,
   CommTimer t(counters);
   const int64_t n = groupSize(axes);
   COUNT(CommKind::ReduceScatter, bytesOf(count * n, dtype), n);
+  if (stagesBuffersThroughHost()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count, dtype));
+    return throughHost(in, bytes * static_cast<uint64_t>(n), out, bytes,
+                       [&](const void *hIn, void *hOut) {
+                         return doReduceScatter(hIn, hOut, count, dtype, op,
+                                                axes);
+                       });
+  }
   return doReduceScatter(in, out, count, dtype, op, axes);
 }
 
@@ -248,6 +277,12 @@ Status Communicator::allToAll(const void *in, void *out, int64_t count,
   CommTimer t(counters);
   const int64_t n = groupSize(axes);
   COUNT(CommKind::AllToAll, bytesOf(count * n, dtype), n);
+  if (stagesBuffersThroughHost()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count * n, dtype));
+    return throughHost(in, bytes, out, bytes, [&](const void *hIn, void *hOut) {
+      return doAllToAll(hIn, hOut, count, dtype, axes);
+    });
+  }
   return doAllToAll(in, out, count, dtype, axes);
 }
 
@@ -258,6 +293,13 @@ Status Communicator::send(const void *buf, int64_t count, DType dtype,
              "send to rank " << peer << " of " << worldSize);
   LOOM_CHECK(tag >= 0, "send tag " << tag << " is negative");
   COUNT(CommKind::Send, bytesOf(count, dtype), 2);
+  if (stagesBuffersThroughHost())
+    // The host transport copies the message when the send starts, so the
+    // temporary may be reused at once.
+    return throughHost(buf, static_cast<uint64_t>(bytesOf(count, dtype)),
+                       nullptr, 0, [&](const void *h, void *) {
+                         return doSend(h, count, dtype, peer, tag);
+                       });
   return doSend(buf, count, dtype, peer, tag);
 }
 
@@ -267,6 +309,12 @@ Status Communicator::recv(void *buf, int64_t count, DType dtype, int peer,
   LOOM_CHECK(peer >= 0 && peer < worldSize,
              "recv from rank " << peer << " of " << worldSize);
   LOOM_CHECK(tag >= 0, "recv tag " << tag << " is negative");
+  if (stagesBuffersThroughHost())
+    return throughHost(nullptr, 0, buf,
+                       static_cast<uint64_t>(bytesOf(count, dtype)),
+                       [&](const void *, void *h) {
+                         return doRecv(h, count, dtype, peer, tag);
+                       });
   return doRecv(buf, count, dtype, peer, tag);
 }
 
@@ -289,32 +337,39 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
   const int64_t n = static_cast<int64_t>(members.size());
   COUNT(CommKind::AllReduce, bytesOf(count, dtype), n);
   // 1. Every member sends its values to the others (sends are buffered),
-  //    2. receives theirs, 3. reduces them in member order.
+  //    2. receives theirs, 3. reduces them in member order, on the host
+  //    (buffer values come out through the bound memory and go back in).
+  //    BF16 moves as it is and reduces in fp32, rounded once: every member
+  //    computes the same bits.
   constexpr int64_t kMembersTag = 32767; // MPI guarantees tags up to 32767
-  // BF16 moves as it is and reduces in fp32, rounded once: every member
-  // computes the same bits.
   const size_t bytes = static_cast<size_t>(bytesOf(count, dtype));
+  const bool hostBuf = !memory || memory->hostAccessible();
   std::vector<uint8_t> all(bytes * static_cast<size_t>(n));
+  uint8_t *own = all.data() + (self - members.begin()) * bytes;
+  if (hostBuf)
+    std::memcpy(own, buf, bytes);
+  else
+    LOOM_RETURN_IF_ERROR(memory->copyOut(own, buf, bytes));
   std::vector<int> ranks(members.size());
   for (size_t k = 0; k < members.size(); ++k) {
     std::vector<int64_t> c = mine;
     c[axis] = members[k];
     ranks[k] = rankOf(c);
-    if (members[k] == mine[axis])
-      std::memcpy(all.data() + k * bytes, buf, bytes);
-    else
-      LOOM_RETURN_IF_ERROR(doSend(buf, count, dtype, ranks[k], kMembersTag));
+    if (members[k] != mine[axis])
+      LOOM_RETURN_IF_ERROR(
+          rawSendHost(own, count, dtype, ranks[k], kMembersTag));
   }
   for (size_t k = 0; k < members.size(); ++k)
     if (members[k] != mine[axis])
-      LOOM_RETURN_IF_ERROR(
-          doRecv(all.data() + k * bytes, count, dtype, ranks[k], kMembersTag));
+      LOOM_RETURN_IF_ERROR(rawRecvHost(all.data() + k * bytes, count, dtype,
+                                       ranks[k], kMembersTag));
   const bool bf16 = dtype == DType::BF16;
   auto value = [&](int64_t k, int64_t i) {
-    return bf16 ? bf16ToFloat(reinterpret_cast<const uint16_t *>(all.data() +
-                                                                 k * bytes)[i])
-                : reinterpret_cast<const float *>(all.data() + k * bytes)[i];
+    const uint8_t *from = all.data() + k * bytes;
+    return bf16 ? bf16ToFloat(reinterpret_cast<const uint16_t *>(from)[i])
+                : reinterpret_cast<const float *>(from)[i];
   };
+  std::vector<uint8_t> reduced(bytes);
   for (int64_t i = 0; i < count; ++i) {
     float acc = value(0, i);
     for (int64_t k = 1; k < n; ++k) {
@@ -326,11 +381,160 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
     if (op == Reduction::Avg)
       acc /= static_cast<float>(n);
     if (bf16)
-      static_cast<uint16_t *>(buf)[i] = floatToBF16(acc);
+      reinterpret_cast<uint16_t *>(reduced.data())[i] = floatToBF16(acc);
     else
-      static_cast<float *>(buf)[i] = acc;
+      reinterpret_cast<float *>(reduced.data())[i] = acc;
   }
+  if (hostBuf) {
+    std::memcpy(buf, reduced.data(), bytes);
+    return Status::success();
+  }
+  return memory->copyIn(buf, reduced.data(), bytes);
+}
+
+//===----------------------------------------------------------------------===//
+// Host collectives and staging
+//===----------------------------------------------------------------------===//
+
+void Communicator::bindBufferMemory(BufferMemory *m) {
+  if (memory && bufferStage)
+    memory->release(bufferStage, bufferStageBytes);
+  bufferStage = nullptr;
+  bufferStageBytes = 0;
+  memory = m;
+}
+
+bool Communicator::stagesBuffersThroughHost() const {
+  return transportsHostMemory() && memory && !memory->hostAccessible();
+}
+
+bool Communicator::stagesHostThroughBuffers() const {
+  return !transportsHostMemory() && memory && !memory->hostAccessible();
+}
+
+Status Communicator::checkHostTransport() const {
+  LOOM_CHECK(!requiresBoundMemoryForHost() || memory,
+             "the " << backend()
+                    << " communicator moves device buffers only: collectives "
+                       "on host values need the executor's buffer memory "
+                       "(create the executor on this communicator first)");
   return Status::success();
+}
+
+Status Communicator::throughHost(
+    const void *in, uint64_t inBytes, void *out, uint64_t outBytes,
+    const std::function<Status(const void *, void *)> &f) {
+  const bool shared = in && in == out;
+  const uint64_t outAt = shared ? 0 : inBytes;
+  hostStage.resize(static_cast<size_t>(shared ? inBytes : inBytes + outBytes));
+  uint8_t *h = hostStage.data();
+  if (inBytes > 0)
+    LOOM_RETURN_IF_ERROR(memory->copyOut(h, in, inBytes));
+  LOOM_RETURN_IF_ERROR(f(h, h + outAt));
+  return outBytes > 0 ? memory->copyIn(out, h + outAt, outBytes)
+                      : Status::success();
+}
+
+Status Communicator::throughBuffers(
+    const void *in, uint64_t inBytes, void *out, uint64_t outBytes,
+    const std::function<Status(const void *, void *)> &f) {
+  const bool shared = in && in == out;
+  const uint64_t outAt = shared ? 0 : inBytes;
+  // 64-byte aligned halves: the transport may want aligned buffers.
+  const uint64_t alignedAt = (outAt + 63) / 64 * 64;
+  const uint64_t want = shared ? inBytes : alignedAt + outBytes;
+  if (want > bufferStageBytes) {
+    if (bufferStage)
+      memory->release(bufferStage, bufferStageBytes);
+    bufferStage = nullptr;
+    bufferStageBytes = 0;
+    LOOM_RETURN_IF_ERROR(memory->allocate(want, bufferStage)
+                             .withContext("a staging temporary of the " +
+                                          std::string(backend()) +
+                                          " communicator"));
+    bufferStageBytes = want;
+  }
+  uint8_t *b = bufferStage;
+  if (inBytes > 0)
+    LOOM_RETURN_IF_ERROR(memory->copyIn(b, in, inBytes));
+  LOOM_RETURN_IF_ERROR(f(b, b + (shared ? 0 : alignedAt)));
+  return outBytes > 0
+             ? memory->copyOut(out, b + (shared ? 0 : alignedAt), outBytes)
+             : Status::success();
+}
+
+Status Communicator::rawSendHost(const void *buf, int64_t count, DType dtype,
+                                 int peer, int64_t tag) {
+  LOOM_RETURN_IF_ERROR(checkHostTransport());
+  if (stagesHostThroughBuffers())
+    return throughBuffers(buf, static_cast<uint64_t>(bytesOf(count, dtype)),
+                          nullptr, 0, [&](const void *b, void *) {
+                            return doSend(b, count, dtype, peer, tag);
+                          });
+  return doSend(buf, count, dtype, peer, tag);
+}
+
+Status Communicator::rawRecvHost(void *buf, int64_t count, DType dtype,
+                                 int peer, int64_t tag) {
+  LOOM_RETURN_IF_ERROR(checkHostTransport());
+  if (stagesHostThroughBuffers())
+    return throughBuffers(nullptr, 0, buf,
+                          static_cast<uint64_t>(bytesOf(count, dtype)),
+                          [&](const void *, void *b) {
+                            return doRecv(b, count, dtype, peer, tag);
+                          });
+  return doRecv(buf, count, dtype, peer, tag);
+}
+
+Status Communicator::allReduceHost(void *buf, int64_t count, DType dtype,
+                                   Reduction op,
+                                   const std::vector<uint32_t> &axes) {
+  CommTimer t(counters);
+  COUNT(CommKind::AllReduce, bytesOf(count, dtype), groupSize(axes));
+  LOOM_RETURN_IF_ERROR(checkHostTransport());
+  if (stagesHostThroughBuffers()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count, dtype));
+    return throughBuffers(buf, bytes, buf, bytes, [&](const void *, void *b) {
+      return doAllReduce(b, count, dtype, op, axes);
+    });
+  }
+  return doAllReduce(buf, count, dtype, op, axes);
+}
+
+Status Communicator::allGatherHost(const void *in, void *out, int64_t count,
+                                   DType dtype,
+                                   const std::vector<uint32_t> &axes) {
+  CommTimer t(counters);
+  const int64_t n = groupSize(axes);
+  COUNT(CommKind::AllGather, bytesOf(count * n, dtype), n);
+  LOOM_RETURN_IF_ERROR(checkHostTransport());
+  if (stagesHostThroughBuffers()) {
+    const uint64_t bytes = static_cast<uint64_t>(bytesOf(count, dtype));
+    return throughBuffers(in, bytes, out, bytes * static_cast<uint64_t>(n),
+                          [&](const void *bIn, void *bOut) {
+                            return doAllGather(bIn, bOut, count, dtype, axes);
+                          });
+  }
+  return doAllGather(in, out, count, dtype, axes);
+}
+
+Status Communicator::sendHost(const void *buf, int64_t count, DType dtype,
+                              int peer, int64_t tag) {
+  CommTimer t(counters);
+  LOOM_CHECK(peer >= 0 && peer < worldSize,
+             "send to rank " << peer << " of " << worldSize);
+  LOOM_CHECK(tag >= 0, "send tag " << tag << " is negative");
+  COUNT(CommKind::Send, bytesOf(count, dtype), 2);
+  return rawSendHost(buf, count, dtype, peer, tag);
+}
+
+Status Communicator::recvHost(void *buf, int64_t count, DType dtype, int peer,
+                              int64_t tag) {
+  CommTimer t(counters);
+  LOOM_CHECK(peer >= 0 && peer < worldSize,
+             "recv from rank " << peer << " of " << worldSize);
+  LOOM_CHECK(tag >= 0, "recv tag " << tag << " is negative");
+  return rawRecvHost(buf, count, dtype, peer, tag);
 }
 
 Status Communicator::flush() {
@@ -356,35 +560,43 @@ Status SingleRankCommunicator::doAllReduce(void *, int64_t, DType, Reduction,
   return Status::success(); // sum / max / min / avg of one value
 }
 
+Status SingleRankCommunicator::copyBytes(void *dst, const void *src,
+                                         int64_t bytes) {
+  if (dst == src || bytes == 0)
+    return Status::success();
+  if (memory)
+    return memory->copy(dst, src, static_cast<uint64_t>(bytes));
+  std::memmove(dst, src, static_cast<size_t>(bytes));
+  return Status::success();
+}
+
 Status SingleRankCommunicator::doAllGather(const void *in, void *out,
                                            int64_t count, DType dtype,
                                            const std::vector<uint32_t> &) {
-  if (in != out)
-    std::memmove(out, in, static_cast<size_t>(bytesOf(count, dtype)));
-  return Status::success();
+  return copyBytes(out, in, bytesOf(count, dtype));
 }
 
 Status SingleRankCommunicator::doReduceScatter(const void *in, void *out,
                                                int64_t count, DType dtype,
                                                Reduction,
                                                const std::vector<uint32_t> &) {
-  if (in != out)
-    std::memmove(out, in, static_cast<size_t>(bytesOf(count, dtype)));
-  return Status::success();
+  return copyBytes(out, in, bytesOf(count, dtype));
 }
 
 Status SingleRankCommunicator::doAllToAll(const void *in, void *out,
                                           int64_t count, DType dtype,
                                           const std::vector<uint32_t> &) {
-  if (in != out)
-    std::memmove(out, in, static_cast<size_t>(bytesOf(count, dtype)));
-  return Status::success();
+  return copyBytes(out, in, bytesOf(count, dtype));
 }
 
 Status SingleRankCommunicator::doSend(const void *buf, int64_t count,
                                       DType dtype, int, int64_t tag) {
-  const uint8_t *p = static_cast<const uint8_t *>(buf);
-  pending.emplace(tag, std::vector<uint8_t>(p, p + bytesOf(count, dtype)));
+  std::vector<uint8_t> message(static_cast<size_t>(bytesOf(count, dtype)));
+  if (memory && !memory->hostAccessible())
+    LOOM_RETURN_IF_ERROR(memory->copyOut(message.data(), buf, message.size()));
+  else if (!message.empty())
+    std::memcpy(message.data(), buf, message.size());
+  pending.emplace(tag, std::move(message));
   return Status::success();
 }
 
@@ -399,7 +611,11 @@ Status SingleRankCommunicator::doRecv(void *buf, int64_t count, DType dtype,
              "recv with tag " << tag << " expects " << bytesOf(count, dtype)
                               << " bytes but the send had "
                               << it->second.size());
-  std::memcpy(buf, it->second.data(), it->second.size());
+  if (memory && !memory->hostAccessible())
+    LOOM_RETURN_IF_ERROR(
+        memory->copyIn(buf, it->second.data(), it->second.size()));
+  else if (!it->second.empty())
+    std::memcpy(buf, it->second.data(), it->second.size());
   pending.erase(it);
   return Status::success();
 }

@@ -17,7 +17,18 @@
 //   (n-1)/n S, send S (recv counts nothing).
 //
 // Buffers are dense and contiguous; the executor packs non-leading
-// dimensions (packBlocks / unpackBlocks) before and after.
+// dimensions (KernelBackend::packBlocks / unpackBlocks) before and after.
+//
+// Two kinds of pointers. The collectives take *buffer pointers*: addresses
+// in the BufferMemory the executor binds (bindBufferMemory; none bound: host
+// memory). The *Host variants (allReduceHost, allGatherHost, sendHost,
+// recvHost) take host pointers: the driver's losses and run summary,
+// checkpoint tensors. Each backend moves one kind natively (MPI: host
+// memory; NCCL: device buffers; the single rank: buffers, copied through
+// BufferMemory::copy) and the base class stages the other kind through a
+// temporary, so a device arena works over MPI (staged through the host) and
+// host values work over NCCL (staged through a device temporary). Staged
+// collectives run to completion when started (ticket -1).
 //
 // BF16 (mixed precision) is carried as 2-byte elements, so it is counted at
 // half of fp32's bytes; reductions on it compute in fp32 and round once to
@@ -27,11 +38,13 @@
 #ifndef LOOM_RUNTIME_CORE_COMMUNICATOR_H
 #define LOOM_RUNTIME_CORE_COMMUNICATOR_H
 
+#include "runtime/core/buffer_memory.h"
 #include "runtime/core/status.h"
 #include "runtime/program/program.h"
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -159,11 +172,38 @@ public:
   /// Takes the whole job down (MPI_Abort); does not return for MPI.
   virtual void abort(int code) = 0;
 
+  /// The memory the collectives' buffer pointers live in (not owned; it
+  /// must stay alive until unbound). The executor binds its own at create
+  /// and unbinds it (nullptr: host memory) when destroyed. Releases the
+  /// staging temporary taken from the previous memory.
+  void bindBufferMemory(BufferMemory *memory);
+  BufferMemory *bufferMemory() const { return memory; }
+
+  /// The collectives on host pointers (same semantics and byte counters as
+  /// the buffer-pointer ones above): values the host computed or reads
+  /// (losses, the run summary, checkpoint tensors).
+  Status allReduceHost(void *buf, int64_t count, program::DType dtype,
+                       program::Reduction op,
+                       const std::vector<uint32_t> &axes);
+  Status allGatherHost(const void *in, void *out, int64_t count,
+                       program::DType dtype, const std::vector<uint32_t> &axes);
+  Status sendHost(const void *buf, int64_t count, program::DType dtype,
+                  int peer, int64_t tag);
+  Status recvHost(void *buf, int64_t count, program::DType dtype, int peer,
+                  int64_t tag);
+
   const CommStats &stats() const { return counters; }
   void resetStats() { counters.reset(); }
 
 protected:
   Communicator(int rank, int size) : worldRank(rank), worldSize(size) {}
+  /// True when the do*() methods read and write host memory (MPI); false
+  /// when they take buffer pointers of the bound memory (NCCL, the single
+  /// rank).
+  virtual bool transportsHostMemory() const { return true; }
+  /// True when host pointers can never reach do*() directly (NCCL: device
+  /// pointers only), so the *Host collectives need a bound memory.
+  virtual bool requiresBoundMemoryForHost() const { return false; }
   virtual Status doAllReduce(void *buf, int64_t count, program::DType dtype,
                              program::Reduction op,
                              const std::vector<uint32_t> &axes) = 0;
@@ -207,10 +247,40 @@ protected:
   int worldRank = 0, worldSize = 1;
   std::vector<MeshAxisInfo> meshAxes;
   CommStats counters;
+  /// The bound buffer memory (nullptr: host memory).
+  BufferMemory *memory = nullptr;
+
+private:
+  /// Buffer pointers through host temporaries: a host transport (MPI) with
+  /// a memory the host may not touch.
+  bool stagesBuffersThroughHost() const;
+  /// Host pointers through buffer temporaries: a buffer transport (NCCL,
+  /// single rank) with a memory the host may not touch.
+  bool stagesHostThroughBuffers() const;
+  /// Runs `transport(in', out')` where in' holds a host copy of `inBytes`
+  /// at buffer pointer `in` and out' is copied to buffer pointer `out`
+  /// (`outBytes`) afterwards; in == out shares one temporary.
+  Status throughHost(const void *in, uint64_t inBytes, void *out,
+                     uint64_t outBytes,
+                     const std::function<Status(const void *, void *)> &f);
+  /// The converse: host `in` / `out` through a buffer temporary.
+  Status throughBuffers(const void *in, uint64_t inBytes, void *out,
+                        uint64_t outBytes,
+                        const std::function<Status(const void *, void *)> &f);
+  /// Host send / recv of host pointers (staged when needed), uncounted.
+  Status rawSendHost(const void *buf, int64_t count, program::DType dtype,
+                     int peer, int64_t tag);
+  Status rawRecvHost(void *buf, int64_t count, program::DType dtype, int peer,
+                     int64_t tag);
+  Status checkHostTransport() const;
+  std::vector<uint8_t> hostStage;
+  uint8_t *bufferStage = nullptr;
+  uint64_t bufferStageBytes = 0;
 };
 
-/// One rank alone: every group has size 1, collectives copy, send / recv
-/// only to itself (matched by tag).
+/// One rank alone: every group has size 1, collectives copy (through the
+/// bound BufferMemory, so on a device arena they are device copies), send /
+/// recv only to itself (matched by tag; the message is kept in a host copy).
 class SingleRankCommunicator final : public Communicator {
 public:
   SingleRankCommunicator() : Communicator(0, 1) {}
@@ -235,8 +305,12 @@ protected:
                 int64_t tag) override;
   Status doFlush() override { return Status::success(); }
   Status doBarrier() override { return Status::success(); }
+  /// Copies through the bound memory (BufferMemory::copy; host memmove
+  /// when none is bound).
+  bool transportsHostMemory() const override { return false; }
 
 private:
+  Status copyBytes(void *dst, const void *src, int64_t bytes);
   std::multimap<int64_t, std::vector<uint8_t>> pending; // by tag
 };
 

@@ -119,6 +119,9 @@ Status Executor::create(const program::LoadedProgram &program,
   // 1. Arena.
   ex->arenaSize = stage->arena_bytes();
   ex->memory = memory ? std::move(memory) : std::make_unique<cpu::HostMemory>();
+  // The collectives' buffer pointers are this arena's (a single rank copies
+  // through it, MPI stages a device arena through the host).
+  comm->bindBufferMemory(ex->memory.get());
   Status allocated = ex->memory->allocate(ex->arenaSize, ex->arena);
   if (!allocated.ok())
     return allocated.withContext("the arena of stage " +
@@ -246,8 +249,12 @@ Status Executor::create(const program::LoadedProgram &program,
 Executor::~Executor() {
   if (!memory)
     return;
+  if (comm && comm->bufferMemory() == memory.get())
+    comm->bindBufferMemory(nullptr);
   memory->release(arena, arenaSize);
   memory->release(bf16Staging, bf16StagingSize);
+  for (const auto &[bytes, base] : spares)
+    memory->release(base, bytes);
   for (TempPool *pool : {&workspace, &workspace2})
     memory->release(pool->data, pool->capacity * sizeof(float));
   for (TempPool &pool : staging)
@@ -301,7 +308,81 @@ uint64_t Executor::peakTensorBytes() const {
   uint64_t floats = workspace.capacity + workspace2.capacity;
   for (const TempPool &pool : staging)
     floats += pool.capacity;
-  return arenaSize + bf16StagingSize + floats * sizeof(float);
+  return arenaSize + bf16StagingSize + floats * sizeof(float) + spareBytes;
+}
+
+Status Executor::takeSpare(uint64_t bytes, uint8_t *&base, bool countInPeak) {
+  if (auto it = spares.find(bytes); it != spares.end()) {
+    base = it->second;
+    spares.erase(it);
+    return Status::success();
+  }
+  LOOM_RETURN_IF_ERROR(memory->allocate(bytes, base));
+  if (countInPeak)
+    spareBytes += bytes;
+  return Status::success();
+}
+
+void Executor::returnSpare(uint64_t bytes, uint8_t *base) {
+  if (base)
+    spares.emplace(bytes, base);
+}
+
+Status Executor::copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
+                              const char *what, int64_t firstRow) {
+  if (buffer < 0)
+    return Status::success();
+  // A kernel on the device cannot report a bad id (the CPU kernels do, the
+  // CUDA ones would read outside the table): check them on the host first.
+  const int64_t V = modelInfo->vocab_size(), T = modelInfo->seq();
+  for (int64_t i = 0; i < count; ++i)
+    LOOM_CHECK(ids[i] >= 0 && ids[i] < V,
+               what << " id " << ids[i] << " at row " << firstRow + i / T
+                    << ", position " << i % T
+                    << " of this rank's batch is outside the vocabulary [0, "
+                    << V
+                    << "); check the token file and the model's "
+                       "vocab_size");
+  return memory->copyIn(bufferData(static_cast<uint32_t>(buffer)), ids,
+                        static_cast<uint64_t>(count) * sizeof(int32_t));
+}
+
+Status Executor::evaluate(const int32_t *inputs, const int32_t *targets,
+                          float &loss,
+                          std::vector<InstructionTiming> *timings) {
+  LOOM_CHECK(!isTraining() && !isPipelined(),
+             "stage " << stageTable->index()
+                      << " is not an unpipelined evaluation program (use "
+                         "trainStep or evaluatePipelined)");
+  const int64_t rows = localBatch(), T = modelInfo->seq();
+  LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
+  LOOM_RETURN_IF_ERROR(
+      copyTokensIn(stageTable->tokens(), inputs, rows * T, "token", 0));
+  LOOM_RETURN_IF_ERROR(
+      copyTokensIn(stageTable->targets(), targets, rows * T, "target", 0));
+  LOOM_RETURN_IF_ERROR(run(timings));
+  return readLoss(loss);
+}
+
+Status Executor::copyToBuffer(uint32_t index, const void *host,
+                              uint64_t bytes) {
+  LOOM_CHECK(bytes <= bufferBytes(index),
+             "copy of " << bytes << " bytes into buffer #" << index << " of "
+                        << bufferBytes(index) << " bytes");
+  return memory->copyIn(bufferData(index), host, bytes);
+}
+
+Status Executor::copyFromBuffer(uint32_t index, void *host,
+                                uint64_t bytes) const {
+  LOOM_CHECK(bytes <= bufferBytes(index),
+             "copy of " << bytes << " bytes out of buffer #" << index << " of "
+                        << bufferBytes(index) << " bytes");
+  return memory->copyOut(host, bufferData(index), bytes);
+}
+
+uint64_t Executor::bufferBytes(uint32_t index) const {
+  return static_cast<uint64_t>(bufferNumel(index) *
+                               program::dtypeBytes(bufferDType(index)));
 }
 
 float *Executor::temp(TempPool &pool, int64_t count) {
@@ -389,9 +470,24 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const program::Pipeline &pipe = *stageTable->pipeline();
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M, T = modelInfo->seq();
-  const size_t tokenBytes = static_cast<size_t>(rows * T) * sizeof(int32_t);
-  // Stashed activations of the micro-batches in flight, by (chunk, mb).
-  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint8_t>> stash;
+  // Stashed activations of the micro-batches in flight, by (chunk, mb): a
+  // spare of buffer memory each (device-to-device copies, no host round
+  // trip), returned to the spares when the backward has read it.
+  struct Stashed {
+    uint8_t *data = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::map<std::pair<uint32_t, uint32_t>, Stashed> stash;
+  // Whatever is still stashed when the step ends (an error midway) goes
+  // back to the spares, not astray.
+  struct ReturnStashes {
+    Executor &ex;
+    std::map<std::pair<uint32_t, uint32_t>, Stashed> &held;
+    ~ReturnStashes() {
+      for (auto &entry : held)
+        ex.returnSpare(entry.second.bytes, entry.second.data);
+    }
+  } returnStashes{*this, stash};
   int64_t stashBytes = 0; // held in `stash` now
   result.stashPeakBytes = 0;
   double lossSum = 0;
@@ -401,31 +497,33 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     const program::PipelineChunk &chunk = *pipe.chunks()->Get(a->chunk());
     const uint32_t mb = a->microbatch();
     // 1. The micro-batch's tokens and targets, when this stage reads them.
-    if (stageTable->tokens() >= 0)
-      LOOM_RETURN_IF_ERROR(memory->copyIn(
-          bufferData(static_cast<uint32_t>(stageTable->tokens())),
-          inputs + mb * rows * T, tokenBytes));
-    if (stageTable->targets() >= 0)
-      LOOM_RETURN_IF_ERROR(memory->copyIn(
-          bufferData(static_cast<uint32_t>(stageTable->targets())),
-          targets + mb * rows * T, tokenBytes));
+    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(),
+                                      inputs + mb * rows * T, rows * T, "token",
+                                      mb * rows));
+    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->targets(),
+                                      targets + mb * rows * T, rows * T,
+                                      "target", mb * rows));
     const auto key = std::make_pair(a->chunk(), mb);
     if (!a->backward()) {
       // 2. Forward; keep what the backward needs, and the loss.
       LOOM_RETURN_IF_ERROR(runList(chunk.forward(), false, mb, timings,
                                    static_cast<int32_t>(a->chunk()), false,
                                    /*flush=*/false));
-      std::vector<uint8_t> &kept = stash[key];
+      Stashed &kept = stash[key];
       if (chunk.stash_out())
+        for (uint32_t b : *chunk.stash_out())
+          kept.bytes += bufferBytes(b);
+      if (kept.bytes > 0) {
+        LOOM_RETURN_IF_ERROR(
+            takeSpare(kept.bytes, kept.data, /*countInPeak=*/false));
+        uint64_t at = 0;
         for (uint32_t b : *chunk.stash_out()) {
-          const size_t bytes = static_cast<size_t>(
-              bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-          const size_t at = kept.size();
-          kept.resize(at + bytes);
           LOOM_RETURN_IF_ERROR(
-              memory->copyOut(kept.data() + at, bufferData(b), bytes));
+              memory->copy(kept.data + at, bufferData(b), bufferBytes(b)));
+          at += bufferBytes(b);
         }
-      stashBytes += static_cast<int64_t>(kept.size());
+      }
+      stashBytes += static_cast<int64_t>(kept.bytes);
       result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         float loss = 0;
@@ -441,15 +539,20 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     LOOM_CHECK(it != stash.end(), "stage " << stageTable->index()
                                            << ": backward of micro-batch "
                                            << mb << " before its forward");
-    const uint8_t *from = it->second.data();
+    uint64_t at = 0;
     if (chunk.stash_in())
       for (uint32_t b : *chunk.stash_in()) {
-        const size_t bytes = static_cast<size_t>(
-            bufferNumel(b) * program::dtypeBytes(bufferDType(b)));
-        LOOM_RETURN_IF_ERROR(memory->copyIn(bufferData(b), from, bytes));
-        from += bytes;
+        LOOM_CHECK(at + bufferBytes(b) <= it->second.bytes,
+                   "stage " << stageTable->index()
+                            << ": the backward of micro-batch " << mb
+                            << " reads more stashed bytes than its forward "
+                               "kept");
+        LOOM_RETURN_IF_ERROR(
+            memory->copy(bufferData(b), it->second.data + at, bufferBytes(b)));
+        at += bufferBytes(b);
       }
-    stashBytes -= static_cast<int64_t>(it->second.size());
+    stashBytes -= static_cast<int64_t>(it->second.bytes);
+    returnSpare(it->second.bytes, it->second.data);
     stash.erase(it);
     LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
                                  static_cast<int32_t>(a->chunk()), true,
@@ -462,8 +565,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   float loss = static_cast<float>(lossSum);
   for (uint32_t a = 0; a < comm->mesh().size(); ++a)
     if (comm->mesh()[a].name == "pp" && comm->mesh()[a].size > 1)
-      LOOM_RETURN_IF_ERROR(
-          comm->allReduce(&loss, 1, DType::F32, program::Reduction::Sum, {a}));
+      LOOM_RETURN_IF_ERROR(comm->allReduceHost(&loss, 1, DType::F32,
+                                               program::Reduction::Sum, {a}));
   result.loss = loss / static_cast<float>(M);
   return Status::success();
 }
@@ -521,7 +624,6 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
                                        "no update_instructions)");
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M, T = modelInfo->seq();
-  const size_t chunk = static_cast<size_t>(rows * T) * sizeof(int32_t);
   LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
   // 1. Gradients accumulate over the micro-batches from zero.
   LOOM_RETURN_IF_ERROR(zeroGradients());
@@ -531,14 +633,12 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
         trainStepPipelined(inputs, targets, result, timings));
   for (int64_t i = 0; !isPipelined() && i < M; ++i) {
     // 2. Micro-batch i is rows [i*b, (i+1)*b) of the batch.
-    if (stageTable->tokens() >= 0)
-      LOOM_RETURN_IF_ERROR(memory->copyIn(
-          bufferData(static_cast<uint32_t>(stageTable->tokens())),
-          inputs + i * rows * T, chunk));
-    if (stageTable->targets() >= 0)
-      LOOM_RETURN_IF_ERROR(memory->copyIn(
-          bufferData(static_cast<uint32_t>(stageTable->targets())),
-          targets + i * rows * T, chunk));
+    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(),
+                                      inputs + i * rows * T, rows * T, "token",
+                                      i * rows));
+    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->targets(),
+                                      targets + i * rows * T, rows * T,
+                                      "target", i * rows));
     LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
                                  static_cast<uint32_t>(i), timings));
     if (stageTable->loss() >= 0) {
@@ -1033,16 +1133,17 @@ Status Executor::runAllReduce(const program::Instruction &ins,
     const int64_t n = bufferNumel(in[k]);
     uint8_t *at = static_cast<uint8_t *>(buf) + count * eb;
     if (at != bufferData(in[k]))
-      std::memmove(at, bufferData(in[k]), static_cast<size_t>(n * eb));
+      LOOM_RETURN_IF_ERROR(kernels->copy(at, bufferData(in[k]), n * eb));
     count += n;
   }
-  auto unpack = [this, buf, eb, out]() {
+  auto unpack = [this, buf, eb, out]() -> Status {
     const uint8_t *from = static_cast<const uint8_t *>(buf);
     for (uint32_t b : out) {
-      const size_t bytes = static_cast<size_t>(bufferNumel(b) * eb);
-      std::memcpy(bufferData(b), from, bytes);
+      const int64_t bytes = bufferNumel(b) * eb;
+      LOOM_RETURN_IF_ERROR(kernels->copy(bufferData(b), from, bytes));
       from += bytes;
     }
+    return Status::success();
   };
   if (ins.members() && ins.members()->size() > 0) {
     // Among some coordinates of one axis (a pipeline's shared parameter).
@@ -1053,9 +1154,7 @@ Status Executor::runAllReduce(const program::Instruction &ins,
   if (!ins.async_collective()) {
     LOOM_RETURN_IF_ERROR(
         comm->allReduce(buf, count, dt, ins.reduction(), axes));
-    if (bucket)
-      unpack();
-    return Status::success();
+    return bucket ? unpack() : Status::success();
   }
   InFlight flight;
   LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
@@ -1101,7 +1200,7 @@ Status Executor::completeInFlight(const program::Instruction *ins) {
     inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
     LOOM_RETURN_IF_ERROR(comm->complete(f.ticket));
     if (f.finish)
-      f.finish();
+      LOOM_RETURN_IF_ERROR(f.finish());
   }
   return Status::success();
 }
@@ -1135,10 +1234,17 @@ Status Executor::runCollective(const program::Instruction &ins,
       flight.busy = {byteRange(in[0]), byteRange(out[0])};
       void *into = dst;
       if (outerOf(shape, dim) != 1) {
-        flight.received.resize(static_cast<size_t>(count * n * eb));
-        into = flight.received.data();
-        flight.finish = [this, dst, into, shape, dim, n, eb]() {
-          unpackBlocks(dst, into, shape, dim, n, eb);
+        // Received into a spare temporary of buffer memory (several
+        // gathers may be in flight), unpacked into the output on completion.
+        const uint64_t bytes = static_cast<uint64_t>(count * n * eb);
+        uint8_t *received = nullptr;
+        LOOM_RETURN_IF_ERROR(takeSpare(bytes, received));
+        into = received;
+        flight.finish = [this, dst, received, bytes, shape, dim, n,
+                         eb]() -> Status {
+          Status s = kernels->unpackBlocks(dst, received, shape, dim, n, eb);
+          returnSpare(bytes, received);
+          return s;
         };
       }
       LOOM_RETURN_IF_ERROR(comm->startAllGather(bufferData(in[0]), into, count,
@@ -1151,8 +1257,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     void *gathered = tempBytes(workspace, count * n * eb);
     LOOM_RETURN_IF_ERROR(
         comm->allGather(bufferData(in[0]), gathered, count, dt, axes));
-    unpackBlocks(dst, gathered, shape, dim, n, eb);
-    return Status::success();
+    return kernels->unpackBlocks(dst, gathered, shape, dim, n, eb);
   }
   case Opcode::ReduceScatter: {
     const DType dt = bufferDType(in[0]);
@@ -1162,7 +1267,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     const void *src = bufferData(in[0]);
     if (outerOf(shape, dim) != 1) {
       void *packed = tempBytes(workspace, count * n * eb);
-      packBlocks(packed, src, shape, dim, n, eb);
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     return comm->reduceScatter(src, dst, count, dt, ins.reduction(), axes);
@@ -1178,15 +1283,14 @@ Status Executor::runCollective(const program::Instruction &ins,
     const void *src = bufferData(in[0]);
     if (outerOf(shape, dim) != 1) {
       void *packed = tempBytes(workspace, chunk * n * eb);
-      packBlocks(packed, src, shape, dim, n, eb);
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     if (outerOf(chunkShape, dim2) == 1)
       return comm->allToAll(src, dst, chunk, dt, axes);
     void *received = tempBytes(workspace2, chunk * n * eb);
     LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));
-    unpackBlocks(dst, received, chunkShape, dim2, n, eb);
-    return Status::success();
+    return kernels->unpackBlocks(dst, received, chunkShape, dim2, n, eb);
   }
   case Opcode::Send:
   case Opcode::Recv: {

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -166,6 +167,15 @@ public:
                            TrainStepResult &result,
                            std::vector<InstructionTiming> *timings = nullptr);
 
+  /// One step of an unpipelined evaluation program: checks and copies
+  /// this rank's localBatch() x model.seq `inputs` / `targets` into the
+  /// tokens / targets buffers, runs the instructions and reads the loss.
+  /// Token and target ids are checked on the host (0 <= id < vocab_size)
+  /// before they reach buffer memory, as in trainStep: a device kernel
+  /// cannot report a bad id.
+  Status evaluate(const int32_t *inputs, const int32_t *targets, float &loss,
+                  std::vector<InstructionTiming> *timings = nullptr);
+
   /// Rows of the global batch this rank reads: model.batch / (size of the
   /// mesh axis named "dp", 1 if none).
   int64_t localBatch() const;
@@ -177,8 +187,19 @@ public:
   const program::ModelInfo &model() const { return *modelInfo; }
   const std::vector<ParamView> &params() const { return paramViews; }
 
-  /// Raw bytes, shape, element count and dtype of buffer `index` (< number of
-  /// buffers in the stage).
+  /// The memory the arena lives in (host code reads and writes buffers only
+  /// through it, or through copyToBuffer / copyFromBuffer).
+  BufferMemory &bufferMemory() const { return *memory; }
+  /// Host bytes into / out of buffer `index` (the first `bytes` of it;
+  /// errors when it is smaller).
+  Status copyToBuffer(uint32_t index, const void *host, uint64_t bytes);
+  Status copyFromBuffer(uint32_t index, void *host, uint64_t bytes) const;
+  /// Bytes of buffer `index` (element count x dtype size).
+  uint64_t bufferBytes(uint32_t index) const;
+
+  /// Buffer pointer (an address in bufferMemory(), not to be dereferenced
+  /// by the host unless it is host memory), shape, element count and dtype
+  /// of buffer `index` (< number of buffers in the stage).
   void *bufferData(uint32_t index);
   const void *bufferData(uint32_t index) const;
   const std::vector<int64_t> &bufferShape(uint32_t index) const {
@@ -188,7 +209,8 @@ public:
   program::DType bufferDType(uint32_t index) const;
   uint32_t numBuffers() const { return static_cast<uint32_t>(shapes.size()); }
 
-  /// The scalar loss after run(). Errors when the stage has no loss buffer.
+  /// The scalar loss after run() (read through the buffer memory). Errors
+  /// when the stage has no loss buffer.
   Status readLoss(float &loss) const;
 
   /// Bytes of the model state this rank holds: every parameter's buffer and
@@ -222,6 +244,16 @@ private:
                             TrainStepResult &result,
                             std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
+  /// Checks `count` ids on the host and copies them into `buffer` (nothing
+  /// when -1); `what` ("token" / "target") and `firstRow` name a bad id.
+  Status copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
+                      const char *what, int64_t firstRow);
+  /// A buffer-memory temporary of exactly `bytes` from the spares (kept
+  /// until the executor goes; counted in peakTensorBytes unless
+  /// `countInPeak` is false: a pipeline's stashes, which have their own
+  /// figure, TrainStepResult::stashPeakBytes), and back.
+  Status takeSpare(uint64_t bytes, uint8_t *&base, bool countInPeak = true);
+  void returnSpare(uint64_t bytes, uint8_t *base);
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
                        const std::vector<uint32_t> &out, void *dst);
@@ -274,14 +306,17 @@ private:
   struct InFlight {
     Communicator::Ticket ticket = -1;
     std::vector<std::pair<uint64_t, uint64_t>> busy;
-    /// Runs on completion: unpack a bucket or a gathered non-leading dim.
-    std::function<void()> finish;
-    /// Receive buffer the finish step reads (a gather along dim > 0).
-    std::vector<uint8_t> received;
+    /// Runs on completion: unpack a bucket or a gathered non-leading dim
+    /// (from a spare temporary it then returns).
+    std::function<Status()> finish;
   };
   /// Arena bytes of buffer `b` as [begin, end).
   std::pair<uint64_t, uint64_t> byteRange(uint32_t b) const;
   std::vector<InFlight> inFlight;
+  /// Spare buffer-memory temporaries by size (takeSpare / returnSpare) and
+  /// the bytes allocated for them.
+  std::multimap<uint64_t, uint8_t *> spares;
+  uint64_t spareBytes = 0;
   /// Nanoseconds spent blocked in Recv (a pipeline stage's wait).
   int64_t recvWaitNs = 0;
 };

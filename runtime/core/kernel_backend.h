@@ -19,9 +19,9 @@
 // any input.
 //
 // Implementations: cpu::CpuKernels (runtime/cpu/cpu_kernels.h), the fp32
-// CPU kernels the runtime always had. A CUDA implementation on the device
-// arena is issue 8's next step; runtime/core/backend_support.h lists what
-// it would still lack.
+// CPU kernels the runtime always had, and cuda::CudaKernels (runtime/cuda/
+// cuda_kernels.h) on device memory; runtime/core/backend_support.h lists
+// the opcodes the CUDA build lacks.
 //
 // Mixed precision: the float kernels take fp32. An instruction with BF16
 // operands runs them on fp32 copies the executor widens and rounds with
@@ -192,6 +192,16 @@ public:
                            const std::vector<int64_t> &extents,
                            const std::vector<int64_t> &outShape, int64_t dim,
                            int64_t elemBytes) = 0;
+  /// A collective's blocks made contiguous: `src` viewed as [outer, n,
+  /// inner] (`shape` split at `dim` into n blocks) to dense `dst` [n, outer,
+  /// inner] (communicator.h's packBlocks, on buffer memory).
+  virtual Status packBlocks(void *dst, const void *src,
+                            const std::vector<int64_t> &shape, int64_t dim,
+                            int64_t n, int64_t elemBytes) = 0;
+  /// Inverse: n contiguous chunks of `blockShape` concatenated along `dim`.
+  virtual Status unpackBlocks(void *dst, const void *src,
+                              const std::vector<int64_t> &blockShape,
+                              int64_t dim, int64_t n, int64_t elemBytes) = 0;
 
   //===--------------------------------------------------------------------===//
   // Optimizer

@@ -119,35 +119,45 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
     LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V,
                "token " << i << " is " << tokens[i]
                         << ", outside the vocabulary of " << V << " tokens");
+  // The buffers may be device memory: the context goes in and the logits
+  // row comes out through the executor's copies.
   const int64_t rowTokens = l.batch * l.seq;
-  int32_t *ids = static_cast<int32_t *>(ex.bufferData(l.tokens));
-  int32_t *targets =
-      l.targets >= 0
-          ? static_cast<int32_t *>(ex.bufferData(static_cast<uint32_t>(l.targets)))
-          : nullptr;
+  std::vector<int32_t> ids(static_cast<size_t>(rowTokens));
+  const std::vector<int32_t> zeros(static_cast<size_t>(rowTokens), 0);
+  std::vector<float> row(static_cast<size_t>(l.paddedVocab));
   const bool bf16 = ex.bufferDType(l.logits) == DType::BF16;
-  std::vector<float> widened(bf16 ? static_cast<size_t>(l.paddedVocab) : 0);
+  std::vector<uint16_t> narrow(bf16 ? row.size() : 0);
   for (int64_t n = 0; n < count; ++n) {
     const int64_t L = std::min<int64_t>(static_cast<int64_t>(tokens.size()),
                                         l.seq);
     // The forward may overwrite nothing but its outputs; refill anyway so
     // every step sees exactly this context.
-    std::fill(ids, ids + rowTokens, 0);
-    std::copy(tokens.end() - L, tokens.end(), ids);
-    if (targets)
-      std::fill(targets, targets + rowTokens, 0);
+    std::fill(ids.begin(), ids.end(), 0);
+    std::copy(tokens.end() - L, tokens.end(), ids.begin());
+    LOOM_RETURN_IF_ERROR(
+        ex.copyToBuffer(l.tokens, ids.data(), ids.size() * sizeof(int32_t)));
+    if (l.targets >= 0)
+      LOOM_RETURN_IF_ERROR(ex.copyToBuffer(static_cast<uint32_t>(l.targets),
+                                           zeros.data(),
+                                           zeros.size() * sizeof(int32_t)));
     LOOM_RETURN_IF_ERROR(ex.run().withContext(
         "sampling token " + std::to_string(n + 1) + " of " +
         std::to_string(count)));
-    const float *row = static_cast<const float *>(ex.bufferData(l.logits)) +
-                       (L - 1) * l.paddedVocab;
+    // Row L - 1 of the logits (the first row of the batch); bf16 logits
+    // (mixed precision) are widened, exactly, before the same argmax.
     if (bf16) {
-      // Mixed precision: the row widened (exact), then the same argmax.
-      bf16ToFloats(widened.data(),
-                   static_cast<const uint16_t *>(ex.bufferData(l.logits)) +
-                       (L - 1) * l.paddedVocab,
-                   l.paddedVocab);
-      row = widened.data();
+      LOOM_RETURN_IF_ERROR(ex.bufferMemory().copyOut(
+          narrow.data(),
+          static_cast<const uint16_t *>(ex.bufferData(l.logits)) +
+              (L - 1) * l.paddedVocab,
+          narrow.size() * sizeof(uint16_t)));
+      bf16ToFloats(row.data(), narrow.data(), l.paddedVocab);
+    } else {
+      LOOM_RETURN_IF_ERROR(ex.bufferMemory().copyOut(
+          row.data(),
+          static_cast<const float *>(ex.bufferData(l.logits)) +
+              (L - 1) * l.paddedVocab,
+          row.size() * sizeof(float)));
     }
     int64_t best = 0;
     for (int64_t v = 1; v < l.vocab; ++v)

@@ -8,7 +8,7 @@
 #include "runtime/cpu/cpu_kernels.h"
 
 #include "runtime/core/bfloat16.h"
-
+#include "runtime/core/communicator.h" // packBlocks / unpackBlocks
 #include "runtime/cpu/adamw.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/cross_entropy.h"
@@ -264,6 +264,20 @@ Status CpuKernels::concatDim(void *out, const std::vector<const void *> &inputs,
                              const std::vector<int64_t> &outShape, int64_t dim,
                              int64_t elemBytes) {
   cpu::concatDim(out, inputs, extents, outShape, dim, elemBytes);
+  return Status::success();
+}
+
+Status CpuKernels::packBlocks(void *dst, const void *src,
+                              const std::vector<int64_t> &shape, int64_t dim,
+                              int64_t n, int64_t elemBytes) {
+  loom::packBlocks(dst, src, shape, dim, n, elemBytes);
+  return Status::success();
+}
+
+Status CpuKernels::unpackBlocks(void *dst, const void *src,
+                                const std::vector<int64_t> &blockShape,
+                                int64_t dim, int64_t n, int64_t elemBytes) {
+  loom::unpackBlocks(dst, src, blockShape, dim, n, elemBytes);
   return Status::success();
 }
 

@@ -98,6 +98,12 @@ public:
                    const std::vector<int64_t> &extents,
                    const std::vector<int64_t> &outShape, int64_t dim,
                    int64_t elemBytes) override;
+  Status packBlocks(void *dst, const void *src,
+                    const std::vector<int64_t> &shape, int64_t dim, int64_t n,
+                    int64_t elemBytes) override;
+  Status unpackBlocks(void *dst, const void *src,
+                      const std::vector<int64_t> &blockShape, int64_t dim,
+                      int64_t n, int64_t elemBytes) override;
   Status sumSquares(float *out,
                     const std::vector<BufferSpan> &tensors) override;
   Status clipCoef(float *norm, float *coef, const float *sumSq,

@@ -43,6 +43,12 @@ Status HostMemory::copyOut(void *hostDst, const void *src, uint64_t bytes) {
   return Status::success();
 }
 
+Status HostMemory::copy(void *dst, const void *src, uint64_t bytes) {
+  if (bytes > 0 && dst != src)
+    std::memmove(dst, src, bytes);
+  return Status::success();
+}
+
 Status HostMemory::fillZero(void *dst, uint64_t bytes) {
   if (bytes > 0)
     std::memset(dst, 0, bytes);

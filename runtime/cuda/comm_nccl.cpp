@@ -3,9 +3,14 @@
 
 #include "runtime/cuda/check.h"
 
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <nccl.h>
+#include <thread>
+#include <unistd.h>
 #ifdef LOOM_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -71,6 +76,15 @@ Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
   ncclComm_t comm = nullptr;
   LOOM_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   c->world = comm;
+  // The two point-to-point lanes: duplicates of the world (same ranks),
+  // each with its own stream (collective: every rank creates both here).
+  for (P2pLane *lane : {&c->up, &c->down}) {
+    LOOM_NCCL_CHECK(ncclCommSplit(comm, 0, rank, &lane->comm, nullptr));
+    LOOM_CUDA_CHECK(
+        cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    LOOM_CUDA_CHECK(
+        cudaEventCreateWithFlags(&lane->done, cudaEventDisableTiming));
+  }
   out = std::move(c);
   return Status::success();
 }
@@ -78,7 +92,19 @@ Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
 NcclCommunicator::~NcclCommunicator() {
   if (stream)
     cudaStreamSynchronize(stream);
-  meshChanged();
+  for (P2pLane *lane : {&up, &down}) {
+    if (lane->stream) {
+      cudaStreamSynchronize(lane->stream);
+      cudaStreamDestroy(lane->stream);
+    }
+    if (lane->comm)
+      ncclCommDestroy(lane->comm);
+    if (lane->done)
+      cudaEventDestroy(lane->done);
+  }
+  for (auto &[mask, comm] : groups)
+    ncclCommDestroy(comm);
+  groups.clear();
   if (world)
     ncclCommDestroy(world);
   for (auto &[t, e] : tickets)
@@ -92,6 +118,11 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort(int code) {
+  for (auto &[mask, comm] : groups)
+    ncclCommAbort(comm);
+  for (P2pLane *lane : {&up, &down})
+    if (lane->comm)
+      ncclCommAbort(lane->comm);
   if (world)
     ncclCommAbort(world);
   world = nullptr;
@@ -99,38 +130,59 @@ void NcclCommunicator::abort(int code) {
 }
 
 void NcclCommunicator::meshChanged() {
+  // setMesh runs for the driver and again for the executor: same mesh, same
+  // groups.
+  bool same = splitFor.size() == meshAxes.size();
+  for (size_t a = 0; same && a < meshAxes.size(); ++a)
+    same = splitFor[a].name == meshAxes[a].name &&
+           splitFor[a].size == meshAxes[a].size;
+  if (same && !groups.empty())
+    return;
   for (auto &[mask, comm] : groups)
     ncclCommDestroy(comm);
   groups.clear();
+  splitFor = meshAxes;
+  splitStatus = splitGroups();
+}
+
+Status NcclCommunicator::splitGroups() {
+  // Every proper, non-empty set of mesh axes (the whole mesh is the world),
+  // in mask order, so that every rank makes the same collective calls.
+  const size_t n = meshAxes.size();
+  LOOM_CHECK(n < 16, "NCCL: a mesh of " << n << " axes has too many groups");
+  const std::vector<int64_t> c = coords();
+  for (uint64_t mask = 1; mask + 1 < (uint64_t(1) << n); ++mask) {
+    std::vector<uint32_t> axes;
+    for (uint32_t a = 0; a < n; ++a)
+      if (mask >> a & 1)
+        axes.push_back(a);
+    // 1. Color: this rank's coordinates on the other axes (one group each);
+    //    key: the group rank, so NCCL ranks are group ranks.
+    int64_t color = 0;
+    for (size_t a = 0; a < n; ++a)
+      if (!(mask >> a & 1))
+        color = color * meshAxes[a].size + c[a];
+    ncclComm_t split = nullptr;
+    LOOM_NCCL_CHECK(ncclCommSplit(world, static_cast<int>(color),
+                                  static_cast<int>(groupRank(axes)), &split,
+                                  nullptr));
+    groups[mask] = split;
+  }
+  return Status::success();
 }
 
 Status NcclCommunicator::group(const std::vector<uint32_t> &axes,
                                ncclComm *&comm) {
-  const uint64_t mask = axesMask(axes);
+  LOOM_RETURN_IF_ERROR(splitStatus);
   // Every axis of the mesh: the world itself.
   if (groupSize(axes) == size()) {
     comm = world;
     return Status::success();
   }
-  if (auto it = groups.find(mask); it != groups.end()) {
-    comm = it->second;
-    return Status::success();
-  }
-  // 1. Color: this rank's coordinates on the other axes (one group each);
-  //    key: the group rank, so NCCL ranks are group ranks.
-  const std::vector<int64_t> c = coords();
-  int64_t color = 0;
-  for (size_t a = 0; a < meshAxes.size(); ++a)
-    if (!(mask & (uint64_t(1) << a)))
-      color = color * meshAxes[a].size + c[a];
-  ncclComm_t split = nullptr;
-  // 2. Collective over the world: every rank asks for the same axis sets in
-  //    the same order (the program's instruction order).
-  LOOM_NCCL_CHECK(ncclCommSplit(world, static_cast<int>(color),
-                                static_cast<int>(groupRank(axes)), &split,
-                                nullptr));
-  groups[mask] = split;
-  comm = split;
+  auto it = groups.find(axesMask(axes));
+  LOOM_CHECK(it != groups.end(), "NCCL: no group over the mesh axes given "
+                                 "(was the mesh set on this communicator?)");
+  comm = it->second;
   return Status::success();
 }
 
@@ -268,24 +320,69 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
                                 program::DType dtype, int peer, int64_t) {
   ncclDataType_t type;
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
-  LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_NCCL_CHECK(
-      ncclSend(buf, static_cast<size_t>(count), type, peer, world, stream));
-  return endOnComputeStream();
+  P2pLane &lane = laneTo(peer);
+  // 1. The message is copied on the compute stream (which then goes on
+  //    without waiting for the send, as MPI's buffered send lets the CPU
+  //    backend go on), 2. sent from the copy on the lane, 3. the copy is
+  //    freed in the lane's order (stream-ordered allocator).
+  const size_t bytes = static_cast<size_t>(count) * elemBytes(dtype);
+  void *copy = nullptr;
+  if (bytes > 0) {
+    LOOM_CUDA_CHECK(cudaMallocAsync(&copy, bytes, compute));
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(copy, buf, bytes, cudaMemcpyDeviceToDevice, compute));
+  }
+  if (peer == rank()) {
+    // To itself: the copy is the message, handed over by doRecv.
+    selfMessages.emplace_back(copy, bytes);
+    return Status::success();
+  }
+  LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
+  LOOM_NCCL_CHECK(ncclSend(copy ? copy : buf, static_cast<size_t>(count), type,
+                           peer, lane.comm, lane.stream));
+  if (copy)
+    LOOM_CUDA_CHECK(cudaFreeAsync(copy, lane.stream));
+  return Status::success();
 }
 
 Status NcclCommunicator::doRecv(void *buf, int64_t count, program::DType dtype,
                                 int peer, int64_t) {
   ncclDataType_t type;
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
-  LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_NCCL_CHECK(
-      ncclRecv(buf, static_cast<size_t>(count), type, peer, world, stream));
-  return endOnComputeStream();
+  if (peer == rank()) {
+    LOOM_CHECK(!selfMessages.empty(),
+               "recv from this rank itself with no matching send (it would "
+               "wait forever)");
+    const auto [message, bytes] = selfMessages.front();
+    selfMessages.pop_front();
+    const size_t want = static_cast<size_t>(count) * elemBytes(dtype);
+    LOOM_CHECK(bytes == want, "recv from this rank itself expects "
+                                  << want << " bytes but the send had "
+                                  << bytes);
+    if (message) {
+      LOOM_CUDA_CHECK(cudaMemcpyAsync(buf, message, bytes,
+                                      cudaMemcpyDeviceToDevice, compute));
+      LOOM_CUDA_CHECK(cudaFreeAsync(message, compute));
+    }
+    return Status::success();
+  }
+  P2pLane &lane = laneTo(peer);
+  // The buffer's earlier readers and writers first; compute then waits for
+  // the message.
+  LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
+  LOOM_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), type, peer,
+                           lane.comm, lane.stream));
+  LOOM_CUDA_CHECK(cudaEventRecord(lane.done, lane.stream));
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(compute, lane.done, 0));
+  return Status::success();
 }
 
 Status NcclCommunicator::doFlush() {
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (P2pLane *lane : {&up, &down})
+    LOOM_CUDA_CHECK(cudaStreamSynchronize(lane->stream));
   return Status::success();
 }
 
@@ -326,6 +423,59 @@ Status createNcclWorldCommunicator(const Communicator &bootstrap,
   }
   return NcclCommunicator::create(bootstrap.rank(), bootstrap.size(), &id,
                                   computeStream, out);
+}
+
+Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
+                                  double timeoutSeconds,
+                                  cudaStream_t computeStream,
+                                  std::unique_ptr<NcclCommunicator> &out) {
+  LOOM_CHECK(size >= 1 && rank >= 0 && rank < size,
+             "rank " << rank << " of " << size
+                     << ": LOOM_RANK must be in [0, LOOM_WORLD_SIZE)");
+  LOOM_CHECK(!idFile.empty(), "the ranks of a " << size
+                                                << "-rank job without mpirun "
+                                                   "share the ncclUniqueId "
+                                                   "through a file: set "
+                                                   "LOOM_NCCL_ID_FILE to a "
+                                                   "fresh path for the job");
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (rank == 0) {
+    // 1. Rank 0 writes the id where the others look, atomically.
+    LOOM_NCCL_CHECK(ncclGetUniqueId(&id));
+    const std::string tmp = idFile + ".tmp" + std::to_string(::getpid());
+    std::FILE *f = std::fopen(tmp.c_str(), "wb");
+    LOOM_CHECK(f, "cannot create '" << tmp << "' (LOOM_NCCL_ID_FILE's "
+                                    << "directory): " << std::strerror(errno));
+    const bool wrote = std::fwrite(&id, sizeof(id), 1, f) == 1;
+    const bool closed = std::fclose(f) == 0;
+    LOOM_CHECK(wrote && closed && std::rename(tmp.c_str(), idFile.c_str()) == 0,
+               "cannot write the ncclUniqueId to '" << idFile
+                                                    << "': "
+                                                    << std::strerror(errno));
+  } else {
+    // 2. The others wait for the file and read it.
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      if (std::FILE *f = std::fopen(idFile.c_str(), "rb")) {
+        const bool read = std::fread(&id, sizeof(id), 1, f) == 1;
+        std::fclose(f);
+        LOOM_CHECK(read, "'" << idFile << "' does not hold a "
+                             << sizeof(id) << "-byte ncclUniqueId");
+        break;
+      }
+      const double waited = std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+      LOOM_CHECK(waited < timeoutSeconds,
+                 "rank " << rank << " waited " << timeoutSeconds
+                         << " s for rank 0's ncclUniqueId in '" << idFile
+                         << "'; start rank 0 (LOOM_RANK=0) with the same "
+                            "LOOM_NCCL_ID_FILE and LOOM_WORLD_SIZE");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return NcclCommunicator::create(rank, size, &id, computeStream, out);
 }
 
 } // namespace loom::cuda

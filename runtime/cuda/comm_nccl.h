@@ -10,13 +10,28 @@
 // on the device without host synchronization.
 //
 // Groups (mesh axes) are sub-communicators split from the world
-// communicator (ncclCommSplit), cached per axis set. all_to_all is grouped
-// send/recv; send/recv match in issue order per peer (NCCL has no tags, and
-// the compiler emits p2p in the same order on both sides).
+// communicator (ncclCommSplit), one per set of mesh axes, all created when
+// the mesh is set: ncclCommSplit is collective over the world, and the
+// stages of a pipeline use different groups at different times, so a split
+// on first use would hang. all_to_all is grouped send/recv.
+//
+// Point-to-point follows the Communicator contract (send copies the data
+// and returns; flush waits): a send first copies its buffer into a staging
+// temporary on the compute stream, which never waits for the send, so
+// compute may overwrite the buffer at once. Messages to a higher world rank
+// travel on one duplicate of the world communicator and stream ("up"),
+// messages to a lower one on another ("down"): two neighbours sending to
+// each other at once (1F1B's activation one way, gradient the other) then
+// never wait on each other's send. NCCL has no tags: messages between two
+// ranks in one direction are matched in issue order, which the compiler's
+// schedules keep (each stage sends and receives a chunk's micro-batches in
+// schedule order).
 //
 // The ncclUniqueId travels over MPI when the runtime has MPI and the job
 // has more than one rank (createNcclWorldCommunicator); a single rank makes
-// its own.
+// its own. Without an MPI launcher (a GPU machine without OpenMPI), ranks
+// started by hand with LOOM_RANK / LOOM_WORLD_SIZE share it through a file
+// (createNcclFileCommunicator).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CUDA_COMM_NCCL_H
@@ -25,8 +40,11 @@
 #include "runtime/core/communicator.h"
 
 #include <cuda_runtime_api.h>
+#include <deque>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 struct ncclComm;
 
@@ -74,11 +92,26 @@ protected:
   Status doFlush() override;
   Status doBarrier() override;
   void meshChanged() override;
+  /// NCCL moves device buffers; host values (losses, checkpoint tensors)
+  /// are staged through a temporary of the bound CudaMemory.
+  bool transportsHostMemory() const override { return false; }
+  bool requiresBoundMemoryForHost() const override { return true; }
 
 private:
   NcclCommunicator(int rank, int size) : Communicator(rank, size) {}
-  /// The communicator of this rank's group over `axes` (split on first use).
+  /// The communicator of this rank's group over `axes` (split when the mesh
+  /// was set).
   Status group(const std::vector<uint32_t> &axes, ncclComm *&comm);
+  /// Splits the world once per set of mesh axes (collective; every rank in
+  /// the same order).
+  Status splitGroups();
+  /// One direction of point-to-point traffic (see the file comment).
+  struct P2pLane {
+    ncclComm *comm = nullptr;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  P2pLane &laneTo(int peer) { return peer > rank() ? up : down; }
   /// Comm stream waits for the compute work enqueued so far.
   Status beginOnCommStream();
   /// Compute stream waits for the comm work enqueued so far.
@@ -88,6 +121,12 @@ private:
 
   ncclComm *world = nullptr;
   std::map<uint64_t, ncclComm *> groups; // by axesMask
+  std::vector<MeshAxisInfo> splitFor;    // the mesh `groups` were split for
+  Status splitStatus = Status::success();
+  P2pLane up, down;
+  /// Messages this rank sent itself (device copies, in send order): NCCL
+  /// would need a grouped send + recv, the executor issues them apart.
+  std::deque<std::pair<void *, size_t>> selfMessages;
   cudaStream_t compute = nullptr, stream = nullptr;
   cudaEvent_t computeDone = nullptr, commDone = nullptr;
   std::map<Ticket, cudaEvent_t> tickets;
@@ -100,6 +139,16 @@ private:
 Status createNcclWorldCommunicator(const Communicator &bootstrap,
                                    cudaStream_t computeStream,
                                    std::unique_ptr<NcclCommunicator> &out);
+
+/// The NCCL world of `size` processes started without MPI: rank 0 writes its
+/// ncclUniqueId to `idFile` (atomically: temp file + rename), the others
+/// wait for it (up to `timeoutSeconds`). `idFile` must be a fresh path for
+/// each job (a stale id would make ncclCommInitRank wait forever). Errors
+/// name the file, the rank and what to start.
+Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
+                                  double timeoutSeconds,
+                                  cudaStream_t computeStream,
+                                  std::unique_ptr<NcclCommunicator> &out);
 
 } // namespace loom::cuda
 

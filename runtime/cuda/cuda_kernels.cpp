@@ -10,16 +10,37 @@
 
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/convert.h"
+#include "runtime/cuda/flash_attention.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace loom::cuda {
+
+Status parseAttentionKernel(const char *value, AttentionKernel &out) {
+  if (!value || !*value || std::strcmp(value, "flash") == 0) {
+    out = AttentionKernel::Flash;
+    return Status::success();
+  }
+  if (std::strcmp(value, "naive") == 0) {
+    out = AttentionKernel::Naive;
+    return Status::success();
+  }
+  LOOM_ERROR("LOOM_CUDA_ATTENTION='"
+             << value
+             << "' is not an attention kernel; use flash (tiled, the "
+                "default) or naive (materialized probabilities)");
+}
 
 Status CudaKernels::create(cudaStream_t computeStream,
                            std::unique_ptr<CudaKernels> &out) {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
   k->computeStream = computeStream;
+  LOOM_RETURN_IF_ERROR(
+      parseAttentionKernel(std::getenv("LOOM_CUDA_ATTENTION"), k->attention));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();
@@ -97,10 +118,15 @@ Status CudaKernels::reduceLeading(float *db, const float *dout, int64_t outer,
 Status CudaKernels::linearForward(float *out, const float *inp,
                                   const float *weight, const float *bias,
                                   int64_t M, int64_t K, int64_t N) {
-  // out[M, N] = inp[M, K] weight[K, N], then the bias row added in place.
-  LOOM_RETURN_IF_ERROR(gemmEngine.gemm(false, false, M, N, K, 1.0f, inp, K,
-                                       weight, N, 0.0f, out, N, computeStream));
-  if (bias)
+  // out[M, N] = inp[M, K] weight[K, N] + bias: the bias in cuBLASLt's
+  // epilogue when it is aligned as the epilogue needs, else added after.
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = inp, g.lda = K, g.B = weight, g.ldb = N, g.C = out, g.ldc = N;
+  const bool fused = bias && reinterpret_cast<uintptr_t>(bias) % 16 == 0;
+  g.bias = fused ? bias : nullptr;
+  LOOM_RETURN_IF_ERROR(gemmEngine.matmul(g, computeStream));
+  if (bias && !fused)
     return cuda::addBroadcast(out, out, bias, M, N, computeStream);
   return Status::success();
 }
@@ -161,15 +187,43 @@ Status CudaKernels::softmaxBackward(float *dinp, const float *dout,
   return cuda::softmaxBackward(dinp, dout, out, N, C, computeStream);
 }
 
+bool CudaKernels::useFlash(int64_t C, int64_t NH) const {
+  return attention == AttentionKernel::Flash && flashAttentionSupports(C, NH);
+}
+
 Status CudaKernels::attentionForward(float *out, float *att, const float *qkv,
                                      int64_t B, int64_t T, int64_t C,
                                      int64_t NH) {
+  // The flash forward leaves the log-sum-exp [B,NH,T] at the start of the
+  // scratch instead of probabilities (nothing reads the forward's scratch:
+  // the gradient recomputes).
+  if (out && useFlash(C, NH))
+    return flashAttentionForward(out, att, qkv, B, T, C, NH, computeStream);
   return cuda::attentionForward(out, att, qkv, B, T, C, NH, computeStream);
 }
 
 Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
                                   const float *qkv, float *att, int64_t B,
                                   int64_t T, int64_t C, int64_t NH) {
+  if (useFlash(C, NH)) {
+    // The backward needs the forward's output and log-sum-exp, which the
+    // opcode does not pass: recompute them (one extra forward, no T x T)
+    // into the [B,NH,T,T] scratch when it holds them (T >= hs + 2), else
+    // into the workspace. Layout: out [B,T,C] | lse [B,NH,T] | D [B,NH,T].
+    const uint64_t rows = static_cast<uint64_t>(B * NH * T);
+    const uint64_t need = static_cast<uint64_t>(B * T * C) + 2 * rows;
+    float *scratch = att;
+    if (need > rows * static_cast<uint64_t>(T)) {
+      void *ws = nullptr;
+      LOOM_RETURN_IF_ERROR(workspace(need * sizeof(float), ws));
+      scratch = static_cast<float *>(ws);
+    }
+    float *out = scratch, *lse = out + B * T * C, *rowDot = lse + rows;
+    LOOM_RETURN_IF_ERROR(
+        flashAttentionForward(out, lse, qkv, B, T, C, NH, computeStream));
+    return flashAttentionBackward(dqkv, rowDot, dout, qkv, out, lse, B, T, C,
+                                  NH, computeStream);
+  }
   // Probabilities recomputed (out = null), as cpu::attentionProbs.
   LOOM_RETURN_IF_ERROR(
       cuda::attentionForward(nullptr, att, qkv, B, T, C, NH, computeStream));
@@ -315,6 +369,19 @@ Status CudaKernels::concatDim(void *out,
                               int64_t elemBytes) {
   return cuda::concatDim(out, inputs, extents, outShape, dim, elemBytes,
                          computeStream);
+}
+
+Status CudaKernels::packBlocks(void *dst, const void *src,
+                               const std::vector<int64_t> &shape, int64_t dim,
+                               int64_t n, int64_t elemBytes) {
+  return cuda::packBlocks(dst, src, shape, dim, n, elemBytes, computeStream);
+}
+
+Status CudaKernels::unpackBlocks(void *dst, const void *src,
+                                 const std::vector<int64_t> &blockShape,
+                                 int64_t dim, int64_t n, int64_t elemBytes) {
+  return cuda::unpackBlocks(dst, src, blockShape, dim, n, elemBytes,
+                            computeStream);
 }
 
 //===----------------------------------------------------------------------===//

@@ -4,8 +4,9 @@
 // every buffer pointer is a device pointer (into the rank's DeviceArena or a
 // device workspace), every call is enqueued on one compute stream and
 // returns without waiting. GEMMs go to cuBLASLt (gemm.h, fp32 with TF32 off,
-// so results are comparable with the CPU's), the rest to kernels.cu,
-// attention.cu, vocab_parallel.cu, transpose.cu and tensor_movement.cpp.
+// so results are comparable with the CPU's), attention to the tiled
+// flash_attention.cu (or attention.cu, see AttentionKernel), the rest to
+// kernels.cu, vocab_parallel.cu, transpose.cu and tensor_movement.cpp.
 //
 // Differences from cpu::CpuKernels a caller must know:
 //  * token ids / targets are not validated on the device (the executor
@@ -26,10 +27,28 @@
 
 namespace loom::cuda {
 
+/// Which causal-attention implementation the Attention / AttentionGrad
+/// opcodes run.
+enum class AttentionKernel {
+  /// flash_attention.cu: tiled, online softmax, no [B,NH,T,T] traffic; the
+  /// gradient recomputes the forward's output and log-sum-exp into the
+  /// opcode's scratch. Head sizes above kFlashMaxHeadSize use Naive.
+  Flash,
+  /// attention.cu: probabilities materialized in the [B,NH,T,T] scratch.
+  Naive,
+};
+
+/// Parses the value of LOOM_CUDA_ATTENTION: "flash", "naive", or null /
+/// empty for the default (flash); anything else is an error that names the
+/// variable and the accepted values.
+Status parseAttentionKernel(const char *value, AttentionKernel &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
-  /// `computeStream` (not owned; must outlive this object).
+  /// `computeStream` (not owned; must outlive this object). The attention
+  /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
+  /// parseAttentionKernel); a bad value is an error here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -37,6 +56,11 @@ public:
   CudaKernels &operator=(const CudaKernels &) = delete;
 
   cudaStream_t stream() const { return computeStream; }
+  AttentionKernel attentionKernel() const { return attention; }
+  void setAttentionKernel(AttentionKernel k) { attention = k; }
+  /// The cuBLASLt engine, for callers with bf16 operands
+  /// (Gemm::gemmBf16 on stream()).
+  Gemm &gemms() { return gemmEngine; }
 
   Status embeddingForward(float *out, const int32_t *ids, const float *table,
                           int64_t N, int64_t V, int64_t C) override;
@@ -118,6 +142,12 @@ public:
                    const std::vector<int64_t> &extents,
                    const std::vector<int64_t> &outShape, int64_t dim,
                    int64_t elemBytes) override;
+  Status packBlocks(void *dst, const void *src,
+                    const std::vector<int64_t> &shape, int64_t dim, int64_t n,
+                    int64_t elemBytes) override;
+  Status unpackBlocks(void *dst, const void *src,
+                      const std::vector<int64_t> &blockShape, int64_t dim,
+                      int64_t n, int64_t elemBytes) override;
   Status sumSquares(float *out,
                     const std::vector<BufferSpan> &tensors) override;
   Status clipCoef(float *norm, float *coef, const float *sumSq,
@@ -134,7 +164,11 @@ private:
   /// growing waits for the stream before freeing the old one).
   Status workspace(uint64_t bytes, void *&devicePtr);
 
+  /// True when the flash kernels run this attention (see AttentionKernel).
+  bool useFlash(int64_t C, int64_t NH) const;
+
   cudaStream_t computeStream = nullptr;
+  AttentionKernel attention = AttentionKernel::Flash;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceBytes = 0;

@@ -59,6 +59,14 @@ Status CudaMemory::copyOut(void *hostDst, const void *src, uint64_t bytes) {
   return Status::success();
 }
 
+Status CudaMemory::copy(void *dst, const void *src, uint64_t bytes) {
+  // Stream-ordered device-to-device: no host synchronization.
+  if (bytes > 0 && dst != src)
+    LOOM_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  return Status::success();
+}
+
 Status CudaMemory::fillZero(void *dst, uint64_t bytes) {
   if (bytes > 0)
     LOOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream));

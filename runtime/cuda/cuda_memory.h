@@ -30,6 +30,7 @@ public:
   void release(uint8_t *base, uint64_t bytes) override;
   Status copyIn(void *dst, const void *hostSrc, uint64_t bytes) override;
   Status copyOut(void *hostDst, const void *src, uint64_t bytes) override;
+  Status copy(void *dst, const void *src, uint64_t bytes) override;
   Status fillZero(void *dst, uint64_t bytes) override;
   Status synchronize() override;
 

@@ -12,10 +12,14 @@ Status probeDevice(int &count) {
     (void)cudaGetLastError(); // clear the sticky-free error state
     LOOM_ERROR("no CUDA device: cudaGetDeviceCount returned "
                << cudaGetErrorName(err) << " (" << cudaGetErrorString(err)
-               << "); run with --backend cpu");
+               << "); --backend cuda needs an NVIDIA GPU whose driver "
+                  "supports this CUDA runtime: run there, or run with "
+                  "--backend cpu");
   }
   LOOM_CHECK(count > 0, "no CUDA device: cudaGetDeviceCount returned 0 "
-                        "devices; run with --backend cpu");
+                        "devices (check CUDA_VISIBLE_DEVICES); run on a "
+                        "machine with an NVIDIA GPU, or run with --backend "
+                        "cpu");
   return Status::success();
 }
 

@@ -1,4 +1,13 @@
-//===- gemm.cpp - Row-major fp32 GEMMs through cuBLASLt -------------------===//
+//===- gemm.cpp - Row-major GEMMs through cuBLASLt: fp32 and bf16 ---------===//
+//
+// 1. Validate the arguments (types, bias alignment) with a message that says
+//    which GEMM and how to fix it.
+// 2. Look the shape up in the plan cache; on a miss create the descriptors
+//    (operation, three layouts, preference with the real pointer
+//    alignments) and ask the heuristic for its best algorithm.
+// 3. Point the cached operation at this call's bias and run cublasLtMatmul.
+//
+//===----------------------------------------------------------------------===//
 #include "runtime/cuda/gemm.h"
 
 #include "runtime/cuda/check.h"
@@ -7,16 +16,14 @@
 
 namespace loom::cuda {
 
-namespace {
+//===----------------------------------------------------------------------===//
+// GemmPlan: the descriptors and algorithm of one call shape
+//===----------------------------------------------------------------------===//
 
-/// Destroys the cuBLASLt descriptors of one call on every path.
-struct Descriptors {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descriptors() {
-    if (pref)
-      cublasLtMatmulPreferenceDestroy(pref);
+/// Owns the cuBLASLt descriptors of one shape (destroyed on every path).
+class GemmPlan {
+public:
+  ~GemmPlan() {
     if (c)
       cublasLtMatrixLayoutDestroy(c);
     if (b)
@@ -26,9 +33,46 @@ struct Descriptors {
     if (op)
       cublasLtMatmulDescDestroy(op);
   }
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+namespace {
+
+cudaDataType_t cudaType(GemmType t) {
+  return t == GemmType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+const char *typeName(GemmType t) { return t == GemmType::BF16 ? "bf16" : "fp32"; }
+
+/// The largest power of two (at most 256, cuBLASLt's default assumption)
+/// dividing the address: the heuristic must not pick a kernel that needs
+/// more alignment than an arena offset gives.
+int alignmentOf(const void *p) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && addr % align != 0)
+    align /= 2;
+  return align;
+}
+
+/// Destroys a preference on every path.
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~Preference() {
+    if (pref)
+      cublasLtMatmulPreferenceDestroy(pref);
+  }
 };
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Gemm
+//===----------------------------------------------------------------------===//
+
+Gemm::Gemm() = default;
 
 Status Gemm::create(Gemm &out) {
   LOOM_CHECK(!out.handle, "cuBLASLt handle already created");
@@ -39,52 +83,152 @@ Status Gemm::create(Gemm &out) {
 }
 
 Gemm::~Gemm() {
+  plans.clear();
   if (workspace)
     cudaFree(workspace);
   if (handle)
     cublasLtDestroy(handle);
 }
 
+Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
+  const int alignA = alignmentOf(g.A), alignB = alignmentOf(g.B),
+            alignC = alignmentOf(g.C);
+  const PlanKey key{g.transA,          g.transB,           g.M,    g.N,
+                    g.K,               g.lda,              g.ldb,  g.ldc,
+                    int(g.inputType),  int(g.outputType),  g.bias != nullptr,
+                    alignA,            alignB,             alignC};
+  auto it = plans.find(key);
+  if (it != plans.end()) {
+    plan = it->second.get();
+    return Status::success();
+  }
+  auto p = std::make_unique<GemmPlan>();
+  // Column-major view: C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M]. The first
+  // cuBLASLt operand is B as stored (N x K column-major when not transposed,
+  // i.e. row-major [K,N] with stride ldb), the second is A.
+  LOOM_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t opFirst = g.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opSecond = g.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
+  if (g.bias) {
+    // The bias has C's element type (cuBLASLt's default for non-fp8).
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  }
+  // Stored shapes (rows x cols, column-major, leading dimension).
+  const cudaDataType_t in = cudaType(g.inputType), out = cudaType(g.outputType);
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &p->a, in, g.transB ? g.K : g.N, g.transB ? g.N : g.K, g.ldb));
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
+      &p->b, in, g.transA ? g.M : g.K, g.transA ? g.K : g.M, g.lda));
+  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, out, g.N, g.M, g.ldc));
+
+  Preference pref;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
+      sizeof(workspaceBytes)));
+  // cuBLASLt's first operand is B, its second A; C and D are the same.
+  const uint32_t aBytes = alignB, bBytes = alignA, cBytes = alignC;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aBytes,
+      sizeof(aBytes)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &bBytes,
+      sizeof(bBytes)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &cBytes,
+      sizeof(cBytes)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &cBytes,
+      sizeof(cBytes)));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b,
+                                                   p->c, p->c, pref.pref, 1,
+                                                   &heuristic, &found));
+  LOOM_CHECK(found > 0, "cuBLASLt has no algorithm for a "
+                            << typeName(g.inputType) << " -> "
+                            << typeName(g.outputType) << " " << g.M << "x"
+                            << g.N << "x" << g.K << " GEMM (lda " << g.lda
+                            << ", ldb " << g.ldb << ", ldc " << g.ldc
+                            << (g.bias ? ", bias" : "") << ")");
+  p->algo = heuristic.algo;
+  plan = p.get();
+  plans.emplace(key, std::move(p));
+  return Status::success();
+}
+
+Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
+  LOOM_CHECK(handle, "Gemm used before Gemm::create");
+  // 1. Arguments.
+  LOOM_CHECK(g.inputType == GemmType::BF16 || g.outputType == GemmType::F32,
+             "GEMM " << g.M << "x" << g.N << "x" << g.K
+                     << ": fp32 inputs need an fp32 output, got bf16; "
+                        "convert the inputs to bf16 or ask for fp32 output");
+  LOOM_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0,
+             "GEMM with a negative size " << g.M << "x" << g.N << "x" << g.K);
+  LOOM_CHECK(!g.bias || reinterpret_cast<uintptr_t>(g.bias) % 16 == 0,
+             "GEMM " << g.M << "x" << g.N << "x" << g.K
+                     << ": the bias pointer " << g.bias
+                     << " is not 16-byte aligned, which cuBLASLt's bias "
+                        "epilogue requires; add the bias separately");
+  if (g.M == 0 || g.N == 0)
+    return Status::success();
+  // 2. The cached plan of this shape.
+  GemmPlan *plan = nullptr;
+  LOOM_RETURN_IF_ERROR(planFor(g, plan));
+  // 3. Run. K == 0 gives C = beta C (+ bias), which cuBLASLt also handles.
+  if (g.bias)
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  LOOM_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &g.alpha, g.B, plan->a,
+                                   g.A, plan->b, &g.beta, g.C, plan->c, g.C,
+                                   plan->c, &plan->algo, workspace,
+                                   workspaceBytes, stream));
+  return Status::success();
+}
+
 Status Gemm::gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc,
                   cudaStream_t stream) {
-  LOOM_CHECK(handle, "Gemm used before Gemm::create");
-  if (M == 0 || N == 0)
-    return Status::success();
-  // Column-major view: C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M]. The first
-  // cuBLASLt operand is B as stored (N x K column-major when not transposed,
-  // i.e. row-major [K,N] with stride ldb), the second is A.
-  Descriptors d;
-  LOOM_CUBLAS_CHECK(
-      cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t opFirst = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t opSecond = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      d.op, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      d.op, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
-  // Stored shapes (rows x cols, column-major, leading dimension).
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-      &d.a, CUDA_R_32F, transB ? K : N, transB ? N : K, ldb));
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(
-      &d.b, CUDA_R_32F, transA ? M : K, transA ? K : M, lda));
-  LOOM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, N, M, ldc));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&d.pref));
-  LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspaceBytes,
-      sizeof(workspaceBytes)));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
-      handle, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found));
-  LOOM_CHECK(found > 0, "cuBLASLt has no fp32 algorithm for a "
-                            << M << "x" << N << "x" << K << " GEMM");
-  // K == 0: C = beta C, which cuBLASLt also handles.
-  LOOM_CUBLAS_CHECK(cublasLtMatmul(handle, d.op, &alpha, B, d.a, A, d.b, &beta,
-                                   C, d.c, C, d.c, &heuristic.algo, workspace,
-                                   workspaceBytes, stream));
-  return Status::success();
+  GemmArgs g;
+  g.transA = transA, g.transB = transB, g.M = M, g.N = N, g.K = K;
+  g.alpha = alpha, g.beta = beta;
+  g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.C = C, g.ldc = ldc;
+  return matmul(g, stream);
+}
+
+Status Gemm::gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
+                      int64_t K, float alpha, const __nv_bfloat16 *A,
+                      int64_t lda, const __nv_bfloat16 *B, int64_t ldb,
+                      float beta, __nv_bfloat16 *C, int64_t ldc,
+                      const __nv_bfloat16 *bias, cudaStream_t stream) {
+  GemmArgs g;
+  g.transA = transA, g.transB = transB, g.M = M, g.N = N, g.K = K;
+  g.alpha = alpha, g.beta = beta;
+  g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.C = C, g.ldc = ldc;
+  g.inputType = GemmType::BF16, g.outputType = GemmType::BF16, g.bias = bias;
+  return matmul(g, stream);
+}
+
+Status Gemm::gemmBf16(bool transA, bool transB, int64_t M, int64_t N,
+                      int64_t K, float alpha, const __nv_bfloat16 *A,
+                      int64_t lda, const __nv_bfloat16 *B, int64_t ldb,
+                      float beta, float *C, int64_t ldc, const float *bias,
+                      cudaStream_t stream) {
+  GemmArgs g;
+  g.transA = transA, g.transB = transB, g.M = M, g.N = N, g.K = K;
+  g.alpha = alpha, g.beta = beta;
+  g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.C = C, g.ldc = ldc;
+  g.inputType = GemmType::BF16, g.outputType = GemmType::F32, g.bias = bias;
+  return matmul(g, stream);
 }
 
 } // namespace loom::cuda

@@ -1,16 +1,17 @@
-//===- BufferMemoryTest.cpp - The executor keeps off buffer memory -*- C++ -*-===//
+//===- BufferMemoryTest.cpp - The executor keeps off buffer memory -*- C++
+//-*-===//
 //
 // A device backend's buffer pointers cannot be dereferenced on the host, and
 // its kernels cannot read host memory. Without a GPU this test plays the
-// device: PoisonedMemory keeps every allocation (arena and temporaries)
-// PROT_NONE except while one of its own copies or a kernel runs, and
-// GuardedKernels refuses any pointer outside those allocations before
-// running the CPU kernel. A training step (plain, micro-batched and as a
-// pipeline stage with stashes) must then give bit for bit what the default
-// CPU executor gives: a host read or write of the arena by the executor
-// faults, a host temporary handed to a kernel is an error.
+// device with PoisonedMemory and GuardedKernels (PoisonedMemory.h). A
+// training step (plain, micro-batched and as a pipeline stage with stashes)
+// must then give bit for bit what the default CPU executor gives: a host
+// read or write of the arena by the executor faults, a host temporary
+// handed to a kernel is an error. GuardedRun.cpp does the same for the
+// whole run loom-run drives (checkpoints, eval, sampling, MPI ranks).
 //
 //===----------------------------------------------------------------------===//
+#include "PoisonedMemory.h"
 #include "ProgramTestUtil.h"
 #include "TestUtil.h"
 
@@ -31,323 +32,6 @@ using namespace loom;
 using namespace loom::test;
 
 namespace {
-
-/// Buffer memory the host cannot touch between the calls that may.
-class PoisonedMemory final : public BufferMemory {
-public:
-  Status allocate(uint64_t bytes, uint8_t *&base) override {
-    base = nullptr;
-    if (bytes == 0)
-      return Status::success();
-    void *p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
-    LOOM_CHECK(p != MAP_FAILED, "mmap of " << bytes << " bytes failed");
-    base = static_cast<uint8_t *>(p);
-    blocks[base] = bytes;
-    return Status::success();
-  }
-  void release(uint8_t *base, uint64_t bytes) override {
-    if (!base)
-      return;
-    ::munmap(base, bytes);
-    blocks.erase(base);
-  }
-  Status copyIn(void *dst, const void *hostSrc, uint64_t bytes) override {
-    LOOM_RETURN_IF_ERROR(check("copyIn", dst, bytes));
-    Open open(*this);
-    std::memcpy(dst, hostSrc, bytes);
-    return Status::success();
-  }
-  Status copyOut(void *hostDst, const void *src, uint64_t bytes) override {
-    LOOM_RETURN_IF_ERROR(check("copyOut", src, bytes));
-    Open open(*this);
-    std::memcpy(hostDst, src, bytes);
-    return Status::success();
-  }
-  Status fillZero(void *dst, uint64_t bytes) override {
-    LOOM_RETURN_IF_ERROR(check("fillZero", dst, bytes));
-    Open open(*this);
-    std::memset(dst, 0, bytes);
-    return Status::success();
-  }
-  Status synchronize() override { return Status::success(); }
-
-  /// Errors unless [p, p + bytes) lies in one allocation.
-  Status check(const char *what, const void *p, uint64_t bytes = 1) const {
-    const auto *at = static_cast<const uint8_t *>(p);
-    auto it = blocks.upper_bound(const_cast<uint8_t *>(at));
-    if (it != blocks.begin()) {
-      --it;
-      if (at >= it->first && at + bytes <= it->first + it->second)
-        return Status::success();
-    }
-    LOOM_ERROR(what << ": pointer " << p << " (" << bytes
-                    << " bytes) is not buffer memory");
-  }
-
-  /// Host access to every allocation while alive (kernels, copies, and the
-  /// test's own inspection).
-  class Open {
-  public:
-    explicit Open(PoisonedMemory &m) : mem(m) { mem.protect(PROT_READ | PROT_WRITE); }
-    ~Open() { mem.protect(PROT_NONE); }
-
-  private:
-    PoisonedMemory &mem;
-  };
-
-  uint64_t copies = 0;
-
-private:
-  void protect(int prot) {
-    for (const auto &[base, bytes] : blocks)
-      ::mprotect(base, bytes, prot);
-  }
-  std::map<uint8_t *, uint64_t> blocks;
-};
-
-/// The CPU kernels, run only on PoisonedMemory pointers.
-class GuardedKernels final : public KernelBackend {
-public:
-  explicit GuardedKernels(PoisonedMemory &m) : mem(m) {}
-
-  /// Runs `f` on the CPU kernels when every non-null pointer is buffer
-  /// memory.
-  template <typename F>
-  Status guard(const char *what, std::initializer_list<const void *> ptrs,
-               F &&f) {
-    for (const void *p : ptrs)
-      if (p)
-        LOOM_RETURN_IF_ERROR(mem.check(what, p));
-    PoisonedMemory::Open open(mem);
-    return f(cpu);
-  }
-
-#define LOOM_POINTERS(...) {__VA_ARGS__}
-#define LOOM_GUARD(NAME, PTRS, CALL)                                           \
-  return guard(#NAME, LOOM_POINTERS PTRS,                                     \
-               [&](cpu::CpuKernels &k) { return k.CALL; })
-
-  Status embeddingForward(float *out, const int32_t *ids, const float *table,
-                          int64_t N, int64_t V, int64_t C) override {
-    LOOM_GUARD(embeddingForward, (out, ids, table),
-               embeddingForward(out, ids, table, N, V, C));
-  }
-  Status embeddingForwardRows(float *out, const int32_t *ids, const float *rows,
-                              int64_t N, int64_t V, int64_t rowOffset,
-                              int64_t rowCount, int64_t C) override {
-    LOOM_GUARD(embeddingForwardRows, (out, ids, rows),
-               embeddingForwardRows(out, ids, rows, N, V, rowOffset, rowCount,
-                                    C));
-  }
-  Status embeddingBackward(float *dtable, const float *dout, const int32_t *ids,
-                           int64_t N, int64_t V, int64_t C) override {
-    LOOM_GUARD(embeddingBackward, (dtable, dout, ids),
-               embeddingBackward(dtable, dout, ids, N, V, C));
-  }
-  Status add(float *out, const float *a, const float *b, int64_t n) override {
-    LOOM_GUARD(add, (out, a, b), add(out, a, b, n));
-  }
-  Status addBroadcast(float *out, const float *a, const float *b, int64_t outer,
-                      int64_t inner) override {
-    LOOM_GUARD(addBroadcast, (out, a, b),
-               addBroadcast(out, a, b, outer, inner));
-  }
-  Status reduceLeading(float *db, const float *dout, int64_t outer,
-                       int64_t inner) override {
-    LOOM_GUARD(reduceLeading, (db, dout),
-               reduceLeading(db, dout, outer, inner));
-  }
-  Status linearForward(float *out, const float *inp, const float *weight,
-                       const float *bias, int64_t M, int64_t K,
-                       int64_t N) override {
-    LOOM_GUARD(linearForward, (out, inp, weight, bias),
-               linearForward(out, inp, weight, bias, M, K, N));
-  }
-  Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-              float alpha, const float *A, int64_t lda, const float *B,
-              int64_t ldb, float beta, float *C, int64_t ldc) override {
-    LOOM_GUARD(gemm, (A, B, C),
-               gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                    ldc));
-  }
-  Status columnSum(float *dbias, const float *dout, int64_t M,
-                   int64_t N) override {
-    LOOM_GUARD(columnSum, (dbias, dout), columnSum(dbias, dout, M, N));
-  }
-  Status layernormForward(float *out, float *mean, float *rstd,
-                          const float *inp, const float *weight,
-                          const float *bias, int64_t N, int64_t C,
-                          float eps) override {
-    LOOM_GUARD(layernormForward, (out, mean, rstd, inp, weight, bias),
-               layernormForward(out, mean, rstd, inp, weight, bias, N, C, eps));
-  }
-  Status layernormGrad(float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight,
-                       float *mean, float *rstd, int64_t N, int64_t C,
-                       float eps) override {
-    LOOM_GUARD(layernormGrad,
-               (dinp, dweight, dbias, dout, inp, weight, mean, rstd),
-               layernormGrad(dinp, dweight, dbias, dout, inp, weight, mean,
-                             rstd, N, C, eps));
-  }
-  Status geluForward(float *out, const float *inp, int64_t n) override {
-    LOOM_GUARD(geluForward, (out, inp), geluForward(out, inp, n));
-  }
-  Status geluBackward(float *dinp, const float *inp, const float *dout,
-                      int64_t n) override {
-    LOOM_GUARD(geluBackward, (dinp, inp, dout),
-               geluBackward(dinp, inp, dout, n));
-  }
-  Status softmaxForward(float *out, const float *inp, int64_t N,
-                        int64_t C) override {
-    LOOM_GUARD(softmaxForward, (out, inp), softmaxForward(out, inp, N, C));
-  }
-  Status softmaxBackward(float *dinp, const float *dout, const float *out,
-                         int64_t N, int64_t C) override {
-    LOOM_GUARD(softmaxBackward, (dinp, dout, out),
-               softmaxBackward(dinp, dout, out, N, C));
-  }
-  Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                          int64_t T, int64_t C, int64_t NH) override {
-    LOOM_GUARD(attentionForward, (out, att, qkv),
-               attentionForward(out, att, qkv, B, T, C, NH));
-  }
-  Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                       float *att, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) override {
-    LOOM_GUARD(attentionGrad, (dqkv, dout, qkv, att),
-               attentionGrad(dqkv, dout, qkv, att, B, T, C, NH));
-  }
-  Status crossEntropyForward(float *loss, float *losses, const float *logits,
-                             const int32_t *targets, int64_t N, int64_t V,
-                             int64_t validV, double tokens) override {
-    LOOM_GUARD(crossEntropyForward, (loss, losses, logits, targets),
-               crossEntropyForward(loss, losses, logits, targets, N, V, validV,
-                                   tokens));
-  }
-  Status crossEntropyBackward(float *dlogits, const float *dloss,
-                              const float *logits, const int32_t *targets,
-                              int64_t N, int64_t V, int64_t validV,
-                              double tokens) override {
-    LOOM_GUARD(crossEntropyBackward, (dlogits, dloss, logits, targets),
-               crossEntropyBackward(dlogits, dloss, logits, targets, N, V,
-                                    validV, tokens));
-  }
-  Status crossEntropyRowMax(float *rowMax, const float *logits, int64_t N,
-                            int64_t V, int64_t offset,
-                            int64_t validV) override {
-    LOOM_GUARD(crossEntropyRowMax, (rowMax, logits),
-               crossEntropyRowMax(rowMax, logits, N, V, offset, validV));
-  }
-  Status crossEntropySums(float *sumExp, float *targetLogit,
-                          const float *logits, const float *rowMax,
-                          const int32_t *targets, int64_t N, int64_t V,
-                          int64_t offset, int64_t validV) override {
-    LOOM_GUARD(crossEntropySums, (sumExp, targetLogit, logits, rowMax, targets),
-               crossEntropySums(sumExp, targetLogit, logits, rowMax, targets, N,
-                                V, offset, validV));
-  }
-  Status crossEntropyFromSums(float *loss, const float *rowMax,
-                              const float *sumExp, const float *targetLogit,
-                              int64_t N, double tokens) override {
-    LOOM_GUARD(crossEntropyFromSums, (loss, rowMax, sumExp, targetLogit),
-               crossEntropyFromSums(loss, rowMax, sumExp, targetLogit, N,
-                                    tokens));
-  }
-  Status crossEntropySumsBackward(float *dlogits, const float *dloss,
-                                  const float *logits, const float *rowMax,
-                                  const float *sumExp, const int32_t *targets,
-                                  int64_t N, int64_t V, int64_t offset,
-                                  int64_t validV, double tokens) override {
-    LOOM_GUARD(crossEntropySumsBackward,
-               (dlogits, dloss, logits, rowMax, sumExp, targets),
-               crossEntropySumsBackward(dlogits, dloss, logits, rowMax, sumExp,
-                                        targets, N, V, offset, validV, tokens));
-  }
-  Status copy(void *dst, const void *src, int64_t bytes) override {
-    LOOM_GUARD(copy, (dst, src), copy(dst, src, bytes));
-  }
-  Status fillF32(float *dst, int64_t n, float value) override {
-    LOOM_GUARD(fillF32, (dst), fillF32(dst, n, value));
-  }
-  Status fillI32(int32_t *dst, int64_t n, int32_t value) override {
-    LOOM_GUARD(fillI32, (dst), fillI32(dst, n, value));
-  }
-  Status transpose(void *out, const void *in,
-                   const std::vector<int64_t> &inShape,
-                   const std::vector<int64_t> &perm,
-                   int64_t elemBytes) override {
-    LOOM_GUARD(transpose, (out, in),
-               transpose(out, in, inShape, perm, elemBytes));
-  }
-  Status sliceDim(void *out, const void *in,
-                  const std::vector<int64_t> &inShape, int64_t dim,
-                  int64_t offset, int64_t outExtent,
-                  int64_t elemBytes) override {
-    LOOM_GUARD(sliceDim, (out, in),
-               sliceDim(out, in, inShape, dim, offset, outExtent, elemBytes));
-  }
-  Status sliceDimGrad(void *out, const void *in,
-                      const std::vector<int64_t> &outShape, int64_t dim,
-                      int64_t offset, int64_t inExtent,
-                      int64_t elemBytes) override {
-    LOOM_GUARD(sliceDimGrad, (out, in),
-               sliceDimGrad(out, in, outShape, dim, offset, inExtent,
-                            elemBytes));
-  }
-  Status concatDim(void *out, const std::vector<const void *> &inputs,
-                   const std::vector<int64_t> &extents,
-                   const std::vector<int64_t> &outShape, int64_t dim,
-                   int64_t elemBytes) override {
-    for (const void *p : inputs)
-      LOOM_RETURN_IF_ERROR(mem.check("concatDim", p));
-    LOOM_GUARD(concatDim, (out),
-               concatDim(out, inputs, extents, outShape, dim, elemBytes));
-  }
-  Status sumSquares(float *out,
-                    const std::vector<BufferSpan> &tensors) override {
-    for (const BufferSpan &t : tensors)
-      LOOM_RETURN_IF_ERROR(mem.check("sumSquares", t.data));
-    LOOM_GUARD(sumSquares, (out), sumSquares(out, tensors));
-  }
-  Status clipCoef(float *norm, float *coef, const float *sumSq,
-                  double maxNorm) override {
-    LOOM_GUARD(clipCoef, (norm, coef, sumSq),
-               clipCoef(norm, coef, sumSq, maxNorm));
-  }
-  Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
-               const float *lr, const float *step, const float *gradScale,
-               const AdamWHyperParams &hyper) override {
-    LOOM_GUARD(adamw, (params, grads, m, v, lr, step, gradScale),
-               adamw(params, grads, m, v, n, lr, step, gradScale, hyper));
-  }
-  Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override {
-    LOOM_GUARD(convertF32ToBF16, (out, in), convertF32ToBF16(out, in, n));
-  }
-  Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override {
-    LOOM_GUARD(convertBF16ToF32, (out, in), convertBF16ToF32(out, in, n));
-  }
-  bool handlesBF16Natively(program::Opcode op) const override {
-    return cpu.handlesBF16Natively(op);
-  }
-  Status runBF16Natively(const program::Instruction &ins,
-                         const std::vector<TypedOperand> &inputs,
-                         const std::vector<TypedOperand> &outputs,
-                         const std::vector<TypedOperand> &scratch) override {
-    for (const auto *list : {&inputs, &outputs, &scratch})
-      for (const TypedOperand &t : *list)
-        LOOM_RETURN_IF_ERROR(mem.check("runBF16Natively", t.data));
-    LOOM_GUARD(runBF16Natively, (),
-               runBF16Natively(ins, inputs, outputs, scratch));
-  }
-#undef LOOM_GUARD
-#undef LOOM_POINTERS
-
-private:
-  PoisonedMemory &mem;
-  cpu::CpuKernels cpu;
-};
 
 /// What a few training steps leave: per-step loss and norm, every buffer.
 struct Trained {
@@ -523,4 +207,257 @@ TEST(BufferMemory, GuardRefusesHostPointers) {
   EXPECT_TRUE(kernels.add(dev, dev, dev, 4).ok());
   EXPECT_FALSE(mem.copyIn(host.data(), dev, 16).ok());
   mem.release(base, 4096);
+}
+
+//===----------------------------------------------------------------------===//
+// The communicator on buffer memory
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A one-rank transport that reads and writes host memory, as MPI does: a
+/// poisoned buffer reaching its do*() methods faults, so the base class
+/// must stage buffers through the host.
+class HostLoopback final : public Communicator {
+public:
+  HostLoopback() : Communicator(0, 1) {}
+  const char *backend() const override { return "host-loopback"; }
+  void abort(int) override {}
+
+protected:
+  Status move(void *out, const void *in, int64_t count, program::DType dt) {
+    std::memmove(out, in, static_cast<size_t>(count * program::dtypeBytes(dt)));
+    return Status::success();
+  }
+  Status doAllReduce(void *, int64_t, program::DType, program::Reduction,
+                     const std::vector<uint32_t> &) override {
+    return Status::success();
+  }
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dt,
+                     const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dt, program::Reduction,
+                         const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doAllToAll(const void *in, void *out, int64_t count, program::DType dt,
+                    const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doSend(const void *buf, int64_t count, program::DType dt, int,
+                int64_t) override {
+    const auto *p = static_cast<const uint8_t *>(buf);
+    sent.assign(p, p + count * program::dtypeBytes(dt));
+    return Status::success();
+  }
+  Status doRecv(void *buf, int64_t, program::DType, int, int64_t) override {
+    std::memcpy(buf, sent.data(), sent.size());
+    return Status::success();
+  }
+  Status doFlush() override { return Status::success(); }
+  Status doBarrier() override { return Status::success(); }
+
+private:
+  std::vector<uint8_t> sent;
+};
+
+/// A transport of device pointers only (as NCCL): its do*() methods move
+/// bytes with the bound memory's own calls, which refuse a host pointer, so
+/// host values must be staged through a buffer temporary.
+class DeviceOnly final : public Communicator {
+public:
+  DeviceOnly() : Communicator(0, 1) {}
+  const char *backend() const override { return "device-only"; }
+  void abort(int) override {}
+
+protected:
+  bool transportsHostMemory() const override { return false; }
+  bool requiresBoundMemoryForHost() const override { return true; }
+  Status move(void *out, const void *in, int64_t count, program::DType dt) {
+    return memory->copy(out, in,
+                        static_cast<uint64_t>(count * program::dtypeBytes(dt)));
+  }
+  Status doAllReduce(void *buf, int64_t count, program::DType dt,
+                     program::Reduction,
+                     const std::vector<uint32_t> &) override {
+    return move(buf, buf, count, dt);
+  }
+  Status doAllGather(const void *in, void *out, int64_t count,
+                     program::DType dt,
+                     const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doReduceScatter(const void *in, void *out, int64_t count,
+                         program::DType dt, program::Reduction,
+                         const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doAllToAll(const void *in, void *out, int64_t count, program::DType dt,
+                    const std::vector<uint32_t> &) override {
+    return move(out, in, count, dt);
+  }
+  Status doSend(const void *buf, int64_t count, program::DType dt, int,
+                int64_t) override {
+    sent.resize(static_cast<size_t>(count * program::dtypeBytes(dt)));
+    return memory->copyOut(sent.data(), buf, sent.size());
+  }
+  Status doRecv(void *buf, int64_t, program::DType, int, int64_t) override {
+    return memory->copyIn(buf, sent.data(), sent.size());
+  }
+  Status doFlush() override { return Status::success(); }
+  Status doBarrier() override { return Status::success(); }
+
+private:
+  std::vector<uint8_t> sent;
+};
+
+/// Runs every collective of `comm` (bound to `mem`) on poisoned buffers and
+/// on host values, checking what arrives.
+void exerciseCollectives(Communicator &comm, PoisonedMemory &mem) {
+  ASSERT_TRUE(comm.setMesh({{"dp", 1}}).ok());
+  comm.bindBufferMemory(&mem);
+  uint8_t *a = nullptr, *b = nullptr;
+  ASSERT_TRUE(mem.allocate(64, a).ok());
+  ASSERT_TRUE(mem.allocate(64, b).ok());
+  const std::vector<float> x = {1, 2, 3, 4};
+  std::vector<float> got(4);
+  auto readB = [&]() {
+    got.assign(4, 0.0f);
+    EXPECT_TRUE(mem.copyOut(got.data(), b, 16).ok());
+    return got;
+  };
+  ASSERT_TRUE(mem.copyIn(a, x.data(), 16).ok());
+  using program::DType;
+  ASSERT_TRUE(comm.allGather(a, b, 4, DType::F32, {0}).ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(
+      comm.reduceScatter(a, b, 4, DType::F32, program::Reduction::Sum, {0})
+          .ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(comm.allToAll(a, b, 4, DType::F32, {0}).ok());
+  EXPECT_EQ(readB(), x);
+  Communicator::Ticket t = -1;
+  ASSERT_TRUE(
+      comm.startAllReduce(a, 4, DType::F32, program::Reduction::Sum, {0}, t)
+          .ok());
+  ASSERT_TRUE(comm.complete(t).ok());
+  ASSERT_TRUE(mem.fillZero(b, 16).ok());
+  ASSERT_TRUE(comm.send(a, 4, DType::F32, 0, 3).ok());
+  ASSERT_TRUE(comm.recv(b, 4, DType::F32, 0, 3).ok());
+  EXPECT_EQ(readB(), x);
+  ASSERT_TRUE(
+      comm.allReduceAmong(a, 4, DType::F32, program::Reduction::Sum, 0, {0})
+          .ok());
+  // Host values.
+  std::vector<float> h = x, hout(4);
+  ASSERT_TRUE(
+      comm.allReduceHost(h.data(), 4, DType::F32, program::Reduction::Max, {0})
+          .ok());
+  EXPECT_EQ(h, x);
+  ASSERT_TRUE(
+      comm.allGatherHost(x.data(), hout.data(), 4, DType::F32, {0}).ok());
+  EXPECT_EQ(hout, x);
+  hout.assign(4, 0.0f);
+  ASSERT_TRUE(comm.sendHost(x.data(), 4, DType::F32, 0, 4).ok());
+  ASSERT_TRUE(comm.recvHost(hout.data(), 4, DType::F32, 0, 4).ok());
+  EXPECT_EQ(hout, x);
+  comm.bindBufferMemory(nullptr); // releases the staging temporary
+  mem.release(a, 64);
+  mem.release(b, 64);
+}
+
+} // namespace
+
+TEST(BufferMemory, SingleRankCollectivesCopyThroughTheBoundMemory) {
+  PoisonedMemory mem;
+  SingleRankCommunicator comm;
+  const uint64_t before = guardCounters().copies;
+  exerciseCollectives(comm, mem);
+  EXPECT_GT(guardCounters().copies, before);
+}
+
+TEST(BufferMemory, HostTransportsStageBufferMemoryThroughTheHost) {
+  // The MPI case: without staging, the loopback's memmove on a poisoned
+  // pointer would fault.
+  PoisonedMemory mem;
+  HostLoopback comm;
+  exerciseCollectives(comm, mem);
+}
+
+TEST(BufferMemory, DeviceTransportsNeedABoundMemoryForHostValues) {
+  DeviceOnly comm;
+  ASSERT_TRUE(comm.setMesh({{"dp", 1}}).ok());
+  float v = 1.0f;
+  Status s = comm.allReduceHost(&v, 1, program::DType::F32,
+                                program::Reduction::Sum, {0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the device-only communicator moves device "
+                             "buffers only: collectives on host values need "
+                             "the executor's buffer memory"),
+            std::string::npos)
+      << s.message();
+  PoisonedMemory mem;
+  exerciseCollectives(comm, mem); // staged through the bound memory
+}
+
+TEST(BufferMemory, TokenIdsAreCheckedOnTheHostBeforeCopyIn) {
+  // A device kernel cannot report a bad id: the executor refuses it before
+  // it reaches buffer memory, naming the row and position.
+  MiniGptDims d;
+  d.B = 4;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  fb::LoadedProgram loaded;
+  Status s =
+      fb::loadProgramBytes(serialize(*miniGptTrain(d, o)), "ids.loom", loaded);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  auto memory = std::make_unique<PoisonedMemory>();
+  PoisonedMemory &mem = *memory;
+  std::unique_ptr<Executor> ex;
+  s = Executor::create(loaded, 0, 7, ex, nullptr,
+                       std::make_unique<GuardedKernels>(mem),
+                       std::move(memory));
+  ASSERT_TRUE(s.ok()) << s.toString();
+  const int64_t V = ex->model().vocab_size(), T = ex->model().seq();
+  auto inputs = randomIds(ex->localBatch() * T, V, 5);
+  auto targets = randomIds(ex->localBatch() * T, V, 6);
+  inputs[3 * T + 2] = static_cast<int32_t>(V); // row 3: micro-batch 1
+  TrainStepResult r;
+  s = ex->trainStep(inputs.data(), targets.data(), 1, 1e-2f, r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("token id " + std::to_string(V) +
+                             " at row 3, position 2 of this rank's batch is "
+                             "outside the vocabulary [0, " +
+                             std::to_string(V) + ")"),
+            std::string::npos)
+      << s.message();
+  inputs[3 * T + 2] = 0;
+  targets[0] = -1;
+  s = ex->trainStep(inputs.data(), targets.data(), 1, 1e-2f, r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("target id -1 at row 0, position 0"),
+            std::string::npos)
+      << s.message();
+  // evaluate() is for unpipelined evaluation programs only.
+  float loss = 0;
+  s = ex->evaluate(inputs.data(), targets.data(), loss);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is not an unpipelined evaluation program"),
+            std::string::npos)
+      << s.message();
+  // Host copies into and out of a buffer check its size.
+  std::vector<uint8_t> big(ex->bufferBytes(0) + 4);
+  s = ex->copyToBuffer(0, big.data(), big.size());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bytes into buffer #0 of"), std::string::npos)
+      << s.message();
+  s = ex->copyFromBuffer(0, big.data(), big.size());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bytes out of buffer #0 of"), std::string::npos)
+      << s.message();
 }

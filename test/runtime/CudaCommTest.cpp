@@ -8,6 +8,11 @@
 #include "CudaTestUtil.h"
 
 #include "runtime/cuda/comm_nccl.h"
+#include "runtime/cuda/cuda_memory.h"
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
 
 using namespace loom;
 using namespace loom::test;
@@ -45,6 +50,81 @@ TEST_F(CudaCommTest, WorldOfOneRunsEveryCollective) {
   ASSERT_TRUE(comm->flush().ok());
   ASSERT_TRUE(comm->barrier().ok());
   EXPECT_EQ(comm->stats().calls[0], 2);
+}
+
+TEST(NcclFileBootstrap, ClearErrorsBeforeAnyDeviceCall) {
+  // Ranks started without mpirun (loom-run with LOOM_RANK / LOOM_WORLD_SIZE)
+  // find rank 0's ncclUniqueId in a file; what goes wrong before NCCL is
+  // reached needs no GPU.
+  std::unique_ptr<cuda::NcclCommunicator> comm;
+  Status s = cuda::createNcclFileCommunicator(2, 2, "/tmp/x", 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("LOOM_RANK must be in [0, LOOM_WORLD_SIZE)"),
+            std::string::npos)
+      << s.message();
+  s = cuda::createNcclFileCommunicator(1, 2, "", 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("set LOOM_NCCL_ID_FILE to a fresh path"),
+            std::string::npos)
+      << s.message();
+  const std::string missing =
+      ::testing::TempDir() + "/nccl-id-never-written-" +
+      std::to_string(::getpid());
+  s = cuda::createNcclFileCommunicator(1, 2, missing, 0.05, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rank 1 waited 0.05 s for rank 0's ncclUniqueId "
+                             "in '" + missing +
+                             "'; start rank 0 (LOOM_RANK=0) with the same "
+                             "LOOM_NCCL_ID_FILE"),
+            std::string::npos)
+      << s.message();
+  // A file that is not an id.
+  { std::ofstream(missing) << "short"; }
+  s = cuda::createNcclFileCommunicator(1, 2, missing, 1, nullptr, comm);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("does not hold a 128-byte ncclUniqueId"),
+            std::string::npos)
+      << s.message();
+  std::remove(missing.c_str());
+}
+
+TEST_F(CudaCommTest, SendToItselfIsDeliveredInOrderAndBuffered) {
+  // Sends copy the message (the buffer may change at once) and a rank's
+  // messages to itself arrive in send order; a host value goes through the
+  // bound device memory.
+  SingleRankCommunicator bootstrap;
+  std::unique_ptr<cuda::NcclCommunicator> comm;
+  ASSERT_TRUE(cuda::createNcclWorldCommunicator(bootstrap, stream, comm).ok());
+  ASSERT_TRUE(comm->setMesh({{"pp", 1}}).ok());
+  DeviceVector<float> a(std::vector<float>{1, 2}), b(std::vector<float>{3, 4});
+  DeviceVector<float> got(2);
+  ASSERT_TRUE(comm->send(a.get(), 2, program::DType::F32, 0, 1).ok());
+  ASSERT_TRUE(comm->send(b.get(), 2, program::DType::F32, 0, 2).ok());
+  ASSERT_EQ(cudaMemsetAsync(a.get(), 0, 8, stream), cudaSuccess);
+  ASSERT_TRUE(comm->recv(got.get(), 2, program::DType::F32, 0, 1).ok());
+  EXPECT_EQ(got.host(), (std::vector<float>{1, 2}));
+  ASSERT_TRUE(comm->recv(got.get(), 2, program::DType::F32, 0, 2).ok());
+  EXPECT_EQ(got.host(), (std::vector<float>{3, 4}));
+  Status s = comm->recv(got.get(), 2, program::DType::F32, 0, 3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no matching send"), std::string::npos);
+  // Host values need the bound memory, then travel through it.
+  float v = 2.0f;
+  s = comm->allReduceHost(&v, 1, program::DType::F32, program::Reduction::Sum,
+                          {0});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the nccl communicator moves device buffers "
+                             "only"),
+            std::string::npos)
+      << s.message();
+  cuda::CudaMemory memory(stream);
+  comm->bindBufferMemory(&memory);
+  ASSERT_TRUE(comm->allReduceHost(&v, 1, program::DType::F32,
+                                  program::Reduction::Sum, {0})
+                  .ok());
+  EXPECT_EQ(v, 2.0f);
+  comm->bindBufferMemory(nullptr);
+  ASSERT_TRUE(comm->flush().ok());
 }
 
 } // namespace

@@ -1,5 +1,4 @@
-//===- loom-run.cpp - Runs a compiled Loom program ---------------*- C++
-//-*-===//
+//===- loom-run.cpp - Runs a compiled Loom program -------------*- C++ -*-===//
 //
 // Loads a program file, initializes (or loads) the parameters, and runs N
 // steps on an llm.c token file:
@@ -40,785 +39,194 @@
 // (runtime/core/sampler.h) and prints the prompt and the continuation on
 // stdout; no data is read and no step runs.
 //
-//===----------------------------------------------------------------------===//
+// The run itself is runtime/core/training_run.h (flags: run_options.h);
+// this file picks the backend. --backend cuda runs the executor with the
+// CUDA kernels on device memory (one compute stream per rank; rank r uses
+// device r modulo the node's devices) and its collectives over NCCL (the
+// ncclUniqueId travels over MPI) when the job has several ranks, or on a
+// single-rank communicator that copies device buffers when it has one, so a
+// single GPU needs no MPI launcher. Several GPUs without an MPI launcher:
+// start one process per GPU with LOOM_RANK=r, LOOM_WORLD_SIZE=N and the same
+// fresh LOOM_NCCL_ID_FILE (rank 0 writes its ncclUniqueId there; NCCL then
+// runs the collectives as under mpirun).
+//
 #include "runtime/core/backend_support.h"
-#include "runtime/core/checkpoint.h"
 #include "runtime/core/communicator.h"
-#include "runtime/core/executor.h"
-#include "runtime/core/json.h"
-#include "runtime/core/lr_schedule.h"
-#include "runtime/core/sampler.h"
-#include "runtime/core/token_data.h"
-#include "runtime/core/trace.h"
+#include "runtime/core/run_options.h"
+#include "runtime/core/training_run.h"
 #ifdef LOOM_HAVE_CUDA
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/comm_nccl.h"
+#include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_memory.h"
 #include "runtime/cuda/device.h"
 #endif
 #include "runtime/program/program.h"
 
-#include <algorithm>
 #include <cerrno>
-#include <cinttypes>
-#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
-#include <sys/resource.h>
-#include <vector>
 
 using namespace loom;
 
 namespace {
 
-const char *kUsage =
-    "usage: loom-run PROGRAM --data F --steps N [options]\n"
-    "       loom-run PROGRAM --sample N --prompt TEXT [--load-checkpoint F]\n"
-    "\n"
-    "Runs a compiled Loom program on an llm.c token file: evaluates the loss,\n"
-    "or trains when the program has an optimizer update.\n"
-    "\n"
-    "  PROGRAM                 program file written by loom-translate\n"
-    "  --data F                llm.c token file (.bin, uint16 tokens)\n"
-    "  --steps N               number of batches (evaluation: N >= 1;\n"
-    "                          training: N >= 0, 0 only initializes)\n"
-    "  --seed S                parameter init seed (default 1337)\n"
-    "  --stage K               pipeline stage to run (default 0)\n"
-    "  --load-checkpoint F     load parameters from a safetensors file\n"
-    "  --save-checkpoint F     save parameters after the last step\n"
-    "  --log-json F            one JSON object per step, then a summary\n"
-    "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
-    "  --backend cpu|cuda      where the kernels run (default cpu); cuda\n"
-    "                          needs a build with the CUDA backend and a GPU\n"
-    "  --quiet                 no progress output\n"
-    "Training programs:\n"
-    "  --lr F                  peak learning rate (default 1e-3)\n"
-    "  --min-lr F              cosine floor (default 0)\n"
-    "  --warmup W              linear warmup steps (default 0)\n"
-    "  --lr-schedule K         constant | cosine (default cosine)\n"
-    "  --schedule-steps N      steps the cosine spans (default: the start\n"
-    "                          step + --steps)\n"
-    "Sampling (evaluation programs; no --data / --steps):\n"
-    "  --sample N              generate N tokens greedily after the prompt\n"
-    "                          and print the text (tokens are bytes)\n"
-    "  --prompt TEXT           the text to continue (bytes < vocab_size)\n"
-    "  --help                  show this message\n";
-
-struct Options {
-  std::string program, data, loadCheckpoint, saveCheckpoint, logJson, trace;
-  int64_t steps = -1;
-  int64_t sample = -1; // --sample N; -1: not sampling
-  std::string prompt;
-  bool hasPrompt = false;
-  bool trainingFlags = false; // any of --lr ... --schedule-steps
-  double lr = 1e-3, minLr = 0.0;
-  int64_t warmup = 0;
-  LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
-  int64_t scheduleSteps = -1; // -1: start step + steps
-  uint64_t seed = 1337;
-  uint32_t stage = 0;
-  bool quiet = false;
-  std::string backend = "cpu";
-};
-
-/// An error that also shows the usage text.
-struct UsageError {
-  std::string message;
-};
-
-Status parseUnsigned(const std::string &flag, const std::string &text,
-                     uint64_t max, uint64_t &out) {
-  errno = 0;
-  char *end = nullptr;
-  const bool digits = !text.empty() &&
-                      text.find_first_not_of("0123456789") == std::string::npos;
-  unsigned long long v = digits ? std::strtoull(text.c_str(), &end, 10) : 0;
-  LOOM_CHECK(digits && errno == 0 && v <= max,
-             flag << " expects a non-negative integer"
-                  << (max < UINT64_MAX ? " <= " + std::to_string(max) : "")
-                  << ", got '" << text << "'");
-  out = v;
-  return Status::success();
-}
-
-Status parseNonNegative(const std::string &flag, const std::string &text,
-                        double &out) {
-  errno = 0;
-  char *end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 &&
-                 std::isfinite(v) && v >= 0.0,
-             flag << " expects a non-negative number, got '" << text << "'");
-  out = v;
-  return Status::success();
-}
-
-/// Parses argv; a failure is a usage error.
-Status parseArgs(int argc, char **argv, Options &opts, bool &help) {
-  help = false;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      help = true;
-      return Status::success();
-    }
-    if (arg == "--quiet") {
-      opts.quiet = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0 || arg == "--") {
-      if (arg == "--")
-        continue;
-      LOOM_CHECK(arg.empty() || arg[0] != '-' || arg == "-",
-                 "unknown flag '" << arg << "'");
-      positional.push_back(arg);
-      continue;
-    }
-    std::string flag = arg, value;
-    bool hasValue = false;
-    if (size_t eq = arg.find('='); eq != std::string::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      hasValue = true;
-    }
-    static const char *kValued[] = {"--data",
-                                    "--steps",
-                                    "--seed",
-                                    "--stage",
-                                    "--log-json",
-                                    "--trace",
-                                    "--load-checkpoint",
-                                    "--save-checkpoint",
-                                    "--lr",
-                                    "--min-lr",
-                                    "--warmup",
-                                    "--lr-schedule",
-                                    "--schedule-steps",
-                                    "--sample",
-                                    "--prompt",
-                                    "--backend"};
-    bool known = false;
-    for (const char *k : kValued)
-      known |= flag == k;
-    LOOM_CHECK(known, "unknown flag '" << flag << "'");
-    if (!hasValue) {
-      LOOM_CHECK(i + 1 < argc, flag << " needs a value");
-      value = argv[++i];
-    }
-    // An empty prompt reaches the sampler, which says how to fix it.
-    LOOM_CHECK(!value.empty() || flag == "--prompt",
-               flag << " needs a non-empty value");
-    uint64_t n = 0;
-    if (flag == "--lr" || flag == "--min-lr" || flag == "--warmup" ||
-        flag == "--lr-schedule" || flag == "--schedule-steps")
-      opts.trainingFlags = true;
-    if (flag == "--backend") {
-      LOOM_CHECK(value == "cpu" || value == "cuda",
-                 "--backend is cpu or cuda, got '" << value << "'");
-      opts.backend = value;
-    } else if (flag == "--prompt") {
-      opts.prompt = value;
-      opts.hasPrompt = true;
-    } else if (flag == "--sample") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
-      opts.sample = static_cast<int64_t>(n);
-    } else if (flag == "--data")
-      opts.data = value;
-    else if (flag == "--log-json")
-      opts.logJson = value;
-    else if (flag == "--trace")
-      opts.trace = value;
-    else if (flag == "--load-checkpoint")
-      opts.loadCheckpoint = value;
-    else if (flag == "--save-checkpoint")
-      opts.saveCheckpoint = value;
-    else if (flag == "--steps") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
-      opts.steps = static_cast<int64_t>(n);
-    } else if (flag == "--seed") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT64_MAX, n));
-      opts.seed = n;
-    } else if (flag == "--lr") {
-      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.lr));
-    } else if (flag == "--min-lr") {
-      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.minLr));
-    } else if (flag == "--warmup") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
-      opts.warmup = static_cast<int64_t>(n);
-    } else if (flag == "--schedule-steps") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
-      opts.scheduleSteps = static_cast<int64_t>(n);
-    } else if (flag == "--lr-schedule") {
-      LOOM_CHECK(value == "constant" || value == "cosine",
-                 "--lr-schedule expects constant or cosine, got '" << value
-                                                                   << "'");
-      opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
-                                          : LrSchedule::Kind::Cosine;
-    } else if (flag == "--stage") {
-      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT32_MAX, n));
-      opts.stage = static_cast<uint32_t>(n);
-    }
-  }
-  LOOM_CHECK(!positional.empty(), "missing PROGRAM (the program file)");
-  LOOM_CHECK(positional.size() == 1, "expected one PROGRAM, got "
-                                         << positional.size()
-                                         << " positional arguments");
-  opts.program = positional[0];
-  if (opts.sample >= 0 || opts.hasPrompt) {
-    LOOM_CHECK(opts.sample >= 0, "--prompt needs --sample N (the number of "
-                                 "tokens to generate)");
-    LOOM_CHECK(opts.hasPrompt, "--sample needs --prompt TEXT (the text to "
-                               "continue)");
-    const char *extra = !opts.data.empty()             ? "--data"
-                        : opts.steps >= 0              ? "--steps"
-                        : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
-                        : !opts.logJson.empty()        ? "--log-json"
-                        : !opts.trace.empty()          ? "--trace"
-                        : opts.trainingFlags           ? "the learning-rate flags"
-                                                       : nullptr;
-    LOOM_CHECK(!extra, "--sample runs no steps; drop "
-                           << extra << " (or run the steps without --sample)");
-    return Status::success();
-  }
-  LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
-  LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
-  return Status::success();
-}
-
-/// A line-oriented JSON log (one object per line, flushed each line).
-class JsonLog {
-public:
-  ~JsonLog() {
-    if (file)
-      std::fclose(file);
-  }
-  Status open(const std::string &path) {
-    file = std::fopen(path.c_str(), "w");
-    LOOM_CHECK(file, "cannot create --log-json file '"
-                         << path << "': " << std::strerror(errno));
-    name = path;
-    return Status::success();
-  }
-  Status write(const JsonValue &v) {
-    if (!file)
-      return Status::success();
-    const std::string line = writeJson(v) + "\n";
-    LOOM_CHECK(std::fwrite(line.data(), 1, line.size(), file) == line.size() &&
-                   std::fflush(file) == 0,
-               "cannot write --log-json file '" << name << "' (disk full?)");
-    return Status::success();
-  }
-  Status close() {
-    if (!file)
-      return Status::success();
-    const bool ok = std::fclose(file) == 0;
-    file = nullptr;
-    LOOM_CHECK(ok, "cannot write --log-json file '" << name << "'");
-    return Status::success();
-  }
-
-private:
-  std::FILE *file = nullptr;
-  std::string name;
-};
-
-std::string formatSeconds(double s) {
-  char buf[32];
-  if (s < 100)
-    std::snprintf(buf, sizeof(buf), "%.1fs", s);
-  else
-    std::snprintf(buf, sizeof(buf), "%.0fs", s);
-  return buf;
-}
-
-std::string formatBytes(uint64_t bytes) {
-  char buf[32];
-  if (bytes < (1u << 20))
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", bytes / 1024.0);
-  else if (bytes < (1ull << 30))
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / 1048576.0);
-  else
-    std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / 1073741824.0);
-  return buf;
-}
-
-uint64_t rssPeakBytes() {
-  struct rusage ru;
-  if (::getrusage(RUSAGE_SELF, &ru) != 0)
-    return 0;
-  return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
-}
-
-/// --sample: greedy generation after the prompt, printed on stdout.
-Status runSample(const Options &opts) {
-  program::LoadedProgram loaded;
-  LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
-  std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex));
-  SamplerLayout layout;
-  LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout).withContext(
-      "program '" + opts.program + "'"));
-  std::vector<int32_t> tokens;
-  LOOM_RETURN_IF_ERROR(
-      promptTokens(opts.prompt, ex->model().vocab_size(), tokens));
-  if (!opts.loadCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
-  if (!opts.quiet) {
-    // Progress goes to stderr: stdout holds only the text.
-    const std::string weights =
-        opts.loadCheckpoint.empty()
-            ? "initial weights, seed " + std::to_string(opts.seed)
-            : opts.loadCheckpoint;
-    std::fprintf(stderr,
-                 "loom-run: sampling %" PRId64 " tokens greedily from %s "
-                 "(%s), context %" PRId64 ", vocab %" PRId64 "\n",
-                 opts.sample, opts.program.c_str(),
-                 weights.c_str(),
-                 layout.seq, layout.vocab);
-    std::fflush(stderr);
-  }
-  LOOM_RETURN_IF_ERROR(sampleGreedy(*ex, tokens, opts.sample));
-  const std::string text = renderTokens(tokens) + "\n";
-  LOOM_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
-                 std::fflush(stdout) == 0,
-             "cannot write the sampled text to stdout");
-  return Status::success();
-}
-
-/// "F.json" -> "F.rank<r>.json" ("F" -> "F.rank<r>").
-std::string rankPath(const std::string &path, int rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  const size_t slash = path.find_last_of('/');
-  const size_t dot = path.find_last_of('.');
-  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
-    return path + tag;
-  return path.substr(0, dot) + tag + path.substr(dot);
-}
-
-Status runProgram(const Options &optsIn, Communicator &comm) {
-  Options opts = optsIn;
-  const bool multi = comm.size() > 1;
-  const bool lead = comm.rank() == 0;
-  if (!lead)
-    opts.quiet = true;
-  // 1. Program and executor.
-  program::LoadedProgram loaded;
-  LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
-  LOOM_RETURN_IF_ERROR(comm.setMesh(programMesh(*loaded.root())));
-  if (multi && loaded.root()->stages()->size() > 1 &&
-      comm.axisSize("pp") > 1)
-    opts.stage = static_cast<uint32_t>(comm.coordOn("pp"));
-  std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(
-      Executor::create(loaded, opts.stage, opts.seed, ex, &comm));
-  const program::ModelInfo &model = ex->model();
-  const program::Stage &stage = ex->stage();
-  const bool training = ex->isTraining();
-  const int64_t B = model.batch(), T = model.seq();
-  const int64_t localB = ex->localBatch();
-  LOOM_CHECK(training || opts.steps >= 1,
-             "--steps must be at least 1 for an evaluation program (0 only "
-             "initializes a training program)");
-  LOOM_CHECK(stage.loss() >= 0 || ex->isPipelined(),
-             "stage " << opts.stage
-                      << " has no loss buffer; loom-run evaluates the loss, "
-                         "which the last pipeline stage computes");
-  // A training (or pipelined evaluation) stage's tokens hold one
-  // micro-batch of the global batch.
-  const bool pipelined = ex->isPipelined();
-  const int64_t M = training || pipelined ? stage.microbatches() : 1;
-  for (const auto &[index, what] :
-       {std::pair<int32_t, const char *>{stage.tokens(), "tokens"},
-        {stage.targets(), "targets"}})
-    if (index >= 0)
-      LOOM_CHECK(ex->bufferNumel(index) == localB / M * T,
-                 "program '" << opts.program << "': the " << what << " buffer "
-                             << program::shapeString(ex->bufferShape(index))
-                             << " does not hold batch"
-                             << (localB != B ? " / dp" : "")
-                             << (M > 1 ? " / microbatches" : "") << " x seq = "
-                             << localB / M << " x " << T << " tokens");
-  int64_t startStep = 0; // completed steps of a resumed training run
-  if (!opts.loadCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
-  LrSchedule schedule;
-  schedule.lr = opts.lr;
-  schedule.minLr = opts.minLr;
-  schedule.warmup = opts.warmup;
-  schedule.kind = opts.schedule;
-  schedule.totalSteps =
-      opts.scheduleSteps >= 0 ? opts.scheduleSteps : startStep + opts.steps;
-
-  // 2. Data. Evaluation reads straight into the tokens / targets buffers;
-  //    training (and a pipelined evaluation) reads the global batch, which
-  //    trainStep (evaluatePipelined) splits into micro-batches.
-  TokenDataConfig dataConfig;
-  dataConfig.batchSize = B;
-  dataConfig.seqLen = T;
-  dataConfig.vocabSize = model.vocab_size();
-  dataConfig.dpRank = comm.coordOn("dp");
-  dataConfig.dpSize = comm.axisSize("dp");
-  std::unique_ptr<TokenDataLoader> data;
-  LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
-  std::vector<int32_t> spareInputs, spareTargets;
-  int32_t *inputs = nullptr, *targets = nullptr;
-  const bool direct = !training && !pipelined;
-  if (stage.tokens() >= 0 && direct)
-    inputs = static_cast<int32_t *>(ex->bufferData(stage.tokens()));
-  else
-    inputs = (spareInputs.resize(localB * T), spareInputs.data());
-  if (stage.targets() >= 0 && direct)
-    targets = static_cast<int32_t *>(ex->bufferData(stage.targets()));
-  else
-    targets = (spareTargets.resize(localB * T), spareTargets.data());
-
-  // 3. Outputs.
-  JsonLog log;
-  if (!opts.logJson.empty() && lead)
-    LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
-  const int64_t origin = steadyNowNs();
-  TraceWriter trace(origin);
-  std::vector<InstructionTiming> timings;
-  const auto *instructions = stage.instructions();
-  const auto *updates = stage.update_instructions();
-  if (!opts.quiet) {
-    int64_t paramCount = 0;
-    for (const ParamView &p : ex->params())
-      paramCount += program::shapeNumel(p.localShape);
-    const auto *producer = loaded.root()->producer();
-    std::printf("loom-run: %s (%s), stage %u: %u instructions, %zu params "
-                "(%" PRId64 " values), arena %s, batch %" PRId64
-                " x seq %" PRId64 "\n",
-                opts.program.c_str(),
-                producer ? producer->c_str() : "unknown producer", opts.stage,
-                instructions ? instructions->size() : 0u, ex->params().size(),
-                paramCount, formatBytes(ex->arenaBytes()).c_str(), B, T);
-    if (const program::Pipeline *pipe = stage.pipeline()) {
-      uint32_t chunkInstructions = 0;
-      for (const program::PipelineChunk *c : *pipe->chunks())
-        chunkInstructions += (c->forward() ? c->forward()->size() : 0) +
-                             (c->backward() ? c->backward()->size() : 0);
-      std::printf("pipeline: %s schedule, %u stages, rank 0 runs %u chunk(s) "
-                  "(%u instructions) in %u actions per step\n",
-                  pipe->schedule() ? pipe->schedule()->c_str() : "?",
-                  pipe->stages(), pipe->chunks()->size(), chunkInstructions,
-                  pipe->actions() ? pipe->actions()->size() : 0u);
-    }
-    if (multi)
-      std::printf("ranks: %d (%s, %s communicator); rank 0 holds %" PRId64
-                  " rows of each batch\n",
-                  comm.size(), meshString(comm.mesh()).c_str(), comm.backend(),
-                  localB);
-    if (training)
-      std::printf(
-          "training: %" PRId64 " micro-batch(es) of %" PRId64
-          " rows, %u update instructions, steps %" PRId64 "..%" PRId64
-          ", lr %g (%s, warmup %" PRId64 ", min %g, over %" PRId64 " steps)\n",
-          M, localB / M, updates ? updates->size() : 0u, startStep,
-          startStep + opts.steps, opts.lr,
-          opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
-          opts.warmup, opts.minLr, schedule.totalSteps);
-    else if (pipelined)
-      std::printf("evaluation: %" PRId64 " micro-batch(es) of %" PRId64
-                  " rows through the pipeline (forward only)\n",
-                  M, localB / M);
-    std::fflush(stdout);
-  }
-
-  // 4. Steps (numbered from the checkpoint's step count when resuming).
-  double lossSum = 0;
-  int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
-  int64_t stashPeakBytes = 0; // ... and the activations it stashed at most
-  const int64_t lastStep = startStep + opts.steps;
-  comm.resetStats();
-  for (int64_t s = startStep; s < lastStep; ++s) {
-    const int64_t t0 = steadyNowNs();
-    LOOM_RETURN_IF_ERROR(data->loadBatch(s, inputs, targets));
-    const int64_t t1 = steadyNowNs();
-    timings.clear();
-    std::vector<InstructionTiming> *timed =
-        opts.trace.empty() ? nullptr : &timings;
-    float loss = 0;
-    TrainStepResult result;
-    const double lr = schedule.at(s);
-    if (training) {
-      LOOM_RETURN_IF_ERROR(ex->trainStep(
-          inputs, targets, s + 1, static_cast<float>(lr), result, timed));
-      loss = result.loss;
-      pipelineNs += result.pipelineNs;
-      pipelineWaitNs += result.pipelineWaitNs;
-      stashPeakBytes = std::max(stashPeakBytes, result.stashPeakBytes);
-    } else if (pipelined) {
-      // Forward actions only; the loss summed over the pipeline.
-      LOOM_RETURN_IF_ERROR(
-          ex->evaluatePipelined(inputs, targets, result, timed));
-      loss = result.loss;
-      pipelineNs += result.pipelineNs;
-      pipelineWaitNs += result.pipelineWaitNs;
-    } else {
-      LOOM_RETURN_IF_ERROR(ex->run(timed));
-      LOOM_RETURN_IF_ERROR(ex->readLoss(loss));
-    }
-    const int64_t t2 = steadyNowNs();
-    lossSum += loss;
-
-    if (!opts.trace.empty()) {
-      trace.addComplete("load batch " + std::to_string(s), "data", t0, t1,
-                        comm.rank());
-      for (const InstructionTiming &t : timings) {
-        const auto *list = t.update ? updates : instructions;
-        if (t.chunk >= 0) {
-          const program::PipelineChunk *chunk =
-              stage.pipeline()->chunks()->Get(static_cast<uint32_t>(t.chunk));
-          list = t.backward ? chunk->backward() : chunk->forward();
-        }
-        const program::Instruction *ins = list->Get(t.index);
-        std::string name = ins->name() && ins->name()->size()
-                               ? ins->name()->str()
-                               : program::opcodeName(ins->opcode());
-        trace.addComplete(name,
-                          program::isCollective(ins->opcode()) ? "communication"
-                          : t.update                           ? "optimizer"
-                                                               : "compute",
-                          t.startNs, t.endNs, comm.rank());
-      }
-    }
-    const double stepSec = (t2 - t0) * 1e-9;
-    const double tokPerSec = stepSec > 0 ? B * T / stepSec : 0.0;
-    JsonValue line = JsonValue::object();
-    line.set("step", JsonValue::integer(s));
-    line.set("loss", JsonValue::number(loss));
-    if (training) {
-      line.set("lr", JsonValue::number(lr));
-      line.set("grad_norm", JsonValue::number(result.gradNorm));
-    }
-    line.set("step_ms", JsonValue::number(stepSec * 1e3));
-    line.set("tokens_per_s", JsonValue::number(tokPerSec));
-    LOOM_RETURN_IF_ERROR(log.write(line));
-    if (!opts.quiet) {
-      const double elapsed = (t2 - origin) * 1e-9;
-      const int64_t done = s - startStep + 1;
-      const double eta = elapsed / done * (lastStep - s - 1);
-      if (training)
-        std::printf("step %" PRId64 "/%" PRId64
-                    " | loss %.9g | lr %.4e | grad norm %.4g | %.0f tok/s | "
-                    "elapsed %s | eta %s\n",
-                    s + 1, lastStep, loss, lr, result.gradNorm, tokPerSec,
-                    formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
-      else
-        std::printf("step %" PRId64 "/%" PRId64
-                    " | loss %.9g | %.0f tok/s | elapsed %s | eta %s\n",
-                    s + 1, lastStep, loss, tokPerSec,
-                    formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
-      std::fflush(stdout);
-    }
-  }
-
-  // 5. Summary (every rank's numbers gathered to all, rank 0 writes),
-  //    checkpoint, trace.
-  const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
-  const CommStats stepStats = comm.stats(); // before the gather below
-  const int64_t steps = std::max<int64_t>(opts.steps, 1);
-  // One row of int64 per rank: the fixed fields, then per communication
-  // kind the bytes sent, then (when the program carries the compiler's
-  // predictions) the predicted ones. Each rank runs its own stage, so the
-  // predictions travel with the measurements.
-  enum Field {
-    kPeak,
-    kPredictedPeak,
-    kRssPeak,
-    kCommNs,
-    kModelState,
-    kHasPredictions,
-    kPredictedModelState,
-    kPipelineNs,          // a pipeline stage: micro-batch phase, all steps
-    kPipelineWaitNs,      // ... and the time it waited for its neighbours
-    kPredictedIdlePpm,    // the compiler's idle share, in millionths
-    kStashPeak,           // most bytes of stashed activations held at once
-    kPredictedStashPeak,  // ... as the compiler's timeline predicted (-1)
-    kBF16Staging,         // fp32 staging of bf16 operands (in kPeak too)
-    kSent,
-    kPredictedSent = kSent + kNumCommKinds,
-    kNumFields = kPredictedSent + kNumCommKinds
-  };
-  std::vector<int64_t> mine(kNumFields, 0);
-  mine[kPeak] = static_cast<int64_t>(ex->peakTensorBytes());
-  mine[kPredictedPeak] = static_cast<int64_t>(stage.arena_bytes());
-  mine[kBF16Staging] = static_cast<int64_t>(ex->bf16StagingBytes());
-  mine[kRssPeak] = static_cast<int64_t>(rssPeakBytes());
-  mine[kCommNs] = stepStats.commNs / steps;
-  mine[kModelState] = ex->modelStateBytes();
-  for (int k = 0; k < kNumCommKinds; ++k)
-    mine[kSent + k] = stepStats.sentBytes[k] / steps;
-  mine[kPipelineNs] = pipelineNs;
-  mine[kPipelineWaitNs] = pipelineWaitNs;
-  mine[kStashPeak] = stashPeakBytes;
-  mine[kPredictedStashPeak] =
-      stage.pipeline() ? stage.pipeline()->predicted_stash_peak_bytes() : -1;
-  mine[kPredictedIdlePpm] =
-      stage.pipeline() ? static_cast<int64_t>(std::llround(
-                             stage.pipeline()->predicted_idle_fraction() * 1e6))
-                       : -1;
-  if (const program::Predictions *p = stage.predictions()) {
-    const program::SentBytes &sent = *p->sent_bytes_per_step(); // verified
-    mine[kHasPredictions] = 1;
-    mine[kPredictedModelState] = p->model_state_bytes();
-    auto predicted = [&](CommKind kind) -> int64_t {
-      switch (kind) {
-      case CommKind::AllReduce:
-        return sent.all_reduce();
-      case CommKind::AllGather:
-        return sent.all_gather();
-      case CommKind::ReduceScatter:
-        return sent.reduce_scatter();
-      case CommKind::AllToAll:
-        return sent.all_to_all();
-      case CommKind::Send:
-        return sent.send();
-      }
-      return 0;
-    };
-    for (int k = 0; k < kNumCommKinds; ++k)
-      mine[kPredictedSent + k] = predicted(static_cast<CommKind>(k));
-  }
-  std::vector<int64_t> all(mine.size() * comm.size());
-  std::vector<uint32_t> everyAxis;
-  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
-    everyAxis.push_back(a);
-  LOOM_RETURN_IF_ERROR(comm.allGather(mine.data(), all.data(),
-                                      static_cast<int64_t>(mine.size()) * 2,
-                                      program::DType::I32, everyAxis));
-  auto perKind = [](const int64_t *bytes) {
-    JsonValue kinds = JsonValue::object();
-    for (int k = 0; k < kNumCommKinds; ++k)
-      kinds.set(commKindName(static_cast<CommKind>(k)),
-                JsonValue::integer(bytes[k]));
-    return kinds;
-  };
-  // A pipeline's step lasts as long as its slowest stage's phase: the
-  // stages start each step together (the previous step ends with the loss
-  // all-reduce over pp), so a stage that finishes early idles until then,
-  // as in the simulated timeline. Summed over the steps.
-  int64_t pipelineSpanNs = 0;
-  for (int r = 0; r < comm.size(); ++r)
-    pipelineSpanNs = std::max(pipelineSpanNs,
-                              all[r * mine.size() + kPipelineNs]);
-  std::vector<JsonValue> rankEntries;
-  for (int r = 0; r < comm.size(); ++r) {
-    const int64_t *v = all.data() + r * mine.size();
-    JsonValue rank = JsonValue::object();
-    rank.set("rank", JsonValue::integer(r));
-    JsonValue coords = JsonValue::object();
-    const std::vector<int64_t> c = comm.coordsOf(r);
-    for (size_t a = 0; a < comm.mesh().size(); ++a)
-      coords.set(comm.mesh()[a].name, JsonValue::integer(c[a]));
-    rank.set("coords", coords);
-    rank.set("peak_bytes", JsonValue::integer(v[kPeak]));
-    rank.set("predicted_peak_bytes", JsonValue::integer(v[kPredictedPeak]));
-    // Mixed precision: the part of peak_bytes that is the fp32 staging of
-    // bf16 operands (the planned arena does not include it).
-    rank.set("bf16_staging_bytes", JsonValue::integer(v[kBF16Staging]));
-    rank.set("rss_peak_bytes", JsonValue::integer(v[kRssPeak]));
-    rank.set("model_state_bytes", JsonValue::integer(v[kModelState]));
-    if (v[kHasPredictions])
-      rank.set("predicted_model_state_bytes",
-               JsonValue::integer(v[kPredictedModelState]));
-    rank.set("sent_bytes_per_step", perKind(v + kSent));
-    if (v[kHasPredictions])
-      rank.set("predicted_sent_bytes_per_step", perKind(v + kPredictedSent));
-    rank.set("comm_ms_per_step", JsonValue::number(v[kCommNs] * 1e-6));
-    if (v[kPredictedIdlePpm] >= 0 && v[kPipelineNs] > 0) {
-      // The measured bubble, next to the simulated one: the share of the
-      // pipeline's span (the slowest stage's phase) the stage was not
-      // computing or sending, i.e. blocked in receives or done early;
-      // and the part of its own phase it spent blocked in receives.
-      const double busyNs = double(v[kPipelineNs] - v[kPipelineWaitNs]);
-      const double idle = 1.0 - busyNs / double(pipelineSpanNs);
-      const double wait = double(v[kPipelineWaitNs]) / double(v[kPipelineNs]);
-      rank.set("pipeline_idle_fraction", JsonValue::number(idle));
-      rank.set("pipeline_wait_fraction", JsonValue::number(wait));
-      rank.set("predicted_pipeline_idle_fraction",
-               JsonValue::number(v[kPredictedIdlePpm] * 1e-6));
-      // Activations in flight: the stash follows the schedule's actions,
-      // so it equals the simulated figure.
-      rank.set("pipeline_stash_peak_bytes", JsonValue::integer(v[kStashPeak]));
-      if (v[kPredictedStashPeak] >= 0)
-        rank.set("predicted_pipeline_stash_peak_bytes",
-                 JsonValue::integer(v[kPredictedStashPeak]));
-      if (!opts.quiet) {
-        int64_t stageOfRank = 0;
-        for (size_t a = 0; a < comm.mesh().size(); ++a)
-          if (comm.mesh()[a].name == "pp")
-            stageOfRank = comm.coordsOf(r)[a];
-        std::printf("pipeline stage %" PRId64 " (rank %d): idle %.1f%% of the "
-                    "pipeline's %.2f ms per step (busy %.2f ms, blocked in "
-                    "receives %.1f%% of its own phase), predicted bubble "
-                    "%.1f%%\n",
-                    stageOfRank, r, 100.0 * idle,
-                    pipelineSpanNs * 1e-6 / double(steps),
-                    busyNs * 1e-6 / double(steps), 100.0 * wait,
-                    v[kPredictedIdlePpm] * 1e-4);
-        if (v[kStashPeak] > 0 || v[kPredictedStashPeak] > 0)
-          std::printf("pipeline stage %" PRId64 " (rank %d): activations in "
-                      "flight peak %" PRId64 " bytes (predicted %" PRId64
-                      ")\n",
-                      stageOfRank, r, v[kStashPeak], v[kPredictedStashPeak]);
-      }
-    }
-    rankEntries.push_back(rank);
-  }
-  JsonValue summary = JsonValue::object();
-  summary.set("summary", JsonValue::boolean(true));
-  summary.set("ranks", JsonValue::array(rankEntries));
-  summary.set("steps", JsonValue::integer(opts.steps));
-  summary.set("mean_loss", JsonValue::number(meanLoss));
-  LOOM_RETURN_IF_ERROR(log.write(summary));
-  LOOM_RETURN_IF_ERROR(log.close());
-  if (!opts.saveCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint, lastStep));
-  if (!opts.trace.empty())
-    LOOM_RETURN_IF_ERROR(
-        trace.write(multi ? rankPath(opts.trace, comm.rank()) : opts.trace));
-  LOOM_RETURN_IF_ERROR(comm.barrier());
-  if (!opts.quiet)
-    std::printf(
-        "done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
-        "%s (planned arena %s%s), peak RSS %s\n",
-        opts.steps, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
-        formatBytes(stage.arena_bytes()).c_str(),
-        ex->bf16StagingBytes() > 0
-            ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
-            : "",
-        formatBytes(rssPeakBytes()).c_str());
-  return Status::success();
-}
-
 Communicator *gComm = nullptr;
 
-/// --backend: cpu always runs; cuda needs the CUDA backend in this build and
-/// a device (the error says what cudaGetDeviceCount returned).
-Status checkBackend(const Options &opts) {
-  if (opts.backend == "cpu")
-    return Status::success();
+/// The backend the run uses: the executor's kernels and memory, and the
+/// communicator its collectives run on (the world's, or one over it).
+struct Backend {
+  ExecutorBackendFactory factory; // empty: CPU kernels on host memory
+  Communicator *comm = nullptr;
 #ifdef LOOM_HAVE_CUDA
-  // The program first: one the CUDA kernels cannot run is refused on any
-  // machine, before a device is touched, naming what is missing.
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<Communicator> deviceComm; // NCCL, or one rank's copies
+  ~Backend() {
+    deviceComm.reset(); // before the stream it orders work on
+    if (stream)
+      cudaStreamDestroy(stream);
+  }
+#endif
+};
+
+/// An integer environment variable (the launcher's local rank / size), or
+/// `fallback` when unset; errors when it is not a non-negative integer.
+Status envInt(const char *name, int fallback, int &out) {
+  const char *v = std::getenv(name);
+  out = fallback;
+  if (!v || !*v)
+    return Status::success();
+  char *end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  LOOM_CHECK(*end == '\0' && errno == 0 && n >= 0 && n <= INT32_MAX,
+             name << "='" << v << "' is not a non-negative integer");
+  out = static_cast<int>(n);
+  return Status::success();
+}
+
+/// Ranks started without an MPI launcher (LOOM_RANK / LOOM_WORLD_SIZE):
+/// size 1 when LOOM_WORLD_SIZE is unset or under mpirun (which says).
+struct EnvRanks {
+  int rank = 0, size = 1;
+};
+
+Status envRanks(EnvRanks &out) {
+  out = EnvRanks();
+  if (launchedUnderMpirun())
+    return Status::success();
+  LOOM_RETURN_IF_ERROR(envInt("LOOM_WORLD_SIZE", 1, out.size));
+  LOOM_RETURN_IF_ERROR(envInt("LOOM_RANK", 0, out.rank));
+  LOOM_CHECK(out.size >= 1, "LOOM_WORLD_SIZE=0: a job has at least one rank");
+  LOOM_CHECK(out.rank < out.size,
+             "LOOM_RANK=" << out.rank << " is not below LOOM_WORLD_SIZE="
+                          << out.size);
+  return Status::success();
+}
+
+#ifdef LOOM_HAVE_CUDA
+/// --backend cuda: device, compute stream, kernels on device memory, and
+/// NCCL (several ranks: under mpirun, or started with LOOM_RANK /
+/// LOOM_WORLD_SIZE) or a single-rank communicator (one).
+Status createCudaBackend(const RunOptions &opts, Communicator &world,
+                         const EnvRanks &env, Backend &out) {
+  // 1. The program first: one the CUDA kernels cannot run is refused on
+  //    any machine, before a device is touched, naming what is missing.
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
   LOOM_RETURN_IF_ERROR(checkBackendSupports(*loaded.root(), opts.program,
                                             KernelBackendKind::Cuda));
+  // 2. This rank's device: local rank r of the node takes device r. NCCL
+  //    refuses two ranks on one device, so say so before it does.
   int devices = 0;
   LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
-  LOOM_ERROR("--backend cuda: " << devices
-             << " CUDA device(s) found and the CUDA kernels cover this "
-                "program, but the executor does not yet keep its arena, "
-                "inputs and collectives on the device (issue 8); run with "
-                "--backend cpu");
+  const int rank = env.size > 1 ? env.rank : world.rank();
+  const int size = env.size > 1 ? env.size : world.size();
+  int localRank = 0, localSize = 0, mpiLocal = 0;
+  LOOM_RETURN_IF_ERROR(envInt("MPI_LOCALRANKID", rank, mpiLocal));
+  LOOM_RETURN_IF_ERROR(
+      envInt(env.size > 1 ? "LOOM_LOCAL_RANK" : "OMPI_COMM_WORLD_LOCAL_RANK",
+             mpiLocal, localRank));
+  LOOM_RETURN_IF_ERROR(envInt(env.size > 1 ? "LOOM_LOCAL_WORLD_SIZE"
+                                           : "OMPI_COMM_WORLD_LOCAL_SIZE",
+                              size, localSize));
+  LOOM_CHECK(size == 1 || localSize <= devices,
+             "--backend cuda: " << localSize << " ranks on this node but "
+                                << devices
+                                << " CUDA device(s); NCCL needs one device "
+                                   "per rank, so start at most "
+                                << devices
+                                << " ranks per node (mpirun -np / "
+                                   "--npernode)");
+  LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
+  LOOM_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
+  // 3. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
+  //    MPI), or one rank's device-to-device copies.
+  if (env.size > 1) {
+    const char *idFile = std::getenv("LOOM_NCCL_ID_FILE");
+    int timeout = 0;
+    LOOM_RETURN_IF_ERROR(envInt("LOOM_NCCL_ID_TIMEOUT", 120, timeout));
+    std::unique_ptr<cuda::NcclCommunicator> nccl;
+    LOOM_RETURN_IF_ERROR(
+        cuda::createNcclFileCommunicator(env.rank, env.size,
+                                         idFile ? idFile : "", timeout,
+                                         out.stream, nccl)
+            .withContext("--backend cuda on " + std::to_string(env.size) +
+                         " ranks started without mpirun"));
+    out.deviceComm = std::move(nccl);
+  } else if (world.size() > 1) {
+    std::unique_ptr<cuda::NcclCommunicator> nccl;
+    LOOM_RETURN_IF_ERROR(
+        cuda::createNcclWorldCommunicator(world, out.stream, nccl)
+            .withContext("--backend cuda on " + std::to_string(world.size()) +
+                         " ranks"));
+    out.deviceComm = std::move(nccl);
+  } else {
+    out.deviceComm = std::make_unique<SingleRankCommunicator>();
+  }
+  out.comm = out.deviceComm.get();
+  // 4. The executor's kernels and memory, on the compute stream.
+  cudaStream_t stream = out.stream;
+  out.factory = [stream](std::unique_ptr<KernelBackend> &kernels,
+                         std::unique_ptr<BufferMemory> &memory) -> Status {
+    std::unique_ptr<cuda::CudaKernels> k;
+    LOOM_RETURN_IF_ERROR(cuda::CudaKernels::create(stream, k));
+    kernels = std::move(k);
+    memory = std::make_unique<cuda::CudaMemory>(stream);
+    return Status::success();
+  };
+  return Status::success();
+}
+#endif
+
+/// --backend: cpu always runs; cuda needs the CUDA backend in this build and
+/// a device (the error says what cudaGetDeviceCount returned and what to
+/// run instead).
+Status createBackend(const RunOptions &opts, Communicator &world,
+                     Backend &out) {
+  out.comm = &world;
+  EnvRanks env;
+  LOOM_RETURN_IF_ERROR(envRanks(env));
+  LOOM_CHECK(env.size == 1 || opts.backend == "cuda",
+             "LOOM_WORLD_SIZE=" << env.size
+                                << " without mpirun starts ranks for "
+                                   "--backend cuda (NCCL); CPU ranks "
+                                   "communicate over MPI: run mpirun -np "
+                                << env.size << " loom-run ...");
+  if (opts.backend == "cpu")
+    return Status::success();
+#ifdef LOOM_HAVE_CUDA
+  return createCudaBackend(opts, world, env, out);
 #else
   LOOM_ERROR("--backend cuda: this loom-run was built without the CUDA "
-             "backend (LOOM_ENABLE_CUDA=OFF); run with --backend cpu");
+             "backend (LOOM_ENABLE_CUDA=OFF, or no nvcc at configure time); "
+             "rebuild where /usr/local/cuda exists, or run with --backend "
+             "cpu");
 #endif
 }
 
@@ -833,7 +241,7 @@ int fail(const std::string &message, bool usage) {
   }
   std::fprintf(stderr, "loom-run: error: %s\n", message.c_str());
   if (usage)
-    std::fprintf(stderr, "%s", kUsage);
+    std::fprintf(stderr, "%s", kLoomRunUsage);
   return 1;
 }
 
@@ -841,25 +249,31 @@ int fail(const std::string &message, bool usage) {
 
 int main(int argc, char **argv) {
   std::unique_ptr<Communicator> comm;
+  Backend backend; // outlives the handlers below (gComm may point into it)
   try {
     Status s = createWorldCommunicator(&argc, &argv, comm);
     if (!s.ok())
       return fail(s.message(), false);
     gComm = comm.get();
-    Options opts;
+    RunOptions opts;
     bool help = false;
-    s = parseArgs(argc, argv, opts, help);
+    s = parseRunOptions(argc, argv, opts, help);
     if (!s.ok())
       return fail(s.message(), /*usage=*/comm->rank() == 0);
     if (help) {
       if (comm->rank() == 0)
-        std::printf("%s", kUsage);
+        std::printf("%s", kLoomRunUsage);
       return 0;
     }
-    s = checkBackend(opts);
+    s = createBackend(opts, *comm, backend);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
-    s = opts.sample >= 0 ? runSample(opts) : runProgram(opts, *comm);
+    // Ranks started without mpirun know each other only through NCCL: a
+    // failing one names itself and aborts its NCCL communicators.
+    if (backend.comm->size() > comm->size())
+      gComm = backend.comm;
+    s = opts.sample >= 0 ? runSample(opts, backend.factory)
+                         : runProgram(opts, *backend.comm, backend.factory);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
     return 0;

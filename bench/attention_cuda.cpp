@@ -1,0 +1,244 @@
+//===- attention_cuda.cpp - Naive vs flash causal attention on a GPU ------===//
+//
+// Times the executor's two attention calls (CudaKernels::attentionForward
+// and attentionGrad, the Attention / AttentionGrad opcodes) with each
+// kernel LOOM_CUDA_ATTENTION selects, at one GPT-2 layer's shape, and
+// checks on the way that the two kernels agree (max |flash - naive| of out
+// and dqkv; inputs uniform in [-1, 1)). A third row, flash-bf16, times the
+// bf16 flash kernels (tensor cores at head size 64) on the same inputs
+// rounded to bf16: forward, and the backward given the forward's out and
+// lse (no recompute: the API a bf16 executor calls); its differences from
+// naive are bf16 roundings, reported, not judged. Prints
+//   kernel | forward ms | grad ms | total ms | max |diff| out | dqkv
+// (median of --iters, CUDA events) and, with --json F, the same for
+// scripts. Needs a GPU; without one it says so and exits 1.
+//
+//   loom-bench-attention-cuda [--batch 16] [--seq 1024] [--heads 12]
+//                             [--C 768] [--iters 10] [--json F]
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/bf16_host.h"
+#include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/flash_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::Status;
+using loom::cuda::AttentionKernel;
+
+int64_t flagValue(int argc, char **argv, const char *flag, int64_t dflt) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0)
+      return std::atoll(argv[i + 1]);
+  return dflt;
+}
+
+#define BENCH_CHECK(expr)                                                      \
+  do {                                                                         \
+    Status s_ = (expr);                                                        \
+    if (!s_.ok()) {                                                            \
+      std::fprintf(stderr, "loom-bench-attention-cuda: %s\n",                  \
+                   s_.message().c_str());                                      \
+      return 1;                                                                \
+    }                                                                          \
+  } while (0)
+#define BENCH_CUDA(call) BENCH_CHECK(cudaSuccess == (call)                     \
+                                         ? Status::success()                   \
+                                         : Status::error(#call " failed"))
+
+double maxAbsDiff(const std::vector<float> &a, const std::vector<float> &b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const int64_t B = flagValue(argc, argv, "--batch", 16);
+  const int64_t T = flagValue(argc, argv, "--seq", 1024);
+  const int64_t NH = flagValue(argc, argv, "--heads", 12);
+  const int64_t C = flagValue(argc, argv, "--C", 768);
+  const int iters = static_cast<int>(flagValue(argc, argv, "--iters", 10));
+  const char *jsonPath = nullptr;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--json") == 0)
+      jsonPath = argv[i + 1];
+  if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || iters <= 0) {
+    std::fprintf(stderr, "loom-bench-attention-cuda: --batch, --seq, --heads "
+                         "and --iters must be positive and --C divisible by "
+                         "--heads\n");
+    return 2;
+  }
+  int devices = 0;
+  Status probe = loom::cuda::probeDevice(devices);
+  if (!probe.ok()) {
+    std::fprintf(stderr,
+                 "loom-bench-attention-cuda: %s\n  (this benchmark needs a "
+                 "GPU; scripts/gpu-check runs it there)\n",
+                 probe.message().c_str());
+    return 1;
+  }
+
+  const int64_t nQkv = B * T * 3 * C, nOut = B * T * C;
+  const int64_t nAtt = B * NH * T * T;
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> qkv(nQkv), dout(nOut);
+  for (float &x : qkv)
+    x = dist(gen);
+  for (float &x : dout)
+    x = dist(gen);
+  float *dQkv = nullptr, *dDout = nullptr, *dOut = nullptr, *dAtt = nullptr,
+        *dDqkv = nullptr;
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dQkv), nQkv * 4));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dDout), nOut * 4));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dOut), nOut * 4));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dAtt), nAtt * 4)); // the opcodes' [B,NH,T,T] scratch
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dDqkv), nQkv * 4));
+  BENCH_CUDA(cudaMemcpy(dQkv, qkv.data(), nQkv * 4, cudaMemcpyHostToDevice));
+  BENCH_CUDA(cudaMemcpy(dDout, dout.data(), nOut * 4, cudaMemcpyHostToDevice));
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t e0, e1, e2;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventCreate(&e2));
+  std::unique_ptr<loom::cuda::CudaKernels> kernels;
+  BENCH_CHECK(loom::cuda::CudaKernels::create(stream, kernels));
+
+  std::printf("causal attention fp32, B=%lld T=%lld NH=%lld C=%lld "
+              "(executor calls: forward, grad with recompute)\n",
+              (long long)B, (long long)T, (long long)NH, (long long)C);
+  std::printf("%-10s %11s %11s %11s %14s %14s\n", "kernel", "forward ms",
+              "grad ms", "total ms", "max|d| out", "max|d| dqkv");
+  std::vector<float> outs[2], grads[2];
+  std::string json = "[";
+  const AttentionKernel order[] = {AttentionKernel::Naive,
+                                   AttentionKernel::Flash};
+  for (int k = 0; k < 2; ++k) {
+    kernels->setAttentionKernel(order[k]);
+    const char *name = k == 0 ? "naive" : "flash";
+    std::vector<float> fwdMs(iters), gradMs(iters);
+    for (int i = -1; i < iters; ++i) { // i = -1: warm-up
+      BENCH_CUDA(cudaEventRecord(e0, stream));
+      BENCH_CHECK(kernels->attentionForward(dOut, dAtt, dQkv, B, T, C, NH));
+      BENCH_CUDA(cudaEventRecord(e1, stream));
+      BENCH_CHECK(kernels->attentionGrad(dDqkv, dDout, dQkv, dAtt, B, T, C, NH));
+      BENCH_CUDA(cudaEventRecord(e2, stream));
+      BENCH_CUDA(cudaEventSynchronize(e2));
+      if (i < 0)
+        continue;
+      BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
+      BENCH_CUDA(cudaEventElapsedTime(&gradMs[i], e1, e2));
+    }
+    outs[k].resize(nOut);
+    grads[k].resize(nQkv);
+    BENCH_CUDA(cudaMemcpy(outs[k].data(), dOut, nOut * 4,
+                          cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(grads[k].data(), dDqkv, nQkv * 4,
+                          cudaMemcpyDeviceToHost));
+    std::sort(fwdMs.begin(), fwdMs.end());
+    std::sort(gradMs.begin(), gradMs.end());
+    const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
+    const double dOutDiff = k ? maxAbsDiff(outs[1], outs[0]) : 0;
+    const double dGradDiff = k ? maxAbsDiff(grads[1], grads[0]) : 0;
+    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g\n", name, f, g, f + g,
+                dOutDiff, dGradDiff);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  "%s{\"kernel\": \"%s\", \"forward_ms\": %.6f, \"grad_ms\": "
+                  "%.6f, \"max_abs_diff_out\": %.6g, \"max_abs_diff_dqkv\": "
+                  "%.6g}",
+                  k ? ", " : "", name, f, g, dOutDiff, dGradDiff);
+    json += row;
+  }
+  // flash-bf16: the same values rounded to bf16, out / lse / rowDot kept.
+  {
+    const std::vector<uint16_t> qkv16 = loom::cuda::bf16Bits(qkv),
+                                dout16 = loom::cuda::bf16Bits(dout);
+    __nv_bfloat16 *bQkv = nullptr, *bDout = nullptr, *bOut = nullptr,
+                  *bDqkv = nullptr;
+    float *lse = nullptr, *rowDot = nullptr;
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bQkv), nQkv * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bDout), nOut * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bOut), nOut * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&bDqkv), nQkv * 2));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&lse), B * NH * T * 4));
+    BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&rowDot), B * NH * T * 4));
+    BENCH_CUDA(
+        cudaMemcpy(bQkv, qkv16.data(), nQkv * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(
+        cudaMemcpy(bDout, dout16.data(), nOut * 2, cudaMemcpyHostToDevice));
+    std::vector<float> fwdMs(iters), gradMs(iters);
+    for (int i = -1; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(e0, stream));
+      BENCH_CHECK(loom::cuda::flashAttentionForward(bOut, lse, bQkv, B, T, C,
+                                                    NH, stream));
+      BENCH_CUDA(cudaEventRecord(e1, stream));
+      BENCH_CHECK(loom::cuda::flashAttentionBackward(
+          bDqkv, rowDot, bDout, bQkv, bOut, lse, B, T, C, NH, stream));
+      BENCH_CUDA(cudaEventRecord(e2, stream));
+      BENCH_CUDA(cudaEventSynchronize(e2));
+      if (i < 0)
+        continue;
+      BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
+      BENCH_CUDA(cudaEventElapsedTime(&gradMs[i], e1, e2));
+    }
+    std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
+    BENCH_CUDA(
+        cudaMemcpy(out16.data(), bOut, nOut * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(
+        cudaMemcpy(dqkv16.data(), bDqkv, nQkv * 2, cudaMemcpyDeviceToHost));
+    std::sort(fwdMs.begin(), fwdMs.end());
+    std::sort(gradMs.begin(), gradMs.end());
+    const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
+    const double dOutDiff =
+        maxAbsDiff(loom::cuda::floatsFromBf16(out16), outs[0]);
+    const double dGradDiff =
+        maxAbsDiff(loom::cuda::floatsFromBf16(dqkv16), grads[0]);
+    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g  (bf16 inputs)\n",
+                "flash-bf16", f, g, f + g, dOutDiff, dGradDiff);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  ", {\"kernel\": \"flash-bf16\", \"forward_ms\": %.6f, "
+                  "\"grad_ms\": %.6f, \"max_abs_diff_out\": %.6g, "
+                  "\"max_abs_diff_dqkv\": %.6g}",
+                  f, g, dOutDiff, dGradDiff);
+    json += row;
+    cudaFree(bQkv);
+    cudaFree(bDout);
+    cudaFree(bOut);
+    cudaFree(bDqkv);
+    cudaFree(lse);
+    cudaFree(rowDot);
+  }
+  json += "]\n";
+  if (jsonPath) {
+    FILE *f = std::fopen(jsonPath, "w");
+    if (!f || std::fputs(json.c_str(), f) < 0 || std::fclose(f) != 0) {
+      std::fprintf(stderr, "loom-bench-attention-cuda: cannot write %s\n",
+                   jsonPath);
+      return 1;
+    }
+  }
+  kernels.reset();
+  cudaFree(dQkv);
+  cudaFree(dDout);
+  cudaFree(dOut);
+  cudaFree(dAtt);
+  cudaFree(dDqkv);
+  cudaStreamDestroy(stream);
+  return 0;
+}

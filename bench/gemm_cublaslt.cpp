@@ -1,0 +1,213 @@
+//===- gemm_cublaslt.cpp - cuBLASLt bf16 GEMMs on the GPT-2 shapes --------===//
+//
+// Times runtime/cuda/gemm.h's bf16 path (bf16 A/B, fp32 accumulation, bf16
+// C) on every GEMM of one GPT-2 training step: for each linear layer (qkv,
+// attention projection, fc, fc projection, tied LM head) the forward
+// Y = X W, and the two backward GEMMs dX = dY W^T and dW = X^T dY. Prints
+//   gemm | M | N | K | ms | TFLOP/s
+// (median of --iters timed calls after --warmup, CUDA events) and, with
+// --json F, the same rows for scripts (bench/torch_matmul.py prints the same
+// table for torch.matmul; scripts/gpu-check joins the two). Needs a GPU;
+// without one it says so and exits 1.
+//
+//   loom-bench-gemm-cublaslt [--batch 16] [--seq 1024] [--C 768] [--V 50257]
+//                            [--iters 20] [--warmup 5] [--json F]
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/bf16_host.h"
+#include "runtime/cuda/device.h"
+#include "runtime/cuda/gemm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::Status;
+
+/// One GEMM of the step, in gemm.h's row-major contract.
+struct Shape {
+  std::string name;
+  int64_t M, N, K;
+  bool transA, transB;
+};
+
+/// The step's GEMMs for rows = B*T tokens: each linear X[rows,in] W[in,out]
+/// gives fwd (rows x out x in), dx (rows x in x out, W^T) and dw
+/// (in x out x rows, X^T). The LM head multiplies by wte[V,C] transposed.
+std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V) {
+  std::vector<Shape> shapes;
+  const struct {
+    const char *name;
+    int64_t in, out;
+  } linears[] = {{"qkv", C, 3 * C},
+                 {"attn_proj", C, C},
+                 {"fc", C, 4 * C},
+                 {"fc_proj", 4 * C, C}};
+  for (const auto &l : linears) {
+    const std::string n = l.name;
+    shapes.push_back({n + ".fwd", rows, l.out, l.in, false, false});
+    shapes.push_back({n + ".dx", rows, l.in, l.out, false, true});
+    shapes.push_back({n + ".dw", l.in, l.out, rows, true, false});
+  }
+  // logits[rows,V] = x[rows,C] wte^T; dx = dlogits wte; dwte = dlogits^T x.
+  shapes.push_back({"lm_head.fwd", rows, V, C, false, true});
+  shapes.push_back({"lm_head.dx", rows, C, V, false, false});
+  shapes.push_back({"lm_head.dw", V, C, rows, true, false});
+  return shapes;
+}
+
+int64_t flagValue(int argc, char **argv, const char *flag, int64_t dflt) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0)
+      return std::atoll(argv[i + 1]);
+  return dflt;
+}
+
+const char *flagString(int argc, char **argv, const char *flag) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], flag) == 0)
+      return argv[i + 1];
+  return nullptr;
+}
+
+#define BENCH_CHECK(expr)                                                      \
+  do {                                                                         \
+    Status s_ = (expr);                                                        \
+    if (!s_.ok()) {                                                            \
+      std::fprintf(stderr, "loom-bench-gemm-cublaslt: %s\n",                   \
+                   s_.message().c_str());                                      \
+      return 1;                                                                \
+    }                                                                          \
+  } while (0)
+#define BENCH_CUDA(call) BENCH_CHECK(cudaSuccess == (call)                     \
+                                         ? Status::success()                   \
+                                         : Status::error(#call " failed"))
+
+} // namespace
+
+int main(int argc, char **argv) {
+  const int64_t B = flagValue(argc, argv, "--batch", 16);
+  const int64_t T = flagValue(argc, argv, "--seq", 1024);
+  const int64_t C = flagValue(argc, argv, "--C", 768);
+  const int64_t V = flagValue(argc, argv, "--V", 50257);
+  const int iters = static_cast<int>(flagValue(argc, argv, "--iters", 20));
+  const int warmup = static_cast<int>(flagValue(argc, argv, "--warmup", 5));
+  const char *jsonPath = flagString(argc, argv, "--json");
+  if (B <= 0 || T <= 0 || C <= 0 || V <= 0 || iters <= 0 || warmup < 0) {
+    std::fprintf(stderr, "loom-bench-gemm-cublaslt: --batch, --seq, --C, --V "
+                         "and --iters must be positive\n");
+    return 2;
+  }
+  int devices = 0;
+  Status probe = loom::cuda::probeDevice(devices);
+  if (!probe.ok()) {
+    std::fprintf(stderr,
+                 "loom-bench-gemm-cublaslt: %s\n  (this benchmark needs a "
+                 "GPU; scripts/gpu-check runs it there)\n",
+                 probe.message().c_str());
+    return 1;
+  }
+
+  const std::vector<Shape> shapes = gpt2Shapes(B * T, C, V);
+  // Buffers big enough for every operand.
+  int64_t maxA = 0, maxB = 0, maxC = 0;
+  for (const Shape &s : shapes) {
+    maxA = std::max(maxA, s.M * s.K);
+    maxB = std::max(maxB, s.K * s.N);
+    maxC = std::max(maxC, s.M * s.N);
+  }
+  // One 16 Mi-value block of bf16 values in [-1, 1), copied over each
+  // buffer (the values do not change the time; they only avoid denormals
+  // and keep the host side small at the LM head's 16384 x 50257).
+  const int64_t block = int64_t(1) << 24;
+  std::mt19937 gen(1);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> host(static_cast<size_t>(block));
+  for (float &x : host)
+    x = dist(gen);
+  const std::vector<uint16_t> bits = loom::cuda::bf16Bits(host);
+  void *dA = nullptr, *dB = nullptr, *dC = nullptr;
+  BENCH_CUDA(cudaMalloc(&dA, maxA * 2));
+  BENCH_CUDA(cudaMalloc(&dB, maxB * 2));
+  BENCH_CUDA(cudaMalloc(&dC, maxC * 2));
+  for (auto [ptr, n] : {std::pair<void *, int64_t>{dA, maxA}, {dB, maxB}})
+    for (int64_t at = 0; at < n; at += block)
+      BENCH_CUDA(cudaMemcpy(static_cast<uint16_t *>(ptr) + at, bits.data(),
+                            std::min(block, n - at) * 2,
+                            cudaMemcpyHostToDevice));
+  cudaStream_t stream = nullptr;
+  BENCH_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  loom::cuda::Gemm gemm;
+  BENCH_CHECK(loom::cuda::Gemm::create(gemm));
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+
+  std::printf("cuBLASLt bf16 GEMMs (fp32 accumulate, bf16 out) of GPT-2 "
+              "C=%lld V=%lld at B=%lld T=%lld on %s\n",
+              (long long)C, (long long)V, (long long)B, (long long)T,
+              prop.name);
+  std::printf("%-14s %7s %7s %7s %9s %9s\n", "gemm", "M", "N", "K", "ms",
+              "TFLOP/s");
+  std::string json = "[";
+  double totalMs = 0, totalFlops = 0;
+  for (const Shape &s : shapes) {
+    const auto *a = static_cast<const __nv_bfloat16 *>(dA);
+    const auto *b = static_cast<const __nv_bfloat16 *>(dB);
+    auto *c = static_cast<__nv_bfloat16 *>(dC);
+    const int64_t lda = s.transA ? s.M : s.K, ldb = s.transB ? s.K : s.N;
+    auto run = [&] {
+      return gemm.gemmBf16(s.transA, s.transB, s.M, s.N, s.K, 1.0f, a, lda, b,
+                           ldb, 0.0f, c, s.N, nullptr, stream);
+    };
+    for (int i = 0; i < warmup; ++i)
+      BENCH_CHECK(run());
+    std::vector<float> ms(static_cast<size_t>(iters));
+    for (int i = 0; i < iters; ++i) {
+      BENCH_CUDA(cudaEventRecord(start, stream));
+      BENCH_CHECK(run());
+      BENCH_CUDA(cudaEventRecord(stop, stream));
+      BENCH_CUDA(cudaEventSynchronize(stop));
+      BENCH_CUDA(cudaEventElapsedTime(&ms[i], start, stop));
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    const double flops = 2.0 * s.M * s.N * s.K;
+    const double tflops = flops / (median * 1e-3) / 1e12;
+    totalMs += median;
+    totalFlops += flops;
+    std::printf("%-14s %7lld %7lld %7lld %9.4f %9.1f\n", s.name.c_str(),
+                (long long)s.M, (long long)s.N, (long long)s.K, median, tflops);
+    char row[256];
+    std::snprintf(row, sizeof(row),
+                  "%s{\"gemm\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, "
+                  "\"ms\": %.6f, \"tflops\": %.3f}",
+                  json.size() > 1 ? ", " : "", s.name.c_str(), (long long)s.M,
+                  (long long)s.N, (long long)s.K, median, tflops);
+    json += row;
+  }
+  std::printf("%-14s %7s %7s %7s %9.4f %9.1f\n", "all", "", "", "", totalMs,
+              totalFlops / (totalMs * 1e-3) / 1e12);
+  json += "]\n";
+  if (jsonPath) {
+    FILE *f = std::fopen(jsonPath, "w");
+    if (!f || std::fputs(json.c_str(), f) < 0 || std::fclose(f) != 0) {
+      std::fprintf(stderr, "loom-bench-gemm-cublaslt: cannot write %s\n",
+                   jsonPath);
+      return 1;
+    }
+  }
+  cudaFree(dA);
+  cudaFree(dB);
+  cudaFree(dC);
+  cudaStreamDestroy(stream);
+  return 0;
+}

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""perf_report: the one table of scripts/gpu-check step d (issue 8, 5d).
+
+Reads what step d's runs wrote and prints
+  1. GPT-2 training: Loom (loom-run --log-json) and PyTorch (torch_gpt2.py
+     --json) tokens/s, MFU (llm.c: 6N + 6LCT flops per token, N from the
+     HF config with the tied wte counted once) and the Loom/PyTorch ratio;
+  2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
+     (torch_matmul.py --json) TFLOP/s and their ratio;
+  3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
+     how far apart their results are.
+and each of issue 8's goals with met / not met. A figure whose run failed
+is reported missing with the file it was looked for in. With --json F the
+figures are also written for scripts. Exit status: 0 when every figure is
+there and flash agrees with naive, 1 otherwise (goals do not change it:
+they are measurements, not checks).
+
+  perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
+      [--loom-warmup 2] [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
+      [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
+      [--peak-tflops 989] [--device NAME] [--json F]
+"""
+import argparse
+import json
+import sys
+
+# flash vs naive at one GPT-2 layer, fp32, inputs in [-1, 1): both are fp32
+# computations of the same values, so only summation order differs.
+ATTENTION_OUT_TOL = 1e-4
+ATTENTION_DQKV_TOL = 1e-3
+
+
+def params_of(cfg):
+    """GPT-2 parameter count with the LM head tied to wte."""
+    L, C, V, P = (cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"],
+                  cfg["n_positions"])
+    per_block = 2 * C + (C * 3 * C + 3 * C) + (C * C + C) + 2 * C \
+        + (C * 4 * C + 4 * C) + (4 * C * C + C)
+    return V * C + P * C + L * per_block + 2 * C
+
+
+def read_json(path, missing, what):
+    if not path:
+        missing.append(f"{what}: not run")
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        missing.append(f"{what}: no figures in {path} ({e.__class__.__name__})")
+        return None
+
+
+def loom_figures(path, warmup, tokens_per_step, missing):
+    """Mean step time of the steps after `warmup` from loom-run --log-json."""
+    if not path:
+        missing.append("Loom GPT-2 training: not run")
+        return None
+    try:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        missing.append(f"Loom GPT-2 training: no log in {path} "
+                       f"({e.__class__.__name__})")
+        return None
+    steps = [r for r in rows if "step" in r and "step_ms" in r]
+    timed = steps[warmup:]
+    if not timed:
+        missing.append(f"Loom GPT-2 training: {len(steps)} steps in {path}, "
+                       f"none after the {warmup} warm-up steps")
+        return None
+    ms = sum(r["step_ms"] for r in timed) / len(timed)
+    return {"steps": len(timed), "step_ms": ms,
+            "tokens_per_s": tokens_per_step / (ms * 1e-3),
+            "final_loss": timed[-1].get("loss")}
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="perf_report")
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--loom-log")
+    ap.add_argument("--loom-warmup", type=int, default=2)
+    ap.add_argument("--loom-precision", default="fp32")
+    ap.add_argument("--torch-gpt2")
+    ap.add_argument("--gemm-loom")
+    ap.add_argument("--gemm-torch")
+    ap.add_argument("--attention")
+    ap.add_argument("--peak-tflops", type=float, default=989.0)
+    ap.add_argument("--device", default="")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    try:
+        with open(args.config) as f:
+            cfg = json.load(f)
+        n = params_of(cfg)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"perf_report: error: cannot read the GPT-2 config {args.config}: "
+              f"{e}", file=sys.stderr)
+        return 2
+    missing, report = [], {}
+    B, T = args.batch, args.seq
+    L, C = cfg["n_layer"], cfg["n_embd"]
+    flops_per_token = 6 * n + 6 * L * C * T
+    peak = args.peak_tflops * 1e12
+
+    # 1. Training throughput.
+    print(f"GPT-2 training: {n:,} parameters, L={L} C={C}, B={B} T={T}"
+          f"{', ' + args.device if args.device else ''}; MFU = "
+          f"{flops_per_token:,} flops/token (6N + 6LCT) x tokens/s / "
+          f"{args.peak_tflops:g} TFLOP/s")
+    loom = loom_figures(args.loom_log, args.loom_warmup, B * T, missing)
+    torch_fig = read_json(args.torch_gpt2, missing, "PyTorch GPT-2 training")
+    print(f"  {'':<34} {'tokens/s':>10} {'MFU':>8} {'step ms':>9}")
+    rows = []
+    if loom:
+        loom["mfu"] = flops_per_token * loom["tokens_per_s"] / peak
+        rows.append((f"Loom ({args.loom_precision} program, loom-run cuda)",
+                     loom))
+        report["loom_training"] = dict(loom, precision=args.loom_precision)
+    if torch_fig:
+        if torch_fig.get("params") != n:
+            missing.append(f"PyTorch GPT-2 has {torch_fig.get('params')} "
+                           f"parameters, the config {n}: not the same model")
+        t = {"tokens_per_s": torch_fig["tokens_per_s"],
+             "mfu": flops_per_token * torch_fig["tokens_per_s"] / peak,
+             "step_ms": sum(torch_fig["step_ms"]) / len(torch_fig["step_ms"])}
+        label = (f"PyTorch ({torch_fig['dtype']}, {torch_fig['attention']}, "
+                 f"AdamW {torch_fig['adamw']}"
+                 f"{', compiled' if torch_fig.get('compiled') else ', eager'})")
+        rows.append((label, t))
+        report["torch_training"] = dict(t, label=label)
+    for label, fig in rows:
+        print(f"  {label:<34} {fig['tokens_per_s']:>10.0f} "
+              f"{100 * fig['mfu']:>7.2f}% {fig['step_ms']:>9.2f}")
+    if loom and torch_fig:
+        ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
+        report["loom_over_torch"] = ratio
+        print(f"  Loom / PyTorch tokens/s: {ratio:.3f}x")
+        print(f"  goal MFU >= 40%: {'met' if loom['mfu'] >= 0.4 else 'not met'}; "
+              f"goal Loom/PyTorch >= 1.0x: {'met' if ratio >= 1.0 else 'not met'}")
+
+    # 2. GEMMs.
+    lt = read_json(args.gemm_loom, missing, "cuBLASLt GEMM benchmark")
+    tt = read_json(args.gemm_torch, missing, "torch.matmul GEMM benchmark")
+    if lt or tt:
+        print(f"\nbf16 GEMMs of GPT-2 at B={B} T={T} (TFLOP/s)")
+        print(f"  {'gemm':<14} {'M':>7} {'N':>7} {'K':>7} {'cuBLASLt':>9} "
+              f"{'torch':>9} {'ratio':>7}")
+        by_name = {r["gemm"]: r for r in (tt or [])}
+        met, compared, gemms = 0, 0, []
+        for r in (lt or tt):
+            o = by_name.get(r["gemm"]) if lt else None
+            if lt and o and (o["M"], o["N"], o["K"]) != (r["M"], r["N"], r["K"]):
+                missing.append(f"GEMM {r['gemm']}: cuBLASLt ran "
+                               f"{r['M']}x{r['N']}x{r['K']}, torch "
+                               f"{o['M']}x{o['N']}x{o['K']}")
+                o = None
+            ratio = r["tflops"] / o["tflops"] if lt and o else None
+            if ratio is not None:
+                compared += 1
+                met += ratio >= 0.95
+            cell = lambda x: f"{x:>9.1f}" if x is not None else f"{'-':>9}"
+            print(f"  {r['gemm']:<14} {r['M']:>7} {r['N']:>7} {r['K']:>7} "
+                  f"{cell(r['tflops'] if lt else None)} "
+                  f"{cell(o['tflops'] if o else (r['tflops'] if not lt else None))} "
+                  f"{(f'{ratio:.3f}' if ratio is not None else '-'):>7}")
+            gemms.append({"gemm": r["gemm"], "ratio": ratio})
+        report["gemms"] = gemms
+        if compared:
+            print(f"  goal each GEMM within 5% of torch.matmul (ratio >= 0.95): "
+                  f"{met}/{compared} met")
+
+    # 3. Attention.
+    att = read_json(args.attention, missing, "attention benchmark")
+    if att:
+        print("\ncausal attention, one GPT-2 layer, fp32 (forward + grad as the "
+              "executor calls them)")
+        print(f"  {'kernel':<10} {'forward ms':>11} {'grad ms':>9} {'total ms':>9}")
+        k = {r["kernel"]: r for r in att}
+        for r in att:
+            print(f"  {r['kernel']:<10} {r['forward_ms']:>11.3f} "
+                  f"{r['grad_ms']:>9.3f} {r['forward_ms'] + r['grad_ms']:>9.3f}")
+        if "naive" in k and "flash" in k:
+            f, nv = k["flash"], k["naive"]
+            speedup = (nv["forward_ms"] + nv["grad_ms"]) / \
+                (f["forward_ms"] + f["grad_ms"])
+            agree = (f["max_abs_diff_out"] <= ATTENTION_OUT_TOL and
+                     f["max_abs_diff_dqkv"] <= ATTENTION_DQKV_TOL)
+            print(f"  flash / naive speed-up {speedup:.2f}x; max |flash - naive| "
+                  f"out {f['max_abs_diff_out']:.3g} (<= {ATTENTION_OUT_TOL:g}), "
+                  f"dqkv {f['max_abs_diff_dqkv']:.3g} (<= "
+                  f"{ATTENTION_DQKV_TOL:g}): {'agree' if agree else 'DISAGREE'}")
+            report["attention"] = {"speedup": speedup, "agree": agree}
+            if not agree:
+                missing.append("flash attention disagrees with naive")
+        if "flash-bf16" in k:
+            b16 = k["flash-bf16"]
+            print(f"  flash-bf16: bf16 inputs, tensor cores at head size 64, "
+                  f"backward given out and lse (no recompute); max |bf16 - "
+                  f"naive| out {b16['max_abs_diff_out']:.3g}, dqkv "
+                  f"{b16['max_abs_diff_dqkv']:.3g}")
+            report.setdefault("attention", {})["bf16_total_ms"] = \
+                b16["forward_ms"] + b16["grad_ms"]
+
+    for m in missing:
+        print(f"missing: {m}")
+    if args.json:
+        report["missing"] = missing
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    return 0 if not missing else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+//===- run_options.cpp - loom-run's command line ----------------*- C++ -*-===//
+#include "runtime/core/run_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+const char *const kLoomRunUsage =
+    "usage: loom-run PROGRAM --data F --steps N [options]\n"
+    "       loom-run PROGRAM --sample N --prompt TEXT [--load-checkpoint F]\n"
+    "\n"
+    "Runs a compiled Loom program on an llm.c token file: evaluates the loss,\n"
+    "or trains when the program has an optimizer update.\n"
+    "\n"
+    "  PROGRAM                 program file written by loom-translate\n"
+    "  --data F                llm.c token file (.bin, uint16 tokens)\n"
+    "  --steps N               number of batches (evaluation: N >= 1;\n"
+    "                          training: N >= 0, 0 only initializes)\n"
+    "  --seed S                parameter init seed (default 1337)\n"
+    "  --stage K               pipeline stage to run (default 0)\n"
+    "  --load-checkpoint F     load parameters from a safetensors file\n"
+    "  --save-checkpoint F     save parameters after the last step\n"
+    "  --log-json F            one JSON object per step, then a summary\n"
+    "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
+    "  --backend cpu|cuda      where the kernels run (default cpu); cuda\n"
+    "                          needs a build with the CUDA backend and a GPU\n"
+    "  --quiet                 no progress output\n"
+    "Training programs:\n"
+    "  --lr F                  peak learning rate (default 1e-3)\n"
+    "  --min-lr F              cosine floor (default 0)\n"
+    "  --warmup W              linear warmup steps (default 0)\n"
+    "  --lr-schedule K         constant | cosine (default cosine)\n"
+    "  --schedule-steps N      steps the cosine spans (default: the start\n"
+    "                          step + --steps)\n"
+    "Sampling (evaluation programs; no --data / --steps):\n"
+    "  --sample N              generate N tokens greedily after the prompt\n"
+    "                          and print the text (tokens are bytes)\n"
+    "  --prompt TEXT           the text to continue (bytes < vocab_size)\n"
+    "  --help                  show this message\n";
+
+namespace {
+
+Status parseUnsigned(const std::string &flag, const std::string &text,
+                     uint64_t max, uint64_t &out) {
+  errno = 0;
+  char *end = nullptr;
+  const bool digits = !text.empty() &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  unsigned long long v = digits ? std::strtoull(text.c_str(), &end, 10) : 0;
+  LOOM_CHECK(digits && errno == 0 && v <= max,
+             flag << " expects a non-negative integer"
+                  << (max < UINT64_MAX ? " <= " + std::to_string(max) : "")
+                  << ", got '" << text << "'");
+  out = v;
+  return Status::success();
+}
+
+Status parseNonNegative(const std::string &flag, const std::string &text,
+                        double &out) {
+  errno = 0;
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  LOOM_CHECK(!text.empty() && end && *end == '\0' && errno == 0 &&
+                 std::isfinite(v) && v >= 0.0,
+             flag << " expects a non-negative number, got '" << text << "'");
+  out = v;
+  return Status::success();
+}
+
+} // namespace
+
+Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
+  help = false;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+      return Status::success();
+    }
+    if (arg == "--quiet") {
+      opts.quiet = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      if (arg == "--")
+        continue;
+      LOOM_CHECK(arg.empty() || arg[0] != '-' || arg == "-",
+                 "unknown flag '" << arg << "'");
+      positional.push_back(arg);
+      continue;
+    }
+    std::string flag = arg, value;
+    bool hasValue = false;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      flag = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      hasValue = true;
+    }
+    static const char *kValued[] = {"--data",
+                                    "--steps",
+                                    "--seed",
+                                    "--stage",
+                                    "--log-json",
+                                    "--trace",
+                                    "--load-checkpoint",
+                                    "--save-checkpoint",
+                                    "--lr",
+                                    "--min-lr",
+                                    "--warmup",
+                                    "--lr-schedule",
+                                    "--schedule-steps",
+                                    "--sample",
+                                    "--prompt",
+                                    "--backend"};
+    bool known = false;
+    for (const char *k : kValued)
+      known |= flag == k;
+    LOOM_CHECK(known, "unknown flag '" << flag << "'");
+    if (!hasValue) {
+      LOOM_CHECK(i + 1 < argc, flag << " needs a value");
+      value = argv[++i];
+    }
+    // An empty prompt reaches the sampler, which says how to fix it.
+    LOOM_CHECK(!value.empty() || flag == "--prompt",
+               flag << " needs a non-empty value");
+    uint64_t n = 0;
+    if (flag == "--lr" || flag == "--min-lr" || flag == "--warmup" ||
+        flag == "--lr-schedule" || flag == "--schedule-steps")
+      opts.trainingFlags = true;
+    if (flag == "--backend") {
+      LOOM_CHECK(value == "cpu" || value == "cuda",
+                 "--backend is cpu or cuda, got '" << value << "'");
+      opts.backend = value;
+    } else if (flag == "--prompt") {
+      opts.prompt = value;
+      opts.hasPrompt = true;
+    } else if (flag == "--sample") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.sample = static_cast<int64_t>(n);
+    } else if (flag == "--data")
+      opts.data = value;
+    else if (flag == "--log-json")
+      opts.logJson = value;
+    else if (flag == "--trace")
+      opts.trace = value;
+    else if (flag == "--load-checkpoint")
+      opts.loadCheckpoint = value;
+    else if (flag == "--save-checkpoint")
+      opts.saveCheckpoint = value;
+    else if (flag == "--steps") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.steps = static_cast<int64_t>(n);
+    } else if (flag == "--seed") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT64_MAX, n));
+      opts.seed = n;
+    } else if (flag == "--lr") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.lr));
+    } else if (flag == "--min-lr") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.minLr));
+    } else if (flag == "--warmup") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.warmup = static_cast<int64_t>(n);
+    } else if (flag == "--schedule-steps") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.scheduleSteps = static_cast<int64_t>(n);
+    } else if (flag == "--lr-schedule") {
+      LOOM_CHECK(value == "constant" || value == "cosine",
+                 "--lr-schedule expects constant or cosine, got '" << value
+                                                                   << "'");
+      opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
+                                          : LrSchedule::Kind::Cosine;
+    } else if (flag == "--stage") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT32_MAX, n));
+      opts.stage = static_cast<uint32_t>(n);
+    }
+  }
+  LOOM_CHECK(!positional.empty(), "missing PROGRAM (the program file)");
+  LOOM_CHECK(positional.size() == 1, "expected one PROGRAM, got "
+                                         << positional.size()
+                                         << " positional arguments");
+  opts.program = positional[0];
+  if (opts.sample >= 0 || opts.hasPrompt) {
+    LOOM_CHECK(opts.sample >= 0, "--prompt needs --sample N (the number of "
+                                 "tokens to generate)");
+    LOOM_CHECK(opts.hasPrompt, "--sample needs --prompt TEXT (the text to "
+                               "continue)");
+    const char *extra = !opts.data.empty()             ? "--data"
+                        : opts.steps >= 0              ? "--steps"
+                        : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
+                        : !opts.logJson.empty()        ? "--log-json"
+                        : !opts.trace.empty()          ? "--trace"
+                        : opts.trainingFlags ? "the learning-rate flags"
+                                             : nullptr;
+    LOOM_CHECK(!extra, "--sample runs no steps; drop "
+                           << extra << " (or run the steps without --sample)");
+    return Status::success();
+  }
+  LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
+  LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
+  return Status::success();
+}
+
+} // namespace loom

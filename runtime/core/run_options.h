@@ -1,0 +1,48 @@
+//===- run_options.h - loom-run's command line ------------------*- C++ -*-===//
+//
+// What a run of a compiled program is asked to do, parsed from loom-run's
+// command line. The driver (training_run.h) and every binary that drives a
+// run (loom-run, the device-memory check in test/runtime) share the flags,
+// so a test runs the exact command a user runs.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_RUN_OPTIONS_H
+#define LOOM_RUNTIME_CORE_RUN_OPTIONS_H
+
+#include "runtime/core/lr_schedule.h"
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <string>
+
+namespace loom {
+
+/// loom-run's usage text (printed with --help and after a usage error).
+extern const char *const kLoomRunUsage;
+
+/// One run's flags (see kLoomRunUsage).
+struct RunOptions {
+  std::string program, data, loadCheckpoint, saveCheckpoint, logJson, trace;
+  int64_t steps = -1;
+  int64_t sample = -1; // --sample N; -1: not sampling
+  std::string prompt;
+  bool hasPrompt = false;
+  bool trainingFlags = false; // any of --lr ... --schedule-steps
+  double lr = 1e-3, minLr = 0.0;
+  int64_t warmup = 0;
+  LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
+  int64_t scheduleSteps = -1; // -1: start step + steps
+  uint64_t seed = 1337;
+  uint32_t stage = 0;
+  bool quiet = false;
+  std::string backend = "cpu";
+};
+
+/// Parses argv (argv[0] is the program name). `help` is set for --help /
+/// -h (then nothing else is checked). Errors name the flag and the fix; the
+/// caller prints kLoomRunUsage after them.
+Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help);
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_RUN_OPTIONS_H

@@ -1,0 +1,49 @@
+//===- training_run.h - One run of a compiled program -----------*- C++ -*-===//
+//
+// What loom-run does with a program once its command line is parsed
+// (run_options.h): load the program, create the executor on the backend
+// the caller chose, then train / evaluate for --steps batches of the token
+// file (progress on stdout, the JSON log and trace, the checkpoint), or
+// sample greedily after a prompt. loom-run calls it with the CPU or CUDA
+// backend; the device-memory check (test/runtime/GuardedRun.cpp) calls it
+// with memory the host may not touch, so that every path a user runs is
+// proven to reach buffers only through BufferMemory.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CORE_TRAINING_RUN_H
+#define LOOM_RUNTIME_CORE_TRAINING_RUN_H
+
+#include "runtime/core/buffer_memory.h"
+#include "runtime/core/communicator.h"
+#include "runtime/core/kernel_backend.h"
+#include "runtime/core/run_options.h"
+#include "runtime/core/status.h"
+
+#include <functional>
+#include <memory>
+
+namespace loom {
+
+/// Makes the kernels and the buffer memory an executor runs on (both
+/// non-null, the kernels accepting the memory's pointers). An empty
+/// function: the CPU kernels on host memory.
+using ExecutorBackendFactory =
+    std::function<Status(std::unique_ptr<KernelBackend> &kernels,
+                         std::unique_ptr<BufferMemory> &memory)>;
+
+/// Runs `opts.steps` steps of the program on this rank (`comm`: the world,
+/// laid out over the program's mesh here; a multi-rank job runs the stage
+/// of its pp coordinate): a training program trains (and saves
+/// --save-checkpoint after the last step), an evaluation program reports
+/// the loss. Rank 0 prints progress unless --quiet and writes the JSON log.
+Status runProgram(const RunOptions &opts, Communicator &comm,
+                  const ExecutorBackendFactory &backend = {});
+
+/// --sample: greedy generation after --prompt on this process alone (its
+/// own single-rank communicator), the text on stdout.
+Status runSample(const RunOptions &opts,
+                 const ExecutorBackendFactory &backend = {});
+
+} // namespace loom
+
+#endif // LOOM_RUNTIME_CORE_TRAINING_RUN_H

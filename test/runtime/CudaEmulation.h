@@ -1,0 +1,214 @@
+//===- CudaEmulation.h - Run simple CUDA kernels on host threads -*- C++ -*-===//
+//
+// Lets a .cu file whose kernels use only threadIdx / blockIdx / blockDim,
+// __shared__ arrays, __syncthreads / __syncwarp, launch.cuh's warp helpers
+// and WMMA's whole-tile operations (load / store / mma / fill, never a
+// fragment's elements) compile as C++ and run on the CPU, so its indexing, tiling, masking and barrier
+// placement are tested on machines without a GPU (the real kernels are
+// still tested on a device by the Cuda* tests). Each block runs its threads
+// as std::threads, blocks one after another; __syncthreads is a barrier of
+// the block, warpSum a butterfly through a per-warp barrier (whole warps
+// call it together, as __shfl_xor_sync with a full mask requires). A WMMA
+// fragment holds its whole 16 x 16 tile in every lane; store_matrix_sync
+// writes from lane 0 only, so a lane that reads the stored tile before a
+// __syncwarp() sees stale data, as on the GPU. What it does not model:
+// warp-synchronous code without barriers, fragment element layouts,
+// alignment rules, occupancy, registers and shared-memory limits.
+//
+// Include it first, then the .cu file (launch.cuh is replaced: its include
+// guard is defined here).
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_TEST_RUNTIME_CUDAEMULATION_H
+#define LOOM_TEST_RUNTIME_CUDAEMULATION_H
+
+#include <cuda_bf16.h> // host-side __nv_bfloat16 and its conversions
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#undef __global__
+#undef __device__
+#undef __shared__
+#undef __launch_bounds__
+#undef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#define __global__
+#define __device__
+#define __launch_bounds__(...)
+// Blocks run one at a time, so one static array per kernel is the block's.
+#define __shared__ static
+
+namespace cuda_emulation {
+
+/// A reusable barrier of `n` threads (std::barrier is C++20).
+class Barrier {
+public:
+  explicit Barrier(int n) : n(n) {}
+  void arriveAndWait() {
+    std::unique_lock<std::mutex> lock(m);
+    const unsigned g = generation;
+    if (++count == n) {
+      count = 0;
+      ++generation;
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return g != generation; });
+    }
+  }
+
+private:
+  std::mutex m;
+  std::condition_variable cv;
+  int n, count = 0;
+  unsigned generation = 0;
+};
+
+struct Dim {
+  unsigned x = 0, y = 1, z = 1;
+};
+
+inline thread_local Dim threadIdx, blockIdx;
+inline Dim blockDim, gridDim;
+inline Barrier *blockBarrier = nullptr;
+inline std::vector<std::unique_ptr<Barrier>> warpBarriers;
+inline float warpSlots[1024];
+
+/// Runs kernel(args...) over `blocks` blocks of `threads` threads: one
+/// std::thread per CUDA thread, reused block after block, with a barrier
+/// between blocks (a block's __shared__ arrays are the next block's).
+template <typename Kernel, typename... Args>
+void runKernel(Kernel kernel, unsigned blocks, unsigned threads, Args... args) {
+  blockDim = {threads, 1, 1};
+  gridDim = {blocks, 1, 1};
+  Barrier barrier(static_cast<int>(threads)), blockEnd(static_cast<int>(threads));
+  blockBarrier = &barrier;
+  warpBarriers.clear();
+  for (unsigned w = 0; w < (threads + 31) / 32; ++w)
+    warpBarriers.push_back(std::make_unique<Barrier>(
+        static_cast<int>(std::min(32u, threads - 32 * w))));
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([=, &blockEnd] {
+      threadIdx = {t, 1, 1};
+      for (unsigned b = 0; b < blocks; ++b) {
+        blockIdx = {b, 1, 1};
+        kernel(args...);
+        blockEnd.arriveAndWait();
+      }
+    });
+  for (auto &t : pool)
+    t.join();
+}
+
+/// launch.cuh's contents, on the emulated threads.
+namespace launch {
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+inline unsigned blocksFor(int64_t n, int threads = kThreads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+inline unsigned blocksForRows(int64_t rows) { return blocksFor(rows * kWarp); }
+inline int64_t warpIndex() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+}
+inline int laneIndex() { return threadIdx.x % kWarp; }
+/// The butterfly of __shfl_xor_sync, lane by lane.
+inline float warpSum(float x) {
+  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  Barrier &bar = *warpBarriers[w];
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    warpSlots[threadIdx.x] = x;
+    bar.arriveAndWait();
+    const float other = warpSlots[w * kWarp + (lane ^ o)];
+    bar.arriveAndWait();
+    x += other;
+  }
+  return x;
+}
+} // namespace launch
+
+} // namespace cuda_emulation
+
+using cuda_emulation::blockDim;
+using cuda_emulation::blockIdx;
+using cuda_emulation::gridDim;
+using cuda_emulation::threadIdx;
+inline void __syncthreads() { cuda_emulation::blockBarrier->arriveAndWait(); }
+inline void __syncwarp() {
+  cuda_emulation::warpBarriers[threadIdx.x / 32]->arriveAndWait();
+}
+
+/// WMMA's 16x16x16 tiles (the shapes and types the kernels use).
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename L = void>
+struct fragment {
+  T x[16 * 16]; // element (r, c) at x[r * 16 + c], in every lane
+};
+template <typename Use, typename T, typename L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p,
+                      unsigned ldm) {
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      f.x[r * 16 + c] =
+          std::is_same<L, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
+}
+inline void store_matrix_sync(float *p,
+                              const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ldm, layout_t layout) {
+  if (threadIdx.x % 32 != 0)
+    return;
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 16; ++c)
+      (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) =
+          f.x[r * 16 + c];
+}
+template <typename Use, typename T, typename L, typename V>
+void fill_fragment(fragment<Use, 16, 16, 16, T, L> &f, V v) {
+  for (auto &e : f.x)
+    e = static_cast<T>(v);
+}
+template <typename LA, typename LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+              const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
+              const fragment<accumulator, 16, 16, 16, float> &c) {
+  float out[16 * 16];
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float acc = c.x[r * 16 + n];
+      for (int k = 0; k < 16; ++k)
+        acc += __bfloat162float(a.x[r * 16 + k]) *
+               __bfloat162float(b.x[k * 16 + n]);
+      out[r * 16 + n] = acc;
+    }
+  for (int i = 0; i < 16 * 16; ++i)
+    d.x[i] = out[i];
+}
+} // namespace nvcuda::wmma
+/// CUDA's overloaded device min, for mixed integer widths.
+template <typename A, typename B> inline auto min(A a, B b) {
+  return a < b ? a : b;
+}
+
+#define LOOM_RUNTIME_CUDA_LAUNCH_CUH
+#define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
+  do {                                                                         \
+    (void)(stream);                                                            \
+    if ((blocks) > 0)                                                          \
+      ::cuda_emulation::runKernel(kernel, (blocks), (threads), __VA_ARGS__);   \
+  } while (0)
+
+#endif // LOOM_TEST_RUNTIME_CUDAEMULATION_H

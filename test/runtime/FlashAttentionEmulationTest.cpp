@@ -1,0 +1,152 @@
+//===- FlashAttentionEmulationTest.cpp - flash_attention.cu on the CPU ----===//
+//
+// The source of runtime/cuda/flash_attention.cu and flash_attention_wmma.cu
+// (bf16 at head size 64: tensor cores), compiled as C++ on CudaEmulation.h's
+// host threads, against the CPU attention kernels: the tiling, causal masks,
+// zero-padding of the head size, tails of T that are not a tile multiple,
+// the online softmax, the FlashAttention-2 backward and the barrier
+// placement are checked on every build, GPU or not (the same comparisons
+// run on a device in CudaFlashAttentionTest).
+//
+// The .cu is included inside namespace loom_emulated, so its functions do
+// not collide with the real ones loom_cuda links in.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaEmulation.h"
+#include "TestUtil.h"
+
+#include "runtime/cpu/attention.h"
+#include "runtime/cuda/bf16_host.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/flash_attention.h"
+#include "runtime/cuda/flash_attention_wmma.h"
+
+#include <cmath>
+#include <type_traits>
+
+namespace loom_emulated {
+namespace loom {
+using ::loom::Status;
+namespace cuda {
+using ::loom::cuda::flashAttentionSupports;
+using ::loom::cuda::kFlashMaxHeadSize;
+using ::loom::cuda::kFlashTensorCoreHeadSize;
+namespace launch = ::cuda_emulation::launch;
+} // namespace cuda
+} // namespace loom
+#include "runtime/cuda/flash_attention_wmma.cu"
+#include "runtime/cuda/flash_attention.cu"
+} // namespace loom_emulated
+
+using namespace loom;
+using namespace loom::test;
+namespace emulated = loom_emulated::loom::cuda;
+
+namespace {
+
+struct Case {
+  int64_t B, T, NH, hs;
+  std::string name() const {
+    return "B" + std::to_string(B) + " T" + std::to_string(T) + " NH" +
+           std::to_string(NH) + " hs" + std::to_string(hs);
+  }
+};
+
+/// Every compiled head size (16, 32, 64, 128; 48 padded to 64), T inside
+/// one tile, T = 1, and T past several forward / backward tiles with tails
+/// (hs 64 in bf16: the tensor-core kernels, tiles of 64 rows).
+const Case kCases[] = {{2, 37, 3, 16},  {1, 100, 2, 64}, {1, 130, 1, 32},
+                       {1, 71, 1, 128}, {1, 50, 1, 48},  {1, 1, 2, 64},
+                       {1, 192, 1, 64}};
+
+struct Reference {
+  std::vector<float> out, dqkv;
+};
+
+Reference cpuAttention(const std::vector<float> &qkv,
+                       const std::vector<float> &dout, const Case &c) {
+  const int64_t C = c.NH * c.hs;
+  std::vector<float> att(static_cast<size_t>(c.B * c.NH * c.T * c.T));
+  Reference r{std::vector<float>(static_cast<size_t>(c.B * c.T * C)),
+              std::vector<float>(qkv.size())};
+  cpu::attentionForward(r.out.data(), att.data(), qkv.data(), c.B, c.T, C,
+                        c.NH);
+  cpu::attentionBackward(r.dqkv.data(), dout.data(), qkv.data(), att.data(),
+                         c.B, c.T, C, c.NH);
+  return r;
+}
+
+double maxAbs(const std::vector<float> &v) {
+  double m = 0;
+  for (float x : v)
+    m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+TEST(FlashAttentionEmulation, Fp32MatchesCpuKernels) {
+  for (const Case &c : kCases) {
+    const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
+    auto qkv = randomVector(c.B * c.T * 3 * C, 41);
+    auto dout = randomVector(c.B * c.T * C, 42);
+    Reference want = cpuAttention(qkv, dout, c);
+    std::vector<float> out(want.out.size(), 9.0f), lse(rows, 9.0f),
+        rowDot(rows), dqkv(qkv.size(), 9.0f);
+    ASSERT_TRUE(emulated::flashAttentionForward(out.data(), lse.data(),
+                                                qkv.data(), c.B, c.T, C, c.NH,
+                                                nullptr)
+                    .ok())
+        << c.name();
+    ASSERT_TRUE(emulated::flashAttentionBackward(
+                    dqkv.data(), rowDot.data(), dout.data(), qkv.data(),
+                    out.data(), lse.data(), c.B, c.T, C, c.NH, nullptr)
+                    .ok())
+        << c.name();
+    expectClose(out, want.out, 1e-4, 2e-5, "emulated flash out " + c.name());
+    expectClose(dqkv, want.dqkv, 1e-4, 1e-4,
+                "emulated flash dqkv " + c.name());
+  }
+}
+
+TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
+  for (const Case &c : kCases) {
+    const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
+    auto qkv = cuda::roundedToBf16(randomVector(c.B * c.T * 3 * C, 51));
+    auto dout = cuda::roundedToBf16(randomVector(c.B * c.T * C, 52));
+    Reference want = cpuAttention(qkv, dout, c);
+    auto qkv16 = cuda::bf16Bits(qkv), dout16 = cuda::bf16Bits(dout);
+    std::vector<uint16_t> out16(want.out.size()), dqkv16(qkv.size());
+    std::vector<float> lse(rows), rowDot(rows);
+    auto bf = [](auto &v) { return reinterpret_cast<__nv_bfloat16 *>(v.data()); };
+    ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
+                                                bf(qkv16), c.B, c.T, C, c.NH,
+                                                nullptr)
+                    .ok())
+        << c.name();
+    ASSERT_TRUE(emulated::flashAttentionBackward(
+                    bf(dqkv16), rowDot.data(), bf(dout16), bf(qkv16),
+                    bf(out16), lse.data(), c.B, c.T, C, c.NH, nullptr)
+                    .ok())
+        << c.name();
+    // |error| <= 2^-9 (max|v| + |out|): out is rounded once to bf16, and
+    // the tensor-core kernels (hs 64) round each probability to bf16 before
+    // P V (sum_k |dp_k v_k| <= 2^-9 max|v| with v in [-1, 1)).
+    expectClose(cuda::floatsFromBf16(out16), want.out, 1.0 / 256, 2.5e-3,
+                "emulated bf16 flash out " + c.name());
+    expectClose(cuda::floatsFromBf16(dqkv16), want.dqkv, 0,
+                2e-2 * maxAbs(want.dqkv),
+                "emulated bf16 flash dqkv " + c.name());
+  }
+}
+
+TEST(FlashAttentionEmulation, RefusesHeadSizesItIsNotCompiledFor) {
+  std::vector<float> buf(3 * 2 * 160);
+  Status s = emulated::flashAttentionForward(buf.data(), buf.data(), buf.data(),
+                                             1, 2, 160, 1, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("C = 160 over 1 heads is not a head size of "
+                             "1..128; use LOOM_CUDA_ATTENTION=naive"),
+            std::string::npos)
+      << s.message();
+}
+
+} // namespace
