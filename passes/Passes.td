@@ -161,8 +161,16 @@ def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
     Errors: a graph with a float type other than f32 (already converted, or
     f16/f64), a function already partitioned or pipelined, a module without
     a model or training step, an update function that reads a parameter
-    other than through `loom.adamw`.
+    other than through `loom.adamw`, a `dtype` other than bf16.
+
+    **Options:**
+    * `dtype`: the compute type; `bf16` (fp16 would need loss scaling, which
+      Loom does not implement).
   }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"",
+           "Compute type of the mixed precision (bf16)">
+  ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 

@@ -228,6 +228,12 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
 
 void LoomMixedPrecisionPass::runOnOperation() {
   ModuleOp module = getOperation();
+  if (dtype != "bf16") {
+    module.emitError() << "loom-mixed-precision: dtype '" << dtype
+                       << "' is not supported; use bf16 (or fp32, which needs "
+                          "no mixed precision)";
+    return signalPassFailure();
+  }
   // 1. Which functions: the training step's micro-batch and update
   //    functions (--loom-autodiff), or a forward-only model (evaluation).
   SmallVector<func::FuncOp> compute, updates;
