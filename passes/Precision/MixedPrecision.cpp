@@ -129,9 +129,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
     if (!role || role.getValue() != Role::Param)
       continue;
     for (OpOperand &use : arg.getUses()) {
-      auto adamw = dyn_cast<AdamWOp>(use.getOwner());
-      if ((adamw && use.get() == adamw.getParam() &&
-           use.getOperandNumber() == 0) ||
+      // Operand 0 of loom.adamw is the weights it updates.
+      if ((isa<AdamWOp>(use.getOwner()) && use.getOperandNumber() == 0) ||
           isa<func::ReturnOp>(use.getOwner()))
         continue;
       return use.getOwner()->emitOpError()
@@ -145,22 +144,32 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
     }
     params.push_back(arg);
   }
-  llvm::DenseMap<Value, Value> masterOf;
+  // All at once: inserting arguments one by one rebuilds the argument
+  // attribute list each time, quadratic in a deep model's parameter count.
+  unsigned first = update.getNumArguments();
+  SmallVector<unsigned> indices(params.size(), first);
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  SmallVector<Location> locs;
   for (BlockArgument param : params) {
-    unsigned i = param.getArgNumber();
-    auto name = update.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
-    NamedAttrList attrs;
-    attrs.set(LoomDialect::kNameAttr, name);
-    attrs.set(LoomDialect::kRoleAttr, RoleAttr::get(ctx, Role::Master));
-    unsigned index = update.getNumArguments();
-    // Appending to a function with a body cannot fail.
-    LogicalResult inserted = update.insertArgument(
-        index, param.getType(), attrs.getDictionary(ctx),
+    auto name = update.getArgAttrOfType<StringAttr>(param.getArgNumber(),
+                                                    LoomDialect::kNameAttr);
+    types.push_back(param.getType());
+    attrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(LoomDialect::kNameAttr, name),
+         b.getNamedAttr(LoomDialect::kRoleAttr,
+                        RoleAttr::get(ctx, Role::Master))}));
+    locs.push_back(
         NameLoc::get(StringAttr::get(ctx, name.getValue() + ".master")));
-    assert(succeeded(inserted) && "appending an argument failed");
-    (void)inserted;
-    masterOf[param] = entry.getArgument(index);
   }
+  // Appending to a function with a body cannot fail.
+  LogicalResult inserted =
+      update.insertArguments(indices, types, attrs, locs);
+  assert(succeeded(inserted) && "appending the master arguments failed");
+  (void)inserted;
+  llvm::DenseMap<Value, Value> masterOf;
+  for (auto [i, param] : llvm::enumerate(params))
+    masterOf[param] = entry.getArgument(first + i);
 
   // 2. AdamW updates the master (reading the bf16 gradient); the parameter
   //    is the cast of the new master.
