@@ -42,7 +42,11 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
     it, so the two can be compared:
 
     * model state: bytes of parameters, gradient accumulators and AdamW
-      moments resident at the optimizer step (local shapes);
+      moments resident at the optimizer step (local shapes), and in bf16
+      mixed precision (`--loom-mixed-precision`) the fp32 master weights:
+      the state as compiled, with its element types (JSON `precision`:
+      `bf16` or `fp32`; an fp32 step also gets the figure it would have in
+      mixed precision, `model_state_bytes_bf16_mixed`);
     * predicted peak: the planned arena (`loom.arena_bytes`);
     * sent bytes per step per collective kind, counted the nccl-tests way
       for a ring of n ranks with S the full buffer: all_reduce 2(n-1)/n·S,
