@@ -135,8 +135,9 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
         continue;
       return use.getOwner()->emitOpError()
              << "reads parameter '"
-             << update.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                    LoomDialect::kNameAttr)
+             << update
+                    .getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  LoomDialect::kNameAttr)
                     .getValue()
              << "' in the optimizer update; --loom-mixed-precision expects "
                 "only loom.adamw to read it (the fp32 master replaces it "
@@ -163,8 +164,7 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
         NameLoc::get(StringAttr::get(ctx, name.getValue() + ".master")));
   }
   // Appending to a function with a body cannot fail.
-  LogicalResult inserted =
-      update.insertArguments(indices, types, attrs, locs);
+  LogicalResult inserted = update.insertArguments(indices, types, attrs, locs);
   assert(succeeded(inserted) && "appending the master arguments failed");
   (void)inserted;
   llvm::DenseMap<Value, Value> masterOf;
@@ -191,8 +191,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
         adamw.getWeightDecay().convertToDouble());
     Location castLoc = adamw.getLoc();
     if (auto named = dyn_cast<NameLoc>(castLoc))
-      castLoc = NameLoc::get(
-          StringAttr::get(ctx, named.getName().str() + ".cast"));
+      castLoc =
+          NameLoc::get(StringAttr::get(ctx, named.getName().str() + ".cast"));
     auto cast = CastOp::create(b, castLoc, narrowed(master.getType()),
                                mixed.getNewParam());
     adamw.getNewParam().replaceAllUsesWith(cast.getResult());
@@ -207,8 +207,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
   for (BlockArgument arg : entry.getArguments()) {
     auto role = update.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
                                                   LoomDialect::kRoleAttr);
-    if (role && (role.getValue() == Role::Param ||
-                 role.getValue() == Role::Grad))
+    if (role &&
+        (role.getValue() == Role::Param || role.getValue() == Role::Grad))
       if (RankedTensorType bf16 = narrowed(arg.getType()))
         arg.setType(bf16);
   }
@@ -229,8 +229,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
   b.setInsertionPoint(ret);
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();
-  update.setFunctionType(FunctionType::get(
-      ctx, entry.getArgumentTypes(), ValueRange(results).getTypes()));
+  update.setFunctionType(FunctionType::get(ctx, entry.getArgumentTypes(),
+                                           ValueRange(results).getTypes()));
   update.setAllResultAttrs(resultAttrs);
   return success();
 }
