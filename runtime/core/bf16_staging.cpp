@@ -87,8 +87,8 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
     slot.count = program::shapeNumel(program::bufferShape(stage, b));
     slot.widen = widen;
     slot.round = round;
-    plan.bytes += (static_cast<uint64_t>(slot.count) * sizeof(float) + 63) /
-                  64 * 64;
+    plan.bytes +=
+        (static_cast<uint64_t>(slot.count) * sizeof(float) + 63) / 64 * 64;
     plan.slots.push_back(slot);
     return static_cast<int32_t>(plan.slots.size() - 1);
   };
@@ -98,7 +98,8 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
     if (!isBF16(in[j]))
       continue;
     for (size_t i = 0; i < j && plan.inputSlot[j] < 0; ++i)
-      if (plan.inputSlot[i] >= 0 && rangeOf(stage, in[i]) == rangeOf(stage, in[j]))
+      if (plan.inputSlot[i] >= 0 &&
+          rangeOf(stage, in[i]) == rangeOf(stage, in[j]))
         plan.inputSlot[j] = plan.inputSlot[i];
     if (plan.inputSlot[j] < 0)
       plan.inputSlot[j] = addSlot(in[j], /*widen=*/true, /*round=*/false);
@@ -112,9 +113,8 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
     if (!isBF16(out[k]))
       continue;
     for (size_t j = 0; j < in.size() && plan.outputSlot[k] < 0; ++j) {
-      const bool inPlace = op == Opcode::AdamW
-                               ? k < 3 && j == adamwState[k]
-                               : kernelMayAlias(op, j);
+      const bool inPlace = op == Opcode::AdamW ? k < 3 && j == adamwState[k]
+                                               : kernelMayAlias(op, j);
       if (inPlace && plan.inputSlot[j] >= 0 &&
           rangeOf(stage, in[j]) == rangeOf(stage, out[k]))
         plan.outputSlot[k] = plan.inputSlot[j];

@@ -151,7 +151,8 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   }
   // A bf16 parameter: its slice rounded to nearest even (what the update's
   // Cast of the same fp32 master gives).
-  std::vector<float> slice(static_cast<size_t>(program::shapeNumel(p.localShape)));
+  std::vector<float> slice(
+      static_cast<size_t>(program::shapeNumel(p.localShape)));
   copySlice(slice.data(), values.data(), p.globalShape, p.sliceOffset,
             p.localShape);
   floatsToBF16(static_cast<uint16_t *>(executor.bufferData(buffer)),
@@ -174,10 +175,9 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
     // Mixed precision: the file's fp32 weights are the master (its own
     // block, sharded like the moments); the bf16 buffer got them rounded.
     if (p.masterBuffer >= 0)
-      LOOM_RETURN_IF_ERROR(loadTensor(executor, file, path,
-                                      momentView(executor, p), p.name,
-                                      static_cast<uint32_t>(p.masterBuffer),
-                                      values));
+      LOOM_RETURN_IF_ERROR(
+          loadTensor(executor, file, path, momentView(executor, p), p.name,
+                     static_cast<uint32_t>(p.masterBuffer), values));
   }
   if (!executor.isTraining())
     return Status::success();

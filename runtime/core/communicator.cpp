@@ -307,12 +307,12 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
   }
   for (size_t k = 0; k < members.size(); ++k)
     if (members[k] != mine[axis])
-      LOOM_RETURN_IF_ERROR(doRecv(all.data() + k * bytes, count, dtype,
-                                  ranks[k], kMembersTag));
+      LOOM_RETURN_IF_ERROR(
+          doRecv(all.data() + k * bytes, count, dtype, ranks[k], kMembersTag));
   const bool bf16 = dtype == DType::BF16;
   auto value = [&](int64_t k, int64_t i) {
-    return bf16 ? bf16ToFloat(reinterpret_cast<const uint16_t *>(
-                      all.data() + k * bytes)[i])
+    return bf16 ? bf16ToFloat(reinterpret_cast<const uint16_t *>(all.data() +
+                                                                 k * bytes)[i])
                 : reinterpret_cast<const float *>(all.data() + k * bytes)[i];
   };
   for (int64_t i = 0; i < count; ++i) {

@@ -211,9 +211,8 @@ Status Executor::create(const program::LoadedProgram &program,
             offset[d] = comm->blockIndex(v.momentSharding[d]) * shape[d];
         }
         LOOM_RETURN_IF_ERROR(initParamBuffer(*ex->memory,
-                                             ex->bufferData(master),
-                                             DType::F32, v, seed, init, offset,
-                                             shape));
+                                             ex->bufferData(master), DType::F32,
+                                             v, seed, init, offset, shape));
       }
       ex->paramViews.push_back(std::move(v));
     }
@@ -632,8 +631,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     return kernels->runBF16Natively(ins, typed(in), typed(out), typed(scr));
   }
   auto slotData = [&](int32_t s) {
-    return reinterpret_cast<float *>(
-        bf16Staging + bf16.slots[static_cast<size_t>(s)].offset);
+    return reinterpret_cast<float *>(bf16Staging +
+                                     bf16.slots[static_cast<size_t>(s)].offset);
   };
   // What the kernel reads for an input or scratch buffer.
   std::vector<std::pair<uint32_t, float *>> readFrom;

@@ -65,8 +65,7 @@ Status findSamplerLayout(const Executor &ex, SamplerLayout &layout) {
   const int64_t Vp = shape.empty() ? 0 : shape.back();
   const DType logitsType = ex.bufferDType(logits);
   LOOM_CHECK((logitsType == DType::F32 || logitsType == DType::BF16) &&
-                 Vp >= 1 &&
-                 ex.bufferNumel(logits) == B * T * Vp,
+                 Vp >= 1 && ex.bufferNumel(logits) == B * T * Vp,
              "the logits buffer " << program::shapeString(shape)
                                   << " (the first input of the CrossEntropy) "
                                      "is not f32 / bf16 [batch, seq, vocab] "
@@ -140,9 +139,8 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
     LOOM_RETURN_IF_ERROR(ex.run().withContext(
         "sampling token " + std::to_string(n + 1) + " of " +
         std::to_string(count)));
-    const float *row =
-        static_cast<const float *>(ex.bufferData(l.logits)) +
-        (L - 1) * l.paddedVocab;
+    const float *row = static_cast<const float *>(ex.bufferData(l.logits)) +
+                       (L - 1) * l.paddedVocab;
     if (bf16) {
       // Mixed precision: the row widened (exact), then the same argmax.
       bf16ToFloats(widened.data(),

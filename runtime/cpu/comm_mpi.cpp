@@ -228,11 +228,9 @@ Status MpiCommunicator::reductionArgs(const std::vector<uint32_t> &axes,
   return intCount(count, n);
 }
 
-Status MpiCommunicator::startBF16AllReduce(void *buf, int64_t count,
-                                           Reduction op,
-                                           const std::vector<uint32_t> &axes,
-                                           bool nonblocking,
-                                           std::shared_ptr<BF16AllReduce> &out) {
+Status MpiCommunicator::startBF16AllReduce(
+    void *buf, int64_t count, Reduction op, const std::vector<uint32_t> &axes,
+    bool nonblocking, std::shared_ptr<BF16AllReduce> &out) {
   auto ar = std::make_shared<BF16AllReduce>();
   LOOM_RETURN_IF_ERROR(group(axes, ar->comm));
   int checked = 0;
@@ -277,8 +275,8 @@ Status MpiCommunicator::finishBF16AllReduce(BF16AllReduce &ar) {
   //    reduced blocks in place.
   int me = 0;
   MPI_Comm_rank(ar.comm, &me);
-  reduceBF16(ar.buf + ar.sendDispls[me], ar.received.data(),
-             ar.sendCounts[me], ar.groupSize, ar.op);
+  reduceBF16(ar.buf + ar.sendDispls[me], ar.received.data(), ar.sendCounts[me],
+             ar.groupSize, ar.op);
   MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ar.buf,
                            ar.sendCounts.data(), ar.sendDispls.data(),
                            MPI_UINT16_T, ar.comm),
@@ -314,8 +312,8 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
     // The all-to-all half runs in the background; the reduction and the
     // gather happen at completion (the same program point on every rank,
     // so MPI sees the group's collectives in one order).
-    PendingCollective pending{MPI_REQUEST_NULL, nullptr, count,
-                              groupSize(axes), nullptr};
+    PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes),
+                              nullptr};
     LOOM_RETURN_IF_ERROR(startBF16AllReduce(buf, count, op, axes,
                                             /*nonblocking=*/true,
                                             pending.bf16));

@@ -89,8 +89,7 @@ private:
   };
   /// Starts (or, without `nonblocking`, runs) the all-to-all half.
   Status startBF16AllReduce(void *buf, int64_t count, program::Reduction op,
-                            const std::vector<uint32_t> &axes,
-                            bool nonblocking,
+                            const std::vector<uint32_t> &axes, bool nonblocking,
                             std::shared_ptr<BF16AllReduce> &out);
   /// After the all-to-all: reduce, round, all-gather.
   Status finishBF16AllReduce(BF16AllReduce &ar);

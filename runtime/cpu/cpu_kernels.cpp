@@ -314,16 +314,14 @@ Status CpuKernels::adamw(float *params, const float *grads, float *m, float *v,
 // Mixed precision
 //===----------------------------------------------------------------------===//
 
-Status CpuKernels::convertF32ToBF16(uint16_t *out, const float *in,
-                                    int64_t n) {
+Status CpuKernels::convertF32ToBF16(uint16_t *out, const float *in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i)
     out[i] = floatToBF16(in[i]);
   return Status::success();
 }
 
-Status CpuKernels::convertBF16ToF32(float *out, const uint16_t *in,
-                                    int64_t n) {
+Status CpuKernels::convertBF16ToF32(float *out, const uint16_t *in, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i)
     out[i] = bf16ToFloat(in[i]);
@@ -338,8 +336,8 @@ Status CpuKernels::runBF16Natively(const program::Instruction &ins,
                                    const std::vector<TypedOperand> &inputs,
                                    const std::vector<TypedOperand> &outputs,
                                    const std::vector<TypedOperand> &) {
-  LOOM_CHECK(ins.opcode() == program::Opcode::SumSquares && outputs.size() == 1 &&
-                 outputs[0].dtype == program::DType::F32,
+  LOOM_CHECK(ins.opcode() == program::Opcode::SumSquares &&
+                 outputs.size() == 1 && outputs[0].dtype == program::DType::F32,
              "the CPU backend runs only SumSquares on bf16 itself, not "
                  << program::opcodeName(ins.opcode()));
   // As cpu::sumSquares(spans): each tensor's double sum, added in order,

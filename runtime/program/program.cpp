@@ -487,7 +487,7 @@ Status InstructionChecker::checkCompute() {
 Status InstructionChecker::checkTraining() {
   const Opcode op = ins.opcode();
   auto allFloat = [&](const std::vector<uint32_t> &v,
-                    const char *role) -> Status {
+                      const char *role) -> Status {
     for (uint32_t b : v)
       LOOM_RETURN_IF_ERROR(floating(b, role));
     return Status::success();
@@ -676,7 +676,8 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], shape(p), "updated param"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[1], shape(p), "updated m"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[2], shape(p), "updated v"));
-    LOOM_RETURN_IF_ERROR(allFloat({outputs[0], outputs[1], outputs[2]}, "output"));
+    LOOM_RETURN_IF_ERROR(
+        allFloat({outputs[0], outputs[1], outputs[2]}, "output"));
     const uint32_t state[] = {p, g, m, v};
     const char *names[] = {"param", "grad", "m", "v"};
     for (int a = 0; a < 4; ++a)
@@ -758,7 +759,7 @@ Status InstructionChecker::checkVocabParallelLoss() {
   const Opcode op = ins.opcode();
   LOOM_RETURN_IF_ERROR(checkShardAxes());
   auto allFloat = [&](const std::vector<uint32_t> &v,
-                    const char *role) -> Status {
+                      const char *role) -> Status {
     for (uint32_t b : v)
       LOOM_RETURN_IF_ERROR(floating(b, role));
     return Status::success();
@@ -793,7 +794,8 @@ Status InstructionChecker::checkVocabParallelLoss() {
     return sameShape(outputs[1], tokens, "target_logit");
   case Opcode::CrossEntropyFromSums:
     LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
-    LOOM_RETURN_IF_ERROR(allFloat({inputs[0], inputs[1], inputs[2]}, "operand"));
+    LOOM_RETURN_IF_ERROR(
+        allFloat({inputs[0], inputs[1], inputs[2]}, "operand"));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[1], shape(inputs[0]), "sum_exp"));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[2], shape(inputs[0]), "target_logit"));
     INSTR_CHECK(ins.value() >= 0.0 && std::isfinite(ins.value()),
@@ -802,8 +804,8 @@ Status InstructionChecker::checkVocabParallelLoss() {
   case Opcode::CrossEntropySumsGrad:
     LOOM_RETURN_IF_ERROR(counts(5, 5, 1, 0));
     LOOM_RETURN_IF_ERROR(scalar(inputs[0], "dloss (scalar)"));
-    LOOM_RETURN_IF_ERROR(allFloat({inputs[1], inputs[2], inputs[3], outputs[0]},
-                                "operand"));
+    LOOM_RETURN_IF_ERROR(
+        allFloat({inputs[1], inputs[2], inputs[3], outputs[0]}, "operand"));
     LOOM_RETURN_IF_ERROR(dtype(inputs[4], DType::I32, "targets"));
     LOOM_RETURN_IF_ERROR(tokensOf(inputs[1], tokens));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[2], tokens, "row_max"));

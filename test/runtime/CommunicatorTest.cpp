@@ -108,16 +108,17 @@ TEST(Communicator, SingleRankBF16CollectivesKeepTheBits) {
   for (program::Reduction op :
        {program::Reduction::Sum, program::Reduction::Avg}) {
     std::vector<uint16_t> x = a;
-    ASSERT_TRUE(comm.allReduce(x.data(), 5, program::DType::BF16, op, {0}).ok());
+    ASSERT_TRUE(
+        comm.allReduce(x.data(), 5, program::DType::BF16, op, {0}).ok());
     EXPECT_EQ(x, a);
-    ASSERT_TRUE(comm.allReduceAmong(x.data(), 5, program::DType::BF16, op, 0,
-                                    {0})
-                    .ok());
+    ASSERT_TRUE(
+        comm.allReduceAmong(x.data(), 5, program::DType::BF16, op, 0, {0})
+            .ok());
     EXPECT_EQ(x, a);
   }
   std::vector<uint16_t> b(5);
-  ASSERT_TRUE(comm.allGather(a.data(), b.data(), 5, program::DType::BF16, {0})
-                  .ok());
+  ASSERT_TRUE(
+      comm.allGather(a.data(), b.data(), 5, program::DType::BF16, {0}).ok());
   EXPECT_EQ(b, a);
   b.assign(5, 0);
   ASSERT_TRUE(comm.reduceScatter(a.data(), b.data(), 5, program::DType::BF16,

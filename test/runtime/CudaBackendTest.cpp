@@ -149,7 +149,8 @@ TEST_F(CudaBackendTest, BF16ConversionsMatchTheCpuBitForBit) {
     every[i] = static_cast<uint16_t>(i);
   std::vector<float> want(every.size());
   cpu::CpuKernels cpuKernels;
-  ASSERT_TRUE(cpuKernels.convertBF16ToF32(want.data(), every.data(), 65536).ok());
+  ASSERT_TRUE(
+      cpuKernels.convertBF16ToF32(want.data(), every.data(), 65536).ok());
   DeviceVector<uint16_t> dEvery(every);
   DeviceVector<float> dWide(every.size());
   ASSERT_TRUE(
@@ -161,9 +162,9 @@ TEST_F(CudaBackendTest, BF16ConversionsMatchTheCpuBitForBit) {
   std::mt19937 gen(3);
   for (int i = 0; i < 100000; ++i)
     bits.push_back(gen());
-  for (uint32_t b : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu,
-                     0x7f800000u, 0x7f800001u, 0xffc12345u, 0x00000001u,
-                     0x80008000u, 0x7f7f8000u})
+  for (uint32_t b :
+       {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+        0x7f800001u, 0xffc12345u, 0x00000001u, 0x80008000u, 0x7f7f8000u})
     bits.push_back(b);
   std::vector<float> values(bits.size());
   std::memcpy(values.data(), bits.data(), bits.size() * 4);

@@ -488,10 +488,10 @@ TEST_F(LoomRun, MixedPrecisionSummaryReportsStagingAndSixteenBytes) {
   }
   writeText(train, serialize(*p));
   std::string out, err;
-  ASSERT_EQ(runLoomRun(train + " --data " + data + " --steps 2 --log-json " +
-                           l1,
-                       &out, &err),
-            0)
+  ASSERT_EQ(
+      runLoomRun(train + " --data " + data + " --steps 2 --log-json " + l1,
+                 &out, &err),
+      0)
       << err;
   EXPECT_NE(out.find(", bf16 staging "), std::string::npos) << out;
   const auto log = readLog(l1);

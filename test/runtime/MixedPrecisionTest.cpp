@@ -61,9 +61,9 @@ std::vector<float> widened(const std::vector<uint16_t> &v) {
 }
 
 /// Loads `p` and creates its executor (seed 7).
-std::unique_ptr<Executor> load(const fb::ProgramT &p,
-                               fb::LoadedProgram &loaded,
-                               std::unique_ptr<KernelBackend> kernels = nullptr) {
+std::unique_ptr<Executor>
+load(const fb::ProgramT &p, fb::LoadedProgram &loaded,
+     std::unique_ptr<KernelBackend> kernels = nullptr) {
   Status s = fb::loadProgramBytes(serialize(p), "bf16.loom", loaded);
   EXPECT_TRUE(s.ok()) << s.toString();
   std::unique_ptr<Executor> ex;
@@ -212,8 +212,8 @@ TEST(MixedPrecisionExecutor, StagedOpsEqualTheFp32KernelOnRoundedInputs) {
 
   cpu::CpuKernels k;
   std::vector<float> yf(M * N), lnf(M * N), meanf(M), rstdf(M);
-  ASSERT_TRUE(k.linearForward(yf.data(), widened(xs).data(),
-                              widened(ws).data(), widened(bs).data(), M, K, N)
+  ASSERT_TRUE(k.linearForward(yf.data(), widened(xs).data(), widened(ws).data(),
+                              widened(bs).data(), M, K, N)
                   .ok());
   const auto yb = rounded(yf);
   EXPECT_EQ(getBuffer<uint16_t>(*ex, y), yb);
@@ -291,9 +291,9 @@ std::unique_ptr<fb::ProgramT> masterUpdateProgram(double maxNorm) {
   s.updateOp(fb::Opcode::SumSquares, "sum_squares", {grad}, {sumsq});
   s.updateOp(fb::Opcode::ClipCoef, "clip", {sumsq}, {norm, coef}).max_norm =
       maxNorm;
-  auto &adamw = s.updateOp(fb::Opcode::AdamW, "adamw.w",
-                           {master, grad, m, v, lr, step, coef},
-                           {master, m, v});
+  auto &adamw =
+      s.updateOp(fb::Opcode::AdamW, "adamw.w",
+                 {master, grad, m, v, lr, step, coef}, {master, m, v});
   adamw.beta1 = 0.9;
   adamw.beta2 = 0.95;
   adamw.adam_eps = 1e-8;
@@ -349,8 +349,8 @@ TEST(MixedPrecisionExecutor, AdamWOnTheMasterThenCastIntoTheParameter) {
     EXPECT_EQ(getBuffer<float>(*ex, static_cast<uint32_t>(pv.vBuffer)), v);
     EXPECT_EQ(getBuffer<uint16_t>(*ex, pv.buffer), rounded(master));
     float norm = 0;
-    std::memcpy(&norm, ex->bufferData(static_cast<uint32_t>(
-                           ex->stage().grad_norm())),
+    std::memcpy(&norm,
+                ex->bufferData(static_cast<uint32_t>(ex->stage().grad_norm())),
                 4);
     EXPECT_EQ(norm, clip.norm);
   }
@@ -365,7 +365,8 @@ std::string tempPath(const char *name) {
          "-" + name + ".safetensors";
 }
 
-TEST(MixedPrecisionCheckpoint, SavesTheMasterAndLoadsItRoundedIntoTheParameter) {
+TEST(MixedPrecisionCheckpoint,
+     SavesTheMasterAndLoadsItRoundedIntoTheParameter) {
   auto p = masterUpdateProgram(1.0);
   fb::LoadedProgram loaded;
   auto ex = load(*p, loaded);
@@ -460,7 +461,7 @@ struct TrainedRun {
 };
 
 TrainedRun train(const fb::ProgramT &p, int steps,
-          std::unique_ptr<KernelBackend> kernels = nullptr) {
+                 std::unique_ptr<KernelBackend> kernels = nullptr) {
   TrainedRun run;
   fb::LoadedProgram loaded;
   auto ex = load(p, loaded, std::move(kernels));

@@ -162,8 +162,8 @@ TEST_F(Mpi, BF16ReduceScatterAndMovingCollectives) {
   // Send / recv around the ring, with a NaN payload kept.
   std::vector<uint16_t> msg = in[r], got(4 * count);
   msg[5] = 0x7fc3;
-  ASSERT_TRUE(comm->send(msg.data(), 4 * count, fb::DType::BF16, (r + 1) % 4, 9)
-                  .ok());
+  ASSERT_TRUE(
+      comm->send(msg.data(), 4 * count, fb::DType::BF16, (r + 1) % 4, 9).ok());
   ASSERT_TRUE(
       comm->recv(got.data(), 4 * count, fb::DType::BF16, (r + 3) % 4, 9).ok());
   ASSERT_TRUE(comm->flush().ok());
@@ -231,7 +231,8 @@ TEST_F(Mpi, BF16DataParallelTrainingKeepsRanksInStep) {
   // element) and the f32 loss per step.
   int64_t gradBytes = 0;
   for (const ParamView &pv : ex->params())
-    gradBytes += ringBytes(CommKind::AllReduce, 2 * ex->bufferNumel(pv.gradBuffer), 4);
+    gradBytes +=
+        ringBytes(CommKind::AllReduce, 2 * ex->bufferNumel(pv.gradBuffer), 4);
   EXPECT_EQ(comm->stats().sentBytes[static_cast<int>(CommKind::AllReduce)],
             4 * (gradBytes + ringBytes(CommKind::AllReduce, 4, 4)));
 }
@@ -279,13 +280,13 @@ TEST_F(Mpi, ZeroShardedMasterUpdateAndCheckpoint) {
   s.stage.lr = static_cast<int32_t>(lr);
   s.stage.step = static_cast<int32_t>(step);
   s.updateOp(fb::Opcode::Fill, "coef", {}, {coef}).value = 1.0;
-  auto &slice = s.updateOp(fb::Opcode::LocalSlice, "grad.slice", {grad},
-                           {gshard});
+  auto &slice =
+      s.updateOp(fb::Opcode::LocalSlice, "grad.slice", {grad}, {gshard});
   slice.axes = {0};
   slice.dim = 0;
-  auto &adamw = s.updateOp(fb::Opcode::AdamW, "adamw.w",
-                           {master, gshard, m, v, lr, step, coef},
-                           {master, m, v});
+  auto &adamw =
+      s.updateOp(fb::Opcode::AdamW, "adamw.w",
+                 {master, gshard, m, v, lr, step, coef}, {master, m, v});
   adamw.beta1 = 0.9;
   adamw.beta2 = 0.95;
   adamw.adam_eps = 1e-8;
@@ -322,8 +323,8 @@ TEST_F(Mpi, ZeroShardedMasterUpdateAndCheckpoint) {
     floatsToBF16(out.data(), x.data(), static_cast<int64_t>(x.size()));
     return out;
   };
-  EXPECT_EQ(masterNow(),
-            std::vector<float>(global.begin() + 6 * d, global.begin() + 6 * d + 6));
+  EXPECT_EQ(masterNow(), std::vector<float>(global.begin() + 6 * d,
+                                            global.begin() + 6 * d + 6));
   EXPECT_EQ(weightsNow(), roundedAll(global));
   // 2 (w) + 2 (grad) + 4 (master) + 4 + 4 (moments) bytes, ZeRO-1's
   // 2 + 2 + 12 / N per element (N = 2) plus the update's shards.

@@ -40,10 +40,9 @@ protected:
     if (any && !bad)
       ADD_FAILURE() << "another rank failed this test (see its output)";
     if (bad && worldRank() != 0)
-      std::fprintf(stderr, "loom-mpi-tests: rank %d failed %s\n", worldRank(),
-                   ::testing::UnitTest::GetInstance()
-                       ->current_test_info()
-                       ->name());
+      std::fprintf(
+          stderr, "loom-mpi-tests: rank %d failed %s\n", worldRank(),
+          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     comm.reset();
   }
   std::unique_ptr<Communicator> comm;

@@ -1386,8 +1386,9 @@ TEST(ProgramVerifier, MasterBuffers) {
                                 "parameter"});
   expectMixedRejected(
       [](fb::ProgramT &p) { stage0(p).params[1]->master_buffer = -1; },
-      {"param #1 'wpe.weight'", "is BF16 but the training program gives it "
-                                "no master_buffer",
+      {"param #1 'wpe.weight'",
+       "is BF16 but the training program gives it "
+       "no master_buffer",
        "--precision bf16"});
   expectMixedRejected(
       [](fb::ProgramT &p) {

@@ -536,9 +536,9 @@ inline void makeMixedPrecision(fb::ProgramT &p) {
       EXPECT_TRUE(param) << "AdamW " << ins->name << " updates no parameter";
       if (!param)
         return;
-      const uint32_t master = s.buffer(
-          "master." + param->name,
-          st.buffers[static_cast<size_t>(param->m_buffer)]->shape);
+      const uint32_t master =
+          s.buffer("master." + param->name,
+                   st.buffers[static_cast<size_t>(param->m_buffer)]->shape);
       param->master_buffer = static_cast<int32_t>(master);
       ins->inputs[0] = master;
       ins->outputs[0] = master;

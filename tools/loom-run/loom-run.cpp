@@ -783,17 +783,15 @@ Status runProgram(const Options &optsIn, Communicator &comm) {
         trace.write(multi ? rankPath(opts.trace, comm.rank()) : opts.trace));
   LOOM_RETURN_IF_ERROR(comm.barrier());
   if (!opts.quiet)
-    std::printf("done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
-                "%s (planned arena %s%s), peak RSS %s\n",
-                opts.steps, meanLoss,
-                formatBytes(ex->peakTensorBytes()).c_str(),
-                formatBytes(stage.arena_bytes()).c_str(),
-                ex->bf16StagingBytes() > 0
-                    ? (", bf16 staging " +
-                       formatBytes(ex->bf16StagingBytes()))
-                          .c_str()
-                    : "",
-                formatBytes(rssPeakBytes()).c_str());
+    std::printf(
+        "done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
+        "%s (planned arena %s%s), peak RSS %s\n",
+        opts.steps, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
+        formatBytes(stage.arena_bytes()).c_str(),
+        ex->bf16StagingBytes() > 0
+            ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
+            : "",
+        formatBytes(rssPeakBytes()).c_str());
   return Status::success();
 }
 
