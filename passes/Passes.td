@@ -42,7 +42,11 @@ def LoomReport : Pass<"loom-report", "::mlir::ModuleOp"> {
     it, so the two can be compared:
 
     * model state: bytes of parameters, gradient accumulators and AdamW
-      moments resident at the optimizer step (local shapes);
+      moments resident at the optimizer step (local shapes), and in bf16
+      mixed precision (`--loom-mixed-precision`) the fp32 master weights:
+      the state as compiled, with its element types (JSON `precision`:
+      `bf16` or `fp32`; an fp32 step also gets the figure it would have in
+      mixed precision, `model_state_bytes_bf16_mixed`);
     * predicted peak: the planned arena (`loom.arena_bytes`);
     * sent bytes per step per collective kind, counted the nccl-tests way
       for a ring of n ranks with S the full buffer: all_reduce 2(n-1)/n·S,
@@ -161,8 +165,16 @@ def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
     Errors: a graph with a float type other than f32 (already converted, or
     f16/f64), a function already partitioned or pipelined, a module without
     a model or training step, an update function that reads a parameter
-    other than through `loom.adamw`.
+    other than through `loom.adamw`, a `dtype` other than bf16.
+
+    **Options:**
+    * `dtype`: the compute type; `bf16` (fp16 would need loss scaling, which
+      Loom does not implement).
   }];
+  let options = [
+    Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"",
+           "Compute type of the mixed precision (bf16)">
+  ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }
 

@@ -20,8 +20,13 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     autodiff.weightDecay = options.weightDecay;
     pm.addPass(createLoomAutodiff(autodiff));
   }
-  if (options.precision == "bf16")
-    pm.addPass(createLoomMixedPrecision());
+  // Any precision but fp32 is the mixed-precision pass's to accept or
+  // refuse (with a diagnostic naming the value).
+  if (options.precision != "fp32") {
+    LoomMixedPrecisionOptions mixed;
+    mixed.dtype = options.precision;
+    pm.addPass(createLoomMixedPrecision(mixed));
+  }
   if (options.train) {
     LoomRecomputeOptions recompute;
     recompute.mode = options.recompute;

@@ -129,15 +129,15 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
     if (!role || role.getValue() != Role::Param)
       continue;
     for (OpOperand &use : arg.getUses()) {
-      auto adamw = dyn_cast<AdamWOp>(use.getOwner());
-      if ((adamw && use.get() == adamw.getParam() &&
-           use.getOperandNumber() == 0) ||
+      // Operand 0 of loom.adamw is the weights it updates.
+      if ((isa<AdamWOp>(use.getOwner()) && use.getOperandNumber() == 0) ||
           isa<func::ReturnOp>(use.getOwner()))
         continue;
       return use.getOwner()->emitOpError()
              << "reads parameter '"
-             << update.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
-                                                    LoomDialect::kNameAttr)
+             << update
+                    .getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                  LoomDialect::kNameAttr)
                     .getValue()
              << "' in the optimizer update; --loom-mixed-precision expects "
                 "only loom.adamw to read it (the fp32 master replaces it "
@@ -145,22 +145,31 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
     }
     params.push_back(arg);
   }
-  llvm::DenseMap<Value, Value> masterOf;
+  // All at once: inserting arguments one by one rebuilds the argument
+  // attribute list each time, quadratic in a deep model's parameter count.
+  unsigned first = update.getNumArguments();
+  SmallVector<unsigned> indices(params.size(), first);
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  SmallVector<Location> locs;
   for (BlockArgument param : params) {
-    unsigned i = param.getArgNumber();
-    auto name = update.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
-    NamedAttrList attrs;
-    attrs.set(LoomDialect::kNameAttr, name);
-    attrs.set(LoomDialect::kRoleAttr, RoleAttr::get(ctx, Role::Master));
-    unsigned index = update.getNumArguments();
-    // Appending to a function with a body cannot fail.
-    LogicalResult inserted = update.insertArgument(
-        index, param.getType(), attrs.getDictionary(ctx),
+    auto name = update.getArgAttrOfType<StringAttr>(param.getArgNumber(),
+                                                    LoomDialect::kNameAttr);
+    types.push_back(param.getType());
+    attrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(LoomDialect::kNameAttr, name),
+         b.getNamedAttr(LoomDialect::kRoleAttr,
+                        RoleAttr::get(ctx, Role::Master))}));
+    locs.push_back(
         NameLoc::get(StringAttr::get(ctx, name.getValue() + ".master")));
-    assert(succeeded(inserted) && "appending an argument failed");
-    (void)inserted;
-    masterOf[param] = entry.getArgument(index);
   }
+  // Appending to a function with a body cannot fail.
+  LogicalResult inserted = update.insertArguments(indices, types, attrs, locs);
+  assert(succeeded(inserted) && "appending the master arguments failed");
+  (void)inserted;
+  llvm::DenseMap<Value, Value> masterOf;
+  for (auto [i, param] : llvm::enumerate(params))
+    masterOf[param] = entry.getArgument(first + i);
 
   // 2. AdamW updates the master (reading the bf16 gradient); the parameter
   //    is the cast of the new master.
@@ -182,8 +191,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
         adamw.getWeightDecay().convertToDouble());
     Location castLoc = adamw.getLoc();
     if (auto named = dyn_cast<NameLoc>(castLoc))
-      castLoc = NameLoc::get(
-          StringAttr::get(ctx, named.getName().str() + ".cast"));
+      castLoc =
+          NameLoc::get(StringAttr::get(ctx, named.getName().str() + ".cast"));
     auto cast = CastOp::create(b, castLoc, narrowed(master.getType()),
                                mixed.getNewParam());
     adamw.getNewParam().replaceAllUsesWith(cast.getResult());
@@ -198,8 +207,8 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
   for (BlockArgument arg : entry.getArguments()) {
     auto role = update.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
                                                   LoomDialect::kRoleAttr);
-    if (role && (role.getValue() == Role::Param ||
-                 role.getValue() == Role::Grad))
+    if (role &&
+        (role.getValue() == Role::Param || role.getValue() == Role::Grad))
       if (RankedTensorType bf16 = narrowed(arg.getType()))
         arg.setType(bf16);
   }
@@ -220,14 +229,20 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
   b.setInsertionPoint(ret);
   func::ReturnOp::create(b, ret.getLoc(), results);
   ret.erase();
-  update.setFunctionType(FunctionType::get(
-      ctx, entry.getArgumentTypes(), ValueRange(results).getTypes()));
+  update.setFunctionType(FunctionType::get(ctx, entry.getArgumentTypes(),
+                                           ValueRange(results).getTypes()));
   update.setAllResultAttrs(resultAttrs);
   return success();
 }
 
 void LoomMixedPrecisionPass::runOnOperation() {
   ModuleOp module = getOperation();
+  if (dtype != "bf16") {
+    module.emitError() << "loom-mixed-precision: dtype '" << dtype
+                       << "' is not supported; use bf16 (or fp32, which needs "
+                          "no mixed precision)";
+    return signalPassFailure();
+  }
   // 1. Which functions: the training step's micro-batch and update
   //    functions (--loom-autodiff), or a forward-only model (evaluation).
   SmallVector<func::FuncOp> compute, updates;

@@ -79,11 +79,10 @@ struct LoomZeroPass : mlir::loom::impl::LoomZeroBase<LoomZeroPass> {
         continue;
       // Mixed precision's fp32 master weights are optimizer state: split
       // with the moments (the ZeRO paper's 12 bytes per parameter).
-      bool split = ((r == Role::AdamM || r == Role::AdamV ||
-                     r == Role::Master) &&
-                    stage >= 1) ||
-                   (r == Role::Grad && stage >= 2) ||
-                   (r == Role::Param && stage >= 3);
+      bool split =
+          ((r == Role::AdamM || r == Role::AdamV || r == Role::Master) &&
+           stage >= 1) ||
+          (r == Role::Grad && stage >= 2) || (r == Role::Param && stage >= 3);
       // A sharding seeded before (tensor parallelism) is kept; dp takes a
       // dimension no other axis splits.
       auto seeded = func.getArgAttrOfType<ShardingAttr>(

@@ -450,7 +450,8 @@ LogicalResult LoomDialect::verifyRegionArgAttribute(Operation *op,
       if (!tensorType.getElementType().isF32() || !argAttrs ||
           !argAttrs.get(kNameAttr))
         return op->emitOpError()
-               << what << " holds master weights; they must be an f32 tensor "
+               << what
+               << " holds master weights; they must be an f32 tensor "
                   "named after their parameter (loom.name), not "
                << argType;
       return success();

@@ -95,7 +95,7 @@ LogicalResult GeluOp::buildGradient(OpBuilder &b, ValueRange dy,
 }
 
 LogicalResult CastOp::buildGradient(OpBuilder &b, ValueRange dy,
-                                   SmallVectorImpl<Value> &grads) {
+                                    SmallVectorImpl<Value> &grads) {
   resetGrads(*this, grads);
   // The gradient flows back in the input's precision.
   grads[0] = CastOp::create(b, gradLoc(*this), getInput().getType(), dy[0]);

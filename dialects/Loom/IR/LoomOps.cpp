@@ -290,8 +290,8 @@ LogicalResult CrossEntropySumsOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  return verifyLogitsAndStatistics(*this, {getLogits()},
-                                   {getRowMax(), getSumExp(), getTargetLogit()});
+  return verifyLogitsAndStatistics(
+      *this, {getLogits()}, {getRowMax(), getSumExp(), getTargetLogit()});
 }
 // exp and add per logit; one read per token for the target.
 int64_t CrossEntropySumsOp::getFlops() { return 3 * numElements(getLogits()); }
@@ -490,9 +490,8 @@ int64_t CastOp::getBytesAccessed() {
 /// `tensor<f32>` after the parameter's type when the gradient has it, or
 /// `tensor<768x3072xbf16>, tensor<f32>` when it differs (bf16 gradients of
 /// f32 master weights): the common case keeps its short form.
-static ParseResult parseAdamWGradAndScalarTypes(OpAsmParser &parser,
-                                                Type &grad, Type &scalar,
-                                                Type param) {
+static ParseResult parseAdamWGradAndScalarTypes(OpAsmParser &parser, Type &grad,
+                                                Type &scalar, Type param) {
   Type first;
   if (parser.parseType(first))
     return failure();

@@ -83,8 +83,8 @@ inline LogicalResult verifyLogitsAndStatistics(Operation *op,
   Type logitType = elementTypeOf(logits.front()), statType;
   for (Value v : logits)
     if (elementTypeOf(v) != logitType)
-      return op->emitOpError() << "mixes element types " << logitType
-                               << " and " << elementTypeOf(v)
+      return op->emitOpError() << "mixes element types " << logitType << " and "
+                               << elementTypeOf(v)
                                << " in its logits; cast explicitly before "
                                   "combining";
   for (Value v : statistics) {
