@@ -17,6 +17,7 @@
 //                             [--C 768] [--iters 10] [--json F]
 //
 //===----------------------------------------------------------------------===//
+#include "bench/bench_cli.h"
 #include "runtime/cuda/bf16_host.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/device.h"
@@ -33,28 +34,13 @@
 
 namespace {
 
+constexpr const char *kTool = "loom-bench-attention-cuda";
+
 using loom::Status;
 using loom::cuda::AttentionKernel;
 
-int64_t flagValue(int argc, char **argv, const char *flag, int64_t dflt) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], flag) == 0)
-      return std::atoll(argv[i + 1]);
-  return dflt;
-}
-
-#define BENCH_CHECK(expr)                                                      \
-  do {                                                                         \
-    Status s_ = (expr);                                                        \
-    if (!s_.ok()) {                                                            \
-      std::fprintf(stderr, "loom-bench-attention-cuda: %s\n",                  \
-                   s_.message().c_str());                                      \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
-#define BENCH_CUDA(call) BENCH_CHECK(cudaSuccess == (call)                     \
-                                         ? Status::success()                   \
-                                         : Status::error(#call " failed"))
+#define BENCH_CHECK(expr) LOOM_BENCH_CHECK(kTool, expr)
+#define BENCH_CUDA(call) LOOM_BENCH_CUDA(kTool, call)
 
 double maxAbsDiff(const std::vector<float> &a, const std::vector<float> &b) {
   double m = 0;
@@ -66,15 +52,13 @@ double maxAbsDiff(const std::vector<float> &a, const std::vector<float> &b) {
 } // namespace
 
 int main(int argc, char **argv) {
-  const int64_t B = flagValue(argc, argv, "--batch", 16);
-  const int64_t T = flagValue(argc, argv, "--seq", 1024);
-  const int64_t NH = flagValue(argc, argv, "--heads", 12);
-  const int64_t C = flagValue(argc, argv, "--C", 768);
-  const int iters = static_cast<int>(flagValue(argc, argv, "--iters", 10));
-  const char *jsonPath = nullptr;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--json") == 0)
-      jsonPath = argv[i + 1];
+  const int64_t B = loom::bench::flagInteger(kTool, argc, argv, "--batch", 16);
+  const int64_t T = loom::bench::flagInteger(kTool, argc, argv, "--seq", 1024);
+  const int64_t NH = loom::bench::flagInteger(kTool, argc, argv, "--heads", 12);
+  const int64_t C = loom::bench::flagInteger(kTool, argc, argv, "--C", 768);
+  const int iters = static_cast<int>(
+      loom::bench::flagInteger(kTool, argc, argv, "--iters", 10));
+  const char *jsonPath = loom::bench::flagString(argc, argv, "--json");
   if (B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || iters <= 0) {
     std::fprintf(stderr, "loom-bench-attention-cuda: --batch, --seq, --heads "
                          "and --iters must be positive and --C divisible by "

@@ -14,6 +14,7 @@
 //                            [--iters 20] [--warmup 5] [--json F]
 //
 //===----------------------------------------------------------------------===//
+#include "bench/bench_cli.h"
 #include "runtime/cuda/bf16_host.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/gemm.h"
@@ -27,6 +28,8 @@
 #include <vector>
 
 namespace {
+
+constexpr const char *kTool = "loom-bench-gemm-cublaslt";
 
 using loom::Status;
 
@@ -62,43 +65,21 @@ std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V) {
   return shapes;
 }
 
-int64_t flagValue(int argc, char **argv, const char *flag, int64_t dflt) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], flag) == 0)
-      return std::atoll(argv[i + 1]);
-  return dflt;
-}
-
-const char *flagString(int argc, char **argv, const char *flag) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], flag) == 0)
-      return argv[i + 1];
-  return nullptr;
-}
-
-#define BENCH_CHECK(expr)                                                      \
-  do {                                                                         \
-    Status s_ = (expr);                                                        \
-    if (!s_.ok()) {                                                            \
-      std::fprintf(stderr, "loom-bench-gemm-cublaslt: %s\n",                   \
-                   s_.message().c_str());                                      \
-      return 1;                                                                \
-    }                                                                          \
-  } while (0)
-#define BENCH_CUDA(call) BENCH_CHECK(cudaSuccess == (call)                     \
-                                         ? Status::success()                   \
-                                         : Status::error(#call " failed"))
+#define BENCH_CHECK(expr) LOOM_BENCH_CHECK(kTool, expr)
+#define BENCH_CUDA(call) LOOM_BENCH_CUDA(kTool, call)
 
 } // namespace
 
 int main(int argc, char **argv) {
-  const int64_t B = flagValue(argc, argv, "--batch", 16);
-  const int64_t T = flagValue(argc, argv, "--seq", 1024);
-  const int64_t C = flagValue(argc, argv, "--C", 768);
-  const int64_t V = flagValue(argc, argv, "--V", 50257);
-  const int iters = static_cast<int>(flagValue(argc, argv, "--iters", 20));
-  const int warmup = static_cast<int>(flagValue(argc, argv, "--warmup", 5));
-  const char *jsonPath = flagString(argc, argv, "--json");
+  const int64_t B = loom::bench::flagInteger(kTool, argc, argv, "--batch", 16);
+  const int64_t T = loom::bench::flagInteger(kTool, argc, argv, "--seq", 1024);
+  const int64_t C = loom::bench::flagInteger(kTool, argc, argv, "--C", 768);
+  const int64_t V = loom::bench::flagInteger(kTool, argc, argv, "--V", 50257);
+  const int iters = static_cast<int>(
+      loom::bench::flagInteger(kTool, argc, argv, "--iters", 20));
+  const int warmup = static_cast<int>(
+      loom::bench::flagInteger(kTool, argc, argv, "--warmup", 5, 0));
+  const char *jsonPath = loom::bench::flagString(argc, argv, "--json");
   if (B <= 0 || T <= 0 || C <= 0 || V <= 0 || iters <= 0 || warmup < 0) {
     std::fprintf(stderr, "loom-bench-gemm-cublaslt: --batch, --seq, --C, --V "
                          "and --iters must be positive\n");

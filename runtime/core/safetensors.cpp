@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/safetensors.h"
 
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/json.h"
 
 #include <algorithm>
@@ -65,22 +66,6 @@ bool parseDType(const std::string &name, DType &out) {
       return true;
     }
   return false;
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet and a NaN
-    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
-  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
-
-float bf16ToFloat(uint16_t h) {
-  uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 float f16ToFloat(uint16_t h) {

@@ -78,10 +78,6 @@ Status toFloat32(const SafeTensor &tensor, std::vector<float> &out);
 /// int64.
 Status toInt64(const SafeTensor &tensor, std::vector<int64_t> &out);
 
-/// Rounds an fp32 value to bfloat16 (round to nearest even; NaN stays NaN).
-uint16_t floatToBf16(float f);
-/// Widens a bfloat16 value to fp32 (exact).
-float bf16ToFloat(uint16_t h);
 /// Widens an IEEE half value to fp32 (exact).
 float f16ToFloat(uint16_t h);
 

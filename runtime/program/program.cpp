@@ -971,9 +971,10 @@ Status InstructionChecker::checkCollective() {
                                      << " values needs one scratch buffer to "
                                         "pack them into, got "
                                      << scratch.size());
-      INSTR_CHECK(facts.bytes[scratch[0]] >= packed,
-                  "the AllReduce scratch buffer has " << facts.bytes[scratch[0]]
-                      << " bytes, but its " << k << " values need " << packed);
+      INSTR_CHECK(static_cast<int64_t>(facts.bytes[scratch[0]]) >= packed,
+                  "the AllReduce scratch buffer has "
+                      << facts.bytes[scratch[0]] << " bytes, but its " << k
+                      << " values need " << packed);
       for (size_t j = 0; j < k; ++j)
         INSTR_CHECK(!overlaps(scratch[0], outputs[j]) &&
                         !overlaps(scratch[0], inputs[j]),

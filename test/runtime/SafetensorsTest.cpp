@@ -1,6 +1,7 @@
 //===- SafetensorsTest.cpp - safetensors reader/writer tests ---*- C++ -*-===//
 #include "runtime/core/safetensors.h"
 
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/json.h"
 
 #include <gtest/gtest.h>
@@ -56,7 +57,7 @@ SafetensorsFile sampleFile() {
   half.name = "bf";
   half.dtype = DType::BF16;
   half.shape = {2};
-  uint16_t h[2] = {floatToBf16(1.5f), floatToBf16(-2.0f)};
+  uint16_t h[2] = {floatToBF16(1.5f), floatToBF16(-2.0f)};
   half.data.resize(4);
   std::memcpy(half.data.data(), h, 4);
   f.tensors.push_back(half);
@@ -231,11 +232,11 @@ TEST(Safetensors, WriterRejectsInconsistentTensors) {
 }
 
 TEST(Safetensors, Bf16Conversions) {
-  EXPECT_EQ(bf16ToFloat(floatToBf16(1.0f)), 1.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBF16(1.0f)), 1.0f);
   // 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (1.0).
-  EXPECT_EQ(bf16ToFloat(floatToBf16(1.00390625f)), 1.0f);
-  EXPECT_EQ(bf16ToFloat(floatToBf16(1.01171875f)), 1.015625f);
-  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(NAN))));
+  EXPECT_EQ(bf16ToFloat(floatToBF16(1.00390625f)), 1.0f);
+  EXPECT_EQ(bf16ToFloat(floatToBF16(1.01171875f)), 1.015625f);
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBF16(NAN))));
   EXPECT_EQ(f16ToFloat(0x3c00), 1.0f);
   EXPECT_EQ(f16ToFloat(0xc000), -2.0f);
   EXPECT_EQ(f16ToFloat(0x0001), 5.960464477539063e-08f); // smallest subnormal
