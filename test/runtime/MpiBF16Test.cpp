@@ -244,11 +244,8 @@ TEST_F(Mpi, ZeroShardedMasterUpdateAndCheckpoint) {
   // dp). The update slices the gradient, runs AdamW on the master shard,
   // casts it and all-gathers the bf16 shards into w.
   const int r = comm->rank();
-  MPI_Comm half;
-  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &half);
   std::unique_ptr<Communicator> dp;
-  ASSERT_TRUE(MpiCommunicator::create(half, dp).ok());
-  MPI_Comm_free(&half);
+  ASSERT_NO_FATAL_FAILURE(joinHalfJob(dp));
   const int d = dp->rank();
 
   auto p = emptyProgram(2, 4, 16);

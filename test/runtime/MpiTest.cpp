@@ -455,12 +455,8 @@ void syntheticBatch(int64_t step, int64_t rows, int64_t T, int64_t V,
 
 TEST_F(Mpi, DataParallelTrainingMatchesSingleRank) {
   // Two data-parallel jobs of 2 ranks: world ranks {0, 1} and {2, 3}.
-  const int r = comm->rank();
-  MPI_Comm half;
-  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &half);
   std::unique_ptr<Communicator> dp;
-  ASSERT_TRUE(MpiCommunicator::create(half, dp).ok());
-  MPI_Comm_free(&half);
+  ASSERT_NO_FATAL_FAILURE(joinHalfJob(dp));
   const int d = dp->rank();
 
   MiniGptDims global; // B = 4 rows per step
@@ -595,11 +591,8 @@ TEST_F(Mpi, ZeroShardedMomentsCheckpoint) {
   // w [4, 3] is replicated, its gradient too, but m / v hold rows
   // [2d, 2d + 2) on dp rank d (moment_sharding: dim 0 over dp).
   const int r = comm->rank();
-  MPI_Comm half;
-  MPI_Comm_split(MPI_COMM_WORLD, r / 2, r, &half);
   std::unique_ptr<Communicator> dp;
-  ASSERT_TRUE(MpiCommunicator::create(half, dp).ok());
-  MPI_Comm_free(&half);
+  ASSERT_NO_FATAL_FAILURE(joinHalfJob(dp));
   const int d = dp->rank();
 
   auto p = emptyProgram(2, 4, 16);

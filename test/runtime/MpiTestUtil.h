@@ -46,6 +46,16 @@ protected:
     comm.reset();
   }
   std::unique_ptr<Communicator> comm;
+
+  /// Two jobs of 2 ranks, world ranks {0, 1} and {2, 3}: this rank's job as a
+  /// communicator of its own (rank 0 or 1 in it), e.g. a dp=2 mesh run twice
+  /// side by side.
+  void joinHalfJob(std::unique_ptr<Communicator> &half) {
+    MPI_Comm c;
+    MPI_Comm_split(MPI_COMM_WORLD, comm->rank() / 2, comm->rank(), &c);
+    ASSERT_TRUE(MpiCommunicator::create(c, half).ok());
+    MPI_Comm_free(&c);
+  }
 };
 
 } // namespace loom::test
