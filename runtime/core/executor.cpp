@@ -721,15 +721,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   //    widened into an fp32 slot of the staging memory, and the kernel
   //    reads (f32) and writes (dsts) the slots instead of the buffers.
   BF16StagingPlan bf16 = planBF16Staging(*stageTable, ins);
-  if (!bf16.empty() && kernels->handlesBF16Natively(op)) {
-    auto typed = [&](const std::vector<uint32_t> &list) {
-      std::vector<TypedOperand> v;
-      for (uint32_t b : list)
-        v.push_back({bufferData(b), bufferDType(b), &shapes[b]});
-      return v;
-    };
-    return kernels->runBF16Natively(ins, typed(in), typed(out), typed(scr));
-  }
+  if (!bf16.empty() && kernels->handlesBF16Natively(op))
+    return runBF16Natively(ins, in, out, scr);
   auto slotData = [&](int32_t s) {
     return reinterpret_cast<float *>(bf16Staging +
                                      bf16.slots[static_cast<size_t>(s)].offset);
@@ -1108,6 +1101,61 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       LOOM_RETURN_IF_ERROR(kernels->convertF32ToBF16(
           static_cast<uint16_t *>(bufferData(bf16.slots[s].buffer)),
           slotData(static_cast<int32_t>(s)), bf16.slots[s].count));
+  return Status::success();
+}
+
+Status Executor::runBF16Natively(const program::Instruction &ins,
+                                 const std::vector<uint32_t> &in,
+                                 const std::vector<uint32_t> &out,
+                                 const std::vector<uint32_t> &scr) {
+  const Opcode op = ins.opcode();
+  auto range = [&](uint32_t b) {
+    const uint64_t off = stageTable->buffers()->Get(b)->offset();
+    return Range{
+        off, off + static_cast<uint64_t>(bufferNumel(b) *
+                                         program::dtypeBytes(bufferDType(b)))};
+  };
+  auto typed = [&](uint32_t b, void *data) {
+    return TypedOperand{data, bufferDType(b), &shapes[b]};
+  };
+  std::vector<TypedOperand> inputs, outputs, scratch;
+  for (uint32_t b : in)
+    inputs.push_back(typed(b, bufferData(b)));
+  for (uint32_t b : scr)
+    scratch.push_back(typed(b, bufferData(b)));
+  // An output that overlaps an input other than as the opcode's in-place
+  // operand goes to a temporary, copied to its buffer after the kernel (as
+  // step 1 of runInstruction does for the fp32 kernels).
+  std::vector<bool> staged(out.size(), false);
+  if (staging.size() < out.size())
+    staging.resize(out.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    const Range r = range(out[k]);
+    if (op != Opcode::AdamW)
+      for (size_t j = 0; j < in.size(); ++j) {
+        const Range ri = range(in[j]);
+        if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
+          staged[k] = true;
+      }
+    const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
+    outputs.push_back(typed(out[k], staged[k] ? static_cast<void *>(temp(
+                                                    staging[k], (bytes + 3) / 4))
+                                              : bufferData(out[k])));
+  }
+  BF16InstructionContext context;
+  context.vocabSize = modelInfo->vocab_size();
+  if (ins.axes() && ins.axes()->size() > 0) {
+    std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+    context.groupRank = comm->groupRank(axes);
+    context.groupSize = comm->groupSize(axes);
+  }
+  LOOM_RETURN_IF_ERROR(
+      kernels->runBF16Natively(ins, inputs, outputs, scratch, context));
+  for (size_t k = 0; k < out.size(); ++k)
+    if (staged[k])
+      LOOM_RETURN_IF_ERROR(kernels->copy(
+          bufferData(out[k]), outputs[k].data,
+          static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
   return Status::success();
 }
 

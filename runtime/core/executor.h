@@ -244,6 +244,12 @@ private:
                             TrainStepResult &result,
                             std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
+  /// `ins` with BF16 operands on a backend that runs it on bf16 itself
+  /// (KernelBackend::runBF16Natively), overlapping outputs staged.
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<uint32_t> &in,
+                         const std::vector<uint32_t> &out,
+                         const std::vector<uint32_t> &scr);
   /// Checks `count` ids on the host and copies them into `buffer` (nothing
   /// when -1); `what` ("token" / "target") and `firstRow` name a bad id.
   Status copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
