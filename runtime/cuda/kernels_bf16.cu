@@ -500,8 +500,8 @@ Status mixedEmbeddingForward(FloatRef out, const int32_t *idx, FloatRef rows,
 Status mixedEmbeddingBackward(FloatRef dtable, FloatRef dout,
                               const int32_t *idx, float *acc, int64_t N,
                               int64_t V, int64_t C, cudaStream_t stream) {
-  LOOM_CUDA_CHECK(cudaMemsetAsync(
-      acc, 0, static_cast<size_t>(V * C) * sizeof(float), stream));
+  LOOM_LAUNCH(fillKernel, blocksFor(V * C), kThreads, stream,
+              FloatRef{acc, false}, 0.0f, V * C);
   LOOM_LAUNCH(embeddingScatterKernel, blocksFor(C, 64), 64, stream, acc, dout,
               idx, N, V, C);
   LOOM_LAUNCH(storeKernel, blocksFor(V * C), kThreads, stream, dtable,
