@@ -19,7 +19,10 @@
 // squares, AdamW's masters and moments) are held to fp32 round-off, 1e-5
 // relative.
 //
-// The .cu is included inside namespace loom_emulated, so its functions do
+// Also reduce_members.cu (the NCCL allReduceAmong's device reduction)
+// against the host path's arithmetic: the same bits.
+//
+// The .cu files are included inside namespace loom_emulated, so its functions do
 // not collide with the real ones loom_cuda links in.
 //
 //===----------------------------------------------------------------------===//
@@ -30,12 +33,14 @@
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/kernels_bf16.h"
+#include "runtime/cuda/reduce_members.h"
 
 #include <cmath>
 
 namespace loom_emulated {
 namespace loom {
 using ::loom::Status;
+namespace program = ::loom::program;
 namespace cuda {
 using ::loom::cuda::FloatRef;
 using ::loom::cuda::kMixedSumBlocks;
@@ -45,6 +50,7 @@ namespace launch = ::cuda_emulation::launch;
 } // namespace cuda
 } // namespace loom
 #include "runtime/cuda/kernels_bf16.cu"
+#include "runtime/cuda/reduce_members.cu"
 } // namespace loom_emulated
 
 using namespace loom;
@@ -438,4 +444,44 @@ TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
   expectF32Close(p, rp, "master");
   expectF32Close(m, rm, "m");
   expectF32Close(v, rv, "v");
+}
+
+TEST(BF16KernelEmulation, MemberOrderReductionGivesTheHostPathsBits) {
+  // Three members' blocks side by side, reduced into the middle block (the
+  // output may alias a block), f32 and bf16, each reduction: the host
+  // path's loop (communicator.cpp) computes the same bits.
+  const int64_t n = 3, count = 300;
+  for (bool bf16 : {false, true})
+    for (auto op : {program::Reduction::Sum, program::Reduction::Avg,
+                    program::Reduction::Max, program::Reduction::Min}) {
+      const std::vector<float> v = randomVector(n * count, 26);
+      std::vector<float> all32 = v;
+      BF16Tensor all16(v);
+      std::vector<float> expect(count);
+      for (int64_t i = 0; i < count; ++i) {
+        auto value = [&](int64_t k) {
+          return bf16 ? all16.values[k * count + i] : v[k * count + i];
+        };
+        float acc = value(0);
+        for (int64_t k = 1; k < n; ++k)
+          acc = op == program::Reduction::Max   ? std::max(acc, value(k))
+                : op == program::Reduction::Min ? std::min(acc, value(k))
+                                                : acc + value(k);
+        if (op == program::Reduction::Avg)
+          acc /= static_cast<float>(n);
+        expect[i] = bf16 ? bf16ToFloat(floatToBF16(acc)) : acc;
+      }
+      void *base = bf16 ? static_cast<void *>(all16.bits.data())
+                        : static_cast<void *>(all32.data());
+      void *middle = static_cast<uint8_t *>(base) + count * (bf16 ? 2 : 4);
+      ASSERT_TRUE(emulated::reduceMembers(middle, base, n, count, bf16, op,
+                                          kNoStream)
+                      .ok());
+      for (int64_t i = 0; i < count; ++i) {
+        const float got = bf16 ? bf16ToFloat(all16.bits[count + i])
+                               : all32[count + i];
+        ASSERT_EQ(got, expect[i]) << (bf16 ? "bf16" : "f32") << " op "
+                                  << static_cast<int>(op) << " [" << i << "]";
+      }
+    }
 }
