@@ -259,6 +259,7 @@ Executor::~Executor() {
     memory->release(pool->data, pool->capacity * sizeof(float));
   for (TempPool &pool : staging)
     memory->release(pool.data, pool.capacity * sizeof(float));
+  memory->release(lossSlots, static_cast<uint64_t>(lossSlotCount) * 4);
 }
 
 void *Executor::bufferData(uint32_t index) {
@@ -293,6 +294,31 @@ int64_t Executor::modelStateBytes() const {
     bytes += bufferNumel(static_cast<uint32_t>(b)) *
              program::dtypeBytes(bufferDType(static_cast<uint32_t>(b)));
   return bytes;
+}
+
+Status Executor::lossSlot(int64_t i, int64_t count, float *&slot) {
+  if (count > lossSlotCount) {
+    // Grown between steps only (count is the step's micro-batch count).
+    memory->release(lossSlots, static_cast<uint64_t>(lossSlotCount) * 4);
+    lossSlots = nullptr;
+    lossSlotCount = 0;
+    LOOM_RETURN_IF_ERROR(
+        memory->allocate(static_cast<uint64_t>(count) * 4, lossSlots));
+    lossSlotCount = count;
+  }
+  slot = reinterpret_cast<float *>(lossSlots) + i;
+  return Status::success();
+}
+
+Status Executor::sumLossSlots(int64_t count, double &sum) {
+  std::vector<float> losses(static_cast<size_t>(count));
+  if (count > 0)
+    LOOM_RETURN_IF_ERROR(memory->copyOut(losses.data(), lossSlots,
+                                         static_cast<uint64_t>(count) * 4));
+  sum = 0;
+  for (float l : losses)
+    sum += l;
+  return Status::success();
 }
 
 Status Executor::readLoss(float &loss) const {
@@ -491,6 +517,9 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   int64_t stashBytes = 0; // held in `stash` now
   result.stashPeakBytes = 0;
   double lossSum = 0;
+  // Forwards that produce a loss: at most one per (chunk, micro-batch).
+  const int64_t lossCapacity = static_cast<int64_t>(pipe.actions()->size());
+  int64_t lossCount = 0;
   const int64_t start = steadyNowNs();
   recvWaitNs = 0;
   for (const program::PipelineAction *a : *pipe.actions()) {
@@ -526,11 +555,13 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
       stashBytes += static_cast<int64_t>(kept.bytes);
       result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
-        float loss = 0;
-        LOOM_RETURN_IF_ERROR(memory->copyOut(
-            &loss, bufferData(static_cast<uint32_t>(chunk.loss())),
+        // Kept on the device; read back once after the schedule.
+        float *slot = nullptr;
+        LOOM_RETURN_IF_ERROR(lossSlot(lossCount, lossCapacity, slot));
+        LOOM_RETURN_IF_ERROR(memory->copy(
+            slot, bufferData(static_cast<uint32_t>(chunk.loss())),
             sizeof(float)));
-        lossSum += loss;
+        ++lossCount;
       }
       continue;
     }
@@ -559,6 +590,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
                                  /*flush=*/false));
   }
   LOOM_RETURN_IF_ERROR(comm->flush());
+  LOOM_RETURN_IF_ERROR(sumLossSlots(lossCount, lossSum));
   result.pipelineNs = steadyNowNs() - start;
   result.pipelineWaitNs = recvWaitNs;
   // 4. The loss lives on the last stage: sum it over the pipeline.
@@ -642,11 +674,16 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
     LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
                                  static_cast<uint32_t>(i), timings));
     if (stageTable->loss() >= 0) {
-      float loss = 0;
-      LOOM_RETURN_IF_ERROR(readLoss(loss));
-      lossSum += loss;
+      // Kept on the device; read back once after the last micro-batch.
+      float *slot = nullptr;
+      LOOM_RETURN_IF_ERROR(lossSlot(i, M, slot));
+      LOOM_RETURN_IF_ERROR(memory->copy(
+          slot, bufferData(static_cast<uint32_t>(stageTable->loss())),
+          sizeof(float)));
     }
   }
+  if (!isPipelined() && stageTable->loss() >= 0)
+    LOOM_RETURN_IF_ERROR(sumLossSlots(M, lossSum));
   if (!isPipelined())
     result.loss = static_cast<float>(lossSum / static_cast<double>(M));
   // 3. Clip and update once.

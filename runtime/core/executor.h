@@ -298,6 +298,16 @@ private:
   // One staging pool per output position (multi-output gradient ops).
   std::vector<TempPool> staging;
   TempPool workspace, workspace2;
+  /// One float per micro-batch: each micro-batch's loss is copied here in
+  /// buffer memory and all are read back once per step (one host round
+  /// trip per step on a device, not one per micro-batch). A few bytes, not
+  /// counted in peakTensorBytes.
+  uint8_t *lossSlots = nullptr;
+  int64_t lossSlotCount = 0;
+  /// Slot `i` of lossSlots (grown to `count` first).
+  Status lossSlot(int64_t i, int64_t count, float *&slot);
+  /// The sum, in micro-batch order, of the first `count` slots.
+  Status sumLossSlots(int64_t count, double &sum);
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
   /// The memory the arena lives in (cpu::HostMemory); every host <-> arena
