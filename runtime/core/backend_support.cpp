@@ -172,14 +172,14 @@ bool cudaRunsBF16Natively(Opcode op) {
 
 std::vector<MissingKernel>
 cudaBF16StagedKernels(const program::Program &program) {
-  return collectGaps(program, [](const program::Stage &stage,
-                                 const Instruction &ins) {
-    if (cudaRunsBF16Natively(ins.opcode()))
-      return std::string();
-    return planBF16Staging(stage, ins).empty()
-               ? std::string()
-               : program::opcodeName(ins.opcode());
-  });
+  return collectGaps(program,
+                     [](const program::Stage &stage, const Instruction &ins) {
+                       if (cudaRunsBF16Natively(ins.opcode()))
+                         return std::string();
+                       return planBF16Staging(stage, ins).empty()
+                                  ? std::string()
+                                  : program::opcodeName(ins.opcode());
+                     });
 }
 
 Status checkBackendSupports(const program::Program &program,

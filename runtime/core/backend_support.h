@@ -64,7 +64,8 @@ bool cudaRunsBF16Natively(program::Opcode op);
 /// would run through the executor's fp32 staging (the opcodes
 /// cudaRunsBF16Natively lacks), in MissingKernel's form: opcode, count,
 /// first instruction. Empty for every program the compiler emits today.
-std::vector<MissingKernel> cudaBF16StagedKernels(const program::Program &program);
+std::vector<MissingKernel>
+cudaBF16StagedKernels(const program::Program &program);
 
 } // namespace loom
 

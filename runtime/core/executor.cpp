@@ -558,9 +558,9 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
         // Kept on the device; read back once after the schedule.
         float *slot = nullptr;
         LOOM_RETURN_IF_ERROR(lossSlot(lossCount, lossCapacity, slot));
-        LOOM_RETURN_IF_ERROR(memory->copy(
-            slot, bufferData(static_cast<uint32_t>(chunk.loss())),
-            sizeof(float)));
+        LOOM_RETURN_IF_ERROR(
+            memory->copy(slot, bufferData(static_cast<uint32_t>(chunk.loss())),
+                         sizeof(float)));
         ++lossCount;
       }
       continue;
@@ -1175,9 +1175,10 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
           staged[k] = true;
       }
     const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
-    outputs.push_back(typed(out[k], staged[k] ? static_cast<void *>(temp(
-                                                    staging[k], (bytes + 3) / 4))
-                                              : bufferData(out[k])));
+    outputs.push_back(
+        typed(out[k],
+              staged[k] ? static_cast<void *>(temp(staging[k], (bytes + 3) / 4))
+                        : bufferData(out[k])));
   }
   BF16InstructionContext context;
   context.vocabSize = modelInfo->vocab_size();

@@ -345,13 +345,12 @@ Status NcclCommunicator::doAllReduceAmong(void *buf, int64_t count,
       continue;
     LOOM_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), type, ranks[k],
                              world, stream));
-    LOOM_NCCL_CHECK(ncclRecv(all + k * bytes, static_cast<size_t>(count),
-                             type, ranks[k], world, stream));
+    LOOM_NCCL_CHECK(ncclRecv(all + k * bytes, static_cast<size_t>(count), type,
+                             ranks[k], world, stream));
   }
   LOOM_NCCL_CHECK(ncclGroupEnd());
-  LOOM_RETURN_IF_ERROR(reduceMembers(buf, all, n, count,
-                                     dtype == program::DType::BF16, op,
-                                     stream));
+  LOOM_RETURN_IF_ERROR(reduceMembers(
+      buf, all, n, count, dtype == program::DType::BF16, op, stream));
   LOOM_CUDA_CHECK(cudaFreeAsync(all, stream));
   return endOnComputeStream();
 }

@@ -179,9 +179,9 @@ private:
   /// Device workspaces of the bf16 kernels, one per use within an
   /// instruction (grow-only, stream-ordered like workspace()).
   enum BF16Slot : size_t {
-    kSlotStats,   // fp32 statistics, log-sum-exp, row losses, partials
-    kSlotResult,  // an fp32 result rounded afterwards, accumulators
-    kSlotWidenA,  // fp32 copies of bf16 operands (mixed-dtype fallback)
+    kSlotStats,  // fp32 statistics, log-sum-exp, row losses, partials
+    kSlotResult, // an fp32 result rounded afterwards, accumulators
+    kSlotWidenA, // fp32 copies of bf16 operands (mixed-dtype fallback)
     kSlotWidenB,
   };
   struct DevicePool {

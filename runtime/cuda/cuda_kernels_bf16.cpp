@@ -34,9 +34,7 @@ using program::Opcode;
 
 namespace {
 
-FloatRef ref(const TypedOperand &t) {
-  return {t.data, t.dtype == DType::BF16};
-}
+FloatRef ref(const TypedOperand &t) { return {t.data, t.dtype == DType::BF16}; }
 FloatRef none() { return {}; }
 int64_t numel(const TypedOperand &t) { return program::shapeNumel(*t.shape); }
 bool isBF16(const TypedOperand &t) { return t.dtype == DType::BF16; }
@@ -78,8 +76,9 @@ Status CudaKernels::widened(size_t slot, const TypedOperand &t,
   void *ws = nullptr;
   LOOM_RETURN_IF_ERROR(
       bf16Workspace(slot, static_cast<uint64_t>(numel(t)) * sizeof(float), ws));
-  LOOM_RETURN_IF_ERROR(convertBF16ToF32(
-      static_cast<float *>(ws), static_cast<const uint16_t *>(t.data), numel(t)));
+  LOOM_RETURN_IF_ERROR(convertBF16ToF32(static_cast<float *>(ws),
+                                        static_cast<const uint16_t *>(t.data),
+                                        numel(t)));
   out = static_cast<const float *>(ws);
   return Status::success();
 }
@@ -117,8 +116,8 @@ Status CudaKernels::gemmMixed(bool transA, bool transB, int64_t M, int64_t N,
         kSlotResult, static_cast<uint64_t>(M * ldc) * sizeof(float), ws));
     c = static_cast<float *>(ws);
   }
-  LOOM_RETURN_IF_ERROR(gemmEngine.gemm(transA, transB, M, N, K, 1.0f, a, lda,
-                                       b, ldb, 0.0f, c, ldc, computeStream));
+  LOOM_RETURN_IF_ERROR(gemmEngine.gemm(transA, transB, M, N, K, 1.0f, a, lda, b,
+                                       ldb, 0.0f, c, ldc, computeStream));
   if (bias)
     LOOM_RETURN_IF_ERROR(mixedAdd({c, false}, {c, false}, ref(*bias), M * ldc,
                                   N, computeStream));
@@ -134,8 +133,8 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
   const auto &q = *qkvOp.shape; // [B, T, 3C] or [B, T, 3, C]
   const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3;
   const uint64_t rows = static_cast<uint64_t>(B * NH * T);
-  const bool allBF16 = isBF16(qkvOp) && isBF16(out[0]) &&
-                       (!grad || isBF16(in[0]));
+  const bool allBF16 =
+      isBF16(qkvOp) && isBF16(out[0]) && (!grad || isBF16(in[0]));
   if (allBF16 && flashAttentionSupports(C, NH)) {
     void *lse = nullptr;
     LOOM_RETURN_IF_ERROR(
@@ -152,8 +151,8 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
         kSlotResult, static_cast<uint64_t>(B * T * C) * sizeof(__nv_bfloat16),
         o));
     auto *fwd = static_cast<__nv_bfloat16 *>(o);
-    LOOM_RETURN_IF_ERROR(flashAttentionForward(fwd, lse32, bf16(qkvOp), B, T,
-                                               C, NH, computeStream));
+    LOOM_RETURN_IF_ERROR(flashAttentionForward(fwd, lse32, bf16(qkvOp), B, T, C,
+                                               NH, computeStream));
     return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
                                   bf16(qkvOp), fwd, lse32, B, T, C, NH,
                                   computeStream);
@@ -177,8 +176,8 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
     LOOM_RETURN_IF_ERROR(attentionGrad(result, dout, qkv,
                                        static_cast<float *>(att), B, T, C, NH));
   else
-    LOOM_RETURN_IF_ERROR(attentionForward(
-        result, static_cast<float *>(att), qkv, B, T, C, NH));
+    LOOM_RETURN_IF_ERROR(
+        attentionForward(result, static_cast<float *>(att), qkv, B, T, C, NH));
   if (isBF16(out[0]))
     return convertF32ToBF16(static_cast<uint16_t *>(out[0].data), result,
                             numel(out[0]));
@@ -240,10 +239,10 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
     const int64_t M = numel(in[1]) / K;
     // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
-    LOOM_RETURN_IF_ERROR(
-        gemmMixed(false, true, M, K, N, in[0], N, in[2], N, out[0], K, nullptr));
-    LOOM_RETURN_IF_ERROR(
-        gemmMixed(true, false, K, N, M, in[1], K, in[0], N, out[1], N, nullptr));
+    LOOM_RETURN_IF_ERROR(gemmMixed(false, true, M, K, N, in[0], N, in[2], N,
+                                   out[0], K, nullptr));
+    LOOM_RETURN_IF_ERROR(gemmMixed(true, false, K, N, M, in[1], K, in[0], N,
+                                   out[1], N, nullptr));
     if (out.size() == 3)
       return mixedColumnSum(ref(out[2]), ref(in[0]), M, N, s);
     return Status::success();
@@ -313,16 +312,15 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     const int64_t validV = std::min<int64_t>(V, context.vocabSize);
     float *losses = nullptr;
     LOOM_RETURN_IF_ERROR(floats(kSlotStats, N, losses));
-    LOOM_RETURN_IF_ERROR(mixedCrossEntropyForward(
-        ref(out[0]), losses, ref(in[0]), ids(in[1]), N, V, validV,
-        tokenScale(N, ins.value()), s));
+    LOOM_RETURN_IF_ERROR(
+        mixedCrossEntropyForward(ref(out[0]), losses, ref(in[0]), ids(in[1]), N,
+                                 V, validV, tokenScale(N, ins.value()), s));
     // A scratch buffer for the row losses gets them, as on the fp32 path.
     if (scr.empty())
       return Status::success();
-    return isBF16(scr[0])
-               ? convertF32ToBF16(static_cast<uint16_t *>(scr[0].data), losses,
-                                  N)
-               : copy(scr[0].data, losses, N * 4);
+    return isBF16(scr[0]) ? convertF32ToBF16(
+                                static_cast<uint16_t *>(scr[0].data), losses, N)
+                          : copy(scr[0].data, losses, N * 4);
   }
   case Opcode::CrossEntropyGrad: {
     const int64_t V = in[1].shape->back(), N = numel(in[1]) / V;
@@ -334,8 +332,8 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   case Opcode::RowMax:
   case Opcode::CrossEntropySums:
   case Opcode::CrossEntropySumsGrad: {
-    const TypedOperand &logits = op == Opcode::CrossEntropySumsGrad ? in[1]
-                                                                     : in[0];
+    const TypedOperand &logits =
+        op == Opcode::CrossEntropySumsGrad ? in[1] : in[0];
     const int64_t V = logits.shape->back(), N = numel(logits) / V;
     const int64_t offset = context.groupRank * V;
     const int64_t validV =
@@ -366,11 +364,11 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     for (const TypedOperand &t : in)
       spans.push_back({ref(t), numel(t)});
     void *partials = nullptr;
-    LOOM_RETURN_IF_ERROR(bf16Workspace(
-        kSlotStats,
-        static_cast<uint64_t>(kMixedSumBlocks) * std::max<size_t>(1, in.size()) *
-            sizeof(double),
-        partials));
+    LOOM_RETURN_IF_ERROR(bf16Workspace(kSlotStats,
+                                       static_cast<uint64_t>(kMixedSumBlocks) *
+                                           std::max<size_t>(1, in.size()) *
+                                           sizeof(double),
+                                       partials));
     return mixedSumSquares(ref(out[0]), spans, static_cast<double *>(partials),
                            s);
   }
@@ -383,9 +381,9 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     const size_t state[3] = {0, 2, 3};
     for (size_t j = 0; j < 3; ++j)
       if (out[j].data != in[state[j]].data)
-        LOOM_RETURN_IF_ERROR(
-            copy(out[j].data, in[state[j]].data,
-                 numel(in[state[j]]) * program::dtypeBytes(in[state[j]].dtype)));
+        LOOM_RETURN_IF_ERROR(copy(out[j].data, in[state[j]].data,
+                                  numel(in[state[j]]) *
+                                      program::dtypeBytes(in[state[j]].dtype)));
     MixedAdamWHyper h;
     h.beta1 = ins.beta1();
     h.beta2 = ins.beta2();

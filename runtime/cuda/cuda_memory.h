@@ -56,7 +56,7 @@ private:
   cudaStream_t stream;
   uint8_t *ring = nullptr; // pinned (cudaHostAlloc)
   uint64_t ringBytes = 0, ringHead = 0;
-  std::deque<Upload> uploads;   // oldest first
+  std::deque<Upload> uploads; // oldest first
   std::vector<cudaEvent_t> idleEvents;
 };
 

@@ -21,8 +21,9 @@ namespace {
 using namespace launch;
 
 __device__ inline float ld(FloatRef r, int64_t i) {
-  return r.bf16 ? __bfloat162float(static_cast<const __nv_bfloat16 *>(r.data)[i])
-                : static_cast<const float *>(r.data)[i];
+  return r.bf16
+             ? __bfloat162float(static_cast<const __nv_bfloat16 *>(r.data)[i])
+             : static_cast<const float *>(r.data)[i];
 }
 
 /// Rounds to nearest even when the operand is bf16.
@@ -115,8 +116,8 @@ __global__ void embeddingForwardKernel(FloatRef out, const int32_t *idx,
 // One thread per column, tokens in order (deterministic, no atomics); the
 // accumulator is fp32 and zeroed first, then rounded into dtable.
 __global__ void embeddingScatterKernel(float *acc, FloatRef dout,
-                                       const int32_t *idx, int64_t N,
-                                       int64_t V, int64_t C) {
+                                       const int32_t *idx, int64_t N, int64_t V,
+                                       int64_t C) {
   const int64_t c = threadIndex();
   if (c >= C)
     return;

@@ -32,7 +32,9 @@ __global__ void reduceMembersKernel(void *out, const void *all, int64_t n,
   float acc = value(0);
   for (int64_t k = 1; k < n; ++k) {
     const float v = value(k);
-    acc = op == 1 ? (acc > v ? acc : v) : op == 2 ? (acc < v ? acc : v) : acc + v;
+    acc = op == 1   ? (acc > v ? acc : v)
+          : op == 2 ? (acc < v ? acc : v)
+                    : acc + v;
   }
   if (op == 3)
     acc /= static_cast<float>(n);
@@ -50,8 +52,8 @@ Status reduceMembers(void *out, const void *all, int64_t n, int64_t count,
                    : op == program::Reduction::Min ? 2
                    : op == program::Reduction::Avg ? 3
                                                    : 0;
-  LOOM_LAUNCH(reduceMembersKernel, blocksFor(count), kThreads, stream, out,
-              all, n, count, bf16, code);
+  LOOM_LAUNCH(reduceMembersKernel, blocksFor(count), kThreads, stream, out, all,
+              n, count, bf16, code);
   return Status::success();
 }
 

@@ -22,8 +22,8 @@
 // Also reduce_members.cu (the NCCL allReduceAmong's device reduction)
 // against the host path's arithmetic: the same bits.
 //
-// The .cu files are included inside namespace loom_emulated, so its functions do
-// not collide with the real ones loom_cuda links in.
+// The .cu files are included inside namespace loom_emulated, so its functions
+// do not collide with the real ones loom_cuda links in.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaEmulation.h"
@@ -124,20 +124,23 @@ cpu::CpuKernels cpuKernels;
 
 TEST(BF16KernelEmulation, AddBroadcastAndInPlaceAccumulation) {
   const int64_t outer = 5, inner = 70, n = outer * inner;
-  BF16Tensor a = randomBF16(n, 1), b = randomBF16(inner, 2), same = randomBF16(n, 3);
+  BF16Tensor a = randomBF16(n, 1), b = randomBF16(inner, 2),
+             same = randomBF16(n, 3);
   // Broadcast add into a fresh output.
   BF16Tensor out(n);
-  ASSERT_TRUE(emulated::mixedAdd(out.ref(), a.ref(), b.ref(), n, inner,
-                                 kNoStream)
-                  .ok());
+  ASSERT_TRUE(
+      emulated::mixedAdd(out.ref(), a.ref(), b.ref(), n, inner, kNoStream)
+          .ok());
   std::vector<float> ref(n);
-  ASSERT_TRUE(cpuKernels.addBroadcast(ref.data(), a.values.data(),
-                                      b.values.data(), outer, inner)
+  ASSERT_TRUE(cpuKernels
+                  .addBroadcast(ref.data(), a.values.data(), b.values.data(),
+                                outer, inner)
                   .ok());
   expectBF16Close(out, ref, "addBroadcast");
   // Gradient accumulation: out aliases the lhs (Add's in-place operand).
   std::vector<float> acc = a.values;
-  ASSERT_TRUE(cpuKernels.add(acc.data(), acc.data(), same.values.data(), n).ok());
+  ASSERT_TRUE(
+      cpuKernels.add(acc.data(), acc.data(), same.values.data(), n).ok());
   ASSERT_TRUE(
       emulated::mixedAdd(a.ref(), a.ref(), same.ref(), n, n, kNoStream).ok());
   expectBF16Close(a, acc, "add in place");
@@ -146,21 +149,21 @@ TEST(BF16KernelEmulation, AddBroadcastAndInPlaceAccumulation) {
   ASSERT_TRUE(
       emulated::mixedAdd(f32(master), f32(master), same.ref(), n, n, kNoStream)
           .ok());
-  ASSERT_TRUE(cpuKernels.add(master0.data(), master0.data(),
-                             same.values.data(), n)
-                  .ok());
+  ASSERT_TRUE(
+      cpuKernels.add(master0.data(), master0.data(), same.values.data(), n)
+          .ok());
   expectF32Close(master, master0, "fp32 += bf16");
 }
 
 TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
   const int64_t outer = 37, inner = 300; // columns past one block
   BF16Tensor x = randomBF16(outer * inner, 5), db(inner);
-  ASSERT_TRUE(emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner,
-                                       kNoStream)
-                  .ok());
+  ASSERT_TRUE(
+      emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner, kNoStream)
+          .ok());
   std::vector<float> ref(inner);
-  ASSERT_TRUE(cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner)
-                  .ok());
+  ASSERT_TRUE(
+      cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner).ok());
   expectBF16Close(db, ref, "reduceLeading");
   BF16Tensor filled(300);
   ASSERT_TRUE(emulated::mixedFill(filled.ref(), 0.1f, 300, kNoStream).ok());
@@ -172,15 +175,15 @@ TEST(BF16KernelEmulation, GeluForwardAndBackward) {
   const int64_t n = 600;
   BF16Tensor x = randomBF16(n, 6, -4, 4), dout = randomBF16(n, 7), y(n), dx(n);
   ASSERT_TRUE(emulated::mixedGeluForward(y.ref(), x.ref(), n, kNoStream).ok());
-  ASSERT_TRUE(emulated::mixedGeluBackward(dx.ref(), x.ref(), dout.ref(), n,
-                                          kNoStream)
-                  .ok());
+  ASSERT_TRUE(
+      emulated::mixedGeluBackward(dx.ref(), x.ref(), dout.ref(), n, kNoStream)
+          .ok());
   std::vector<float> ry(n), rdx(n);
   ASSERT_TRUE(cpuKernels.geluForward(ry.data(), x.values.data(), n).ok());
-  ASSERT_TRUE(cpuKernels
-                  .geluBackward(rdx.data(), x.values.data(),
-                                dout.values.data(), n)
-                  .ok());
+  ASSERT_TRUE(
+      cpuKernels
+          .geluBackward(rdx.data(), x.values.data(), dout.values.data(), n)
+          .ok());
   expectBF16Close(y, ry, "gelu");
   expectBF16Close(dx, rdx, "geluGrad");
   // In place (GeluGrad may write over its input).
@@ -196,14 +199,13 @@ TEST(BF16KernelEmulation, EmbeddingRowsAndDeterministicGradient) {
   BF16Tensor table = randomBF16(V * C, 8), dout = randomBF16(N * C, 9);
   const auto ids = randomIds(N, V, 10);
   BF16Tensor out(N * C), dtable(V * C);
-  ASSERT_TRUE(emulated::mixedEmbeddingForward(out.ref(), ids.data(),
-                                              table.ref(), N, 0, V, C,
-                                              kNoStream)
+  ASSERT_TRUE(emulated::mixedEmbeddingForward(
+                  out.ref(), ids.data(), table.ref(), N, 0, V, C, kNoStream)
                   .ok());
   std::vector<float> ref(N * C);
   ASSERT_TRUE(cpuKernels
-                  .embeddingForward(ref.data(), ids.data(),
-                                    table.values.data(), N, V, C)
+                  .embeddingForward(ref.data(), ids.data(), table.values.data(),
+                                    N, V, C)
                   .ok());
   EXPECT_EQ(out.widened(), ref); // a gather: exact
   // Vocab-parallel: rows [8, 16) of the table on this rank.
@@ -238,10 +240,9 @@ TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
   BF16Tensor y(N * C), mean(N), rstd(N), dx(N * C), dw(C), dbias(C);
   std::vector<float> mean32(N), rstd32(N);
   const float eps = 1e-5f;
-  ASSERT_TRUE(emulated::mixedLayernormForward(y.ref(), mean.ref(), rstd.ref(),
-                                              nullptr, nullptr, x.ref(),
-                                              w.ref(), b.ref(), N, C, eps,
-                                              kNoStream)
+  ASSERT_TRUE(emulated::mixedLayernormForward(
+                  y.ref(), mean.ref(), rstd.ref(), nullptr, nullptr, x.ref(),
+                  w.ref(), b.ref(), N, C, eps, kNoStream)
                   .ok());
   std::vector<float> ry(N * C), rm(N), rr(N);
   ASSERT_TRUE(cpuKernels
@@ -290,10 +291,10 @@ TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {
   ASSERT_TRUE(emulated::mixedSoftmaxBackward(dx.ref(), dout.ref(), y.ref(), N,
                                              C, kNoStream)
                   .ok());
-  ASSERT_TRUE(cpuKernels
-                  .softmaxBackward(rdx.data(), dout.values.data(),
-                                   yStored.data(), N, C)
-                  .ok());
+  ASSERT_TRUE(
+      cpuKernels
+          .softmaxBackward(rdx.data(), dout.values.data(), yStored.data(), N, C)
+          .ok());
   expectBF16Close(dx, rdx, "softmaxGrad");
   // In place over the input.
   BF16Tensor inPlace = x;
@@ -390,11 +391,10 @@ TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {
                   .ok());
   std::vector<float> rd(N * V);
   ASSERT_TRUE(cpuKernels
-                  .crossEntropySumsBackward(rd.data(), dloss.data(),
-                                            logits.values.data(),
-                                            maxStored.data(), sumStored.data(),
-                                            targets.data(), N, V, offset,
-                                            validV, 2.0 * N)
+                  .crossEntropySumsBackward(
+                      rd.data(), dloss.data(), logits.values.data(),
+                      maxStored.data(), sumStored.data(), targets.data(), N, V,
+                      offset, validV, 2.0 * N)
                   .ok());
   expectBF16Close(dlogits, rd, "crossEntropySumsGrad");
 }
@@ -405,8 +405,7 @@ TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
   std::vector<float> sumSq(1), norm(1), coef(1);
   std::vector<double> partials(3 * cuda::kMixedSumBlocks, -1.0);
   ASSERT_TRUE(emulated::mixedSumSquares(
-                  f32(sumSq),
-                  {{g0.ref(), 1000}, {g1.ref(), 3}, {g2.ref(), 0}},
+                  f32(sumSq), {{g0.ref(), 1000}, {g1.ref(), 3}, {g2.ref(), 0}},
                   partials.data(), kNoStream)
                   .ok());
   std::vector<float> rsum(1);
@@ -416,9 +415,9 @@ TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
                                             {nullptr, 0}})
                   .ok());
   expectF32Close(sumSq, rsum, "sumSquares");
-  ASSERT_TRUE(emulated::mixedClipCoef(f32(norm), f32(coef), f32(sumSq), 1.0,
-                                      kNoStream)
-                  .ok());
+  ASSERT_TRUE(
+      emulated::mixedClipCoef(f32(norm), f32(coef), f32(sumSq), 1.0, kNoStream)
+          .ok());
   std::vector<float> rnorm(1), rcoef(1);
   ASSERT_TRUE(
       cpuKernels.clipCoef(rnorm.data(), rcoef.data(), rsum.data(), 1.0).ok());
@@ -426,14 +425,15 @@ TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
   expectF32Close(coef, rcoef, "coef");
 
   const int64_t n = 1000;
-  std::vector<float> p = randomVector(n, 23), m = randomVector(n, 24, -0.1f, 0.1f),
+  std::vector<float> p = randomVector(n, 23),
+                     m = randomVector(n, 24, -0.1f, 0.1f),
                      v = randomVector(n, 25, 0.0f, 0.01f);
   std::vector<float> rp = p, rm = m, rv = v;
   std::vector<float> lr = {3e-3f}, step = {4.0f};
   cuda::MixedAdamWHyper h;
   h.weightDecay = 0.1;
-  ASSERT_TRUE(emulated::mixedAdamW(f32(p), g0.ref(), f32(m), f32(v), n,
-                                   f32(lr), f32(step), f32(coef), h, kNoStream)
+  ASSERT_TRUE(emulated::mixedAdamW(f32(p), g0.ref(), f32(m), f32(v), n, f32(lr),
+                                   f32(step), f32(coef), h, kNoStream)
                   .ok());
   AdamWHyperParams hyper;
   hyper.weightDecay = 0.1;
@@ -474,12 +474,12 @@ TEST(BF16KernelEmulation, MemberOrderReductionGivesTheHostPathsBits) {
       void *base = bf16 ? static_cast<void *>(all16.bits.data())
                         : static_cast<void *>(all32.data());
       void *middle = static_cast<uint8_t *>(base) + count * (bf16 ? 2 : 4);
-      ASSERT_TRUE(emulated::reduceMembers(middle, base, n, count, bf16, op,
-                                          kNoStream)
-                      .ok());
+      ASSERT_TRUE(
+          emulated::reduceMembers(middle, base, n, count, bf16, op, kNoStream)
+              .ok());
       for (int64_t i = 0; i < count; ++i) {
-        const float got = bf16 ? bf16ToFloat(all16.bits[count + i])
-                               : all32[count + i];
+        const float got =
+            bf16 ? bf16ToFloat(all16.bits[count + i]) : all32[count + i];
         ASSERT_EQ(got, expect[i]) << (bf16 ? "bf16" : "f32") << " op "
                                   << static_cast<int>(op) << " [" << i << "]";
       }

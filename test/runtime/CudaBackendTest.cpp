@@ -270,9 +270,9 @@ TEST_F(CudaBackendTest, CopyInReusesHostBytesAtOnceThroughThePinnedRing) {
     if (b == blocks / 2) {
       for (int64_t i = 0; i < big; ++i)
         host[i] = static_cast<int32_t>(-i);
-      ASSERT_TRUE(mem.copyIn(d + blocks * small, host.data(),
-                             big * sizeof(int32_t))
-                      .ok());
+      ASSERT_TRUE(
+          mem.copyIn(d + blocks * small, host.data(), big * sizeof(int32_t))
+              .ok());
     }
   }
   EXPECT_GE(mem.pinnedStagingBytes(), static_cast<uint64_t>(big * 4));

@@ -78,8 +78,8 @@ protected:
 
   /// Device vs host within `rtol` (fp32 round-off; bf16 programs round
   /// the two backends' slightly different fp32 results to 8 bits).
-  void expectSame(const fb::ProgramT &p, double rtol = 1e-4,
-                  double atol = 1e-5, Trained *onDevice = nullptr) {
+  void expectSame(const fb::ProgramT &p, double rtol = 1e-4, double atol = 1e-5,
+                  Trained *onDevice = nullptr) {
     Trained host, device;
     train(p, false, host);
     train(p, true, device);
