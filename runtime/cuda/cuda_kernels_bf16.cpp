@@ -215,9 +215,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   }
   case Opcode::EmbeddingGrad: {
     const auto &t = *out[0].shape;
-    float *acc = nullptr;
-    LOOM_RETURN_IF_ERROR(floats(kSlotResult, t[0] * t[1], acc));
-    return mixedEmbeddingBackward(ref(out[0]), ref(in[0]), ids(in[1]), acc,
+    return mixedEmbeddingBackward(ref(out[0]), ref(in[0]), ids(in[1]),
                                   numel(in[1]), t[0], t[1], s);
   }
   case Opcode::Add:

@@ -34,6 +34,15 @@ __device__ inline void st(FloatRef r, int64_t i, float x) {
     static_cast<float *>(r.data)[i] = x;
 }
 
+#ifndef LOOM_CUDA_EMULATION
+/// Bit j set when lane j's predicate holds (the whole warp calls it).
+__device__ inline unsigned warpBallot(bool p) {
+  return __ballot_sync(0xffffffffu, p);
+}
+/// Index of the lowest set bit of a non-zero mask.
+__device__ inline int lowestSetBit(unsigned mask) { return __ffs(mask) - 1; }
+#endif
+
 __device__ inline int64_t threadIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
@@ -113,25 +122,46 @@ __global__ void embeddingForwardKernel(FloatRef out, const int32_t *idx,
   st(out, i, r >= 0 && r < R ? ld(rows, r * C + c) : 0.0f);
 }
 
-// One thread per column, tokens in order (deterministic, no atomics); the
-// accumulator is fp32 and zeroed first, then rounded into dtable.
-__global__ void embeddingScatterKernel(float *acc, FloatRef dout,
-                                       const int32_t *idx, int64_t N, int64_t V,
-                                       int64_t C) {
-  const int64_t c = threadIndex();
-  if (c >= C)
-    return;
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t t = idx[n];
-    if (t >= 0 && t < V)
-      acc[static_cast<int64_t>(t) * C + c] += ld(dout, n * C + c);
-  }
-}
+// One warp per vocabulary row: the warp scans the token ids 32 at a time,
+// finds the tokens equal to its row with a ballot, and adds their gradient
+// rows in token order into fp32 registers, kColumnsPerLane columns per lane
+// at a time; each table row is written once (rounded once when bf16).
+// Deterministic without atomics or sorting, no [V, C] fp32 accumulator to
+// clear, and every warp works at once (a thread per column, as kernels.cu
+// does, leaves the GPU nearly idle on GPT-2's 16K tokens).
+constexpr int kColumnsPerLane = 8;
 
-__global__ void storeKernel(FloatRef out, const float *in, int64_t n) {
-  const int64_t i = threadIndex();
-  if (i < n)
-    st(out, i, in[i]);
+__global__ void embeddingGradRowsKernel(FloatRef dtable, FloatRef dout,
+                                        const int32_t *idx, int64_t N,
+                                        int64_t V, int64_t C) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= V)
+    return;
+  for (int64_t c0 = 0; c0 < C; c0 += kWarp * kColumnsPerLane) {
+    float acc[kColumnsPerLane];
+    for (int k = 0; k < kColumnsPerLane; ++k)
+      acc[k] = 0.0f;
+    for (int64_t n0 = 0; n0 < N; n0 += kWarp) {
+      const int64_t n = n0 + lane;
+      unsigned hits = warpBallot(n < N && idx[n] == row);
+      while (hits) {
+        const int j = lowestSetBit(hits);
+        hits &= hits - 1;
+        const int64_t base = (n0 + j) * C;
+        for (int k = 0; k < kColumnsPerLane; ++k) {
+          const int64_t c = c0 + k * kWarp + lane;
+          if (c < C)
+            acc[k] += ld(dout, base + c);
+        }
+      }
+    }
+    for (int k = 0; k < kColumnsPerLane; ++k) {
+      const int64_t c = c0 + k * kWarp + lane;
+      if (c < C)
+        st(dtable, row * C + c, acc[k]);
+    }
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -499,14 +529,10 @@ Status mixedEmbeddingForward(FloatRef out, const int32_t *idx, FloatRef rows,
 }
 
 Status mixedEmbeddingBackward(FloatRef dtable, FloatRef dout,
-                              const int32_t *idx, float *acc, int64_t N,
-                              int64_t V, int64_t C, cudaStream_t stream) {
-  LOOM_LAUNCH(fillKernel, blocksFor(V * C), kThreads, stream,
-              FloatRef{acc, false}, 0.0f, V * C);
-  LOOM_LAUNCH(embeddingScatterKernel, blocksFor(C, 64), 64, stream, acc, dout,
-              idx, N, V, C);
-  LOOM_LAUNCH(storeKernel, blocksFor(V * C), kThreads, stream, dtable,
-              static_cast<const float *>(acc), V * C);
+                              const int32_t *idx, int64_t N, int64_t V,
+                              int64_t C, cudaStream_t stream) {
+  LOOM_LAUNCH(embeddingGradRowsKernel, blocksForRows(V), kThreads, stream,
+              dtable, dout, idx, N, V, C);
   return Status::success();
 }
 

@@ -12,9 +12,9 @@
 // (test/runtime/BF16KernelEmulationTest.cpp) hold them to that.
 //
 // Intermediates an opcode keeps between two passes (layer norm statistics
-// for the gradient, per-row losses, sum-of-squares partials, the embedding
-// gradient's accumulator) stay fp32 in caller-provided device workspace,
-// as the staging fallback keeps them in its fp32 slots.
+// for the gradient, per-row losses, sum-of-squares partials) stay fp32 in
+// caller-provided device workspace, as the staging fallback keeps them in its
+// fp32 slots.
 //
 // Aliasing: every element-wise kernel reads an element before it writes it,
 // so Add's output may be its lhs, Gelu / GeluGrad / Softmax / CrossEntropy
@@ -67,11 +67,11 @@ Status mixedEmbeddingForward(FloatRef out, const int32_t *idx, FloatRef rows,
                              int64_t N, int64_t rowBegin, int64_t R, int64_t C,
                              cudaStream_t stream);
 /// dtable[V, C] = scatter-add of dout[N, C] by idx (overwritten),
-/// deterministic: each thread owns a column and visits the tokens in order,
-/// accumulating in `acc` (fp32 device workspace of V * C), rounded once.
+/// deterministic: one warp per table row sums its tokens' rows in token
+/// order in fp32 and writes the row once (ids outside [0, V) add nothing).
 Status mixedEmbeddingBackward(FloatRef dtable, FloatRef dout,
-                              const int32_t *idx, float *acc, int64_t N,
-                              int64_t V, int64_t C, cudaStream_t stream);
+                              const int32_t *idx, int64_t N, int64_t V,
+                              int64_t C, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Layer norm and softmax

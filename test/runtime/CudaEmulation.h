@@ -146,6 +146,22 @@ inline float warpMax(float x) {
   }
   return x;
 }
+/// __ballot_sync over the whole warp: bit j set when lane j's p holds.
+inline unsigned warpBallot(bool p) {
+  const int w = threadIdx.x / kWarp;
+  Barrier &bar = *warpBarriers[w];
+  warpSlots[threadIdx.x] = p ? 1.0f : 0.0f;
+  bar.arriveAndWait();
+  unsigned mask = 0;
+  for (int j = 0; j < kWarp && w * kWarp + j < static_cast<int>(blockDim.x);
+       ++j)
+    if (warpSlots[w * kWarp + j] != 0.0f)
+      mask |= 1u << j;
+  bar.arriveAndWait();
+  return mask;
+}
+/// __ffs(mask) - 1.
+inline int lowestSetBit(unsigned mask) { return __builtin_ctz(mask); }
 /// launch.cuh's fixed shared-memory tree over a block of kThreads.
 inline double blockSum(double s) {
   static double partial[kThreads];
@@ -235,6 +251,9 @@ template <typename A, typename B> inline auto min(A a, B b) {
 }
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
+/// Kernels with warp intrinsics beyond launch.cuh's take the emulated ones
+/// (launch namespace) instead of defining their own.
+#define LOOM_CUDA_EMULATION 1
 #define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
   do {                                                                         \
     (void)(stream);                                                            \
