@@ -201,6 +201,15 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     p = static_cast<float *>(ws);
     return Status::success();
   };
+  auto columnSumPartials = [&](int64_t outer, int64_t inner,
+                               double *&p) -> Status {
+    void *ws = nullptr;
+    LOOM_RETURN_IF_ERROR(bf16Workspace(
+        kSlotStats,
+        static_cast<uint64_t>(rowChunks(outer) * inner) * sizeof(double), ws));
+    p = static_cast<double *>(ws);
+    return Status::success();
+  };
   // The loss's share of the global token count (CrossEntropy's `value`).
   auto tokenScale = [](int64_t N, double tokens) {
     return tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens)
@@ -222,9 +231,10 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     return mixedAdd(ref(out[0]), ref(in[0]), ref(in[1]), numel(in[0]),
                     numel(in[1]), s);
   case Opcode::ReduceLeading: {
-    const int64_t inner = numel(out[0]);
-    return mixedColumnSum(ref(out[0]), ref(in[0]), numel(in[0]) / inner, inner,
-                          s);
+    const int64_t inner = numel(out[0]), outer = numel(in[0]) / inner;
+    double *partials = nullptr;
+    LOOM_RETURN_IF_ERROR(columnSumPartials(outer, inner, partials));
+    return mixedColumnSum(ref(out[0]), ref(in[0]), outer, inner, partials, s);
   }
   case Opcode::Linear: {
     // The weight is [K, out...]: its output dimensions are one N.
@@ -241,8 +251,11 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
                                    out[0], K, nullptr));
     LOOM_RETURN_IF_ERROR(gemmMixed(true, false, K, N, M, in[1], K, in[0], N,
                                    out[1], N, nullptr));
-    if (out.size() == 3)
-      return mixedColumnSum(ref(out[2]), ref(in[0]), M, N, s);
+    if (out.size() == 3) {
+      double *partials = nullptr;
+      LOOM_RETURN_IF_ERROR(columnSumPartials(M, N, partials));
+      return mixedColumnSum(ref(out[2]), ref(in[0]), M, N, partials, s);
+    }
     return Status::success();
   }
   case Opcode::Matmul: {
@@ -283,9 +296,11 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
         none(), scr.empty() ? none() : ref(scr[0]),
         scr.empty() ? none() : ref(scr[1]), stats, stats + N, ref(in[1]),
         ref(in[2]), none(), N, C, static_cast<float>(ins.epsilon()), s));
+    float *partials = nullptr;
+    LOOM_RETURN_IF_ERROR(floats(kSlotResult, 2 * rowChunks(N) * C, partials));
     return mixedLayernormBackward(ref(out[0]), ref(out[1]), ref(out[2]),
                                   ref(in[0]), ref(in[1]), ref(in[2]), stats,
-                                  stats + N, N, C, s);
+                                  stats + N, partials, N, C, s);
   }
   case Opcode::Gelu:
     return mixedGeluForward(ref(out[0]), ref(in[0]), numel(in[0]), s);

@@ -47,6 +47,9 @@ __device__ inline int64_t threadIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
+/// Rows per partial of the two-stage reductions over rows.
+constexpr int64_t kRowChunk = 128;
+
 /// Columns of this rank's block below validV (vocab_parallel.cu's).
 inline int64_t localValidColumns(int64_t V, int64_t offset, int64_t validV) {
   const int64_t cols = validV - offset < V ? validV - offset : V;
@@ -64,14 +67,33 @@ __global__ void addKernel(FloatRef out, FloatRef a, FloatRef b, int64_t n,
     st(out, i, ld(a, i) + ld(b, i % inner));
 }
 
-__global__ void columnSumKernel(FloatRef db, FloatRef dout, int64_t outer,
-                                int64_t inner) {
+// Reductions over rows in two deterministic stages: (1) block (chunk,
+// column block) sums kRowChunk rows of its columns in order into a partial,
+// (2) one thread per column adds the partials in chunk order. All of the
+// GPU works on stage 1 (a thread per column alone would leave it idle on
+// GPT-2's 16K rows).
+__global__ void columnSumPartialKernel(double *partial, FloatRef dout,
+                                       int64_t outer, int64_t inner,
+                                       int64_t colBlocks) {
+  const int64_t chunk = blockIdx.x / colBlocks;
+  const int64_t j = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
+  if (j >= inner)
+    return;
+  const int64_t end = min(outer, (chunk + 1) * kRowChunk);
+  double s = 0;
+  for (int64_t o = chunk * kRowChunk; o < end; ++o)
+    s += ld(dout, o * inner + j);
+  partial[chunk * inner + j] = s;
+}
+
+__global__ void columnSumFinishKernel(FloatRef db, const double *partial,
+                                      int64_t chunks, int64_t inner) {
   const int64_t j = threadIndex();
   if (j >= inner)
     return;
   double s = 0;
-  for (int64_t o = 0; o < outer; ++o)
-    s += ld(dout, o * inner + j);
+  for (int64_t c = 0; c < chunks; ++c)
+    s += partial[c * inner + j];
   st(db, j, static_cast<float>(s));
 }
 
@@ -231,19 +253,36 @@ __global__ void layernormBackwardInputKernel(FloatRef dinp, FloatRef dout,
   }
 }
 
-__global__ void layernormBackwardParamKernel(FloatRef dweight, FloatRef dbias,
-                                             FloatRef dout, FloatRef inp,
-                                             const float *mean,
-                                             const float *rstd, int64_t N,
-                                             int64_t C) {
+__global__ void layernormParamPartialKernel(float *partial, FloatRef dout,
+                                            FloatRef inp, const float *mean,
+                                            const float *rstd, int64_t N,
+                                            int64_t C, int64_t colBlocks) {
+  const int64_t chunk = blockIdx.x / colBlocks;
+  const int64_t c = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
+  if (c >= C)
+    return;
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t end = min(N, (chunk + 1) * kRowChunk);
+  float dw = 0, db = 0;
+  for (int64_t n = chunk * kRowChunk; n < end; ++n) {
+    const float dy = ld(dout, n * C + c);
+    dw += (ld(inp, n * C + c) - mean[n]) * rstd[n] * dy;
+    db += dy;
+  }
+  partial[chunk * C + c] = dw;
+  partial[(chunks + chunk) * C + c] = db;
+}
+
+__global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
+                                           const float *partial, int64_t chunks,
+                                           int64_t C) {
   const int64_t c = threadIndex();
   if (c >= C)
     return;
   float dw = 0, db = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    const float dy = ld(dout, n * C + c);
-    dw += (ld(inp, n * C + c) - mean[n]) * rstd[n] * dy;
-    db += dy;
+  for (int64_t k = 0; k < chunks; ++k) {
+    dw += partial[k * C + c];
+    db += partial[(chunks + k) * C + c];
   }
   if (dweight.data)
     st(dweight, c, dw);
@@ -495,10 +534,15 @@ Status mixedAdd(FloatRef out, FloatRef a, FloatRef b, int64_t n, int64_t inner,
   return Status::success();
 }
 
+int64_t rowChunks(int64_t rows) { return (rows + kRowChunk - 1) / kRowChunk; }
+
 Status mixedColumnSum(FloatRef db, FloatRef dout, int64_t outer, int64_t inner,
-                      cudaStream_t stream) {
-  LOOM_LAUNCH(columnSumKernel, blocksFor(inner), kThreads, stream, db, dout,
-              outer, inner);
+                      double *partials, cudaStream_t stream) {
+  const int64_t chunks = rowChunks(outer), colBlocks = blocksFor(inner);
+  LOOM_LAUNCH(columnSumPartialKernel, static_cast<unsigned>(chunks * colBlocks),
+              kThreads, stream, partials, dout, outer, inner, colBlocks);
+  LOOM_LAUNCH(columnSumFinishKernel, blocksFor(inner), kThreads, stream, db,
+              static_cast<const double *>(partials), chunks, inner);
   return Status::success();
 }
 
@@ -548,10 +592,17 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
 Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               FloatRef dout, FloatRef inp, FloatRef weight,
                               const float *mean32, const float *rstd32,
-                              int64_t N, int64_t C, cudaStream_t stream) {
-  if (dweight.data || dbias.data)
-    LOOM_LAUNCH(layernormBackwardParamKernel, blocksFor(C, 64), 64, stream,
-                dweight, dbias, dout, inp, mean32, rstd32, N, C);
+                              float *partials, int64_t N, int64_t C,
+                              cudaStream_t stream) {
+  if (dweight.data || dbias.data) {
+    const int64_t chunks = rowChunks(N), colBlocks = blocksFor(C);
+    LOOM_LAUNCH(layernormParamPartialKernel,
+                static_cast<unsigned>(chunks * colBlocks), kThreads, stream,
+                partials, dout, inp, mean32, rstd32, N, C, colBlocks);
+    LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
+                dweight, dbias, static_cast<const float *>(partials), chunks,
+                C);
+  }
   if (dinp.data)
     LOOM_LAUNCH(layernormBackwardInputKernel, blocksForRows(N), kThreads,
                 stream, dinp, dout, inp, weight, mean32, rstd32, N, C);

@@ -47,9 +47,14 @@ struct FloatRef {
 /// may alias a.
 Status mixedAdd(FloatRef out, FloatRef a, FloatRef b, int64_t n, int64_t inner,
                 cudaStream_t stream);
-/// db[j] = sum over o of dout[o, j] (double, rows in order; overwritten).
+/// Partials of the two-stage reductions over `rows` rows: rowChunks(rows)
+/// per column (chunks of a fixed 128 rows, summed in order).
+int64_t rowChunks(int64_t rows);
+/// db[j] = sum over o of dout[o, j] (overwritten): each chunk of rows in
+/// order in double, then the chunks in order; `partials` holds
+/// rowChunks(outer) * inner doubles of device workspace.
 Status mixedColumnSum(FloatRef db, FloatRef dout, int64_t outer, int64_t inner,
-                      cudaStream_t stream);
+                      double *partials, cudaStream_t stream);
 /// out[i] = value (rounded once when bf16).
 Status mixedFill(FloatRef out, float value, int64_t n, cudaStream_t stream);
 Status mixedGeluForward(FloatRef out, FloatRef inp, int64_t n,
@@ -84,11 +89,14 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
                              FloatRef weight, FloatRef bias, int64_t N,
                              int64_t C, float eps, cudaStream_t stream);
 /// dinp, dweight, dbias (all overwritten) from the fp32 statistics the
-/// forward above wrote into mean32 / rstd32.
+/// forward above wrote into mean32 / rstd32; the parameter gradients sum
+/// rows in chunks like mixedColumnSum (fp32), `partials` holding
+/// 2 * rowChunks(N) * C floats of device workspace.
 Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               FloatRef dout, FloatRef inp, FloatRef weight,
                               const float *mean32, const float *rstd32,
-                              int64_t N, int64_t C, cudaStream_t stream);
+                              float *partials, int64_t N, int64_t C,
+                              cudaStream_t stream);
 Status mixedSoftmaxForward(FloatRef out, FloatRef inp, int64_t N, int64_t C,
                            cudaStream_t stream);
 Status mixedSoftmaxBackward(FloatRef dinp, FloatRef dout, FloatRef out,

@@ -156,11 +156,13 @@ TEST(BF16KernelEmulation, AddBroadcastAndInPlaceAccumulation) {
 }
 
 TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
-  const int64_t outer = 37, inner = 300; // columns past one block
+  // Rows past two 128-row chunks (with a tail), columns past one block.
+  const int64_t outer = 300, inner = 300;
   BF16Tensor x = randomBF16(outer * inner, 5), db(inner);
-  ASSERT_TRUE(
-      emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner, kNoStream)
-          .ok());
+  std::vector<double> partials(emulated::rowChunks(outer) * inner);
+  ASSERT_TRUE(emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner,
+                                       partials.data(), kNoStream)
+                  .ok());
   std::vector<float> ref(inner);
   ASSERT_TRUE(
       cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner).ok());
@@ -234,7 +236,9 @@ TEST(BF16KernelEmulation, EmbeddingRowsAndDeterministicGradient) {
 }
 
 TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
-  const int64_t N = 9, C = 100; // C not a warp multiple
+  // C not a warp multiple; N past two 128-row chunks of the parameter
+  // gradients, with a tail.
+  const int64_t N = 260, C = 100;
   BF16Tensor x = randomBF16(N * C, 11, -2, 3), w = randomBF16(C, 12),
              b = randomBF16(C, 13), dout = randomBF16(N * C, 14);
   BF16Tensor y(N * C), mean(N), rstd(N), dx(N * C), dw(C), dbias(C);
@@ -259,9 +263,11 @@ TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
                   {}, mean.ref(), rstd.ref(), mean32.data(), rstd32.data(),
                   x.ref(), w.ref(), {}, N, C, eps, kNoStream)
                   .ok());
-  ASSERT_TRUE(emulated::mixedLayernormBackward(
-                  dx.ref(), dw.ref(), dbias.ref(), dout.ref(), x.ref(), w.ref(),
-                  mean32.data(), rstd32.data(), N, C, kNoStream)
+  std::vector<float> partials(2 * emulated::rowChunks(N) * C);
+  ASSERT_TRUE(emulated::mixedLayernormBackward(dx.ref(), dw.ref(), dbias.ref(),
+                                               dout.ref(), x.ref(), w.ref(),
+                                               mean32.data(), rstd32.data(),
+                                               partials.data(), N, C, kNoStream)
                   .ok());
   std::vector<float> rdx(N * C), rdw(C), rdb(C);
   ASSERT_TRUE(cpuKernels
