@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/backend_support.h"
 
+#include "runtime/core/bf16_staging.h"
+
 #include <map>
 
 namespace loom {
@@ -79,19 +81,21 @@ std::string cudaGap(const Instruction &ins) {
 using InstructionList =
     flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>;
 
-} // namespace
-
-std::vector<MissingKernel> missingKernels(const program::Program &program,
-                                          KernelBackendKind backend) {
+/// Every instruction of every list of every stage for which `gapOf` names a
+/// gap, grouped by gap in order of first appearance.
+template <typename GapOf>
+std::vector<MissingKernel> collectGaps(const program::Program &program,
+                                       GapOf gapOf) {
   std::vector<MissingKernel> missing;
-  if (backend == KernelBackendKind::Cpu || !program.stages())
-    return missing; // the CPU executor runs every opcode the verifier accepts
+  if (!program.stages())
+    return missing;
   std::map<std::string, size_t> slot; // kernel -> index into `missing`
-  auto visit = [&](const InstructionList *list, uint32_t stage) {
+  auto visit = [&](const program::Stage &st, const InstructionList *list,
+                   uint32_t stage) {
     if (!list)
       return;
     for (const Instruction *ins : *list) {
-      const std::string gap = cudaGap(*ins);
+      const std::string gap = gapOf(st, *ins);
       if (gap.empty())
         continue;
       auto [it, fresh] = slot.emplace(gap, missing.size());
@@ -107,17 +111,75 @@ std::vector<MissingKernel> missingKernels(const program::Program &program,
   };
   for (const program::Stage *stage : *program.stages()) {
     const uint32_t index = stage->index();
-    visit(stage->instructions(), index);
+    visit(*stage, stage->instructions(), index);
     if (const program::Pipeline *pipe = stage->pipeline();
         pipe && pipe->chunks()) {
       for (const program::PipelineChunk *chunk : *pipe->chunks()) {
-        visit(chunk->forward(), index);
-        visit(chunk->backward(), index);
+        visit(*stage, chunk->forward(), index);
+        visit(*stage, chunk->backward(), index);
       }
     }
-    visit(stage->update_instructions(), index);
+    visit(*stage, stage->update_instructions(), index);
   }
   return missing;
+}
+
+} // namespace
+
+std::vector<MissingKernel> missingKernels(const program::Program &program,
+                                          KernelBackendKind backend) {
+  if (backend == KernelBackendKind::Cpu)
+    return {}; // the CPU executor runs every opcode the verifier accepts
+  return collectGaps(program,
+                     [](const program::Stage &, const Instruction &ins) {
+                       return cudaGap(ins);
+                     });
+}
+
+bool cudaRunsBF16Natively(Opcode op) {
+  switch (op) {
+  case Opcode::Embedding:
+  case Opcode::EmbeddingGrad:
+  case Opcode::Add:
+  case Opcode::ReduceLeading:
+  case Opcode::Linear:
+  case Opcode::LinearGrad:
+  case Opcode::Matmul:
+  case Opcode::MatmulGrad:
+  case Opcode::LayerNorm:
+  case Opcode::LayerNormGrad:
+  case Opcode::Gelu:
+  case Opcode::GeluGrad:
+  case Opcode::Softmax:
+  case Opcode::SoftmaxGrad:
+  case Opcode::Attention:
+  case Opcode::AttentionGrad:
+  case Opcode::CrossEntropy:
+  case Opcode::CrossEntropyGrad:
+  case Opcode::RowMax:
+  case Opcode::CrossEntropySums:
+  case Opcode::CrossEntropyFromSums:
+  case Opcode::CrossEntropySumsGrad:
+  case Opcode::Fill:
+  case Opcode::SumSquares:
+  case Opcode::ClipCoef:
+  case Opcode::AdamW:
+    return true;
+  default:
+    return false;
+  }
+}
+
+std::vector<MissingKernel>
+cudaBF16StagedKernels(const program::Program &program) {
+  return collectGaps(program,
+                     [](const program::Stage &stage, const Instruction &ins) {
+                       if (cudaRunsBF16Natively(ins.opcode()))
+                         return std::string();
+                       return planBF16Staging(stage, ins).empty()
+                                  ? std::string()
+                                  : program::opcodeName(ins.opcode());
+                     });
 }
 
 Status checkBackendSupports(const program::Program &program,

@@ -52,6 +52,21 @@ Status checkBackendSupports(const program::Program &program,
                             const std::string &source,
                             KernelBackendKind backend);
 
+/// Whether the CUDA backend runs `op` on BF16 operands itself
+/// (cuda::CudaKernels::handlesBF16Natively: cuBLASLt bf16 GEMMs, the bf16
+/// flash attention, runtime/cuda/kernels_bf16.h) rather than through the
+/// executor's fp32 staging (bf16_staging.h), which would convert around the
+/// kernel. The list lives here, without CUDA headers, so that GPU-less
+/// builds test it against compiled programs.
+bool cudaRunsBF16Natively(program::Opcode op);
+
+/// The instructions of `program` with BF16 operands that the CUDA backend
+/// would run through the executor's fp32 staging (the opcodes
+/// cudaRunsBF16Natively lacks), in MissingKernel's form: opcode, count,
+/// first instruction. Empty for every program the compiler emits today.
+std::vector<MissingKernel>
+cudaBF16StagedKernels(const program::Program &program);
+
 } // namespace loom
 
 #endif // LOOM_RUNTIME_CORE_BACKEND_SUPPORT_H

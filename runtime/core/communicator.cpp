@@ -336,6 +336,21 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
                      << ") is not among the members of the all-reduce");
   const int64_t n = static_cast<int64_t>(members.size());
   COUNT(CommKind::AllReduce, bytesOf(count, dtype), n);
+  std::vector<int> ranks(members.size());
+  for (size_t k = 0; k < members.size(); ++k) {
+    std::vector<int64_t> c = mine;
+    c[axis] = members[k];
+    ranks[k] = rankOf(c);
+  }
+  return doAllReduceAmong(buf, count, dtype, op, ranks,
+                          static_cast<size_t>(self - members.begin()));
+}
+
+Status Communicator::doAllReduceAmong(void *buf, int64_t count, DType dtype,
+                                      Reduction op,
+                                      const std::vector<int> &ranks,
+                                      size_t self) {
+  const int64_t n = static_cast<int64_t>(ranks.size());
   // 1. Every member sends its values to the others (sends are buffered),
   //    2. receives theirs, 3. reduces them in member order, on the host
   //    (buffer values come out through the bound memory and go back in).
@@ -345,22 +360,17 @@ Status Communicator::allReduceAmong(void *buf, int64_t count, DType dtype,
   const size_t bytes = static_cast<size_t>(bytesOf(count, dtype));
   const bool hostBuf = !memory || memory->hostAccessible();
   std::vector<uint8_t> all(bytes * static_cast<size_t>(n));
-  uint8_t *own = all.data() + (self - members.begin()) * bytes;
+  uint8_t *own = all.data() + self * bytes;
   if (hostBuf)
     std::memcpy(own, buf, bytes);
   else
     LOOM_RETURN_IF_ERROR(memory->copyOut(own, buf, bytes));
-  std::vector<int> ranks(members.size());
-  for (size_t k = 0; k < members.size(); ++k) {
-    std::vector<int64_t> c = mine;
-    c[axis] = members[k];
-    ranks[k] = rankOf(c);
-    if (members[k] != mine[axis])
+  for (size_t k = 0; k < ranks.size(); ++k)
+    if (k != self)
       LOOM_RETURN_IF_ERROR(
           rawSendHost(own, count, dtype, ranks[k], kMembersTag));
-  }
-  for (size_t k = 0; k < members.size(); ++k)
-    if (members[k] != mine[axis])
+  for (size_t k = 0; k < ranks.size(); ++k)
+    if (k != self)
       LOOM_RETURN_IF_ERROR(rawRecvHost(all.data() + k * bytes, count, dtype,
                                        ranks[k], kMembersTag));
   const bool bf16 = dtype == DType::BF16;

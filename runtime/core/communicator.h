@@ -237,6 +237,14 @@ protected:
                         int peer, int64_t tag) = 0;
   virtual Status doRecv(void *buf, int64_t count, program::DType dtype,
                         int peer, int64_t tag) = 0;
+  /// allReduceAmong after its checks: `ranks` are the members' world ranks
+  /// in member order, ranks[self] this one. The default exchanges host
+  /// copies (rawSendHost / rawRecvHost) and reduces on the host; a device
+  /// transport (NCCL) overrides it to stay on the device, with the same
+  /// member-order reduction so every member still gets the same bits.
+  virtual Status doAllReduceAmong(void *buf, int64_t count,
+                                  program::DType dtype, program::Reduction op,
+                                  const std::vector<int> &ranks, size_t self);
   virtual Status doFlush() = 0;
   virtual Status doBarrier() = 0;
   /// Called after the mesh changed (drop cached sub-communicators).

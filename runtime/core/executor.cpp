@@ -259,6 +259,7 @@ Executor::~Executor() {
     memory->release(pool->data, pool->capacity * sizeof(float));
   for (TempPool &pool : staging)
     memory->release(pool.data, pool.capacity * sizeof(float));
+  memory->release(lossSlots, static_cast<uint64_t>(lossSlotCount) * 4);
 }
 
 void *Executor::bufferData(uint32_t index) {
@@ -293,6 +294,31 @@ int64_t Executor::modelStateBytes() const {
     bytes += bufferNumel(static_cast<uint32_t>(b)) *
              program::dtypeBytes(bufferDType(static_cast<uint32_t>(b)));
   return bytes;
+}
+
+Status Executor::lossSlot(int64_t i, int64_t count, float *&slot) {
+  if (count > lossSlotCount) {
+    // Grown between steps only (count is the step's micro-batch count).
+    memory->release(lossSlots, static_cast<uint64_t>(lossSlotCount) * 4);
+    lossSlots = nullptr;
+    lossSlotCount = 0;
+    LOOM_RETURN_IF_ERROR(
+        memory->allocate(static_cast<uint64_t>(count) * 4, lossSlots));
+    lossSlotCount = count;
+  }
+  slot = reinterpret_cast<float *>(lossSlots) + i;
+  return Status::success();
+}
+
+Status Executor::sumLossSlots(int64_t count, double &sum) {
+  std::vector<float> losses(static_cast<size_t>(count));
+  if (count > 0)
+    LOOM_RETURN_IF_ERROR(memory->copyOut(losses.data(), lossSlots,
+                                         static_cast<uint64_t>(count) * 4));
+  sum = 0;
+  for (float l : losses)
+    sum += l;
+  return Status::success();
 }
 
 Status Executor::readLoss(float &loss) const {
@@ -491,6 +517,9 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   int64_t stashBytes = 0; // held in `stash` now
   result.stashPeakBytes = 0;
   double lossSum = 0;
+  // Forwards that produce a loss: at most one per (chunk, micro-batch).
+  const int64_t lossCapacity = static_cast<int64_t>(pipe.actions()->size());
+  int64_t lossCount = 0;
   const int64_t start = steadyNowNs();
   recvWaitNs = 0;
   for (const program::PipelineAction *a : *pipe.actions()) {
@@ -526,11 +555,13 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
       stashBytes += static_cast<int64_t>(kept.bytes);
       result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
-        float loss = 0;
-        LOOM_RETURN_IF_ERROR(memory->copyOut(
-            &loss, bufferData(static_cast<uint32_t>(chunk.loss())),
-            sizeof(float)));
-        lossSum += loss;
+        // Kept on the device; read back once after the schedule.
+        float *slot = nullptr;
+        LOOM_RETURN_IF_ERROR(lossSlot(lossCount, lossCapacity, slot));
+        LOOM_RETURN_IF_ERROR(
+            memory->copy(slot, bufferData(static_cast<uint32_t>(chunk.loss())),
+                         sizeof(float)));
+        ++lossCount;
       }
       continue;
     }
@@ -559,6 +590,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
                                  /*flush=*/false));
   }
   LOOM_RETURN_IF_ERROR(comm->flush());
+  LOOM_RETURN_IF_ERROR(sumLossSlots(lossCount, lossSum));
   result.pipelineNs = steadyNowNs() - start;
   result.pipelineWaitNs = recvWaitNs;
   // 4. The loss lives on the last stage: sum it over the pipeline.
@@ -642,11 +674,16 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
     LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
                                  static_cast<uint32_t>(i), timings));
     if (stageTable->loss() >= 0) {
-      float loss = 0;
-      LOOM_RETURN_IF_ERROR(readLoss(loss));
-      lossSum += loss;
+      // Kept on the device; read back once after the last micro-batch.
+      float *slot = nullptr;
+      LOOM_RETURN_IF_ERROR(lossSlot(i, M, slot));
+      LOOM_RETURN_IF_ERROR(memory->copy(
+          slot, bufferData(static_cast<uint32_t>(stageTable->loss())),
+          sizeof(float)));
     }
   }
+  if (!isPipelined() && stageTable->loss() >= 0)
+    LOOM_RETURN_IF_ERROR(sumLossSlots(M, lossSum));
   if (!isPipelined())
     result.loss = static_cast<float>(lossSum / static_cast<double>(M));
   // 3. Clip and update once.
@@ -721,15 +758,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   //    widened into an fp32 slot of the staging memory, and the kernel
   //    reads (f32) and writes (dsts) the slots instead of the buffers.
   BF16StagingPlan bf16 = planBF16Staging(*stageTable, ins);
-  if (!bf16.empty() && kernels->handlesBF16Natively(op)) {
-    auto typed = [&](const std::vector<uint32_t> &list) {
-      std::vector<TypedOperand> v;
-      for (uint32_t b : list)
-        v.push_back({bufferData(b), bufferDType(b), &shapes[b]});
-      return v;
-    };
-    return kernels->runBF16Natively(ins, typed(in), typed(out), typed(scr));
-  }
+  if (!bf16.empty() && kernels->handlesBF16Natively(op))
+    return runBF16Natively(ins, in, out, scr);
   auto slotData = [&](int32_t s) {
     return reinterpret_cast<float *>(bf16Staging +
                                      bf16.slots[static_cast<size_t>(s)].offset);
@@ -1108,6 +1138,62 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       LOOM_RETURN_IF_ERROR(kernels->convertF32ToBF16(
           static_cast<uint16_t *>(bufferData(bf16.slots[s].buffer)),
           slotData(static_cast<int32_t>(s)), bf16.slots[s].count));
+  return Status::success();
+}
+
+Status Executor::runBF16Natively(const program::Instruction &ins,
+                                 const std::vector<uint32_t> &in,
+                                 const std::vector<uint32_t> &out,
+                                 const std::vector<uint32_t> &scr) {
+  const Opcode op = ins.opcode();
+  auto range = [&](uint32_t b) {
+    const uint64_t off = stageTable->buffers()->Get(b)->offset();
+    return Range{
+        off, off + static_cast<uint64_t>(bufferNumel(b) *
+                                         program::dtypeBytes(bufferDType(b)))};
+  };
+  auto typed = [&](uint32_t b, void *data) {
+    return TypedOperand{data, bufferDType(b), &shapes[b]};
+  };
+  std::vector<TypedOperand> inputs, outputs, scratch;
+  for (uint32_t b : in)
+    inputs.push_back(typed(b, bufferData(b)));
+  for (uint32_t b : scr)
+    scratch.push_back(typed(b, bufferData(b)));
+  // An output that overlaps an input other than as the opcode's in-place
+  // operand goes to a temporary, copied to its buffer after the kernel (as
+  // step 1 of runInstruction does for the fp32 kernels).
+  std::vector<bool> staged(out.size(), false);
+  if (staging.size() < out.size())
+    staging.resize(out.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    const Range r = range(out[k]);
+    if (op != Opcode::AdamW)
+      for (size_t j = 0; j < in.size(); ++j) {
+        const Range ri = range(in[j]);
+        if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
+          staged[k] = true;
+      }
+    const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
+    outputs.push_back(
+        typed(out[k],
+              staged[k] ? static_cast<void *>(temp(staging[k], (bytes + 3) / 4))
+                        : bufferData(out[k])));
+  }
+  BF16InstructionContext context;
+  context.vocabSize = modelInfo->vocab_size();
+  if (ins.axes() && ins.axes()->size() > 0) {
+    std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+    context.groupRank = comm->groupRank(axes);
+    context.groupSize = comm->groupSize(axes);
+  }
+  LOOM_RETURN_IF_ERROR(
+      kernels->runBF16Natively(ins, inputs, outputs, scratch, context));
+  for (size_t k = 0; k < out.size(); ++k)
+    if (staged[k])
+      LOOM_RETURN_IF_ERROR(kernels->copy(
+          bufferData(out[k]), outputs[k].data,
+          static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
   return Status::success();
 }
 

@@ -244,6 +244,12 @@ private:
                             TrainStepResult &result,
                             std::vector<InstructionTiming> *timings);
   Status runInstruction(const program::Instruction &ins);
+  /// `ins` with BF16 operands on a backend that runs it on bf16 itself
+  /// (KernelBackend::runBF16Natively), overlapping outputs staged.
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<uint32_t> &in,
+                         const std::vector<uint32_t> &out,
+                         const std::vector<uint32_t> &scr);
   /// Checks `count` ids on the host and copies them into `buffer` (nothing
   /// when -1); `what` ("token" / "target") and `firstRow` name a bad id.
   Status copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
@@ -292,6 +298,16 @@ private:
   // One staging pool per output position (multi-output gradient ops).
   std::vector<TempPool> staging;
   TempPool workspace, workspace2;
+  /// One float per micro-batch: each micro-batch's loss is copied here in
+  /// buffer memory and all are read back once per step (one host round
+  /// trip per step on a device, not one per micro-batch). A few bytes, not
+  /// counted in peakTensorBytes.
+  uint8_t *lossSlots = nullptr;
+  int64_t lossSlotCount = 0;
+  /// Slot `i` of lossSlots (grown to `count` first).
+  Status lossSlot(int64_t i, int64_t count, float *&slot);
+  /// The sum, in micro-batch order, of the first `count` slots.
+  Status sumLossSlots(int64_t count, double &sum);
   Communicator *comm = nullptr;
   std::unique_ptr<Communicator> ownComm;
   /// The memory the arena lives in (cpu::HostMemory); every host <-> arena

@@ -55,6 +55,18 @@ struct TypedOperand {
   const std::vector<int64_t> *shape;
 };
 
+/// What a native bf16 kernel needs beyond its operands: where this rank's
+/// block of a vocab-parallel table or logits lies (the executor's
+/// communicator knows the group) and the model's vocabulary (columns beyond
+/// it are padding).
+struct BF16InstructionContext {
+  /// This rank's index and the group size on the instruction's axes (0 and
+  /// 1 without axes).
+  int64_t groupRank = 0, groupSize = 1;
+  /// ModelInfo.vocab_size.
+  int64_t vocabSize = 0;
+};
+
 /// AdamW's hyper-parameters compiled into the instruction (double, as
 /// PyTorch holds them).
 struct AdamWHyperParams {
@@ -234,21 +246,24 @@ public:
   virtual Status convertBF16ToF32(float *out, const uint16_t *in,
                                   int64_t n) = 0;
   /// Whether the backend runs instruction `op` with BF16 operands itself,
-  /// through runBF16Natively, instead of the fp32 kernel on widened copies.
-  /// The hook for native bf16 kernels (cuBLASLt bf16 GEMMs with fp32
-  /// accumulation); no backend claims any opcode yet.
+  /// through runBF16Natively, instead of the fp32 kernel on widened copies
+  /// (CUDA: every compute opcode, backend_support.h's cudaRunsBF16Natively;
+  /// CPU: SumSquares).
   virtual bool handlesBF16Natively(program::Opcode op) const {
     (void)op;
     return false;
   }
   /// Runs `ins` (an opcode handlesBF16Natively claims) on its operands as
   /// they are: every pointer is a buffer pointer, BF16 or F32 as `dtype`
-  /// says. Outputs may alias inputs as for the fp32 kernel.
+  /// says. An output is either byte for byte an input the opcode may write
+  /// over (bf16_staging.h's kernelMayAlias, AdamW's state) or disjoint from
+  /// every input: the executor stages any other overlap.
   virtual Status runBF16Natively(const program::Instruction &ins,
                                  const std::vector<TypedOperand> &inputs,
                                  const std::vector<TypedOperand> &outputs,
-                                 const std::vector<TypedOperand> &scratch) {
-    (void)inputs, (void)outputs, (void)scratch;
+                                 const std::vector<TypedOperand> &scratch,
+                                 const BF16InstructionContext &context) {
+    (void)inputs, (void)outputs, (void)scratch, (void)context;
     return Status::error("this kernel backend has no native bf16 kernel for " +
                          program::opcodeName(ins.opcode()));
   }

@@ -349,7 +349,8 @@ bool CpuKernels::handlesBF16Natively(program::Opcode op) const {
 Status CpuKernels::runBF16Natively(const program::Instruction &ins,
                                    const std::vector<TypedOperand> &inputs,
                                    const std::vector<TypedOperand> &outputs,
-                                   const std::vector<TypedOperand> &) {
+                                   const std::vector<TypedOperand> &,
+                                   const BF16InstructionContext &) {
   LOOM_CHECK(ins.opcode() == program::Opcode::SumSquares &&
                  outputs.size() == 1 && outputs[0].dtype == program::DType::F32,
              "the CPU backend runs only SumSquares on bf16 itself, not "

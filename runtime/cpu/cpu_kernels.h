@@ -120,7 +120,8 @@ public:
   Status runBF16Natively(const program::Instruction &ins,
                          const std::vector<TypedOperand> &inputs,
                          const std::vector<TypedOperand> &outputs,
-                         const std::vector<TypedOperand> &scratch) override;
+                         const std::vector<TypedOperand> &scratch,
+                         const BF16InstructionContext &context) override;
 };
 
 } // namespace loom::cpu

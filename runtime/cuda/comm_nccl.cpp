@@ -2,6 +2,7 @@
 #include "runtime/cuda/comm_nccl.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/reduce_members.h"
 
 #include <cerrno>
 #include <chrono>
@@ -313,6 +314,44 @@ Status NcclCommunicator::doAllToAll(const void *in, void *out, int64_t count,
     }
   }
   LOOM_NCCL_CHECK(ncclGroupEnd());
+  return endOnComputeStream();
+}
+
+Status NcclCommunicator::doAllReduceAmong(void *buf, int64_t count,
+                                          program::DType dtype,
+                                          program::Reduction op,
+                                          const std::vector<int> &ranks,
+                                          size_t self) {
+  ncclDataType_t type;
+  LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
+  const size_t bytes = static_cast<size_t>(count) * elemBytes(dtype);
+  const int64_t n = static_cast<int64_t>(ranks.size());
+  if (bytes == 0 || n == 1)
+    return Status::success();
+  // 1. After the compute work so far: this rank's values into its block of
+  //    a stream-ordered device buffer of every member's values, 2. the
+  //    others' blocks from them (one NCCL group: no ordering deadlock),
+  //    3. the member-order reduction back into `buf`, 4. the compute stream
+  //    waits for it.
+  LOOM_RETURN_IF_ERROR(beginOnCommStream());
+  uint8_t *all = nullptr;
+  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&all),
+                                  bytes * static_cast<size_t>(n), stream));
+  LOOM_CUDA_CHECK(cudaMemcpyAsync(all + self * bytes, buf, bytes,
+                                  cudaMemcpyDeviceToDevice, stream));
+  LOOM_NCCL_CHECK(ncclGroupStart());
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (k == self)
+      continue;
+    LOOM_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), type, ranks[k],
+                             world, stream));
+    LOOM_NCCL_CHECK(ncclRecv(all + k * bytes, static_cast<size_t>(count), type,
+                             ranks[k], world, stream));
+  }
+  LOOM_NCCL_CHECK(ncclGroupEnd());
+  LOOM_RETURN_IF_ERROR(reduceMembers(
+      buf, all, n, count, dtype == program::DType::BF16, op, stream));
+  LOOM_CUDA_CHECK(cudaFreeAsync(all, stream));
   return endOnComputeStream();
 }
 

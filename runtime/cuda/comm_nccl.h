@@ -89,6 +89,12 @@ protected:
                 int64_t tag) override;
   Status doRecv(void *buf, int64_t count, program::DType dtype, int peer,
                 int64_t tag) override;
+  /// On the device: the members' values through grouped ncclSend / ncclRecv
+  /// on the world communicator into a device block, then the member-order
+  /// reduction (reduce_members.h) on the comm stream; no host round trip.
+  Status doAllReduceAmong(void *buf, int64_t count, program::DType dtype,
+                          program::Reduction op, const std::vector<int> &ranks,
+                          size_t self) override;
   Status doFlush() override;
   Status doBarrier() override;
   void meshChanged() override;

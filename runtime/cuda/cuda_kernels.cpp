@@ -47,10 +47,13 @@ Status CudaKernels::create(cudaStream_t computeStream,
 }
 
 CudaKernels::~CudaKernels() {
-  if (workspaceDevice) {
+  if (workspaceDevice || !bf16Pools.empty())
     cudaStreamSynchronize(computeStream);
+  if (workspaceDevice)
     cudaFree(workspaceDevice);
-  }
+  for (DevicePool &pool : bf16Pools)
+    if (pool.data)
+      cudaFree(pool.data);
 }
 
 Status CudaKernels::workspace(uint64_t bytes, void *&devicePtr) {

@@ -24,6 +24,7 @@
 
 #include <cuda_runtime_api.h>
 #include <memory>
+#include <vector>
 
 namespace loom::cuda {
 
@@ -157,6 +158,14 @@ public:
                const AdamWHyperParams &hyper) override;
   Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
   Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
+  /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
+  /// cuda_kernels_bf16.cpp.
+  bool handlesBF16Natively(program::Opcode op) const override;
+  Status runBF16Natively(const program::Instruction &ins,
+                         const std::vector<TypedOperand> &inputs,
+                         const std::vector<TypedOperand> &outputs,
+                         const std::vector<TypedOperand> &scratch,
+                         const BF16InstructionContext &context) override;
 
 private:
   CudaKernels() = default;
@@ -167,6 +176,33 @@ private:
   /// True when the flash kernels run this attention (see AttentionKernel).
   bool useFlash(int64_t C, int64_t NH) const;
 
+  /// Device workspaces of the bf16 kernels, one per use within an
+  /// instruction (grow-only, stream-ordered like workspace()).
+  enum BF16Slot : size_t {
+    kSlotStats,  // fp32 statistics, log-sum-exp, row losses, partials
+    kSlotResult, // an fp32 result rounded afterwards, accumulators
+    kSlotWidenA, // fp32 copies of bf16 operands (mixed-dtype fallback)
+    kSlotWidenB,
+  };
+  struct DevicePool {
+    void *data = nullptr;
+    uint64_t bytes = 0;
+  };
+  Status bf16Workspace(size_t slot, uint64_t bytes, void *&ptr);
+  /// `t` as fp32: itself when F32, else widened into workspace `slot`.
+  Status widened(size_t slot, const TypedOperand &t, const float *&out);
+  /// Row-major C = op(A) op(B) (+ bias) on operands of any float dtype:
+  /// cuBLASLt bf16 when A and B are bf16, else fp32 on widened copies.
+  Status gemmMixed(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                   const TypedOperand &A, int64_t lda, const TypedOperand &B,
+                   int64_t ldb, const TypedOperand &C, int64_t ldc,
+                   const TypedOperand *bias);
+  /// Attention (in: qkv) or AttentionGrad (in: dout, qkv) on bf16 operands.
+  Status attentionBF16(const std::vector<TypedOperand> &in,
+                       const std::vector<TypedOperand> &out, bool grad,
+                       int64_t NH);
+
+  std::vector<DevicePool> bf16Pools;
   cudaStream_t computeStream = nullptr;
   AttentionKernel attention = AttentionKernel::Flash;
   Gemm gemmEngine;

@@ -10,6 +10,11 @@
 #include "ProgramTestUtil.h"
 
 #include "runtime/core/backend_support.h"
+#include "runtime/core/bf16_staging.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -128,3 +133,112 @@ TEST(BackendSupport, LooksIntoPipelineChunksAndTheUpdate) {
   EXPECT_EQ(missing[1].kernel, "opcode 61");
   EXPECT_EQ(missing[1].firstName, "sum_squares");
 }
+
+//===----------------------------------------------------------------------===//
+// bf16 on CUDA: no instruction of a compiled bf16 program may fall back to
+// the executor's fp32 staging (it converts around the kernel: far too slow
+// for the GPU's MFU goal).
+//===----------------------------------------------------------------------===//
+
+TEST(BackendSupport, EveryStagingOpcodeHasANativeCudaBF16Kernel) {
+  // Every opcode whose BF16 operands the executor would stage (compute,
+  // gradient, loss and optimizer opcodes) must be one CudaKernels runs on
+  // bf16 itself; a new opcode added to the schema fails here until it has
+  // a bf16 kernel (runtime/cuda/kernels_bf16.h) or is declared data
+  // movement in bf16_staging.cpp.
+  for (fb::Opcode op : fb::EnumValuesOpcode())
+    if (stagesBF16Operands(op))
+      EXPECT_TRUE(cudaRunsBF16Natively(op)) << fb::EnumNameOpcode(op);
+  EXPECT_FALSE(cudaRunsBF16Natively(fb::Opcode::Cast)); // converts itself
+  EXPECT_FALSE(cudaRunsBF16Natively(fb::Opcode::AllReduce));
+}
+
+TEST(BackendSupport, HandBuiltBF16GptStagesNothingOnCuda) {
+  // The hand-built GPT train step in bf16 (every opcode of a single-rank
+  // step) has BF16 operands on most instructions and none the CUDA backend
+  // would stage; its fp32 twin has nothing to stage at all.
+  auto p = miniGptTrain();
+  makeMixedPrecision(*p);
+  fb::LoadedProgram loaded;
+  Status s = fb::loadProgramBytes(serialize(*p), "mini.loom", loaded);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_TRUE(cudaBF16StagedKernels(*loaded.root()).empty());
+  auto fp32 = miniGptTrain();
+  fb::LoadedProgram loaded32;
+  ASSERT_TRUE(
+      fb::loadProgramBytes(serialize(*fp32), "mini32.loom", loaded32).ok());
+  EXPECT_TRUE(cudaBF16StagedKernels(*loaded32.root()).empty());
+}
+
+#if defined(LOOM_PATH) && defined(LOOM_SOURCE_DIR)
+namespace {
+
+/// Compiles `config` with `loom compile ... --precision bf16 -o` into a
+/// temporary file and loads it; false (with a test failure) on error.
+bool compileBF16(const std::string &config, const std::string &flags,
+                 fb::LoadedProgram &loaded) {
+  const std::string out = ::testing::TempDir() + "bf16-" +
+                          std::to_string(std::hash<std::string>()(flags)) +
+                          ".loom";
+  const std::string cmd = std::string(LOOM_PATH) + " compile --config " +
+                          LOOM_SOURCE_DIR + "/examples/" + config + " " +
+                          flags + " --precision bf16 -o " + out +
+                          " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "failed: " << cmd;
+    return false;
+  }
+  Status s = fb::loadProgramFile(out, loaded);
+  std::remove(out.c_str());
+  EXPECT_TRUE(s.ok()) << s.toString();
+  return s.ok();
+}
+
+/// Instructions of `program` with at least one BF16 operand.
+int64_t bf16Instructions(const fb::Program &program) {
+  int64_t n = 0;
+  for (const fb::Stage *stage : *program.stages()) {
+    auto count = [&](const auto *list) {
+      if (list)
+        for (const fb::Instruction *ins : *list)
+          if (!planBF16Staging(*stage, *ins).empty())
+            ++n;
+    };
+    count(stage->instructions());
+    count(stage->update_instructions());
+    if (stage->pipeline() && stage->pipeline()->chunks())
+      for (const auto *chunk : *stage->pipeline()->chunks()) {
+        count(chunk->forward());
+        count(chunk->backward());
+      }
+  }
+  return n;
+}
+
+} // namespace
+
+TEST(BackendSupport, CompiledBF16ProgramsRunNativelyOnCuda) {
+  // What `loom compile --precision bf16` emits for the tiny model (plain,
+  // micro-batched, vocab-parallel tp=2 with ZeRO-1, a pipeline stage) and for
+  // GPT-2 124M: every instruction with BF16 operands runs natively on CUDA.
+  const std::pair<const char *, const char *> cases[] = {
+      {"tiny.json", "--batch 4 --seq 32 --train"},
+      {"tiny.json", "--batch 4 --seq 32 --train --microbatches 2 "
+                    "--recompute full"},
+      {"tiny.json", "--batch 8 --seq 32 --train --mesh dp=2,tp=2 --zero 1"},
+      {"tiny.json", "--batch 4 --seq 32 --train --mesh pp=2 --microbatches 2"},
+      {"tiny.json", "--batch 4 --seq 32"}, // evaluation
+      {"gpt2-124m.json", "--batch 4 --seq 1024 --train"},
+  };
+  for (const auto &[config, flags] : cases) {
+    fb::LoadedProgram loaded;
+    if (!compileBF16(config, flags, loaded))
+      continue;
+    EXPECT_GT(bf16Instructions(*loaded.root()), 10) << config << " " << flags;
+    for (const MissingKernel &m : cudaBF16StagedKernels(*loaded.root()))
+      ADD_FAILURE() << config << " " << flags << ": " << m.kernel << " ("
+                    << m.count << " instructions, first '" << m.firstName
+                    << "') would run staged on CUDA";
+  }
+}
+#endif

@@ -17,6 +17,7 @@
 #include "runtime/cpu/tensor_movement.h"
 #include "runtime/cuda/convert.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_memory.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
 
@@ -246,3 +247,42 @@ TEST_F(CudaBackendTest, CudaKernelsMatchCpuKernels) {
 }
 
 } // namespace
+
+TEST_F(CudaBackendTest, CopyInReusesHostBytesAtOnceThroughThePinnedRing) {
+  // copyIn returns without waiting for the stream; the caller overwrites
+  // its host array right away (as the executor does with token rows), many
+  // times over, so the pinned ring wraps and grows (one upload larger than
+  // the initial 1 MiB). Every device block must hold what the host array
+  // held at its call.
+  cuda::CudaMemory mem(stream);
+  const int64_t blocks = 600, small = 4096; // ints: 16 KiB each
+  const int64_t big = 512 * 1024;           // 2 MiB: the ring grows
+  uint8_t *dev = nullptr;
+  const uint64_t total = (blocks * small + big) * sizeof(int32_t);
+  ASSERT_TRUE(mem.allocate(total, dev).ok());
+  std::vector<int32_t> host(static_cast<size_t>(big));
+  auto *d = reinterpret_cast<int32_t *>(dev);
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t i = 0; i < small; ++i)
+      host[i] = static_cast<int32_t>(b * 7919 + i);
+    ASSERT_TRUE(
+        mem.copyIn(d + b * small, host.data(), small * sizeof(int32_t)).ok());
+    if (b == blocks / 2) {
+      for (int64_t i = 0; i < big; ++i)
+        host[i] = static_cast<int32_t>(-i);
+      ASSERT_TRUE(
+          mem.copyIn(d + blocks * small, host.data(), big * sizeof(int32_t))
+              .ok());
+    }
+  }
+  EXPECT_GE(mem.pinnedStagingBytes(), static_cast<uint64_t>(big * 4));
+  std::vector<int32_t> back(static_cast<size_t>(blocks * small + big));
+  ASSERT_TRUE(mem.copyOut(back.data(), dev, total).ok());
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t i = 0; i < small; i += 97)
+      ASSERT_EQ(back[b * small + i], static_cast<int32_t>(b * 7919 + i))
+          << "block " << b << " element " << i;
+  for (int64_t i = 0; i < big; i += 101)
+    ASSERT_EQ(back[blocks * small + i], static_cast<int32_t>(-i));
+  mem.release(dev, total);
+}

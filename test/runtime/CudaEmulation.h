@@ -25,6 +25,7 @@
 #include <cuda_bf16.h> // host-side __nv_bfloat16 and its conversions
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -132,6 +133,50 @@ inline float warpSum(float x) {
   }
   return x;
 }
+/// warpSum's butterfly with max.
+inline float warpMax(float x) {
+  const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  Barrier &bar = *warpBarriers[w];
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+    warpSlots[threadIdx.x] = x;
+    bar.arriveAndWait();
+    const float other = warpSlots[w * kWarp + (lane ^ o)];
+    bar.arriveAndWait();
+    x = std::max(x, other);
+  }
+  return x;
+}
+/// __ballot_sync over the whole warp: bit j set when lane j's p holds.
+inline unsigned warpBallot(bool p) {
+  const int w = threadIdx.x / kWarp;
+  Barrier &bar = *warpBarriers[w];
+  warpSlots[threadIdx.x] = p ? 1.0f : 0.0f;
+  bar.arriveAndWait();
+  unsigned mask = 0;
+  for (int j = 0; j < kWarp && w * kWarp + j < static_cast<int>(blockDim.x);
+       ++j)
+    if (warpSlots[w * kWarp + j] != 0.0f)
+      mask |= 1u << j;
+  bar.arriveAndWait();
+  return mask;
+}
+/// __ffs(mask) - 1.
+inline int lowestSetBit(unsigned mask) { return __builtin_ctz(mask); }
+/// launch.cuh's fixed shared-memory tree over a block of kThreads.
+inline double blockSum(double s) {
+  static double partial[kThreads];
+  partial[threadIdx.x] = s;
+  blockBarrier->arriveAndWait();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride)
+      partial[threadIdx.x] += partial[threadIdx.x + stride];
+    blockBarrier->arriveAndWait();
+  }
+  const double total = partial[0];
+  // Every thread has read the total before a later call overwrites it.
+  blockBarrier->arriveAndWait();
+  return total;
+}
 } // namespace launch
 
 } // namespace cuda_emulation
@@ -198,12 +243,17 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     d.x[i] = out[i];
 }
 } // namespace nvcuda::wmma
+/// CUDA's device reciprocal square root.
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 /// CUDA's overloaded device min, for mixed integer widths.
 template <typename A, typename B> inline auto min(A a, B b) {
   return a < b ? a : b;
 }
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
+/// Kernels with warp intrinsics beyond launch.cuh's take the emulated ones
+/// (launch namespace) instead of defining their own.
+#define LOOM_CUDA_EMULATION 1
 #define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
   do {                                                                         \
     (void)(stream);                                                            \

@@ -3,7 +3,8 @@
 // The executor with cuda::CudaKernels and cuda::CudaMemory (the arena, the
 // temporaries and every host copy on the device) trains a small GPT, plain
 // and as a pipeline stage with stashes, like the CPU executor: per-step
-// loss and gradient norm, and the final weights, within fp32 round-off.
+// loss and gradient norm, and the final weights, within fp32 round-off
+// (bf16 programs: within bf16's resolution, on the native bf16 kernels).
 // Skipped without a device (BufferMemoryTest checks the same routing on
 // the CPU with a poisoned memory).
 //
@@ -28,6 +29,7 @@ class CudaExecutorTest : public CudaTest {
 protected:
   struct Trained {
     std::vector<float> losses, norms, weights;
+    uint64_t bf16Staging = 0;
   };
 
   void train(const fb::ProgramT &p, bool onDevice, Trained &out) {
@@ -58,6 +60,7 @@ protected:
       out.losses.push_back(r.loss);
       out.norms.push_back(r.gradNorm);
     }
+    out.bf16Staging = ex->bf16StagingBytes();
     // The fp32 weights: a mixed-precision parameter's master.
     const ParamView &first = ex->params().front();
     const uint32_t w = first.masterBuffer >= 0
@@ -75,8 +78,8 @@ protected:
 
   /// Device vs host within `rtol` (fp32 round-off; bf16 programs round
   /// the two backends' slightly different fp32 results to 8 bits).
-  void expectSame(const fb::ProgramT &p, double rtol = 1e-4,
-                  double atol = 1e-5) {
+  void expectSame(const fb::ProgramT &p, double rtol = 1e-4, double atol = 1e-5,
+                  Trained *onDevice = nullptr) {
     Trained host, device;
     train(p, false, host);
     train(p, true, device);
@@ -86,6 +89,8 @@ protected:
       EXPECT_NEAR(device.norms[i], host.norms[i], rtol * host.norms[i]);
     }
     expectClose(device.weights, host.weights, rtol, atol, "first weight");
+    if (onDevice)
+      *onDevice = device;
   }
 };
 
@@ -108,16 +113,35 @@ TEST_F(CudaExecutorTest, PipelineStageStashesOnTheDevice) {
 }
 
 TEST_F(CudaExecutorTest, MixedPrecisionTrainsLikeTheCpuExecutor) {
-  // bf16 weights, activations and gradients staged through fp32 on the
-  // device (convert.cu), fp32 masters updated and cast: the CPU run's
-  // losses within bf16's resolution.
+  // bf16 weights, activations and gradients on the device's native bf16
+  // kernels (cuBLASLt bf16 GEMMs, bf16 flash attention, kernels_bf16.cu),
+  // fp32 masters updated and cast: the CPU run's (staged: fp32 kernels on
+  // widened copies) losses within bf16's resolution, and no staging memory
+  // at all on the device.
   MiniGptDims d;
   d.B = 4;
   MiniGptTrainOptions o;
   o.microbatches = 2;
   auto p = miniGptTrain(d, o);
   makeMixedPrecision(*p);
-  expectSame(*p, 2e-2, 1e-3);
+  Trained device;
+  expectSame(*p, 2e-2, 1e-3, &device);
+  EXPECT_EQ(device.bf16Staging, 0u);
+}
+
+TEST_F(CudaExecutorTest, MixedPrecisionAtGpt2HeadSize) {
+  // Head size 64 (GPT-2's): the bf16 flash kernels on tensor cores, T past
+  // one tile, a pipeline stage's stashes in bf16.
+  MiniGptDims d;
+  d.B = 2, d.T = 80, d.C = 128, d.NH = 2;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  auto p = miniGptTrain(d, o);
+  makeSingleChunkPipeline(*p);
+  makeMixedPrecision(*p);
+  Trained device;
+  expectSame(*p, 2e-2, 1e-3, &device);
+  EXPECT_EQ(device.bf16Staging, 0u);
 }
 
 } // namespace

@@ -585,3 +585,21 @@ TEST(MixedPrecisionTraining, GreedySamplingReadsBF16Logits) {
 }
 
 } // namespace
+
+TEST(MixedPrecisionTraining, BF16PipelineStageAtGpt2HeadSize) {
+  // The CPU side of CudaExecutorTest.MixedPrecisionAtGpt2HeadSize: a bf16
+  // pipeline stage with head size 64 and T past one flash tile trains (the
+  // reference the device's native bf16 kernels are held to).
+  MiniGptDims d;
+  d.B = 2, d.T = 80, d.C = 128, d.NH = 2;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  auto p = miniGptTrain(d, o);
+  makeSingleChunkPipeline(*p);
+  makeMixedPrecision(*p);
+  const TrainedRun run = train(*p, 4);
+  ASSERT_EQ(run.losses.size(), 4u);
+  for (float l : run.losses)
+    EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(run.losses.back(), run.losses.front());
+}

@@ -361,12 +361,13 @@ public:
   Status runBF16Natively(const program::Instruction &ins,
                          const std::vector<TypedOperand> &inputs,
                          const std::vector<TypedOperand> &outputs,
-                         const std::vector<TypedOperand> &scratch) override {
+                         const std::vector<TypedOperand> &scratch,
+                         const BF16InstructionContext &context) override {
     for (const auto *list : {&inputs, &outputs, &scratch})
       for (const TypedOperand &t : *list)
         LOOM_RETURN_IF_ERROR(mem.check("runBF16Natively", t.data));
     LOOM_GUARD(runBF16Natively, (),
-               runBF16Natively(ins, inputs, outputs, scratch));
+               runBF16Natively(ins, inputs, outputs, scratch, context));
   }
 #undef LOOM_GUARD
 #undef LOOM_POINTERS

@@ -1,0 +1,715 @@
+//===- kernels_bf16.cu - Mixed-dtype CUDA kernels for bf16 training -------===//
+//
+// kernels.cu's and vocab_parallel.cu's kernels with every float operand a
+// FloatRef (kernels_bf16.h): the same thread layouts (one thread per
+// element, one warp per row, one thread per column for reductions over
+// rows) and summation orders, with loads widened to fp32 and stores rounded
+// to bf16 where the operand is bf16.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/kernels_bf16.h"
+
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
+
+#include <cmath>
+#include <cuda_bf16.h>
+
+namespace loom::cuda {
+namespace {
+
+using namespace launch;
+
+__device__ inline float ld(FloatRef r, int64_t i) {
+  return r.bf16
+             ? __bfloat162float(static_cast<const __nv_bfloat16 *>(r.data)[i])
+             : static_cast<const float *>(r.data)[i];
+}
+
+/// Rounds to nearest even when the operand is bf16.
+__device__ inline void st(FloatRef r, int64_t i, float x) {
+  if (r.bf16)
+    static_cast<__nv_bfloat16 *>(r.data)[i] = __float2bfloat16(x);
+  else
+    static_cast<float *>(r.data)[i] = x;
+}
+
+#ifndef LOOM_CUDA_EMULATION
+/// Bit j set when lane j's predicate holds (the whole warp calls it).
+__device__ inline unsigned warpBallot(bool p) {
+  return __ballot_sync(0xffffffffu, p);
+}
+/// Index of the lowest set bit of a non-zero mask.
+__device__ inline int lowestSetBit(unsigned mask) { return __ffs(mask) - 1; }
+#endif
+
+__device__ inline int64_t threadIndex() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+/// Rows per partial of the two-stage reductions over rows.
+constexpr int64_t kRowChunk = 128;
+
+/// Columns of this rank's block below validV (vocab_parallel.cu's).
+inline int64_t localValidColumns(int64_t V, int64_t offset, int64_t validV) {
+  const int64_t cols = validV - offset < V ? validV - offset : V;
+  return cols > 0 ? cols : 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+__global__ void addKernel(FloatRef out, FloatRef a, FloatRef b, int64_t n,
+                          int64_t inner) {
+  const int64_t i = threadIndex();
+  if (i < n)
+    st(out, i, ld(a, i) + ld(b, i % inner));
+}
+
+// Reductions over rows in two deterministic stages: (1) block (chunk,
+// column block) sums kRowChunk rows of its columns in order into a partial,
+// (2) one thread per column adds the partials in chunk order. All of the
+// GPU works on stage 1 (a thread per column alone would leave it idle on
+// GPT-2's 16K rows).
+__global__ void columnSumPartialKernel(double *partial, FloatRef dout,
+                                       int64_t outer, int64_t inner,
+                                       int64_t colBlocks) {
+  const int64_t chunk = blockIdx.x / colBlocks;
+  const int64_t j = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
+  if (j >= inner)
+    return;
+  const int64_t end = min(outer, (chunk + 1) * kRowChunk);
+  double s = 0;
+  for (int64_t o = chunk * kRowChunk; o < end; ++o)
+    s += ld(dout, o * inner + j);
+  partial[chunk * inner + j] = s;
+}
+
+__global__ void columnSumFinishKernel(FloatRef db, const double *partial,
+                                      int64_t chunks, int64_t inner) {
+  const int64_t j = threadIndex();
+  if (j >= inner)
+    return;
+  double s = 0;
+  for (int64_t c = 0; c < chunks; ++c)
+    s += partial[c * inner + j];
+  st(db, j, static_cast<float>(s));
+}
+
+__global__ void fillKernel(FloatRef out, float value, int64_t n) {
+  const int64_t i = threadIndex();
+  if (i < n)
+    st(out, i, value);
+}
+
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
+
+__global__ void geluForwardKernel(FloatRef out, FloatRef inp, int64_t n) {
+  const int64_t i = threadIndex();
+  if (i >= n)
+    return;
+  const float x = ld(inp, i);
+  const float cube = 0.044715f * x * x * x;
+  st(out, i, 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube))));
+}
+
+__global__ void geluBackwardKernel(FloatRef dinp, FloatRef inp, FloatRef dout,
+                                   int64_t n) {
+  const int64_t i = threadIndex();
+  if (i >= n)
+    return;
+  const float x = ld(inp, i);
+  const float cube = 0.044715f * x * x * x;
+  const float th = tanhf(kGeluScale * (x + cube));
+  const float sech2 = 1.0f - th * th;
+  const float local =
+      0.5f * (1.0f + th) +
+      0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  st(dinp, i, local * ld(dout, i));
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+__global__ void embeddingForwardKernel(FloatRef out, const int32_t *idx,
+                                       FloatRef rows, int64_t N,
+                                       int64_t rowBegin, int64_t R, int64_t C) {
+  const int64_t i = threadIndex();
+  if (i >= N * C)
+    return;
+  const int64_t n = i / C, c = i % C;
+  const int64_t r = static_cast<int64_t>(idx[n]) - rowBegin;
+  st(out, i, r >= 0 && r < R ? ld(rows, r * C + c) : 0.0f);
+}
+
+// One warp per vocabulary row: the warp scans the token ids 32 at a time,
+// finds the tokens equal to its row with a ballot, and adds their gradient
+// rows in token order into fp32 registers, kColumnsPerLane columns per lane
+// at a time; each table row is written once (rounded once when bf16).
+// Deterministic without atomics or sorting, no [V, C] fp32 accumulator to
+// clear, and every warp works at once (a thread per column, as kernels.cu
+// does, leaves the GPU nearly idle on GPT-2's 16K tokens).
+constexpr int kColumnsPerLane = 8;
+
+__global__ void embeddingGradRowsKernel(FloatRef dtable, FloatRef dout,
+                                        const int32_t *idx, int64_t N,
+                                        int64_t V, int64_t C) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= V)
+    return;
+  for (int64_t c0 = 0; c0 < C; c0 += kWarp * kColumnsPerLane) {
+    float acc[kColumnsPerLane];
+    for (int k = 0; k < kColumnsPerLane; ++k)
+      acc[k] = 0.0f;
+    for (int64_t n0 = 0; n0 < N; n0 += kWarp) {
+      const int64_t n = n0 + lane;
+      unsigned hits = warpBallot(n < N && idx[n] == row);
+      while (hits) {
+        const int j = lowestSetBit(hits);
+        hits &= hits - 1;
+        const int64_t base = (n0 + j) * C;
+        for (int k = 0; k < kColumnsPerLane; ++k) {
+          const int64_t c = c0 + k * kWarp + lane;
+          if (c < C)
+            acc[k] += ld(dout, base + c);
+        }
+      }
+    }
+    for (int k = 0; k < kColumnsPerLane; ++k) {
+      const int64_t c = c0 + k * kWarp + lane;
+      if (c < C)
+        st(dtable, row * C + c, acc[k]);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm
+//===----------------------------------------------------------------------===//
+
+__global__ void layernormForwardKernel(FloatRef out, FloatRef mean,
+                                       FloatRef rstd, float *mean32,
+                                       float *rstd32, FloatRef inp,
+                                       FloatRef weight, FloatRef bias,
+                                       int64_t N, int64_t C, float eps) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * C;
+  float s = 0;
+  for (int64_t c = lane; c < C; c += kWarp)
+    s += ld(inp, base + c);
+  const float m = warpSum(s) / C;
+  float v = 0;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float d = ld(inp, base + c) - m;
+    v += d * d;
+  }
+  const float r = rsqrtf(warpSum(v) / C + eps);
+  if (lane == 0) {
+    if (mean.data)
+      st(mean, row, m);
+    if (rstd.data)
+      st(rstd, row, r);
+    if (mean32)
+      mean32[row] = m;
+    if (rstd32)
+      rstd32[row] = r;
+  }
+  if (out.data)
+    for (int64_t c = lane; c < C; c += kWarp)
+      st(out, base + c,
+         (ld(inp, base + c) - m) * r * ld(weight, c) + ld(bias, c));
+}
+
+__global__ void layernormBackwardInputKernel(FloatRef dinp, FloatRef dout,
+                                             FloatRef inp, FloatRef weight,
+                                             const float *mean,
+                                             const float *rstd, int64_t N,
+                                             int64_t C) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * C;
+  const float m = mean[row], r = rstd[row];
+  float sumD = 0, sumDX = 0;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float xhat = (ld(inp, base + c) - m) * r;
+    const float d = ld(weight, c) * ld(dout, base + c);
+    sumD += d;
+    sumDX += d * xhat;
+  }
+  sumD = warpSum(sumD) / C;
+  sumDX = warpSum(sumDX) / C;
+  for (int64_t c = lane; c < C; c += kWarp) {
+    const float xhat = (ld(inp, base + c) - m) * r;
+    const float d = ld(weight, c) * ld(dout, base + c);
+    st(dinp, base + c, (d - sumD - xhat * sumDX) * r);
+  }
+}
+
+__global__ void layernormParamPartialKernel(float *partial, FloatRef dout,
+                                            FloatRef inp, const float *mean,
+                                            const float *rstd, int64_t N,
+                                            int64_t C, int64_t colBlocks) {
+  const int64_t chunk = blockIdx.x / colBlocks;
+  const int64_t c = (blockIdx.x % colBlocks) * blockDim.x + threadIdx.x;
+  if (c >= C)
+    return;
+  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t end = min(N, (chunk + 1) * kRowChunk);
+  float dw = 0, db = 0;
+  for (int64_t n = chunk * kRowChunk; n < end; ++n) {
+    const float dy = ld(dout, n * C + c);
+    dw += (ld(inp, n * C + c) - mean[n]) * rstd[n] * dy;
+    db += dy;
+  }
+  partial[chunk * C + c] = dw;
+  partial[(chunks + chunk) * C + c] = db;
+}
+
+__global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
+                                           const float *partial, int64_t chunks,
+                                           int64_t C) {
+  const int64_t c = threadIndex();
+  if (c >= C)
+    return;
+  float dw = 0, db = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    dw += partial[k * C + c];
+    db += partial[(chunks + k) * C + c];
+  }
+  if (dweight.data)
+    st(dweight, c, dw);
+  if (dbias.data)
+    st(dbias, c, db);
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax and cross-entropy
+//===----------------------------------------------------------------------===//
+
+__global__ void softmaxForwardKernel(FloatRef out, FloatRef inp, int64_t N,
+                                     int64_t C) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * C;
+  float mx = -INFINITY;
+  for (int64_t c = lane; c < C; c += kWarp)
+    mx = fmaxf(mx, ld(inp, base + c));
+  mx = warpMax(mx);
+  float s = 0;
+  for (int64_t c = lane; c < C; c += kWarp)
+    s += expf(ld(inp, base + c) - mx);
+  s = warpSum(s);
+  __syncwarp(); // out may alias inp: every lane has read the row
+  for (int64_t c = lane; c < C; c += kWarp)
+    st(out, base + c, expf(ld(inp, base + c) - mx) / s);
+}
+
+__global__ void softmaxBackwardKernel(FloatRef dinp, FloatRef dout,
+                                      FloatRef out, int64_t N, int64_t C) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * C;
+  float dot = 0;
+  for (int64_t c = lane; c < C; c += kWarp)
+    dot += ld(out, base + c) * ld(dout, base + c);
+  dot = warpSum(dot);
+  __syncwarp();
+  for (int64_t c = lane; c < C; c += kWarp)
+    st(dinp, base + c, ld(out, base + c) * (ld(dout, base + c) - dot));
+}
+
+/// Row max and log-sum-exp over the valid columns of the row at `base`.
+__device__ void rowLogSumExp(FloatRef x, int64_t base, int64_t validV, int lane,
+                             float &mx, float &lse) {
+  mx = -INFINITY;
+  for (int64_t c = lane; c < validV; c += kWarp)
+    mx = fmaxf(mx, ld(x, base + c));
+  mx = warpMax(mx);
+  float s = 0;
+  for (int64_t c = lane; c < validV; c += kWarp)
+    s += expf(ld(x, base + c) - mx);
+  lse = logf(warpSum(s));
+}
+
+__global__ void crossEntropyRowsKernel(float *losses, FloatRef logits,
+                                       const int32_t *targets, int64_t N,
+                                       int64_t V, int64_t validV) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  float mx, lse;
+  rowLogSumExp(logits, row * V, validV, lane, mx, lse);
+  const int32_t t = targets[row];
+  if (lane == 0)
+    losses[row] =
+        (t >= 0 && t < validV) ? (mx + lse - ld(logits, row * V + t)) : NAN;
+}
+
+/// One block: mean of the row losses in a fixed order, times scale.
+__global__ void meanKernel(FloatRef out, const float *x, int64_t n,
+                           float scale) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    s += x[i];
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    st(out, 0, static_cast<float>(s / n * scale));
+}
+
+__global__ void crossEntropyBackwardKernel(FloatRef dlogits, FloatRef logits,
+                                           const int32_t *targets, int64_t N,
+                                           int64_t V, int64_t validV,
+                                           FloatRef dloss, float dlossScale) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * V;
+  float mx, lse;
+  rowLogSumExp(logits, base, validV, lane, mx, lse);
+  const float g = ld(dloss, 0) * dlossScale / N;
+  const int32_t t = targets[row];
+  __syncwarp(); // dlogits may alias logits
+  for (int64_t c = lane; c < V; c += kWarp) {
+    float d = 0;
+    if (c < validV)
+      d = (expf(ld(logits, base + c) - mx - lse) - (c == t ? 1.0f : 0.0f)) * g;
+    st(dlogits, base + c, d);
+  }
+}
+
+__global__ void rowMaxKernel(FloatRef rowMax, FloatRef logits, int64_t N,
+                             int64_t V, int64_t cols) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  float m = -INFINITY;
+  for (int64_t c = lane; c < cols; c += kWarp)
+    m = fmaxf(m, ld(logits, row * V + c));
+  m = warpMax(m);
+  if (lane == 0)
+    st(rowMax, row, m);
+}
+
+__global__ void sumsKernel(FloatRef sumExp, FloatRef targetLogit,
+                           FloatRef logits, FloatRef rowMax,
+                           const int32_t *targets, int64_t N, int64_t V,
+                           int64_t offset, int64_t cols) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t base = row * V;
+  const float m = ld(rowMax, row);
+  float s = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp)
+    s += expf(ld(logits, base + c) - m);
+  s = warpSum(s);
+  if (lane == 0) {
+    st(sumExp, row, s);
+    const int64_t t = static_cast<int64_t>(targets[row]) - offset;
+    st(targetLogit, row, t >= 0 && t < cols ? ld(logits, base + t) : 0.0f);
+  }
+}
+
+__global__ void fromSumsKernel(FloatRef loss, FloatRef rowMax, FloatRef sumExp,
+                               FloatRef targetLogit, int64_t N,
+                               double divisor) {
+  double s = 0.0;
+  for (int64_t n = threadIdx.x; n < N; n += kThreads)
+    s += log(static_cast<double>(ld(sumExp, n))) +
+         static_cast<double>(ld(rowMax, n)) -
+         static_cast<double>(ld(targetLogit, n));
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    st(loss, 0, divisor > 0 ? static_cast<float>(s / divisor) : 0.0f);
+}
+
+__global__ void sumsBackwardKernel(FloatRef dlogits, FloatRef logits,
+                                   FloatRef rowMax, FloatRef sumExp,
+                                   const int32_t *targets, int64_t N, int64_t V,
+                                   int64_t offset, int64_t cols, FloatRef dloss,
+                                   double tokens) {
+  const int64_t i = threadIndex();
+  if (i >= N * V)
+    return;
+  const int64_t n = i / V, c = i % V;
+  if (c >= cols) {
+    st(dlogits, i, 0.0f);
+    return;
+  }
+  const float g = static_cast<float>(ld(dloss, 0) / tokens);
+  const float p = expf(ld(logits, i) - ld(rowMax, n)) * (1.0f / ld(sumExp, n));
+  const int64_t t = static_cast<int64_t>(targets[n]) - offset;
+  st(dlogits, i, (p - (c == t ? 1.0f : 0.0f)) * g);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+__global__ void sumSquaresPartialKernel(double *partial, FloatRef x,
+                                        int64_t n) {
+  double s = 0;
+  for (int64_t i = threadIndex(); i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const double v = ld(x, i);
+    s += v * v;
+  }
+  s = blockSum(s);
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = s;
+}
+
+__global__ void sumPartialsKernel(FloatRef out, const double *partial,
+                                  int64_t count) {
+  if (threadIdx.x != 0)
+    return;
+  double s = 0;
+  for (int64_t i = 0; i < count; ++i)
+    s += partial[i];
+  st(out, 0, static_cast<float>(s));
+}
+
+__global__ void clipCoefKernel(FloatRef norm, FloatRef coef, FloatRef sumSq,
+                               double maxNorm) {
+  if (threadIdx.x != 0)
+    return;
+  const double n = sqrt(static_cast<double>(ld(sumSq, 0)));
+  st(norm, 0, static_cast<float>(n));
+  st(coef, 0,
+     static_cast<float>(maxNorm > 0.0 ? fmin(1.0, maxNorm / (n + 1e-6)) : 1.0));
+}
+
+__global__ void adamwKernel(FloatRef params, FloatRef grads, FloatRef m,
+                            FloatRef v, int64_t n, FloatRef lrRef,
+                            FloatRef stepRef, FloatRef scaleRef,
+                            MixedAdamWHyper h) {
+  const int64_t i = threadIndex();
+  if (i >= n)
+    return;
+  // The same scalars as cpu::adamwStep, formed in double and rounded once.
+  const double lr = ld(lrRef, 0), step = ld(stepRef, 0);
+  const double bc1 = 1.0 - pow(h.beta1, step);
+  const double bc2 = 1.0 - pow(h.beta2, step);
+  const float stepSize = static_cast<float>(lr / bc1);
+  const float bc2Sqrt = static_cast<float>(sqrt(bc2));
+  const float decay = static_cast<float>(1.0 - lr * h.weightDecay);
+  const float oneMinusB1 = static_cast<float>(1.0 - h.beta1);
+  const float oneMinusB2 = static_cast<float>(1.0 - h.beta2);
+  const float g = ld(grads, i) * ld(scaleRef, 0);
+  const float p = ld(params, i) * decay;
+  const float m0 = ld(m, i);
+  const float mi = m0 + oneMinusB1 * (g - m0);
+  const float vi = static_cast<float>(h.beta2) * ld(v, i) + oneMinusB2 * g * g;
+  const float denom = sqrtf(vi) / bc2Sqrt + static_cast<float>(h.eps);
+  st(params, i, p - stepSize * (mi / denom));
+  st(m, i, mi);
+  st(v, i, vi);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Launchers
+//===----------------------------------------------------------------------===//
+
+Status mixedAdd(FloatRef out, FloatRef a, FloatRef b, int64_t n, int64_t inner,
+                cudaStream_t stream) {
+  LOOM_LAUNCH(addKernel, blocksFor(n), kThreads, stream, out, a, b, n, inner);
+  return Status::success();
+}
+
+int64_t rowChunks(int64_t rows) { return (rows + kRowChunk - 1) / kRowChunk; }
+
+Status mixedColumnSum(FloatRef db, FloatRef dout, int64_t outer, int64_t inner,
+                      double *partials, cudaStream_t stream) {
+  const int64_t chunks = rowChunks(outer), colBlocks = blocksFor(inner);
+  LOOM_LAUNCH(columnSumPartialKernel, static_cast<unsigned>(chunks * colBlocks),
+              kThreads, stream, partials, dout, outer, inner, colBlocks);
+  LOOM_LAUNCH(columnSumFinishKernel, blocksFor(inner), kThreads, stream, db,
+              static_cast<const double *>(partials), chunks, inner);
+  return Status::success();
+}
+
+Status mixedFill(FloatRef out, float value, int64_t n, cudaStream_t stream) {
+  LOOM_LAUNCH(fillKernel, blocksFor(n), kThreads, stream, out, value, n);
+  return Status::success();
+}
+
+Status mixedGeluForward(FloatRef out, FloatRef inp, int64_t n,
+                        cudaStream_t stream) {
+  LOOM_LAUNCH(geluForwardKernel, blocksFor(n), kThreads, stream, out, inp, n);
+  return Status::success();
+}
+
+Status mixedGeluBackward(FloatRef dinp, FloatRef inp, FloatRef dout, int64_t n,
+                         cudaStream_t stream) {
+  LOOM_LAUNCH(geluBackwardKernel, blocksFor(n), kThreads, stream, dinp, inp,
+              dout, n);
+  return Status::success();
+}
+
+Status mixedEmbeddingForward(FloatRef out, const int32_t *idx, FloatRef rows,
+                             int64_t N, int64_t rowBegin, int64_t R, int64_t C,
+                             cudaStream_t stream) {
+  LOOM_LAUNCH(embeddingForwardKernel, blocksFor(N * C), kThreads, stream, out,
+              idx, rows, N, rowBegin, R, C);
+  return Status::success();
+}
+
+Status mixedEmbeddingBackward(FloatRef dtable, FloatRef dout,
+                              const int32_t *idx, int64_t N, int64_t V,
+                              int64_t C, cudaStream_t stream) {
+  LOOM_LAUNCH(embeddingGradRowsKernel, blocksForRows(V), kThreads, stream,
+              dtable, dout, idx, N, V, C);
+  return Status::success();
+}
+
+Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
+                             float *mean32, float *rstd32, FloatRef inp,
+                             FloatRef weight, FloatRef bias, int64_t N,
+                             int64_t C, float eps, cudaStream_t stream) {
+  LOOM_LAUNCH(layernormForwardKernel, blocksForRows(N), kThreads, stream, out,
+              mean, rstd, mean32, rstd32, inp, weight, bias, N, C, eps);
+  return Status::success();
+}
+
+Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
+                              FloatRef dout, FloatRef inp, FloatRef weight,
+                              const float *mean32, const float *rstd32,
+                              float *partials, int64_t N, int64_t C,
+                              cudaStream_t stream) {
+  if (dweight.data || dbias.data) {
+    const int64_t chunks = rowChunks(N), colBlocks = blocksFor(C);
+    LOOM_LAUNCH(layernormParamPartialKernel,
+                static_cast<unsigned>(chunks * colBlocks), kThreads, stream,
+                partials, dout, inp, mean32, rstd32, N, C, colBlocks);
+    LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
+                dweight, dbias, static_cast<const float *>(partials), chunks,
+                C);
+  }
+  if (dinp.data)
+    LOOM_LAUNCH(layernormBackwardInputKernel, blocksForRows(N), kThreads,
+                stream, dinp, dout, inp, weight, mean32, rstd32, N, C);
+  return Status::success();
+}
+
+Status mixedSoftmaxForward(FloatRef out, FloatRef inp, int64_t N, int64_t C,
+                           cudaStream_t stream) {
+  LOOM_LAUNCH(softmaxForwardKernel, blocksForRows(N), kThreads, stream, out,
+              inp, N, C);
+  return Status::success();
+}
+
+Status mixedSoftmaxBackward(FloatRef dinp, FloatRef dout, FloatRef out,
+                            int64_t N, int64_t C, cudaStream_t stream) {
+  LOOM_LAUNCH(softmaxBackwardKernel, blocksForRows(N), kThreads, stream, dinp,
+              dout, out, N, C);
+  return Status::success();
+}
+
+Status mixedCrossEntropyForward(FloatRef loss, float *losses, FloatRef logits,
+                                const int32_t *targets, int64_t N, int64_t V,
+                                int64_t validV, float scale,
+                                cudaStream_t stream) {
+  LOOM_LAUNCH(crossEntropyRowsKernel, blocksForRows(N), kThreads, stream,
+              losses, logits, targets, N, V, validV);
+  LOOM_LAUNCH(meanKernel, 1u, kThreads, stream, loss,
+              static_cast<const float *>(losses), N, scale);
+  return Status::success();
+}
+
+Status mixedCrossEntropyBackward(FloatRef dlogits, FloatRef logits,
+                                 const int32_t *targets, int64_t N, int64_t V,
+                                 int64_t validV, FloatRef dloss,
+                                 float dlossScale, cudaStream_t stream) {
+  LOOM_LAUNCH(crossEntropyBackwardKernel, blocksForRows(N), kThreads, stream,
+              dlogits, logits, targets, N, V, validV, dloss, dlossScale);
+  return Status::success();
+}
+
+Status mixedCrossEntropyRowMax(FloatRef rowMax, FloatRef logits, int64_t N,
+                               int64_t V, int64_t offset, int64_t validV,
+                               cudaStream_t stream) {
+  LOOM_LAUNCH(rowMaxKernel, blocksForRows(N), kThreads, stream, rowMax, logits,
+              N, V, localValidColumns(V, offset, validV));
+  return Status::success();
+}
+
+Status mixedCrossEntropySums(FloatRef sumExp, FloatRef targetLogit,
+                             FloatRef logits, FloatRef rowMax,
+                             const int32_t *targets, int64_t N, int64_t V,
+                             int64_t offset, int64_t validV,
+                             cudaStream_t stream) {
+  LOOM_LAUNCH(sumsKernel, blocksForRows(N), kThreads, stream, sumExp,
+              targetLogit, logits, rowMax, targets, N, V, offset,
+              localValidColumns(V, offset, validV));
+  return Status::success();
+}
+
+Status mixedCrossEntropyFromSums(FloatRef loss, FloatRef rowMax,
+                                 FloatRef sumExp, FloatRef targetLogit,
+                                 int64_t N, double divisor,
+                                 cudaStream_t stream) {
+  LOOM_LAUNCH(fromSumsKernel, 1u, kThreads, stream, loss, rowMax, sumExp,
+              targetLogit, N, divisor);
+  return Status::success();
+}
+
+Status mixedCrossEntropySumsBackward(FloatRef dlogits, FloatRef logits,
+                                     FloatRef rowMax, FloatRef sumExp,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t offset, int64_t validV,
+                                     FloatRef dloss, double tokens,
+                                     cudaStream_t stream) {
+  LOOM_LAUNCH(sumsBackwardKernel, blocksFor(N * V), kThreads, stream, dlogits,
+              logits, rowMax, sumExp, targets, N, V, offset,
+              localValidColumns(V, offset, validV), dloss, tokens);
+  return Status::success();
+}
+
+Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
+                       double *partials, cudaStream_t stream) {
+  // Each tensor's partials in its own block range, then one ordered sum of
+  // all of them (tensor by tensor, block by block): a fixed order.
+  int64_t count = 0;
+  for (const MixedSpan &t : tensors) {
+    LOOM_LAUNCH(sumSquaresPartialKernel, static_cast<unsigned>(kMixedSumBlocks),
+                kThreads, stream, partials + count, t.data, t.size);
+    count += kMixedSumBlocks;
+  }
+  LOOM_LAUNCH(sumPartialsKernel, 1u, 32, stream, out,
+              static_cast<const double *>(partials), count);
+  return Status::success();
+}
+
+Status mixedAdamW(FloatRef params, FloatRef grads, FloatRef m, FloatRef v,
+                  int64_t n, FloatRef lr, FloatRef step, FloatRef gradScale,
+                  const MixedAdamWHyper &hyper, cudaStream_t stream) {
+  LOOM_LAUNCH(adamwKernel, blocksFor(n), kThreads, stream, params, grads, m, v,
+              n, lr, step, gradScale, hyper);
+  return Status::success();
+}
+
+Status mixedClipCoef(FloatRef norm, FloatRef coef, FloatRef sumSq,
+                     double maxNorm, cudaStream_t stream) {
+  LOOM_LAUNCH(clipCoefKernel, 1u, 32, stream, norm, coef, sumSq, maxNorm);
+  return Status::success();
+}
+
+} // namespace loom::cuda

@@ -1,0 +1,493 @@
+//===- BF16KernelEmulationTest.cpp - kernels_bf16.cu on the CPU -----------===//
+//
+// The source of runtime/cuda/kernels_bf16.cu (the CUDA backend's native
+// bf16 kernels), compiled as C++ on CudaEmulation.h's host threads, against
+// what the executor's staging computes on the CPU backend for the same
+// instruction: cpu::CpuKernels' fp32 kernel on the widened bf16 inputs,
+// bf16 outputs rounded to nearest even. Runs on every build, GPU or not.
+//
+// Tolerance (derived, not fitted): both sides compute in fp32 from the same
+// inputs, in different summation orders, so their fp32 results differ by
+// fp32 round-off (relative ~1e-6 of the values summed). Rounding those to
+// bf16 either lands on the same bf16 value or, when they straddle a
+// rounding boundary, on neighbours one bf16 ulp apart: at most 2^-7 |x|
+// (bf16 keeps 8 significant bits, so an ulp is between 2^-8 and 2^-7 of the
+// value). A bf16 output is therefore held to
+//     |got - ref| <= 2^-7 |ref| + 1e-5 max|ref|,
+// the second term for results near zero made by cancellation (layer norm
+// and cross-entropy gradients). fp32 outputs (the loss, the sum of
+// squares, AdamW's masters and moments) are held to fp32 round-off, 1e-5
+// relative.
+//
+// Also reduce_members.cu (the NCCL allReduceAmong's device reduction)
+// against the host path's arithmetic: the same bits.
+//
+// The .cu files are included inside namespace loom_emulated, so its functions
+// do not collide with the real ones loom_cuda links in.
+//
+//===----------------------------------------------------------------------===//
+#include "CudaEmulation.h"
+#include "TestUtil.h"
+
+#include "runtime/core/bfloat16.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/kernels_bf16.h"
+#include "runtime/cuda/reduce_members.h"
+
+#include <cmath>
+
+namespace loom_emulated {
+namespace loom {
+using ::loom::Status;
+namespace program = ::loom::program;
+namespace cuda {
+using ::loom::cuda::FloatRef;
+using ::loom::cuda::kMixedSumBlocks;
+using ::loom::cuda::MixedAdamWHyper;
+using ::loom::cuda::MixedSpan;
+namespace launch = ::cuda_emulation::launch;
+} // namespace cuda
+} // namespace loom
+#include "runtime/cuda/kernels_bf16.cu"
+#include "runtime/cuda/reduce_members.cu"
+} // namespace loom_emulated
+
+using namespace loom;
+using namespace loom::test;
+namespace emulated = loom_emulated::loom::cuda;
+using cuda::FloatRef;
+
+namespace {
+
+constexpr cudaStream_t kNoStream = nullptr;
+
+/// A bf16 tensor: its storage and the exact fp32 values it holds.
+struct BF16Tensor {
+  std::vector<uint16_t> bits;
+  std::vector<float> values;
+  explicit BF16Tensor(int64_t n) : bits(n), values(n) {}
+  BF16Tensor(const std::vector<float> &v) : bits(v.size()), values(v.size()) {
+    floatsToBF16(bits.data(), v.data(), static_cast<int64_t>(v.size()));
+    for (size_t i = 0; i < v.size(); ++i)
+      values[i] = bf16ToFloat(bits[i]);
+  }
+  FloatRef ref() { return {bits.data(), true}; }
+  /// The stored values, widened.
+  std::vector<float> widened() const {
+    std::vector<float> v(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i)
+      v[i] = bf16ToFloat(bits[i]);
+    return v;
+  }
+};
+
+BF16Tensor randomBF16(int64_t n, uint32_t seed, float lo = -1, float hi = 1) {
+  return BF16Tensor(randomVector(n, seed, lo, hi));
+}
+
+FloatRef f32(std::vector<float> &v) { return {v.data(), false}; }
+
+/// What the staging stores into a bf16 buffer: the fp32 result rounded.
+std::vector<float> rounded(const std::vector<float> &v) {
+  return BF16Tensor(v).values;
+}
+
+/// The bf16 tolerance of the file comment.
+void expectBF16Close(const BF16Tensor &got, const std::vector<float> &ref32,
+                     const char *what) {
+  const std::vector<float> ref = rounded(ref32), g = got.widened();
+  ASSERT_EQ(g.size(), ref.size()) << what;
+  double maxAbs = 0;
+  for (float x : ref)
+    maxAbs = std::max(maxAbs, std::fabs(static_cast<double>(x)));
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double tol = std::ldexp(std::fabs(ref[i]), -7) + 1e-5 * maxAbs;
+    if (!(std::fabs(static_cast<double>(g[i]) - ref[i]) <= tol) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "]: " << g[i] << " vs " << ref[i]
+                    << " (tolerance " << tol << ")";
+  }
+}
+
+void expectF32Close(const std::vector<float> &got,
+                    const std::vector<float> &ref, const char *what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_NEAR(got[i], ref[i], 1e-5 * std::max(1.0f, std::fabs(ref[i])))
+        << what << "[" << i << "]";
+}
+
+cpu::CpuKernels cpuKernels;
+
+} // namespace
+
+TEST(BF16KernelEmulation, AddBroadcastAndInPlaceAccumulation) {
+  const int64_t outer = 5, inner = 70, n = outer * inner;
+  BF16Tensor a = randomBF16(n, 1), b = randomBF16(inner, 2),
+             same = randomBF16(n, 3);
+  // Broadcast add into a fresh output.
+  BF16Tensor out(n);
+  ASSERT_TRUE(
+      emulated::mixedAdd(out.ref(), a.ref(), b.ref(), n, inner, kNoStream)
+          .ok());
+  std::vector<float> ref(n);
+  ASSERT_TRUE(cpuKernels
+                  .addBroadcast(ref.data(), a.values.data(), b.values.data(),
+                                outer, inner)
+                  .ok());
+  expectBF16Close(out, ref, "addBroadcast");
+  // Gradient accumulation: out aliases the lhs (Add's in-place operand).
+  std::vector<float> acc = a.values;
+  ASSERT_TRUE(
+      cpuKernels.add(acc.data(), acc.data(), same.values.data(), n).ok());
+  ASSERT_TRUE(
+      emulated::mixedAdd(a.ref(), a.ref(), same.ref(), n, n, kNoStream).ok());
+  expectBF16Close(a, acc, "add in place");
+  // A bf16 gradient added into an fp32 accumulator.
+  std::vector<float> master = randomVector(n, 4), master0 = master;
+  ASSERT_TRUE(
+      emulated::mixedAdd(f32(master), f32(master), same.ref(), n, n, kNoStream)
+          .ok());
+  ASSERT_TRUE(
+      cpuKernels.add(master0.data(), master0.data(), same.values.data(), n)
+          .ok());
+  expectF32Close(master, master0, "fp32 += bf16");
+}
+
+TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
+  // Rows past two 128-row chunks (with a tail), columns past one block.
+  const int64_t outer = 300, inner = 300;
+  BF16Tensor x = randomBF16(outer * inner, 5), db(inner);
+  std::vector<double> partials(emulated::rowChunks(outer) * inner);
+  ASSERT_TRUE(emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner,
+                                       partials.data(), kNoStream)
+                  .ok());
+  std::vector<float> ref(inner);
+  ASSERT_TRUE(
+      cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner).ok());
+  expectBF16Close(db, ref, "reduceLeading");
+  BF16Tensor filled(300);
+  ASSERT_TRUE(emulated::mixedFill(filled.ref(), 0.1f, 300, kNoStream).ok());
+  expectBF16Close(filled, std::vector<float>(300, 0.1f), "fill");
+  EXPECT_EQ(filled.bits[299], floatToBF16(0.1f));
+}
+
+TEST(BF16KernelEmulation, GeluForwardAndBackward) {
+  const int64_t n = 600;
+  BF16Tensor x = randomBF16(n, 6, -4, 4), dout = randomBF16(n, 7), y(n), dx(n);
+  ASSERT_TRUE(emulated::mixedGeluForward(y.ref(), x.ref(), n, kNoStream).ok());
+  ASSERT_TRUE(
+      emulated::mixedGeluBackward(dx.ref(), x.ref(), dout.ref(), n, kNoStream)
+          .ok());
+  std::vector<float> ry(n), rdx(n);
+  ASSERT_TRUE(cpuKernels.geluForward(ry.data(), x.values.data(), n).ok());
+  ASSERT_TRUE(
+      cpuKernels
+          .geluBackward(rdx.data(), x.values.data(), dout.values.data(), n)
+          .ok());
+  expectBF16Close(y, ry, "gelu");
+  expectBF16Close(dx, rdx, "geluGrad");
+  // In place (GeluGrad may write over its input).
+  BF16Tensor inPlace = dout;
+  ASSERT_TRUE(emulated::mixedGeluBackward(inPlace.ref(), x.ref(), inPlace.ref(),
+                                          n, kNoStream)
+                  .ok());
+  expectBF16Close(inPlace, rdx, "geluGrad in place");
+}
+
+TEST(BF16KernelEmulation, EmbeddingRowsAndDeterministicGradient) {
+  const int64_t V = 23, C = 300, N = 40;
+  BF16Tensor table = randomBF16(V * C, 8), dout = randomBF16(N * C, 9);
+  const auto ids = randomIds(N, V, 10);
+  BF16Tensor out(N * C), dtable(V * C);
+  ASSERT_TRUE(emulated::mixedEmbeddingForward(
+                  out.ref(), ids.data(), table.ref(), N, 0, V, C, kNoStream)
+                  .ok());
+  std::vector<float> ref(N * C);
+  ASSERT_TRUE(cpuKernels
+                  .embeddingForward(ref.data(), ids.data(), table.values.data(),
+                                    N, V, C)
+                  .ok());
+  EXPECT_EQ(out.widened(), ref); // a gather: exact
+  // Vocab-parallel: rows [8, 16) of the table on this rank.
+  BF16Tensor rows(std::vector<float>(table.values.begin() + 8 * C,
+                                     table.values.begin() + 16 * C));
+  ASSERT_TRUE(emulated::mixedEmbeddingForward(out.ref(), ids.data(), rows.ref(),
+                                              N, 8, 8, C, kNoStream)
+                  .ok());
+  ASSERT_TRUE(cpuKernels
+                  .embeddingForwardRows(ref.data(), ids.data(),
+                                        rows.values.data(), N, V, 8, 8, C)
+                  .ok());
+  EXPECT_EQ(out.widened(), ref);
+  // The gradient accumulates repeated ids in token order in fp32 and
+  // rounds once; rows no token hits are zero (overwritten, not kept).
+  dtable = randomBF16(V * C, 27);
+  ASSERT_TRUE(emulated::mixedEmbeddingBackward(dtable.ref(), dout.ref(),
+                                               ids.data(), N, V, C, kNoStream)
+                  .ok());
+  std::vector<float> rdt(V * C);
+  ASSERT_TRUE(cpuKernels
+                  .embeddingBackward(rdt.data(), dout.values.data(), ids.data(),
+                                     N, V, C)
+                  .ok());
+  expectBF16Close(dtable, rdt, "embeddingGrad");
+}
+
+TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
+  // C not a warp multiple; N past two 128-row chunks of the parameter
+  // gradients, with a tail.
+  const int64_t N = 260, C = 100;
+  BF16Tensor x = randomBF16(N * C, 11, -2, 3), w = randomBF16(C, 12),
+             b = randomBF16(C, 13), dout = randomBF16(N * C, 14);
+  BF16Tensor y(N * C), mean(N), rstd(N), dx(N * C), dw(C), dbias(C);
+  std::vector<float> mean32(N), rstd32(N);
+  const float eps = 1e-5f;
+  ASSERT_TRUE(emulated::mixedLayernormForward(
+                  y.ref(), mean.ref(), rstd.ref(), nullptr, nullptr, x.ref(),
+                  w.ref(), b.ref(), N, C, eps, kNoStream)
+                  .ok());
+  std::vector<float> ry(N * C), rm(N), rr(N);
+  ASSERT_TRUE(cpuKernels
+                  .layernormForward(ry.data(), rm.data(), rr.data(),
+                                    x.values.data(), w.values.data(),
+                                    b.values.data(), N, C, eps)
+                  .ok());
+  expectBF16Close(y, ry, "layernorm");
+  expectBF16Close(mean, rm, "mean");
+  expectBF16Close(rstd, rr, "rstd");
+  // The gradient: fp32 statistics recomputed into workspace, then both
+  // backward kernels (as CudaKernels::runBF16Natively runs LayerNormGrad).
+  ASSERT_TRUE(emulated::mixedLayernormForward(
+                  {}, mean.ref(), rstd.ref(), mean32.data(), rstd32.data(),
+                  x.ref(), w.ref(), {}, N, C, eps, kNoStream)
+                  .ok());
+  std::vector<float> partials(2 * emulated::rowChunks(N) * C);
+  ASSERT_TRUE(emulated::mixedLayernormBackward(dx.ref(), dw.ref(), dbias.ref(),
+                                               dout.ref(), x.ref(), w.ref(),
+                                               mean32.data(), rstd32.data(),
+                                               partials.data(), N, C, kNoStream)
+                  .ok());
+  std::vector<float> rdx(N * C), rdw(C), rdb(C);
+  ASSERT_TRUE(cpuKernels
+                  .layernormGrad(rdx.data(), rdw.data(), rdb.data(),
+                                 dout.values.data(), x.values.data(),
+                                 w.values.data(), rm.data(), rr.data(), N, C,
+                                 eps)
+                  .ok());
+  expectF32Close(mean32, rm, "mean32");
+  expectF32Close(rstd32, rr, "rstd32");
+  expectBF16Close(dx, rdx, "layernormGrad dinp");
+  expectBF16Close(dw, rdw, "layernormGrad dweight");
+  expectBF16Close(dbias, rdb, "layernormGrad dbias");
+}
+
+TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {
+  const int64_t N = 6, C = 45;
+  BF16Tensor x = randomBF16(N * C, 15, -3, 3), dout = randomBF16(N * C, 16);
+  BF16Tensor y(N * C), dx(N * C);
+  ASSERT_TRUE(
+      emulated::mixedSoftmaxForward(y.ref(), x.ref(), N, C, kNoStream).ok());
+  std::vector<float> ry(N * C), rdx(N * C);
+  ASSERT_TRUE(cpuKernels.softmaxForward(ry.data(), x.values.data(), N, C).ok());
+  expectBF16Close(y, ry, "softmax");
+  // The backward reads the stored (rounded) probabilities, as staging does.
+  const std::vector<float> yStored = y.widened();
+  ASSERT_TRUE(emulated::mixedSoftmaxBackward(dx.ref(), dout.ref(), y.ref(), N,
+                                             C, kNoStream)
+                  .ok());
+  ASSERT_TRUE(
+      cpuKernels
+          .softmaxBackward(rdx.data(), dout.values.data(), yStored.data(), N, C)
+          .ok());
+  expectBF16Close(dx, rdx, "softmaxGrad");
+  // In place over the input.
+  BF16Tensor inPlace = x;
+  ASSERT_TRUE(emulated::mixedSoftmaxForward(inPlace.ref(), inPlace.ref(), N, C,
+                                            kNoStream)
+                  .ok());
+  expectBF16Close(inPlace, ry, "softmax in place");
+}
+
+TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
+  const int64_t N = 7, V = 50, validV = 45;
+  BF16Tensor logits = randomBF16(N * V, 17, -4, 4);
+  const auto targets = randomIds(N, validV, 18);
+  std::vector<float> loss(1), losses(N), dloss = {0.75f};
+  const double tokens = 4 * N; // this rank's share of 4x the tokens
+  ASSERT_TRUE(emulated::mixedCrossEntropyForward(
+                  f32(loss), losses.data(), logits.ref(), targets.data(), N, V,
+                  validV, static_cast<float>(N / tokens), kNoStream)
+                  .ok());
+  std::vector<float> rloss(1), rlosses(N);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropyForward(rloss.data(), rlosses.data(),
+                                       logits.values.data(), targets.data(), N,
+                                       V, validV, tokens)
+                  .ok());
+  expectF32Close(loss, rloss, "loss");
+  expectF32Close(losses, rlosses, "row losses");
+  // The gradient over the logits' own bytes (CrossEntropyGrad may alias).
+  BF16Tensor dlogits = logits;
+  ASSERT_TRUE(emulated::mixedCrossEntropyBackward(
+                  dlogits.ref(), dlogits.ref(), targets.data(), N, V, validV,
+                  f32(dloss), static_cast<float>(N / tokens), kNoStream)
+                  .ok());
+  std::vector<float> rd(N * V);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropyBackward(rd.data(), dloss.data(),
+                                        logits.values.data(), targets.data(), N,
+                                        V, validV, tokens)
+                  .ok());
+  expectBF16Close(dlogits, rd, "crossEntropyGrad");
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = validV; c < V; ++c)
+      EXPECT_EQ(dlogits.bits[n * V + c], 0u) << "padding column " << c;
+}
+
+TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {
+  // This rank holds columns [40, 80) of an 80-column vocabulary whose last
+  // 5 columns are padding; bf16 statistics, as the mixed-precision program
+  // stores them.
+  const int64_t N = 6, V = 40, offset = 40, validV = 75;
+  BF16Tensor logits = randomBF16(N * V, 19, -3, 3);
+  const auto targets = randomIds(N, validV, 20);
+  BF16Tensor rowMax(N), sumExp(N), targetLogit(N), dlogits(N * V);
+  std::vector<float> loss(1), dloss = {1.0f};
+  ASSERT_TRUE(emulated::mixedCrossEntropyRowMax(rowMax.ref(), logits.ref(), N,
+                                                V, offset, validV, kNoStream)
+                  .ok());
+  std::vector<float> rmax(N);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropyRowMax(rmax.data(), logits.values.data(), N, V,
+                                      offset, validV)
+                  .ok());
+  EXPECT_EQ(rowMax.widened(), rounded(rmax)); // a max: exact
+  const std::vector<float> maxStored = rowMax.widened();
+  ASSERT_TRUE(emulated::mixedCrossEntropySums(
+                  sumExp.ref(), targetLogit.ref(), logits.ref(), rowMax.ref(),
+                  targets.data(), N, V, offset, validV, kNoStream)
+                  .ok());
+  std::vector<float> rsum(N), rtl(N);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropySums(rsum.data(), rtl.data(),
+                                    logits.values.data(), maxStored.data(),
+                                    targets.data(), N, V, offset, validV)
+                  .ok());
+  expectBF16Close(sumExp, rsum, "sumExp");
+  EXPECT_EQ(targetLogit.widened(), rounded(rtl));
+  const std::vector<float> sumStored = sumExp.widened(),
+                           tlStored = targetLogit.widened();
+  ASSERT_TRUE(emulated::mixedCrossEntropyFromSums(
+                  f32(loss), rowMax.ref(), sumExp.ref(), targetLogit.ref(), N,
+                  2.0 * N, kNoStream)
+                  .ok());
+  std::vector<float> rloss(1);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropyFromSums(rloss.data(), maxStored.data(),
+                                        sumStored.data(), tlStored.data(), N,
+                                        2.0 * N)
+                  .ok());
+  expectF32Close(loss, rloss, "loss from sums");
+  ASSERT_TRUE(emulated::mixedCrossEntropySumsBackward(
+                  dlogits.ref(), logits.ref(), rowMax.ref(), sumExp.ref(),
+                  targets.data(), N, V, offset, validV, f32(dloss), 2.0 * N,
+                  kNoStream)
+                  .ok());
+  std::vector<float> rd(N * V);
+  ASSERT_TRUE(cpuKernels
+                  .crossEntropySumsBackward(
+                      rd.data(), dloss.data(), logits.values.data(),
+                      maxStored.data(), sumStored.data(), targets.data(), N, V,
+                      offset, validV, 2.0 * N)
+                  .ok());
+  expectBF16Close(dlogits, rd, "crossEntropySumsGrad");
+}
+
+TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
+  // bf16 gradients of three tensors (one empty), fp32 masters and moments.
+  BF16Tensor g0 = randomBF16(1000, 21), g1 = randomBF16(3, 22), g2(0);
+  std::vector<float> sumSq(1), norm(1), coef(1);
+  std::vector<double> partials(3 * cuda::kMixedSumBlocks, -1.0);
+  ASSERT_TRUE(emulated::mixedSumSquares(
+                  f32(sumSq), {{g0.ref(), 1000}, {g1.ref(), 3}, {g2.ref(), 0}},
+                  partials.data(), kNoStream)
+                  .ok());
+  std::vector<float> rsum(1);
+  ASSERT_TRUE(cpuKernels
+                  .sumSquares(rsum.data(), {{g0.values.data(), 1000},
+                                            {g1.values.data(), 3},
+                                            {nullptr, 0}})
+                  .ok());
+  expectF32Close(sumSq, rsum, "sumSquares");
+  ASSERT_TRUE(
+      emulated::mixedClipCoef(f32(norm), f32(coef), f32(sumSq), 1.0, kNoStream)
+          .ok());
+  std::vector<float> rnorm(1), rcoef(1);
+  ASSERT_TRUE(
+      cpuKernels.clipCoef(rnorm.data(), rcoef.data(), rsum.data(), 1.0).ok());
+  expectF32Close(norm, rnorm, "norm");
+  expectF32Close(coef, rcoef, "coef");
+
+  const int64_t n = 1000;
+  std::vector<float> p = randomVector(n, 23),
+                     m = randomVector(n, 24, -0.1f, 0.1f),
+                     v = randomVector(n, 25, 0.0f, 0.01f);
+  std::vector<float> rp = p, rm = m, rv = v;
+  std::vector<float> lr = {3e-3f}, step = {4.0f};
+  cuda::MixedAdamWHyper h;
+  h.weightDecay = 0.1;
+  ASSERT_TRUE(emulated::mixedAdamW(f32(p), g0.ref(), f32(m), f32(v), n, f32(lr),
+                                   f32(step), f32(coef), h, kNoStream)
+                  .ok());
+  AdamWHyperParams hyper;
+  hyper.weightDecay = 0.1;
+  ASSERT_TRUE(cpuKernels
+                  .adamw(rp.data(), g0.values.data(), rm.data(), rv.data(), n,
+                         lr.data(), step.data(), rcoef.data(), hyper)
+                  .ok());
+  expectF32Close(p, rp, "master");
+  expectF32Close(m, rm, "m");
+  expectF32Close(v, rv, "v");
+}
+
+TEST(BF16KernelEmulation, MemberOrderReductionGivesTheHostPathsBits) {
+  // Three members' blocks side by side, reduced into the middle block (the
+  // output may alias a block), f32 and bf16, each reduction: the host
+  // path's loop (communicator.cpp) computes the same bits.
+  const int64_t n = 3, count = 300;
+  for (bool bf16 : {false, true})
+    for (auto op : {program::Reduction::Sum, program::Reduction::Avg,
+                    program::Reduction::Max, program::Reduction::Min}) {
+      const std::vector<float> v = randomVector(n * count, 26);
+      std::vector<float> all32 = v;
+      BF16Tensor all16(v);
+      std::vector<float> expect(count);
+      for (int64_t i = 0; i < count; ++i) {
+        auto value = [&](int64_t k) {
+          return bf16 ? all16.values[k * count + i] : v[k * count + i];
+        };
+        float acc = value(0);
+        for (int64_t k = 1; k < n; ++k)
+          acc = op == program::Reduction::Max   ? std::max(acc, value(k))
+                : op == program::Reduction::Min ? std::min(acc, value(k))
+                                                : acc + value(k);
+        if (op == program::Reduction::Avg)
+          acc /= static_cast<float>(n);
+        expect[i] = bf16 ? bf16ToFloat(floatToBF16(acc)) : acc;
+      }
+      void *base = bf16 ? static_cast<void *>(all16.bits.data())
+                        : static_cast<void *>(all32.data());
+      void *middle = static_cast<uint8_t *>(base) + count * (bf16 ? 2 : 4);
+      ASSERT_TRUE(
+          emulated::reduceMembers(middle, base, n, count, bf16, op, kNoStream)
+              .ok());
+      for (int64_t i = 0; i < count; ++i) {
+        const float got =
+            bf16 ? bf16ToFloat(all16.bits[count + i]) : all32[count + i];
+        ASSERT_EQ(got, expect[i]) << (bf16 ? "bf16" : "f32") << " op "
+                                  << static_cast<int>(op) << " [" << i << "]";
+      }
+    }
+}
