@@ -146,9 +146,11 @@ TEST(BackendSupport, EveryStagingOpcodeHasANativeCudaBF16Kernel) {
   // bf16 itself; a new opcode added to the schema fails here until it has
   // a bf16 kernel (runtime/cuda/kernels_bf16.h) or is declared data
   // movement in bf16_staging.cpp.
-  for (fb::Opcode op : fb::EnumValuesOpcode())
-    if (stagesBF16Operands(op))
+  for (fb::Opcode op : fb::EnumValuesOpcode()) {
+    if (stagesBF16Operands(op)) {
       EXPECT_TRUE(cudaRunsBF16Natively(op)) << fb::EnumNameOpcode(op);
+    }
+  }
   EXPECT_FALSE(cudaRunsBF16Natively(fb::Opcode::Cast)); // converts itself
   EXPECT_FALSE(cudaRunsBF16Natively(fb::Opcode::AllReduce));
 }
