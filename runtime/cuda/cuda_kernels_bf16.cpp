@@ -397,7 +397,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
         LOOM_RETURN_IF_ERROR(copy(out[j].data, in[state[j]].data,
                                   numel(in[state[j]]) *
                                       program::dtypeBytes(in[state[j]].dtype)));
-    MixedAdamWHyper h;
+    AdamWHyper h;
     h.beta1 = ins.beta1();
     h.beta2 = ins.beta2();
     h.eps = ins.adam_eps();

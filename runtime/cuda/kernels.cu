@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels.h"
 
+#include "runtime/cuda/adamw_step.cuh"
+
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/launch.cuh"
 
@@ -332,21 +334,9 @@ __global__ void adamwKernel(float *params, const float *grads, float *m,
   int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
-  // The same scalars as cpu::adamwStep, formed in double and rounded once.
-  const double lr = lrPtr[0], step = stepPtr[0];
-  const double bc1 = 1.0 - pow(h.beta1, step);
-  const double bc2 = 1.0 - pow(h.beta2, step);
-  const float stepSize = static_cast<float>(lr / bc1);
-  const float bc2Sqrt = static_cast<float>(sqrt(bc2));
-  const float decay = static_cast<float>(1.0 - lr * h.weightDecay);
-  const float oneMinusB1 = static_cast<float>(1.0 - h.beta1);
-  const float oneMinusB2 = static_cast<float>(1.0 - h.beta2);
-  float g = grads[i] * scalePtr[0];
-  float p = params[i] * decay;
-  float mi = m[i] + oneMinusB1 * (g - m[i]);
-  float vi = static_cast<float>(h.beta2) * v[i] + oneMinusB2 * g * g;
-  float denom = sqrtf(vi) / bc2Sqrt + static_cast<float>(h.eps);
-  params[i] = p - stepSize * (mi / denom);
+  float p = params[i], mi = m[i], vi = v[i];
+  adamwElement(grads[i] * scalePtr[0], p, mi, vi, lrPtr[0], stepPtr[0], h);
+  params[i] = p;
   m[i] = mi;
   v[i] = vi;
 }

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels_bf16.h"
 
+#include "runtime/cuda/adamw_step.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/launch.cuh"
 
@@ -498,26 +499,14 @@ __global__ void clipCoefKernel(FloatRef norm, FloatRef coef, FloatRef sumSq,
 __global__ void adamwKernel(FloatRef params, FloatRef grads, FloatRef m,
                             FloatRef v, int64_t n, FloatRef lrRef,
                             FloatRef stepRef, FloatRef scaleRef,
-                            MixedAdamWHyper h) {
+                            AdamWHyper h) {
   const int64_t i = threadIndex();
   if (i >= n)
     return;
-  // The same scalars as cpu::adamwStep, formed in double and rounded once.
-  const double lr = ld(lrRef, 0), step = ld(stepRef, 0);
-  const double bc1 = 1.0 - pow(h.beta1, step);
-  const double bc2 = 1.0 - pow(h.beta2, step);
-  const float stepSize = static_cast<float>(lr / bc1);
-  const float bc2Sqrt = static_cast<float>(sqrt(bc2));
-  const float decay = static_cast<float>(1.0 - lr * h.weightDecay);
-  const float oneMinusB1 = static_cast<float>(1.0 - h.beta1);
-  const float oneMinusB2 = static_cast<float>(1.0 - h.beta2);
-  const float g = ld(grads, i) * ld(scaleRef, 0);
-  const float p = ld(params, i) * decay;
-  const float m0 = ld(m, i);
-  const float mi = m0 + oneMinusB1 * (g - m0);
-  const float vi = static_cast<float>(h.beta2) * ld(v, i) + oneMinusB2 * g * g;
-  const float denom = sqrtf(vi) / bc2Sqrt + static_cast<float>(h.eps);
-  st(params, i, p - stepSize * (mi / denom));
+  float p = ld(params, i), mi = ld(m, i), vi = ld(v, i);
+  adamwElement(ld(grads, i) * ld(scaleRef, 0), p, mi, vi, ld(lrRef, 0),
+               ld(stepRef, 0), h);
+  st(params, i, p);
   st(m, i, mi);
   st(v, i, vi);
 }
@@ -700,7 +689,7 @@ Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
 
 Status mixedAdamW(FloatRef params, FloatRef grads, FloatRef m, FloatRef v,
                   int64_t n, FloatRef lr, FloatRef step, FloatRef gradScale,
-                  const MixedAdamWHyper &hyper, cudaStream_t stream) {
+                  const AdamWHyper &hyper, cudaStream_t stream) {
   LOOM_LAUNCH(adamwKernel, blocksFor(n), kThreads, stream, params, grads, m, v,
               n, lr, step, gradScale, hyper);
   return Status::success();

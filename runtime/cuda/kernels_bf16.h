@@ -25,6 +25,7 @@
 #define LOOM_RUNTIME_CUDA_KERNELS_BF16_H
 
 #include "runtime/core/status.h"
+#include "runtime/cuda/kernels.h"
 
 #include <cstdint>
 #include <cuda_runtime_api.h>
@@ -156,12 +157,9 @@ Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
 /// AdamW (kernels.h's adamwStep) with any storage for the parameters, grads
 /// and moments (bf16 grads on fp32 masters and moments); scalars are fp32
 /// or bf16 buffers too.
-struct MixedAdamWHyper {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 1e-2;
-};
 Status mixedAdamW(FloatRef params, FloatRef grads, FloatRef m, FloatRef v,
                   int64_t n, FloatRef lr, FloatRef step, FloatRef gradScale,
-                  const MixedAdamWHyper &hyper, cudaStream_t stream);
+                  const AdamWHyper &hyper, cudaStream_t stream);
 /// norm[0], coef[0] from sumSq[0] (kernels.h's clipCoefficient).
 Status mixedClipCoef(FloatRef norm, FloatRef coef, FloatRef sumSq,
                      double maxNorm, cudaStream_t stream);

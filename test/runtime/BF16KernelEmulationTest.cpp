@@ -44,7 +44,7 @@ namespace program = ::loom::program;
 namespace cuda {
 using ::loom::cuda::FloatRef;
 using ::loom::cuda::kMixedSumBlocks;
-using ::loom::cuda::MixedAdamWHyper;
+using ::loom::cuda::AdamWHyper;
 using ::loom::cuda::MixedSpan;
 namespace launch = ::cuda_emulation::launch;
 } // namespace cuda
@@ -436,7 +436,7 @@ TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
                      v = randomVector(n, 25, 0.0f, 0.01f);
   std::vector<float> rp = p, rm = m, rv = v;
   std::vector<float> lr = {3e-3f}, step = {4.0f};
-  cuda::MixedAdamWHyper h;
+  cuda::AdamWHyper h;
   h.weightDecay = 0.1;
   ASSERT_TRUE(emulated::mixedAdamW(f32(p), g0.ref(), f32(m), f32(v), n, f32(lr),
                                    f32(step), f32(coef), h, kNoStream)
