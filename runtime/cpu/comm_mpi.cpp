@@ -145,7 +145,10 @@ Status MpiCommunicator::create(MPI_Comm comm,
   int rank = 0, size = 1;
   MPI_Comm_rank(dup, &rank);
   MPI_Comm_size(dup, &size);
-  out.reset(new MpiCommunicator(dup, rank, size));
+  auto *c = new MpiCommunicator(dup, rank, size);
+  const char *check = std::getenv("LOOM_CHECK_P2P_ORDER");
+  c->checkP2POrder = check && std::string(check) == "1";
+  out.reset(c);
   return Status::success();
 }
 
@@ -464,6 +467,21 @@ Status MpiCommunicator::doRecv(void *buf, int64_t count, DType dtype, int peer,
   const int64_t bytes = count * program::dtypeBytes(dtype);
   LOOM_RETURN_IF_ERROR(intCount(bytes, n));
   MPI_Status st;
+  if (checkP2POrder) {
+    // The next message from `peer` in its send order (MPI never lets a
+    // later message from one sender overtake an earlier one): what NCCL,
+    // which matches by order alone, would deliver to this recv.
+    MPI_CHECK(MPI_Probe(peer, MPI_ANY_TAG, world, &st),
+              "MPI_Probe from rank " << peer << " failed");
+    LOOM_CHECK(st.MPI_TAG == tag,
+               "p2p order (LOOM_CHECK_P2P_ORDER): rank "
+                   << worldRank << " receives tag " << tag << " from rank "
+                   << peer << ", but that rank's next message to it has tag "
+                   << st.MPI_TAG
+                   << "; NCCL matches send/recv in issue order, so on GPUs "
+                      "this recv would get the wrong message (the program's "
+                      "send and recv orders differ between these ranks)");
+  }
   MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, peer, static_cast<int>(tag), world, &st),
             "MPI_Recv from rank " << peer << " (tag " << tag << ") failed");
   int got = 0;

@@ -7,6 +7,13 @@
 // posts MPI_Isend, so rings of sends never deadlock; flush() waits for them.
 // Built only with LOOM_ENABLE_MPI.
 //
+// NCCL has no tags: its send / recv between two ranks match in issue order
+// (runtime/cuda/comm_nccl.h). With LOOM_CHECK_P2P_ORDER=1 in the environment
+// this communicator checks that the program would run that way: each recv
+// must be for the earliest message not yet received from its peer (MPI's
+// per-sender order), else it errors naming both tags, so a schedule that
+// would hand a GPU the wrong micro-batch is caught on CPU.
+//
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CPU_COMM_MPI_H
 #define LOOM_RUNTIME_CPU_COMM_MPI_H
@@ -94,6 +101,8 @@ private:
   /// After the all-to-all: reduce, round, all-gather.
   Status finishBF16AllReduce(BF16AllReduce &ar);
   MPI_Comm world;
+  /// LOOM_CHECK_P2P_ORDER=1: recvs must match sends in issue order.
+  bool checkP2POrder = false;
   std::map<uint64_t, MPI_Comm> groups;
   struct PendingSend {
     std::vector<uint8_t> data;

@@ -319,6 +319,34 @@ TEST_F(Mpi, SendRecvRing) {
   EXPECT_EQ(gy[0], prev * 7);
 }
 
+// LOOM_CHECK_P2P_ORDER=1: a recv that is not for the peer's earliest unread
+// message (what NCCL, matching by order alone, would deliver) is an error
+// naming both tags; in order, the same messages arrive as usual.
+TEST_F(Mpi, P2POrderCheckRefusesWhatNcclWouldMismatch) {
+  setenv("LOOM_CHECK_P2P_ORDER", "1", 1);
+  std::unique_ptr<Communicator> checked;
+  Status made = MpiCommunicator::create(MPI_COMM_WORLD, checked);
+  unsetenv("LOOM_CHECK_P2P_ORDER");
+  ASSERT_TRUE(made.ok()) << made.toString();
+  const int r = checked->rank(), next = (r + 1) % 4, prev = (r + 3) % 4;
+  std::vector<int32_t> x = {r}, y = {r + 10}, gx(1), gy(1);
+  ASSERT_TRUE(checked->send(x.data(), 1, fb::DType::I32, next, 1).ok());
+  ASSERT_TRUE(checked->send(y.data(), 1, fb::DType::I32, next, 2).ok());
+  Status bad = checked->recv(gy.data(), 1, fb::DType::I32, prev, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.toString().find("receives tag 2 from rank " +
+                                std::to_string(prev) +
+                                ", but that rank's next message to it has "
+                                "tag 1"),
+            std::string::npos)
+      << bad.toString();
+  ASSERT_TRUE(checked->recv(gx.data(), 1, fb::DType::I32, prev, 1).ok());
+  ASSERT_TRUE(checked->recv(gy.data(), 1, fb::DType::I32, prev, 2).ok());
+  ASSERT_TRUE(checked->flush().ok());
+  EXPECT_EQ(gx[0], prev);
+  EXPECT_EQ(gy[0], prev + 10);
+}
+
 // A pipeline's shared parameter: on a dp=2 x pp=2 mesh the first and the
 // last pipeline stage of each dp replica sum their values (pp coordinates 0
 // and 1 as members); both get the same bits, the other replica's values
