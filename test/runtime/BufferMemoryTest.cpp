@@ -94,19 +94,11 @@ void expectSame(const fb::ProgramT &p) {
 } // namespace
 
 TEST(BufferMemory, TrainStepTouchesBufferMemoryOnlyThroughTheBackend) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  expectSame(*miniGptTrain(d, o));
+  expectSame(*miniGptTrainTwoMicrobatches());
 }
 
 TEST(BufferMemory, PipelineStashesGoThroughTheBackend) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto p = miniGptTrain(d, o);
+  auto p = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*p);
   expectSame(*p);
 }
@@ -116,14 +108,10 @@ TEST(BufferMemory, BF16StagingLivesInBufferMemory) {
   // the executor's staging memory, runs the fp32 kernel there and rounds
   // back; masters are initialized, updated and cast. The staging must be
   // buffer memory the host never touches (plain and as a pipeline stage).
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto p = miniGptTrain(d, o);
+  auto p = miniGptTrainTwoMicrobatches();
   makeMixedPrecision(*p);
   expectSame(*p);
-  auto piped = miniGptTrain(d, o);
+  auto piped = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*piped);
   makeMixedPrecision(*piped);
   expectSame(*piped);
@@ -408,13 +396,9 @@ TEST(BufferMemory, DeviceTransportsNeedABoundMemoryForHostValues) {
 TEST(BufferMemory, TokenIdsAreCheckedOnTheHostBeforeCopyIn) {
   // A device kernel cannot report a bad id: the executor refuses it before
   // it reaches buffer memory, naming the row and position.
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
   fb::LoadedProgram loaded;
-  Status s =
-      fb::loadProgramBytes(serialize(*miniGptTrain(d, o)), "ids.loom", loaded);
+  Status s = fb::loadProgramBytes(serialize(*miniGptTrainTwoMicrobatches()),
+                                  "ids.loom", loaded);
   ASSERT_TRUE(s.ok()) << s.toString();
   auto memory = std::make_unique<PoisonedMemory>();
   PoisonedMemory &mem = *memory;

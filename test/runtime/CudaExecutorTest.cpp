@@ -95,19 +95,11 @@ protected:
 };
 
 TEST_F(CudaExecutorTest, TrainsLikeTheCpuExecutor) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  expectSame(*miniGptTrain(d, o));
+  expectSame(*miniGptTrainTwoMicrobatches());
 }
 
 TEST_F(CudaExecutorTest, PipelineStageStashesOnTheDevice) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto p = miniGptTrain(d, o);
+  auto p = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*p);
   expectSame(*p);
 }
@@ -118,11 +110,7 @@ TEST_F(CudaExecutorTest, MixedPrecisionTrainsLikeTheCpuExecutor) {
   // fp32 masters updated and cast: the CPU run's (staged: fp32 kernels on
   // widened copies) losses within bf16's resolution, and no staging memory
   // at all on the device.
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto p = miniGptTrain(d, o);
+  auto p = miniGptTrainTwoMicrobatches();
   makeMixedPrecision(*p);
   Trained device;
   expectSame(*p, 2e-2, 1e-3, &device);

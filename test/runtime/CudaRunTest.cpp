@@ -171,21 +171,13 @@ protected:
 };
 
 TEST_F(CudaRunTest, TrainCheckpointResumeOnTheSingleRankCommunicator) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  writeInputs(*miniGptTrain(d, o));
+  writeInputs(*miniGptTrainTwoMicrobatches());
   SingleRankCommunicator comm; // copies device buffers through CudaMemory
   trainAndResume(comm);
 }
 
 TEST_F(CudaRunTest, TrainCheckpointResumeOnNcclWorldOfOne) {
-  MiniGptDims d;
-  d.B = 4;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto p = miniGptTrain(d, o);
+  auto p = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*p); // stashes and the pipeline's loss path too
   writeInputs(*p);
   SingleRankCommunicator bootstrap;

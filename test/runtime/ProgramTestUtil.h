@@ -416,6 +416,17 @@ miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
   return p;
 }
 
+/// miniGptTrain() with a batch of 4 rows in 2 micro-batches of 2: the
+/// smallest step that accumulates gradients, as the backend and memory
+/// tests run it.
+inline std::unique_ptr<fb::ProgramT> miniGptTrainTwoMicrobatches() {
+  MiniGptDims d;
+  d.B = 4;
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  return miniGptTrain(d, o);
+}
+
 /// Makes a miniGptTrain() program data parallel over a new mesh axis "dp"
 /// of size `dp`: model.batch becomes dp x the rows the program holds, an
 /// AllReduce(avg) of every gradient accumulator opens update_instructions
