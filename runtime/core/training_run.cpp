@@ -98,20 +98,28 @@ uint64_t rssPeakBytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
 }
 
+/// The executor of stage `opts.stage` on `backend`'s kernels and memory
+/// (the CPU defaults when it is empty); `comm` may be null (sampling).
+Status createExecutor(const program::LoadedProgram &loaded,
+                      const RunOptions &opts, Communicator *comm,
+                      const ExecutorBackendFactory &backend,
+                      std::unique_ptr<Executor> &ex) {
+  std::unique_ptr<KernelBackend> kernels;
+  std::unique_ptr<BufferMemory> memory;
+  if (backend)
+    LOOM_RETURN_IF_ERROR(backend(kernels, memory));
+  return Executor::create(loaded, opts.stage, opts.seed, ex, comm,
+                          std::move(kernels), std::move(memory));
+}
+
 } // namespace
 
 Status runSample(const RunOptions &opts,
                  const ExecutorBackendFactory &backend) {
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
-  std::unique_ptr<KernelBackend> kernels;
-  std::unique_ptr<BufferMemory> memory;
-  if (backend)
-    LOOM_RETURN_IF_ERROR(backend(kernels, memory));
   std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex,
-                                        nullptr, std::move(kernels),
-                                        std::move(memory)));
+  LOOM_RETURN_IF_ERROR(createExecutor(loaded, opts, nullptr, backend, ex));
   SamplerLayout layout;
   LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout)
                            .withContext("program '" + opts.program + "'"));
@@ -168,14 +176,8 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   LOOM_RETURN_IF_ERROR(comm.setMesh(programMesh(*loaded.root())));
   if (multi && loaded.root()->stages()->size() > 1 && comm.axisSize("pp") > 1)
     opts.stage = static_cast<uint32_t>(comm.coordOn("pp"));
-  std::unique_ptr<KernelBackend> kernels;
-  std::unique_ptr<BufferMemory> memory;
-  if (backend)
-    LOOM_RETURN_IF_ERROR(backend(kernels, memory));
   std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(Executor::create(loaded, opts.stage, opts.seed, ex,
-                                        &comm, std::move(kernels),
-                                        std::move(memory)));
+  LOOM_RETURN_IF_ERROR(createExecutor(loaded, opts, &comm, backend, ex));
   const program::ModelInfo &model = ex->model();
   const program::Stage &stage = ex->stage();
   const bool training = ex->isTraining();
