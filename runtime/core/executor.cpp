@@ -222,13 +222,20 @@ Status Executor::create(const program::LoadedProgram &program,
   }
   // 4. Staging for the fp32 kernels of instructions with BF16 operands:
   //    once, as large as the largest of them needs.
+  //    The plans are kept: runInstruction looks them up instead of
+  //    re-deriving them from the buffer table on every execution.
   uint64_t stagingBytes = 0;
   auto plan = [&](const InstructionList *list) {
-    if (list)
-      for (const program::Instruction *ins : *list)
-        if (!ex->kernels->handlesBF16Natively(ins->opcode()))
-          stagingBytes =
-              std::max(stagingBytes, planBF16Staging(*stage, *ins).bytes);
+    if (!list)
+      return;
+    for (const program::Instruction *ins : *list) {
+      BF16StagingPlan p = planBF16Staging(*stage, *ins);
+      if (p.empty())
+        continue;
+      if (!ex->kernels->handlesBF16Natively(ins->opcode()))
+        stagingBytes = std::max(stagingBytes, p.bytes);
+      ex->bf16Plans.emplace(ins, std::move(p));
+    }
   };
   plan(stage->instructions());
   plan(stage->update_instructions());
@@ -757,7 +764,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   //    the buffers as they are; otherwise every BF16 input and scratch is
   //    widened into an fp32 slot of the staging memory, and the kernel
   //    reads (f32) and writes (dsts) the slots instead of the buffers.
-  BF16StagingPlan bf16 = planBF16Staging(*stageTable, ins);
+  static const BF16StagingPlan kNoStaging;
+  const auto planned = bf16Plans.find(&ins);
+  const BF16StagingPlan &bf16 =
+      planned == bf16Plans.end() ? kNoStaging : planned->second;
   if (!bf16.empty() && kernels->handlesBF16Natively(op))
     return runBF16Natively(ins, in, out, scr);
   auto slotData = [&](int32_t s) {

@@ -15,6 +15,7 @@
 #ifndef LOOM_RUNTIME_CORE_EXECUTOR_H
 #define LOOM_RUNTIME_CORE_EXECUTOR_H
 
+#include "runtime/core/bf16_staging.h"
 #include "runtime/core/buffer_memory.h"
 #include "runtime/core/communicator.h"
 #include "runtime/core/kernel_backend.h"
@@ -26,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace loom {
@@ -290,6 +292,9 @@ private:
   std::vector<ParamView> paramViews;
   /// fp32 slots for the BF16 operands of one instruction (bf16_staging.h),
   /// in buffer memory.
+  /// The staging plan of every instruction with BF16 operands (made at
+  /// load; instructions without one run on their buffers as they are).
+  std::unordered_map<const program::Instruction *, BF16StagingPlan> bf16Plans;
   uint8_t *bf16Staging = nullptr;
   uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and
