@@ -1,14 +1,14 @@
 //===- kernel_backend.h - The kernels the executor calls -------*- C++ -*-===//
 //
-// The seam between the executor (runtime/core/executor.cpp), which decides
-// what each instruction reads and writes, and the code that computes it:
-// one virtual per kernel family the instruction stream uses. Every pointer
-// is a *buffer pointer*: an address in the backend's memory (host memory
-// for the CPU backend, the device arena for CUDA), never dereferenced by
-// the executor. Scalars that live in buffers (the loss seed, AdamW's lr /
-// step / clip coefficient, the gradient sum of squares) are passed as
-// buffer pointers for the same reason: a device backend reads them on the
-// device, without a round trip to the host.
+// The seam between the executor (runtime/core/executor_instruction.cpp), which
+// decides what each instruction reads and writes, and the code that computes
+// it: one virtual per kernel family the instruction stream uses. Every pointer
+// is a *buffer pointer*: an address in the backend's memory (host memory for
+// the CPU backend, the device arena for CUDA), never dereferenced by the
+// executor. Scalars that live in buffers (the loss seed, AdamW's lr / step /
+// clip coefficient, the gradient sum of squares) are passed as buffer pointers
+// for the same reason: a device backend reads them on the device, without a
+// round trip to the host.
 //
 // Every method returns a Status: a device backend reports a failed launch
 // or copy there (the CPU kernels that validate data, e.g. token ids, too).

@@ -1,0 +1,222 @@
+//===- executor_collectives.cpp - The collectives of Executor ---*- C++ -*-===//
+//
+// AllReduce (one value in place, or a packed bucket; now, or started and
+// left in flight until an instruction touches its bytes), completing the
+// in-flight collectives, and the other collectives of the instruction
+// stream: AllGather (possibly in flight), ReduceScatter, AllToAll, Send and
+// Recv, with non-leading dimensions packed / unpacked around the
+// Communicator call.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/core/executor.h"
+
+#include <cstddef>
+#include <utility>
+
+namespace loom {
+
+using program::DType;
+using program::Opcode;
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+Status Executor::runAllReduce(const program::Instruction &ins,
+                              const std::vector<uint32_t> &in,
+                              const std::vector<uint32_t> &out,
+                              const std::vector<uint32_t> &scr) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt);
+  // One value reduces in place in its output; a bucket is packed into its
+  // scratch buffer, reduced there and unpacked into the outputs.
+  const bool bucket = in.size() > 1;
+  void *buf = bucket ? bufferData(scr[0]) : bufferData(out[0]);
+  int64_t count = 0;
+  for (size_t k = 0; k < in.size(); ++k) {
+    const int64_t n = bufferNumel(in[k]);
+    uint8_t *at = static_cast<uint8_t *>(buf) + count * eb;
+    if (at != bufferData(in[k]))
+      LOOM_RETURN_IF_ERROR(kernels->copy(at, bufferData(in[k]), n * eb));
+    count += n;
+  }
+  auto unpack = [this, buf, eb, out]() -> Status {
+    const uint8_t *from = static_cast<const uint8_t *>(buf);
+    for (uint32_t b : out) {
+      const int64_t bytes = bufferNumel(b) * eb;
+      LOOM_RETURN_IF_ERROR(kernels->copy(bufferData(b), from, bytes));
+      from += bytes;
+    }
+    return Status::success();
+  };
+  if (ins.members() && ins.members()->size() > 0) {
+    // Among some coordinates of one axis (a pipeline's shared parameter).
+    std::vector<int64_t> members(ins.members()->begin(), ins.members()->end());
+    return comm->allReduceAmong(buf, count, dt, ins.reduction(), axes[0],
+                                members);
+  }
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(
+        comm->allReduce(buf, count, dt, ins.reduction(), axes));
+    return bucket ? unpack() : Status::success();
+  }
+  InFlight flight;
+  LOOM_RETURN_IF_ERROR(comm->startAllReduce(buf, count, dt, ins.reduction(),
+                                            axes, flight.ticket));
+  for (uint32_t b : out)
+    flight.busy.push_back(byteRange(b));
+  if (bucket) {
+    flight.busy.push_back(byteRange(scr[0]));
+    flight.finish = unpack;
+  }
+  inFlight.push_back(std::move(flight));
+  return Status::success();
+}
+
+std::pair<uint64_t, uint64_t> Executor::byteRange(uint32_t b) const {
+  const uint64_t off = stageTable->buffers()->Get(b)->offset();
+  return {off, off + static_cast<uint64_t>(
+                         bufferNumel(b) * program::dtypeBytes(bufferDType(b)))};
+}
+
+Status Executor::completeInFlight(const program::Instruction *ins) {
+  if (inFlight.empty())
+    return Status::success();
+  std::vector<std::pair<uint64_t, uint64_t>> touched;
+  if (ins)
+    for (const auto *list : {ins->inputs(), ins->outputs(), ins->scratch()})
+      if (list)
+        for (uint32_t b : *list)
+          touched.push_back(byteRange(b));
+  auto overlaps = [&](const InFlight &f) {
+    for (const auto &[b0, e0] : f.busy)
+      for (const auto &[b1, e1] : touched)
+        if (b0 < e1 && b1 < e0)
+          return true;
+    return false;
+  };
+  for (size_t i = 0; i < inFlight.size();) {
+    if (ins && !overlaps(inFlight[i])) {
+      ++i;
+      continue;
+    }
+    InFlight f = std::move(inFlight[i]);
+    inFlight.erase(inFlight.begin() + static_cast<std::ptrdiff_t>(i));
+    LOOM_RETURN_IF_ERROR(comm->complete(f.ticket));
+    if (f.finish)
+      LOOM_RETURN_IF_ERROR(f.finish());
+  }
+  return Status::success();
+}
+
+Status Executor::runCollective(const program::Instruction &ins,
+                               const std::vector<uint32_t> &in,
+                               const std::vector<uint32_t> &out, void *dst) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const Opcode op = ins.opcode();
+  const int64_t n = comm->groupSize(axes);
+  auto outerOf = [](const std::vector<int64_t> &shape, int64_t dim) {
+    int64_t outer = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= shape[d];
+    return outer;
+  };
+  auto tempBytes = [&](TempPool &pool, int64_t bytes) {
+    return static_cast<void *>(temp(pool, (bytes + 3) / 4));
+  };
+  switch (op) {
+  case Opcode::AllGather: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(in[0]);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim();
+    if (ins.async_collective()) {
+      // Prefetch: in flight until an instruction touches input or output.
+      InFlight flight;
+      flight.busy = {byteRange(in[0]), byteRange(out[0])};
+      void *into = dst;
+      if (outerOf(shape, dim) != 1) {
+        // Received into a spare temporary of buffer memory (several
+        // gathers may be in flight), unpacked into the output on completion.
+        const uint64_t bytes = static_cast<uint64_t>(count * n * eb);
+        uint8_t *received = nullptr;
+        LOOM_RETURN_IF_ERROR(takeSpare(bytes, received));
+        into = received;
+        flight.finish = [this, dst, received, bytes, shape, dim, n,
+                         eb]() -> Status {
+          Status s = kernels->unpackBlocks(dst, received, shape, dim, n, eb);
+          returnSpare(bytes, received);
+          return s;
+        };
+      }
+      LOOM_RETURN_IF_ERROR(comm->startAllGather(bufferData(in[0]), into, count,
+                                                dt, axes, flight.ticket));
+      inFlight.push_back(std::move(flight));
+      return Status::success();
+    }
+    if (outerOf(shape, dim) == 1)
+      return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
+    void *gathered = tempBytes(workspace, count * n * eb);
+    LOOM_RETURN_IF_ERROR(
+        comm->allGather(bufferData(in[0]), gathered, count, dt, axes));
+    return kernels->unpackBlocks(dst, gathered, shape, dim, n, eb);
+  }
+  case Opcode::ReduceScatter: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt), count = bufferNumel(out[0]);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim();
+    const void *src = bufferData(in[0]);
+    if (outerOf(shape, dim) != 1) {
+      void *packed = tempBytes(workspace, count * n * eb);
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
+      src = packed;
+    }
+    return comm->reduceScatter(src, dst, count, dt, ins.reduction(), axes);
+  }
+  case Opcode::AllToAll: {
+    const DType dt = bufferDType(in[0]);
+    const int64_t eb = program::dtypeBytes(dt);
+    const auto &shape = shapes[in[0]];
+    const int64_t dim = ins.dim(), dim2 = ins.dim2();
+    const int64_t chunk = bufferNumel(in[0]) / n;
+    std::vector<int64_t> chunkShape = shape;
+    chunkShape[dim] /= n;
+    const void *src = bufferData(in[0]);
+    if (outerOf(shape, dim) != 1) {
+      void *packed = tempBytes(workspace, chunk * n * eb);
+      LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
+      src = packed;
+    }
+    if (outerOf(chunkShape, dim2) == 1)
+      return comm->allToAll(src, dst, chunk, dt, axes);
+    void *received = tempBytes(workspace2, chunk * n * eb);
+    LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));
+    return kernels->unpackBlocks(dst, received, chunkShape, dim2, n, eb);
+  }
+  case Opcode::Send:
+  case Opcode::Recv: {
+    std::vector<int64_t> c = comm->coords();
+    c[axes[0]] = ins.peer();
+    const int peer = comm->rankOf(c);
+    if (op == Opcode::Send)
+      return comm->send(bufferData(in[0]), bufferNumel(in[0]),
+                        bufferDType(in[0]), peer, ins.tag());
+    const int64_t waitStart = steadyNowNs();
+    Status received = comm->recv(dst, bufferNumel(out[0]),
+                                 bufferDType(out[0]), peer, ins.tag());
+    recvWaitNs += steadyNowNs() - waitStart;
+    return received;
+  }
+  default:
+    break;
+  }
+  LOOM_ERROR("not a collective: " << program::opcodeName(op));
+}
+
+} // namespace loom
