@@ -10,7 +10,8 @@ using namespace mlir;
 using namespace mlir::loom;
 
 /// Collects the tree of `g` (loom.add of same-typed values, one-input sum
-/// all-reduces, sum reduce-scatters and local slices, each used only there)
+/// all-reduces, sum reduce-scatters, local slices and widening casts, each
+/// used only there)
 /// into `inner` and its leaves.
 static void collectTree(Value g, const llvm::DenseSet<Operation *> &forward,
                         SmallVectorImpl<Operation *> &inner,
@@ -30,6 +31,14 @@ static void collectTree(Value g, const llvm::DenseSet<Operation *> &forward,
         ar && ar.getInputs().size() == 1 &&
         ar.getReduction() == ReductionKind::Sum) {
       collectTree(ar.getInput(), forward, inner, leaves);
+      inner.push_back(def);
+      return;
+    }
+    // fp32 gradients of bf16 compute: the sum is widened before it is
+    // accumulated; exact, so each chunk widens its own contributions.
+    if (auto widen = dyn_cast<CastOp>(def);
+        widen && widen.isWidening()) {
+      collectTree(widen.getInput(), forward, inner, leaves);
       inner.push_back(def);
       return;
     }

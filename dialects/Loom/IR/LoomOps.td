@@ -428,6 +428,14 @@ def Loom_CastOp : Loom_DifferentiableOp<"cast"> {
   let arguments = (ins Loom_FloatTensor:$input);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let extraClassDeclaration = [{
+    /// bf16 -> f32: exact, so it commutes with sums (a partial sum may be
+    /// reduced after it).
+    bool isWidening() {
+      return getInput().getType().getElementType().getIntOrFloatBitWidth() <
+             getResult().getType().getElementType().getIntOrFloatBitWidth();
+    }
+  }];
 }
 
 //===----------------------------------------------------------------------===//

@@ -142,7 +142,15 @@ ShardingRule LayerNormOp::getShardingRule() {
 }
 
 ShardingRule GeluOp::getShardingRule() { return elementwise(*this); }
-ShardingRule CastOp::getShardingRule() { return elementwise(*this); }
+ShardingRule CastOp::getShardingRule() {
+  // A widening cast (bf16 -> f32) is exact, so it commutes with a sum: a
+  // partial sum is reduced after it, in f32 (the fp32 gradient reductions
+  // of --loom-mixed-precision=grad-precision=fp32). A narrowing cast rounds
+  // each partial sum, so it reads the reduced value.
+  ShardingRule rule = elementwise(*this);
+  rule.partialSumsPassThrough = isWidening();
+  return rule;
+}
 ShardingRule SoftmaxOp::getShardingRule() { return rowwise(*this); }
 
 /// Attention's rule, shared by the forward and the backward: the batch may
