@@ -146,8 +146,13 @@ def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
       >= 1 becomes bf16: parameters (what forward and backward read),
       activations, saved values, gradients and the gradient accumulators
       (accumulated by a bf16 `loom.add`). Rank-0 scalars stay f32: the loss
-      and its seed gradient.
-    * The update function reads bf16 parameters and gradients and gets one
+      and its seed gradient. With `grad-precision=fp32` the accumulators
+      stay f32 (Megatron's `--accumulate-allreduce-grads-in-fp32`): each
+      micro-batch's bf16 gradient is widened by `loom.cast` (exact) and
+      added in f32, and since a widening cast passes partial sums through,
+      the data-parallel reductions of gradients run in f32 too.
+    * The update function reads bf16 parameters and gradients (f32 with
+      `grad-precision=fp32`) and gets one
       new f32 argument per parameter, its master weights (`role = master`,
       named after the parameter; appended after the other arguments, and
       returned updated in place). Each `loom.adamw` updates the master from
@@ -156,7 +161,8 @@ def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
       gradients and returns an f32 sum; lr, step, the norm and the clip
       coefficient stay f32.
 
-    Model state is then 2 + 2 + 12 bytes per parameter (16Φ). The master is
+    Model state is then 2 + 2 + 12 bytes per parameter (16Φ; 2 + 4 + 12 =
+    18Φ with fp32 gradients, whose reductions move 4-byte elements). The master is
     training state like the moments, so `--loom-zero` shards it with them
     (ZeRO-1/2: each rank casts its shard of the master and the bf16
     parameter is all-gathered; ZeRO-3: the bf16 parameter is sharded and
@@ -165,15 +171,23 @@ def LoomMixedPrecision : Pass<"loom-mixed-precision", "::mlir::ModuleOp"> {
     Errors: a graph with a float type other than f32 (already converted, or
     f16/f64), a function already partitioned or pipelined, a module without
     a model or training step, an update function that reads a parameter
-    other than through `loom.adamw`, a `dtype` other than bf16.
+    other than through `loom.adamw`, a `dtype` other than bf16, a
+    `grad-precision` other than bf16 or fp32, and with fp32 gradients a
+    gradient accumulator not read once by a top-level `loom.add` returned
+    as its update.
 
     **Options:**
     * `dtype`: the compute type; `bf16` (fp16 would need loss scaling, which
       Loom does not implement).
+    * `grad-precision`: `bf16` (default; the ZeRO paper's 2-byte gradients)
+      or `fp32` (gradients accumulated, reduced and clipped in fp32).
   }];
   let options = [
     Option<"dtype", "dtype", "std::string", /*default=*/"\"bf16\"",
-           "Compute type of the mixed precision (bf16)">
+           "Compute type of the mixed precision (bf16)">,
+    Option<"gradPrecision", "grad-precision", "std::string",
+           /*default=*/"\"bf16\"",
+           "Gradient accumulators and their reductions: bf16 or fp32">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }

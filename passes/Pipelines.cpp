@@ -25,6 +25,7 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
   if (options.precision != "fp32") {
     LoomMixedPrecisionOptions mixed;
     mixed.dtype = options.precision;
+    mixed.gradPrecision = options.gradPrecision;
     pm.addPass(createLoomMixedPrecision(mixed));
   }
   if (options.train) {

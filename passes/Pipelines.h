@@ -87,6 +87,12 @@ struct CompilePipelineOptions
                      "after autodiff: bf16 compute, fp32 master weights and "
                      "moments)"),
       llvm::cl::init("fp32")};
+  Option<std::string> gradPrecision{
+      *this, "grad-precision",
+      llvm::cl::desc("With precision=bf16: the gradient accumulators and "
+                     "their reductions, bf16 (2 bytes, the ZeRO paper's "
+                     "16 bytes per parameter) or fp32 (18)"),
+      llvm::cl::init("bf16")};
   Option<int64_t> microbatches{*this, "microbatches",
                                llvm::cl::desc("Micro-batches per step"),
                                llvm::cl::init(1)};

@@ -61,6 +61,13 @@ int64_t sum(const std::map<std::string, int64_t> &m) {
 int64_t RankFigures::modelStateBytes() const { return sum(stateBytes); }
 int64_t RankFigures::totalSentBytes() const { return sum(sentBytes); }
 
+int64_t RankFigures::gradElementBytes() const {
+  auto elements = stateElements.find("grad");
+  if (elements == stateElements.end() || elements->second == 0)
+    return 0;
+  return stateBytes.at("grad") / elements->second;
+}
+
 int64_t RankFigures::mixedPrecisionStateBytes() const {
   auto elements = [&](const char *role) -> int64_t {
     auto it = stateElements.find(role);

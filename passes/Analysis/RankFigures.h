@@ -79,8 +79,11 @@ struct RankFigures {
   int64_t mixedPrecisionStateBytes() const;
   /// Whether the step is compiled in bf16 mixed precision (it holds fp32
   /// master weights: --loom-mixed-precision); mixedPrecisionStateBytes()
-  /// then equals modelStateBytes().
+  /// then equals modelStateBytes() unless the gradients are fp32.
   bool isMixedPrecision() const { return stateElements.count("master"); }
+  /// Bytes per gradient element (2 in bf16, 4 in fp32; 0 without
+  /// gradients).
+  int64_t gradElementBytes() const;
   /// Sum of sentBytes over the kinds.
   int64_t totalSentBytes() const;
 };

@@ -51,12 +51,16 @@ void printText(const RankFigures &fig, raw_ostream &os) {
     // the state is the ZeRO paper's figure itself; in fp32, what it would
     // be in mixed precision follows.
     bool mixed = fig.isMixedPrecision();
+    std::string precision = "fp32";
+    if (mixed)
+      precision = fig.gradElementBytes() == 4
+                      ? "bf16 mixed precision: 2-byte params, fp32 grads, "
+                        "master weights and moments"
+                      : "bf16 mixed precision: 2-byte params and grads; "
+                        "fp32 master weights and moments";
     os << llvm::formatv("  model parameters: Phi = {0}; model state = "
                         "{1:F2} Phi bytes ({2})\n",
-                        fig.globalParams, perPhi(state),
-                        mixed ? "bf16 mixed precision: 2-byte params and "
-                                "grads; fp32 master weights and moments"
-                              : "fp32");
+                        fig.globalParams, perPhi(state), precision);
     if (!mixed && fig.stateElements.count("adam_m"))
       os << llvm::formatv(
           "  in bf16 mixed precision: {0} bytes = {1:F2} Phi (2-byte params "
@@ -195,6 +199,7 @@ llvm::json::Object toJson(const RankFigures &fig) {
       {"global_params", fig.globalParams},
       {"model_state_bytes_bf16_mixed", fig.mixedPrecisionStateBytes()},
       {"precision", fig.isMixedPrecision() ? "bf16" : "fp32"},
+      {"grad_precision", fig.gradElementBytes() == 2 ? "bf16" : "fp32"},
       {"predicted_peak_bytes", fig.arenaBytes},
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},

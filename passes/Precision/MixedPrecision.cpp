@@ -8,7 +8,10 @@
 // (16Φ), which ZeRO-1/2/3 shard as 4Φ+12Φ/N, 2Φ+14Φ/N and 16Φ/N: the
 // master is sharded like the moments (its role is training state to
 // --loom-zero), so ZeRO-1/2 cast the master's shard and all-gather the bf16
-// parameter, half of fp32's bytes.
+// parameter, half of fp32's bytes. With grad-precision=fp32 the gradient
+// accumulators stay f32 (Megatron's --accumulate-allreduce-grads-in-fp32):
+// each micro-batch's bf16 gradient is widened before it is accumulated, and
+// the data-parallel reductions run after the (exact) widening, in fp32.
 //
 // Runs after --loom-autodiff (or on a forward-only model, for evaluation)
 // and before recomputation, tensor parallelism, ZeRO and partitioning,
@@ -19,6 +22,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/Debug.h"
 
 #define DEBUG_TYPE "loom-mixed-precision"
@@ -79,9 +83,12 @@ LogicalResult checkConvertible(func::FuncOp func) {
 }
 
 /// Narrows every f32 tensor of rank >= 1 in `func` (arguments, block
-/// arguments of nested regions, results) to bf16 and updates its type.
-void narrowFunction(func::FuncOp func) {
-  auto narrow = [](Value v) {
+/// arguments of nested regions, results) to bf16, except those in `keep`,
+/// and updates its type.
+void narrowFunction(func::FuncOp func, const llvm::DenseSet<Value> &keep) {
+  auto narrow = [&](Value v) {
+    if (keep.contains(v))
+      return;
     if (RankedTensorType bf16 = narrowed(v.getType()))
       v.setType(bf16);
   };
@@ -99,6 +106,75 @@ void narrowFunction(func::FuncOp func) {
   func.setFunctionType(FunctionType::get(
       func.getContext(), func.getBody().front().getArgumentTypes(),
       ret->getOperandTypes()));
+}
+
+/// One gradient accumulation of the micro-batch function: `add` sums the
+/// accumulator argument and the micro-batch's gradient (operand
+/// `gradOperand`).
+struct Accumulation {
+  AddOp add;
+  unsigned gradOperand;
+};
+
+/// The micro-batch function's gradient accumulations: each `role = grad`
+/// argument is read once, by the top-level `loom.add` of this micro-batch's
+/// gradient (as --loom-autodiff builds it), whose result is returned as the
+/// argument's in-place update. With fp32 gradients these stay f32 (into
+/// `keep`) and the gradient is widened before the add. Fails with a
+/// diagnostic when the function is not shaped that way.
+LogicalResult findAccumulations(func::FuncOp func,
+                                SmallVectorImpl<Accumulation> &accumulations,
+                                llvm::DenseSet<Value> &keep) {
+  Block &entry = func.getBody().front();
+  Operation *ret = entry.getTerminator();
+  for (BlockArgument arg : entry.getArguments()) {
+    auto role = func.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
+                                                LoomDialect::kRoleAttr);
+    if (!role || role.getValue() != Role::Grad)
+      continue;
+    auto add = arg.hasOneUse() ? dyn_cast<AddOp>(*arg.getUsers().begin())
+                               : AddOp();
+    bool returned = add && add->getBlock() == &entry &&
+                    add.getLhs().getType() == add.getRhs().getType() &&
+                    llvm::all_of(add->getUses(), [&](OpOperand &use) {
+                      if (use.getOwner() != ret)
+                        return false;
+                      auto updates = func.getResultAttrOfType<IntegerAttr>(
+                          use.getOperandNumber(), LoomDialect::kUpdatesAttr);
+                      return updates &&
+                             updates.getInt() == arg.getArgNumber();
+                    });
+    if (!returned) {
+      auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                    LoomDialect::kNameAttr);
+      return func.emitOpError()
+             << "has gradient accumulator '"
+             << (name ? name.getValue().str()
+                      : "#" + std::to_string(arg.getArgNumber()))
+             << "' that is not read once by a top-level loom.add returned "
+                "as its update; grad-precision=fp32 needs the micro-batch "
+                "function as --loom-autodiff builds it";
+    }
+    accumulations.push_back({add, add.getLhs() == arg ? 1u : 0u});
+    keep.insert(arg);
+    keep.insert(add.getResult());
+  }
+  return success();
+}
+
+/// After narrowing: each accumulation adds the widened (exact) bf16
+/// gradient to its f32 accumulator.
+void widenAccumulatedGradients(ArrayRef<Accumulation> accumulations) {
+  for (auto [add, g] : accumulations) {
+    OpBuilder b(add);
+    Location loc = add.getLoc();
+    if (auto named = dyn_cast<NameLoc>(loc))
+      loc = NameLoc::get(
+          StringAttr::get(add.getContext(), named.getName().str() + ".fp32"));
+    auto widened = CastOp::create(b, loc, add.getResult().getType(),
+                                  add->getOperand(g));
+    add->setOperand(g, widened.getResult());
+  }
 }
 
 struct LoomMixedPrecisionPass
@@ -203,12 +279,14 @@ LogicalResult LoomMixedPrecisionPass::convertUpdate(func::FuncOp update) {
   }
 
   // 3. Parameters and gradients (and anything computed from them) become
-  //    bf16; the moments, masters and scalars stay f32.
+  //    bf16; the moments, masters and scalars stay f32, and so do the
+  //    gradients with grad-precision=fp32.
+  bool bf16Grads = gradPrecision == "bf16";
   for (BlockArgument arg : entry.getArguments()) {
     auto role = update.getArgAttrOfType<RoleAttr>(arg.getArgNumber(),
                                                   LoomDialect::kRoleAttr);
-    if (role &&
-        (role.getValue() == Role::Param || role.getValue() == Role::Grad))
+    if (role && (role.getValue() == Role::Param ||
+                 (bf16Grads && role.getValue() == Role::Grad)))
       if (RankedTensorType bf16 = narrowed(arg.getType()))
         arg.setType(bf16);
   }
@@ -241,6 +319,14 @@ void LoomMixedPrecisionPass::runOnOperation() {
     module.emitError() << "loom-mixed-precision: dtype '" << dtype
                        << "' is not supported; use bf16 (or fp32, which needs "
                           "no mixed precision)";
+    return signalPassFailure();
+  }
+  if (gradPrecision != "bf16" && gradPrecision != "fp32") {
+    module.emitError() << "loom-mixed-precision: grad-precision '"
+                       << gradPrecision
+                       << "' is not supported; use bf16 (the ZeRO paper's "
+                          "2-byte gradients) or fp32 (accumulated and "
+                          "reduced in fp32)";
     return signalPassFailure();
   }
   // 1. Which functions: the training step's micro-batch and update
@@ -281,8 +367,16 @@ void LoomMixedPrecisionPass::runOnOperation() {
   // 2. The forward and backward compute in bf16; the update keeps fp32
   //    master weights.
   for (func::FuncOp func : compute) {
-    narrowFunction(func);
-    LLVM_DEBUG(llvm::dbgs() << "bf16: @" << func.getSymName() << "\n");
+    SmallVector<Accumulation> accumulations;
+    llvm::DenseSet<Value> keep;
+    if (gradPrecision == "fp32" &&
+        failed(findAccumulations(func, accumulations, keep)))
+      return signalPassFailure();
+    narrowFunction(func, keep);
+    widenAccumulatedGradients(accumulations);
+    LLVM_DEBUG(llvm::dbgs() << "bf16: @" << func.getSymName() << " ("
+                            << accumulations.size()
+                            << " fp32 gradient accumulators)\n");
   }
   for (func::FuncOp update : updates)
     if (failed(convertUpdate(update)))

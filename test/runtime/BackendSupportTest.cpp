@@ -221,7 +221,8 @@ int64_t bf16Instructions(const fb::Program &program) {
 
 TEST(BackendSupport, CompiledBF16ProgramsRunNativelyOnCuda) {
   // What `loom compile --precision bf16` emits for the tiny model (plain,
-  // micro-batched, vocab-parallel tp=2 with ZeRO-1, a pipeline stage) and for
+  // micro-batched, vocab-parallel tp=2 with ZeRO-1, a pipeline stage, fp32
+  // gradients) and for
   // GPT-2 124M: every instruction with BF16 operands runs natively on CUDA.
   const std::pair<const char *, const char *> cases[] = {
       {"tiny.json", "--batch 4 --seq 32 --train"},
@@ -230,6 +231,9 @@ TEST(BackendSupport, CompiledBF16ProgramsRunNativelyOnCuda) {
       {"tiny.json", "--batch 8 --seq 32 --train --mesh dp=2,tp=2 --zero 1"},
       {"tiny.json", "--batch 4 --seq 32 --train --mesh pp=2 --microbatches 2"},
       {"tiny.json", "--batch 4 --seq 32"}, // evaluation
+      // fp32 gradients: widening casts, fp32 accumulation and reductions.
+      {"tiny.json", "--batch 8 --seq 32 --train --microbatches 2 "
+                    "--mesh dp=2,tp=2 --zero 1 --grad-precision fp32"},
       {"gpt2-124m.json", "--batch 4 --seq 1024 --train"},
   };
   for (const auto &[config, flags] : cases) {

@@ -23,7 +23,7 @@ bool loom::cli::strategyFlagTakesValue(const std::string &flag) {
   static const char *const kValueFlags[] = {
       "--mesh",           "--zero",    "--microbatches", "--schedule",
       "--virtual-stages", "--backend", "--precision",    "--bucket-mb",
-      "--recompute",      "--vocab-divisible-by"};
+      "--recompute",      "--vocab-divisible-by", "--grad-precision"};
   return llvm::is_contained(kValueFlags, flag);
 }
 
@@ -109,6 +109,12 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
       error = "--precision is fp32 or bf16, got '" + value + "'";
     return true;
   }
+  if (flag == "--grad-precision") {
+    s.gradPrecision = value;
+    if (value != "fp32" && value != "bf16")
+      error = "--grad-precision is fp32 or bf16, got '" + value + "'";
+    return true;
+  }
   if (flag == "--sequence-parallel") {
     s.sequenceParallel = true;
     return true;
@@ -142,6 +148,12 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
     error = "--virtual-stages " + std::to_string(s.virtualStages) +
             " splits each pipeline stage into chunks; it needs --mesh pp=P "
             "with P > 1 and --schedule interleaved";
+    return false;
+  }
+  if (s.gradPrecision == "bf16" && s.precision != "bf16") {
+    error = "--grad-precision bf16 rounds the gradients of bf16 mixed "
+            "precision; it needs --precision bf16 (fp32 training keeps fp32 "
+            "gradients)";
     return false;
   }
   if (s.sequenceParallel && s.mesh.at("tp") == 1) {

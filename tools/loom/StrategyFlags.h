@@ -32,6 +32,10 @@ struct Strategy {
   int64_t vocabDivisibleBy = 128;
   std::string backend = "cpu";
   std::string precision = "fp32";
+  /// --grad-precision: the gradient accumulators and their reductions under
+  /// --precision bf16, "bf16" or "fp32" ("": bf16 mixed precision's 2-byte
+  /// gradients; fp32 training's are fp32).
+  std::string gradPrecision;
 
   int64_t worldSize() const;
 };

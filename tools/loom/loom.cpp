@@ -86,11 +86,15 @@ strategy flags:
   --vocab-divisible-by 128 (a vocabulary tp does not divide is padded to a
     multiple of this x tp rows, as Megatron's --make-vocab-size-divisible-by)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
-  --backend cpu|cuda  --precision fp32|bf16
+  --backend cpu|cuda  --precision fp32|bf16  --grad-precision bf16|fp32
   --precision bf16 compiles bf16 mixed precision (--loom-mixed-precision):
   bf16 weights, activations and gradients (and collectives), fp32 master
   weights and AdamW moments, fp32 loss and norms: 16 bytes of model state
   per parameter, which ZeRO shards as 4+12/N, 2+14/N and 16/N.
+  --grad-precision fp32 (with --precision bf16) accumulates, reduces and
+  clips the gradients in fp32, as Megatron's --accumulate-allreduce-grads-
+  in-fp32: 18 bytes per parameter (2+16/N under ZeRO-2), and gradient
+  collectives move 4-byte elements.
   --sequence-parallel (with --mesh tp=T, T > 1) also splits the residual stream
   (embedding output, layer norms, residual adds) on the sequence over tp, as
   Megatron-LM's --sequence-parallel: each tp all-reduce becomes a reduce-scatter
@@ -367,6 +371,8 @@ int compileProgram(const Invocation &inv, const std::string &output,
   }
   pipeline.recompute = inv.strategy.recompute;
   pipeline.precision = inv.strategy.precision;
+  if (!inv.strategy.gradPrecision.empty())
+    pipeline.gradPrecision = inv.strategy.gradPrecision;
   // The machine the pipeline's cost model assumes (its balance moves the
   // cut; the report's times and the program's predicted bubble use it).
   std::optional<double> linkGbs;
