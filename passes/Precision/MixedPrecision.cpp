@@ -163,17 +163,35 @@ LogicalResult findAccumulations(func::FuncOp func,
 }
 
 /// After narrowing: each accumulation adds the widened (exact) bf16
-/// gradient to its f32 accumulator.
+/// gradient to its f32 accumulator. The cast goes below the pads that carry
+/// the gradient into the table's shape (slice_grad: wpe's seq rows written
+/// into zeros of the whole table): a pad commutes with the widening, and the
+/// partitioner reduces a partial sum before a pad, so that reduction moves
+/// fp32 too.
 void widenAccumulatedGradients(ArrayRef<Accumulation> accumulations) {
   for (auto [add, g] : accumulations) {
-    OpBuilder b(add);
+    SmallVector<SliceGradOp> pads;
+    Value grad = add->getOperand(g);
+    while (auto pad = grad.getDefiningOp<SliceGradOp>()) {
+      if (!grad.hasOneUse())
+        break;
+      pads.push_back(pad);
+      grad = pad.getDout();
+    }
+    Operation *user = pads.empty() ? add.getOperation() : pads.back();
+    OpBuilder b(user);
     Location loc = add.getLoc();
     if (auto named = dyn_cast<NameLoc>(loc))
       loc = NameLoc::get(
           StringAttr::get(add.getContext(), named.getName().str() + ".fp32"));
-    auto widened = CastOp::create(b, loc, add.getResult().getType(),
-                                  add->getOperand(g));
-    add->setOperand(g, widened.getResult());
+    Type f32 = add.getResult().getType().getElementType();
+    auto widened = CastOp::create(
+        b, loc, cast<RankedTensorType>(grad.getType()).clone(f32), grad);
+    grad.replaceUsesWithIf(widened.getResult(), [&](OpOperand &use) {
+      return use.getOwner() == user;
+    });
+    for (SliceGradOp pad : pads)
+      pad.getResult().setType(pad.getResult().getType().clone(f32));
   }
 }
 
