@@ -150,6 +150,12 @@ bool loom::cli::checkStrategySupported(const Strategy &s, bool train,
             "with P > 1 and --schedule interleaved";
     return false;
   }
+  if (!s.gradPrecision.empty() && !train) {
+    error = "--grad-precision " + s.gradPrecision +
+            " sets how a training step accumulates and reduces gradients; "
+            "evaluation has none (drop the flag)";
+    return false;
+  }
   if (s.gradPrecision == "bf16" && s.precision != "bf16") {
     error = "--grad-precision bf16 rounds the gradients of bf16 mixed "
             "precision; it needs --precision bf16 (fp32 training keeps fp32 "
