@@ -199,7 +199,9 @@ llvm::json::Object toJson(const RankFigures &fig) {
       {"global_params", fig.globalParams},
       {"model_state_bytes_bf16_mixed", fig.mixedPrecisionStateBytes()},
       {"precision", fig.isMixedPrecision() ? "bf16" : "fp32"},
-      {"grad_precision", fig.gradElementBytes() == 2 ? "bf16" : "fp32"},
+      {"grad_precision", fig.gradElementBytes() == 0   ? "none"
+                         : fig.gradElementBytes() == 2 ? "bf16"
+                                                       : "fp32"},
       {"predicted_peak_bytes", fig.arenaBytes},
       {"sent_bytes_per_step", std::move(sent)},
       {"collective_calls_per_step", std::move(calls)},
