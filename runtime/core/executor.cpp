@@ -366,6 +366,16 @@ Status Executor::copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
                         static_cast<uint64_t>(count) * sizeof(int32_t));
 }
 
+Status Executor::copyMicrobatchIn(const int32_t *inputs,
+                                  const int32_t *targets, int64_t firstRow,
+                                  int64_t rows) {
+  const int64_t T = modelInfo->seq(), offset = firstRow * T;
+  LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(), inputs + offset,
+                                    rows * T, "token", firstRow));
+  return copyTokensIn(stageTable->targets(), targets + offset, rows * T,
+                      "target", firstRow);
+}
+
 Status Executor::copyToBuffer(uint32_t index, const void *host,
                               uint64_t bytes) {
   LOOM_CHECK(bytes <= bufferBytes(index),

@@ -256,6 +256,11 @@ private:
   /// when -1); `what` ("token" / "target") and `firstRow` name a bad id.
   Status copyTokensIn(int32_t buffer, const int32_t *ids, int64_t count,
                       const char *what, int64_t firstRow);
+  /// The tokens and targets of `rows` rows from row `firstRow` of this
+  /// rank's batch (a micro-batch) into the stage's token and target
+  /// buffers, through copyTokensIn.
+  Status copyMicrobatchIn(const int32_t *inputs, const int32_t *targets,
+                          int64_t firstRow, int64_t rows);
   /// A buffer-memory temporary of exactly `bytes` from the spares (kept
   /// until the executor goes; counted in peakTensorBytes unless
   /// `countInPeak` is false: a pipeline's stashes, which have their own

@@ -27,7 +27,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
                                     std::vector<InstructionTiming> *timings) {
   const program::Pipeline &pipe = *stageTable->pipeline();
   const int64_t M = stageTable->microbatches();
-  const int64_t rows = localBatch() / M, T = modelInfo->seq();
+  const int64_t rows = localBatch() / M;
   // Stashed activations of the micro-batches in flight, by (chunk, mb): a
   // spare of buffer memory each (device-to-device copies, no host round
   // trip), returned to the spares when the backward has read it.
@@ -58,12 +58,7 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     const program::PipelineChunk &chunk = *pipe.chunks()->Get(a->chunk());
     const uint32_t mb = a->microbatch();
     // 1. The micro-batch's tokens and targets, when this stage reads them.
-    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(),
-                                      inputs + mb * rows * T, rows * T, "token",
-                                      mb * rows));
-    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->targets(),
-                                      targets + mb * rows * T, rows * T,
-                                      "target", mb * rows));
+    LOOM_RETURN_IF_ERROR(copyMicrobatchIn(inputs, targets, mb * rows, rows));
     const auto key = std::make_pair(a->chunk(), mb);
     if (!a->backward()) {
       // 2. Forward; keep what the backward needs, and the loss.

@@ -134,12 +134,7 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
         trainStepPipelined(inputs, targets, result, timings));
   for (int64_t i = 0; !isPipelined() && i < M; ++i) {
     // 2. Micro-batch i is rows [i*b, (i+1)*b) of the batch.
-    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->tokens(),
-                                      inputs + i * rows * T, rows * T, "token",
-                                      i * rows));
-    LOOM_RETURN_IF_ERROR(copyTokensIn(stageTable->targets(),
-                                      targets + i * rows * T, rows * T,
-                                      "target", i * rows));
+    LOOM_RETURN_IF_ERROR(copyMicrobatchIn(inputs, targets, i * rows, rows));
     LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
                                  static_cast<uint32_t>(i), timings));
     if (stageTable->loss() >= 0) {
@@ -179,10 +174,7 @@ Status Executor::evaluate(const int32_t *inputs, const int32_t *targets,
                          "trainStep or evaluatePipelined)");
   const int64_t rows = localBatch(), T = modelInfo->seq();
   LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
-  LOOM_RETURN_IF_ERROR(
-      copyTokensIn(stageTable->tokens(), inputs, rows * T, "token", 0));
-  LOOM_RETURN_IF_ERROR(
-      copyTokensIn(stageTable->targets(), targets, rows * T, "target", 0));
+  LOOM_RETURN_IF_ERROR(copyMicrobatchIn(inputs, targets, 0, rows));
   LOOM_RETURN_IF_ERROR(run(timings));
   return readLoss(loss);
 }
