@@ -29,6 +29,23 @@ Status InstructionChecker::checkLayerNormStats(const std::vector<int64_t> &x) {
   return Status::success();
 }
 
+Status InstructionChecker::matmulResultShape(uint32_t lhs, uint32_t rhs,
+                                             std::vector<int64_t> &want) {
+  const auto &l = shape(lhs), &r = shape(rhs);
+  INSTR_CHECK(l.size() >= 2,
+              "lhs must be [..., M, K], got " << shapeString(l));
+  INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
+  const bool t = ins.transpose_rhs();
+  const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
+  INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
+                                 << shapeString(l) << " has K = " << l.back()
+                                 << ", rhs " << shapeString(r) << " has K = "
+                                 << k << (t ? " (rhs transposed)" : ""));
+  want.assign(l.begin(), l.end() - 1);
+  want.push_back(n);
+  return Status::success();
+}
+
 Status InstructionChecker::checkCompute() {
   const Opcode op = ins.opcode();
   switch (op) {
@@ -85,18 +102,8 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
     for (uint32_t b : {inputs[0], inputs[1], outputs[0]})
       LOOM_RETURN_IF_ERROR(floating(b, "operand"));
-    const auto &l = shape(inputs[0]), &r = shape(inputs[1]);
-    INSTR_CHECK(l.size() >= 2,
-                "lhs must be [..., M, K], got " << shapeString(l));
-    INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
-    const bool t = ins.transpose_rhs();
-    const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
-    INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
-                                   << shapeString(l) << " has K = " << l.back()
-                                   << ", rhs " << shapeString(r) << " has K = "
-                                   << k << (t ? " (rhs transposed)" : ""));
-    std::vector<int64_t> want(l.begin(), l.end() - 1);
-    want.push_back(n);
+    std::vector<int64_t> want;
+    LOOM_RETURN_IF_ERROR(matmulResultShape(inputs[0], inputs[1], want));
     return sameShape(outputs[0], want, "result");
   }
   case Opcode::LayerNorm: {
@@ -214,17 +221,8 @@ Status InstructionChecker::checkTraining() {
     LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
     LOOM_RETURN_IF_ERROR(allFloat(outputs, "result"));
     const auto &l = shape(inputs[1]), &r = shape(inputs[2]);
-    INSTR_CHECK(l.size() >= 2,
-                "lhs must be [..., M, K], got " << shapeString(l));
-    INSTR_CHECK(r.size() == 2, "rhs must be a matrix, got " << shapeString(r));
-    const bool t = ins.transpose_rhs();
-    const int64_t k = t ? r[1] : r[0], n = t ? r[0] : r[1];
-    INSTR_CHECK(l.back() == k, "contracting dimensions differ: lhs "
-                                   << shapeString(l) << " has K = " << l.back()
-                                   << ", rhs " << shapeString(r) << " has K = "
-                                   << k << (t ? " (rhs transposed)" : ""));
-    std::vector<int64_t> want(l.begin(), l.end() - 1);
-    want.push_back(n);
+    std::vector<int64_t> want;
+    LOOM_RETURN_IF_ERROR(matmulResultShape(inputs[1], inputs[2], want));
     LOOM_RETURN_IF_ERROR(sameShape(inputs[0], want, "dout"));
     LOOM_RETURN_IF_ERROR(sameShape(outputs[0], l, "dlhs"));
     return sameShape(outputs[1], r, "drhs");

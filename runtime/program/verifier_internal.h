@@ -100,6 +100,10 @@ private:
   /// Layer norm (forward or gradient) over rows of `x`: epsilon in (0, 1),
   /// scratch empty or [mean, rstd] with one value per row.
   Status checkLayerNormStats(const std::vector<int64_t> &x);
+  /// Matmul / MatmulGrad: `lhs` [..., M, K] times `rhs` [K, N] ([N, K]
+  /// with transpose_rhs); `want` is the product's shape [..., M, N].
+  Status matmulResultShape(uint32_t lhs, uint32_t rhs,
+                           std::vector<int64_t> &want);
   Status checkAttentionShape(const std::vector<int64_t> &q,
                              const std::vector<int64_t> &out, const char *role);
 
