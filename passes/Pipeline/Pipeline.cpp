@@ -19,6 +19,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/Debug.h"
 #include "llvm/Support/Format.h"
 
@@ -440,6 +441,36 @@ LogicalResult StageBuilder::build(StringRef modelName, int64_t microbatches) {
         resultAttrs.push_back(attrs.getDictionary(ctx));
       f.func.setAllResultAttrs(resultAttrs);
     }
+
+  // 4. Each chunk accumulates only gradients of parameters its forward
+  //    reads: a parameter is updated by the stages that hold it, so an
+  //    accumulation anywhere else would be lost. (A gradient that reaches its
+  //    accumulator through an op the accumulation tree does not follow is
+  //    placed by that op's position, in the embedding chunk.)
+  for (int64_t c = 0; !forwardOnly && c < chunks; ++c) {
+    auto namesWithRole = [](func::FuncOp func, Role want) {
+      llvm::StringSet<> names;
+      for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+        auto role = func.getArgAttrOfType<RoleAttr>(i, LoomDialect::kRoleAttr);
+        auto name = func.getArgAttrOfType<StringAttr>(i, LoomDialect::kNameAttr);
+        if (role && name && role.getValue() == want)
+          names.insert(name.getValue());
+      }
+      return names;
+    };
+    llvm::StringSet<> held = namesWithRole(funcs[c][Forward].func, Role::Param);
+    for (const auto &grad : namesWithRole(funcs[c][Backward].func, Role::Grad))
+      if (!held.contains(grad.getKey()))
+        return train.emitOpError()
+               << "accumulates the gradient of '" << grad.getKey()
+               << "' in chunk " << c
+               << ", whose forward does not read that parameter, so the "
+                  "stage that updates it would never see it; the gradient "
+                  "reaches its accumulator through an op --loom-pipeline "
+                  "cannot split per chunk (it follows loom.add, sum "
+                  "all-reduces and reduce-scatters, local slices and "
+                  "widening casts)";
+  }
   return success();
 }
 
