@@ -222,41 +222,12 @@ void scatterWhereSliced(
   }
 }
 
-/// `v` (used once) as a sum all-reduce on `axes`, or an add of such sums
-/// (each used once), recursively: the all-reduces, in `reductions`.
-LogicalResult
-collectSummedReductions(Value v, FlatSymbolRefAttr mesh, ArrayAttr axes,
-                        SmallVectorImpl<AllReduceOp> &reductions) {
-  if (!v.hasOneUse())
-    return failure();
-  if (auto add = v.getDefiningOp<AddOp>()) {
-    if (add.getLhs().getType() != add.getType() ||
-        add.getRhs().getType() != add.getType())
-      return failure();
-    return success(succeeded(collectSummedReductions(add.getLhs(), mesh, axes,
-                                                     reductions)) &&
-                   succeeded(collectSummedReductions(add.getRhs(), mesh, axes,
-                                                     reductions)));
-  }
-  auto ar = v.getDefiningOp<AllReduceOp>();
-  if (!ar || ar.getInputs().size() != 1 || ar.getAsync() ||
-      ar.getReduction() != ReductionKind::Sum || ar.getAxesAttr() != axes ||
-      ar.getMeshAttr() != mesh)
-    return failure();
-  reductions.push_back(ar);
-  return success();
-}
-
 /// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
-/// dp all-reduce (or of a sum of dp all-reduces: the tied wte's two
-/// contributions): the partitioner reduces a partial sum whole and then
-/// keeps the rank's block (with tensor parallelism, the embedding's
-/// full-vocabulary wte gradient on its way into a ZeRO-2/3 accumulator; the
-/// position embedding's gradient, padded from seq rows to the table by
-/// slice_grad, at every ZeRO-2/3 step). The other axes' slices and the pad
-/// commute with the dp sum, and a dp block of a dp sum is a reduce-scatter:
-/// 1/n of the all-reduce's bytes (n = 2: half; the wte of GPT-3 at tp=8:
-/// 1/16). The pad then runs on the local partial sum, so the reduce-scatter
+/// dp all-reduce: the partitioner reduces a partial sum whole and then
+/// keeps the rank's block (the position embedding's gradient, padded from
+/// seq rows to the table by slice_grad, at every ZeRO-2/3 step). The other
+/// axes' slices and the pad commute with the dp sum, and a dp block of a dp
+/// sum is a reduce-scatter: 1/n of the all-reduce's bytes. The pad then runs on the local partial sum, so the reduce-scatter
 /// moves the whole table's rows, as PyTorch's FSDP does for wpe: fewer
 /// bytes than the all-reduce of the seq rows only while seq is at least
 /// half the table (otherwise the all-reduce stays).
@@ -290,12 +261,10 @@ int64_t scatterSlicedSums(func::FuncOp func) {
         break;
       }
     }
-    // The all-reduces: one, or several whose sums are added (the tied wte's
-    // embedding and LM-head contributions, each reduced over dp, then
-    // summed): a sum of sums is the sum of the local partial sums.
-    SmallVector<AllReduceOp> reductions;
-    if (failed(
-            collectSummedReductions(v, slice.getMeshAttr(), axes, reductions)))
+    auto ar = v.getDefiningOp<AllReduceOp>();
+    if (!v.hasOneUse() || !ar || ar.getInputs().size() != 1 ||
+        ar.getAsync() || ar.getReduction() != ReductionKind::Sum ||
+        ar.getAxesAttr() != axes || ar.getMeshAttr() != slice.getMeshAttr())
       continue;
     // A ring reduce-scatter sends (n-1)/n of its input, an all-reduce twice
     // that: scatter only when that sends no more (after a pad, the padded
@@ -305,21 +274,13 @@ int64_t scatterSlicedSums(func::FuncOp func) {
     auto elements = [](Value x) {
       return cast<RankedTensorType>(x.getType()).getNumElements();
     };
-    int64_t reducedElements = 0;
-    for (AllReduceOp ar : reductions)
-      reducedElements += elements(ar.getInputs().front());
-    if (elements(slice.getInput()) > 2 * reducedElements)
+    if (elements(slice.getInput()) > 2 * elements(ar.getInputs().front()))
       continue;
-    // 2. The adds, pads and other slices take the partial sums; the dp
-    //    slice becomes the reduce-scatter.
-    std::string reason = reductions.front().getReason().value_or("").str();
-    if (reductions.size() > 1)
-      reason += " and " + std::to_string(reductions.size() - 1) +
-                " more partial sum(s) added to it";
-    for (AllReduceOp ar : reductions) {
-      ar.getResults().front().replaceAllUsesWith(ar.getInputs().front());
-      ar.erase();
-    }
+    // 2. The pads and other slices take the partial sum; the dp slice
+    //    becomes the reduce-scatter.
+    std::string reason = ar.getReason().value_or("").str();
+    ar.getResults().front().replaceAllUsesWith(ar.getInputs().front());
+    ar.erase();
     OpBuilder b(slice);
     auto scatter = ReduceScatterOp::create(
         b, slice.getLoc(), slice.getResult().getType(), slice.getInput(),

@@ -12,9 +12,8 @@
 // moments ZeRO-1 splits, the tied wte too, whose stages then sum their dp
 // blocks; a tensor whose moments stay whole over dp, a column-parallel
 // bias under tp, keeps its all-reduce), and turns a dp block of a dp
-// all-reduce that stays per micro-batch (ZeRO-2/3), or of a sum of them
-// (the tied wte's two contributions), or of wpe's slice_grad pad of one,
-// into a reduce-scatter.
+// all-reduce that stays per micro-batch (ZeRO-2/3), or of wpe's
+// slice_grad pad of one, into a reduce-scatter.
 //
 //===----------------------------------------------------------------------===//
 

@@ -104,6 +104,19 @@ private:
   /// Makes `operand` of `user` have the layout `want`: all-reduce partial
   /// sums, all-gather dimensions split against the wish.
   LogicalResult reshard(OpOperand &operand, const Layout &want);
+  /// The layout a linear op's result keeps when its operands hold the same
+  /// partial sums: each dimension split as the operands that split it have
+  /// it. None when the partials differ, or the splits conflict, or a whole
+  /// operand cannot be sliced to them without traffic (a split over a
+  /// partial axis is a reduce-scatter, not a slice).
+  std::optional<Layout> passThroughLayout(Operation *op);
+  /// Takes this rank's block of each operand `op` reads whole along a
+  /// dimension `common` splits (no traffic), so that the partial sums add
+  /// block to block: with tensor parallelism the tied wte's embedding
+  /// contribution is computed for the whole vocabulary and its LM-head
+  /// contribution for this rank's rows, and one reduction of their sum
+  /// replaces one per contribution.
+  void matchSplits(Operation *op, const Layout &common);
   LogicalResult partitionOps(Block &block);
   /// A sum of squares over gradients split over different axes (ZeRO-2/3
   /// or tensor parallelism next to replicated ones): see the definition.
@@ -271,6 +284,64 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
   return success();
 }
 
+std::optional<Layout> Partitioner::passThroughLayout(Operation *op) {
+  Layout common = layout(op->getOperand(0));
+  if (common.partial.empty() || common.partialKind != ReductionKind::Sum)
+    return std::nullopt;
+  for (Value v : op->getOperands()) {
+    Layout l = layout(v);
+    if (l.partial != common.partial || l.partialKind != common.partialKind ||
+        l.dims.size() != common.dims.size())
+      return std::nullopt;
+    for (auto [mine, theirs] : llvm::zip(common.dims, l.dims)) {
+      if (theirs.empty())
+        continue;
+      if (!mine.empty() && mine != theirs)
+        return std::nullopt;
+      mine = theirs;
+    }
+  }
+  for (Value v : op->getOperands()) {
+    Layout l = layout(v);
+    for (size_t d = 0; d < l.dims.size(); ++d) {
+      if (!l.dims[d].empty() || common.dims[d].empty())
+        continue;
+      for (StringRef a : common.dims[d]) {
+        if (llvm::is_contained(l.partial, a))
+          return std::nullopt;
+        for (size_t e = 0; e < l.dims.size(); ++e)
+          if (e != d && llvm::is_contained(l.dims[e], a))
+            return std::nullopt;
+      }
+    }
+  }
+  return common;
+}
+
+void Partitioner::matchSplits(Operation *op, const Layout &common) {
+  OpBuilder b(op);
+  FlatSymbolRefAttr meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+  for (OpOperand &operand : op->getOpOperands()) {
+    Value value = operand.get();
+    Layout have = layout(value);
+    for (size_t d = 0; d < have.dims.size(); ++d) {
+      if (have.dims[d] == common.dims[d])
+        continue;
+      std::string reason = "this rank's block of " + nameOf(value) + " for " +
+                           nameOf(op) + ", before reducing their sum";
+      // Typed globally like everything else here; localization below
+      // shrinks the split dimension.
+      value = LocalSliceOp::create(b, value.getLoc(), value.getType(), value,
+                                   meshRef, axesAttr(b, common.dims[d]),
+                                   b.getI64IntegerAttr(d),
+                                   b.getStringAttr(reason));
+      have.dims[d] = common.dims[d];
+      record(value, have);
+    }
+    operand.set(value);
+  }
+}
+
 LogicalResult Partitioner::partitionOps(Block &block) {
   for (Operation &op : llvm::make_early_inc_range(block)) {
     if (auto inner = dyn_cast<BlockOp>(op)) {
@@ -328,19 +399,12 @@ LogicalResult Partitioner::partitionOps(Block &block) {
     // An op linear in its operands (addition) passes partial sums through
     // when every operand holds the same ones: reduce once after it instead
     // of once per operand (a tied embedding's two gradient contributions).
-    if (rule->partialSumsPassThrough && op.getNumResults() == 1) {
-      Layout first = layout(op.getOperand(0));
-      bool samePartials =
-          !first.partial.empty() && first.partialKind == ReductionKind::Sum &&
-          llvm::all_of(op.getOperands(), [&](Value v) {
-            Layout l = layout(v);
-            return l.partial == first.partial && l.dims == first.dims;
-          });
-      if (samePartials) {
-        record(op.getResult(0), first);
+    if (rule->partialSumsPassThrough && op.getNumResults() == 1)
+      if (std::optional<Layout> common = passThroughLayout(&op)) {
+        matchSplits(&op, *common);
+        record(op.getResult(0), *common);
         continue;
       }
-    }
     // Operands: each dimension split the way its factor is split in the
     // op's results (as propagation decided), no partial sums. A factor no
     // result has (a contracted dimension) stays split only where the

@@ -74,6 +74,35 @@ func.func @slice_before_reduce(%dy: tensor<4x8xf32> {loom.sharding = #loom.shard
 
 // -----
 
+// A sum of two partial sums over dp, one whole along dimension 0 and one
+// split there over tp (the tied wte's embedding and LM-head gradients with
+// tensor parallelism): the whole one's tp block is taken (no traffic), the
+// blocks are added, and their sum is all-reduced once.
+loom.mesh @mesh <dp = 2, tp = 2>
+// CHECK-LABEL: func.func @sum_before_reduce(
+func.func @sum_before_reduce(%dy: tensor<4x8xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], []]>},
+                             %x: tensor<4x6xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], []]>},
+                             %w: tensor<6x8xf32>,
+                             %xs: tensor<4x6xf32> {loom.sharding = #loom.sharding<@mesh, [[dp], [tp]]>},
+                             %ws: tensor<6x8xf32> {loom.sharding = #loom.sharding<@mesh, [[tp], []]>},
+                             %acc: tensor<6x8xf32> {loom.sharding = #loom.sharding<@mesh, [[tp], []]>}) -> tensor<6x8xf32> {
+  // CHECK: %{{.*}}, %[[WHOLE:.*]] = loom.linear_grad {{.*}} -> tensor<2x6xf32>, tensor<6x8xf32>
+  // CHECK: %{{.*}}, %[[BLOCK:.*]] = loom.linear_grad {{.*}} -> tensor<2x3xf32>, tensor<3x8xf32>
+  // CHECK-NOT: loom.all_reduce
+  // CHECK: %[[S:.*]] = loom.local_slice %[[WHOLE]] on @mesh [tp] dim 0 {reason = "this rank's block of loom.linear_grad for loom.add, before reducing their sum"} : tensor<6x8xf32> -> tensor<3x8xf32>
+  // CHECK-NEXT: %[[SUM:.*]] = loom.add %[[S]], %[[BLOCK]] : tensor<3x8xf32>
+  // CHECK-NEXT: %[[AR:.*]] = loom.all_reduce %[[SUM]] on @mesh [dp] sum {reason = "partial sum over [dp] of loom.add, reduced for loom.add"} : tensor<3x8xf32>
+  // CHECK-NEXT: loom.add %{{.*}}, %[[AR]] : tensor<3x8xf32>, tensor<3x8xf32>
+  // CHECK-NOT: loom.all_reduce
+  %dx, %dw = loom.linear_grad %dy, %x, %w : tensor<4x8xf32>, tensor<4x6xf32>, tensor<6x8xf32> -> tensor<4x6xf32>, tensor<6x8xf32>
+  %dxs, %dws = loom.linear_grad %dy, %xs, %ws : tensor<4x8xf32>, tensor<4x6xf32>, tensor<6x8xf32> -> tensor<4x6xf32>, tensor<6x8xf32>
+  %g = loom.add %dw, %dws : tensor<6x8xf32>, tensor<6x8xf32>
+  %sum = loom.add %acc, %g : tensor<6x8xf32>, tensor<6x8xf32>
+  return %sum : tensor<6x8xf32>
+}
+
+// -----
+
 // A contracted factor one operand holds split (over the result's partial
 // axes) and another whole: the whole one is read as this rank's block, so
 // both cover the same tokens (an embedding gradient of sequence-split rows

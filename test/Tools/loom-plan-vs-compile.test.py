@@ -25,6 +25,7 @@ PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
 ELEMENT_BYTES = 2 if PRECISION == "bf16" else 4
 BATCH, SEQ = 8, 32
 N_EMBD = json.load(open(config))["n_embd"]
+N_POSITIONS = json.load(open(config))["n_positions"]
 
 # (dp, tp, pp, micro-batches, schedule, virtual stages, recompute modes):
 # 3D plans with 1F1B and interleaved 1F1B, with each recomputation, and
@@ -50,21 +51,29 @@ MESHES = [(2, 2, 2, 4, "1f1b", 1, ("none", "selective", "full")),
 DP_TOLERANCE = {0: 0.02, 1: 0.02, 2: 0.01, 3: 0.01}
 
 
-def dp_bounds(mesh, zero, sp, plan, wte_bytes):
+def dp_bounds(mesh, zero, sp, plan):
     """The interval the compiled dp figure must fall in, around the plan's
     `plan` bytes, as (low, high). The plan counts every parameter once,
     reduced as DDP and the ZeRO paper reduce it; what the compiled step
     sends beyond that is the compiler's and named here (an upper bound, so
-    that a compiler that stops sending it still passes). `wte_bytes`: the
-    rank's vocab-parallel wte."""
+    that a compiler that stops sending it still passes)."""
     dp, tp, pp, micro = mesh[:4]
     if pp > 1:
         tolerance = DP_TOLERANCE[zero]
         return plan * (1 - tolerance), plan * (1 + tolerance)
-    # Left out below the plan (0.5%): with one micro-batch DDP all-reduces
-    # only the s rows of wpe's gradient the step wrote (the pad to the
-    # table follows the all-reduce), and ZeRO-3's backward re-gathers only
-    # the tensors it reads (not the biases, wte, wpe): up to 0.3% less.
+    if zero == 0 and micro == 1:
+        # DDP with one micro-batch all-reduces wpe's gradient before its pad
+        # to the table: only the SEQ rows the step wrote (under SP this
+        # rank's SEQ/tp, gathered over tp afterwards), where the plan counts
+        # the table's N_POSITIONS. The rest, the tied wte's two
+        # contributions summed before one all-reduce included, is the
+        # plan's to the 4 bytes of the loss.
+        rows = SEQ // tp if sp else SEQ
+        unwritten = (N_POSITIONS - rows) * N_EMBD * ELEMENT_BYTES
+        exact = plan - 2 * (dp - 1) / dp * unwritten
+        return exact * (1 - 1e-4), exact * (1 + 1e-4)
+    # Left out below the plan (0.5%): ZeRO-3's backward re-gathers only the
+    # tensors it reads (not the biases, wte, wpe): up to 0.3% less.
     low = plan * (1 - 0.005)
     if sp and zero >= 2:
         # Sequence parallelism under ZeRO-2/3: since the tied wte's two
@@ -73,25 +82,9 @@ def dp_bounds(mesh, zero, sp, plan, wte_bytes):
         # ZeRO-2, -0.53% for ZeRO-3); the plan's count of the partial
         # layer-norm gradients' reductions is the coarser one.
         low = plan * (1 - 0.0075)
-    extra = 0.0
-    if tp > 1:
-        # With tp > 1 the tied wte's two vocab-parallel contributions
-        # (embedding, LM head) reach the accumulator through two dp
-        # all-reduces wherever they are reduced in the backward: DDP with
-        # one micro-batch all-reduces wte twice (PyTorch sums first: once);
-        # ZeRO-2/3 all-reduce both whole every micro-batch instead of
-        # reduce-scattering their sum. (wte is a third of this small
-        # model's rank; a fraction of a percent of GPT-3's.) DDP with
-        # several micro-batches sums them before its one all-reduce, as the
-        # plan does.
-        all_reduce, scatter = 2 * (dp - 1) / dp, (dp - 1) / dp
-        if zero == 0 and micro == 1:
-            extra = all_reduce * wte_bytes
-        elif zero >= 2:
-            extra = micro * (2 * all_reduce - scatter) * wte_bytes
     # ZeRO-1 reduce-scatters the matrices and wte once per step and
     # all-reduces wpe, the norms and biases: up to 0.7% more.
-    high = plan * (1 + (0.01 if zero == 1 else 0.005)) + extra
+    high = plan * (1 + (0.01 if zero == 1 else 0.005))
     return low, high
 
 
@@ -190,7 +183,6 @@ for mesh, zero, recompute, sp in cases:
     # 1001 rows: whole at tp = 1, else padded to a multiple of 128 x tp.
     padded = 1001 if tp == 1 else -(-1001 // (128 * tp)) * 128 * tp
     ok &= fp32["memory"]["vocab_rows_per_gpu"] == padded // tp
-    wte_bytes = ELEMENT_BYTES * padded // tp * N_EMBD
     ok &= len(built) == len(fp32["memory"]["stages"])
     # The traffic the compiled step is compared with: the plan in its
     # precision.
@@ -212,7 +204,7 @@ for mesh, zero, recompute, sp in cases:
             if figure == "dp":
                 # Compiled within [low, high] <=> plan within this range
                 # of the compiled figure.
-                low, high = dp_bounds(mesh, zero, sp, got, wte_bytes)
+                low, high = dp_bounds(mesh, zero, sp, got)
                 good = low <= want <= high
                 scale = 100 / max(want, 1)
                 bounds = (f"{scale * (got - high):+.2f}.."
