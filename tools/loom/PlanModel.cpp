@@ -455,13 +455,14 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       zeroWindow = compute * 2.0 / 3.0;
     } else if (plan.zero == 3) {
       // Forward gather + gradient reduce-scatter of every tensor ZeRO
-      // splits; a pipelined backward gathers the blocks' again (the ZeRO
-      // paper's 1.5x DDP without pipelines).
-      double regathered = p > 1 ? states[i].blockDpSplittableParams
-                                : states[i].dpSplittableParams;
-      zeroBytes = 2.0 * ringGatherBytes(
-                            states[i].dpSplittableParams * elementBytes, n) +
-                  ringGatherBytes(regathered * elementBytes, n);
+      // splits; the backward gathers the blocks' again (the ZeRO paper's
+      // 1.5x DDP, less wte, wpe and ln_f: the head runs its backward on
+      // the copy its forward gathered, and the embedding's backward needs
+      // no table).
+      zeroBytes =
+          2.0 * ringGatherBytes(states[i].dpSplittableParams * elementBytes,
+                                n) +
+          ringGatherBytes(states[i].blockDpSplittableParams * elementBytes, n);
       zeroWindow = compute;
     }
     double zeroTime = zeroBytes / bandwidth(cost.dpCrossesNodes);

@@ -69,9 +69,9 @@ struct StageState {
   /// over dp: what ZeRO-3 gathers and ZeRO-1/2 reduce-scatter.
   double dpSplittableParams = 0;
   /// The same for the blocks' tensors only: what ZeRO-3 gathers again for
-  /// the backward (the embedding's backward needs no table, and the last
-  /// stage's head runs its backward right after its forward, on the copy
-  /// the forward gathered).
+  /// the backward (the embedding's backward needs no table, and the head
+  /// runs its backward right after its forward, on the copy the forward
+  /// gathered).
   double blockDpSplittableParams = 0;
   /// The layer norms' gradient elements on this GPU (ZeRO-2/3: the dp
   /// shard). Sequence parallelism leaves them partial over tp (each rank
