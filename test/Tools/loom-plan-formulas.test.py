@@ -50,6 +50,24 @@ ok &= same_as_report
 print("model state equals --loom-report at every stage" if same_as_report
       else "MODEL STATE DIFFERS FROM --loom-report")
 
+# 1b. bf16 with fp32 gradients (--grad-precision fp32): 18Φ, 6Φ+12Φ/N,
+# 2Φ+16Φ/N, 18Φ/N, and gradient collectives of 4-byte elements (DDP sends
+# what fp32 DDP sends: twice the bf16 all-reduce).
+want_fp32_grads = [18, 6 + 12 / n, 2 + 16 / n, 18 / n]
+for z in range(4):
+    fixed = ["--gpus", "8", "--batch", "8", "--seq", "1024", "--mesh", "dp=8",
+             "--zero", str(z), "--microbatches", "1", "--recompute", "none"]
+    got = plan("gpt2-124m.json", *fixed, "--grad-precision", "fp32")
+    g_bytes = got["memory"]["model_state_bytes"]
+    ok &= got["grad_precision"] == "fp32" and got["precision"] == "bf16"
+    ok &= abs(g_bytes / phi - want_fp32_grads[z]) < 1e-9
+    dp_bytes = got["traffic_bytes_per_gpu_per_step"]["dp"]
+    if z == 0:
+        ok &= abs(dp_bytes - 2 * ddp) <= 1
+    print(f"zero={z} fp32 grads: {got['memory']['model_state_formula']} = "
+          f"{g_bytes / phi:.2f} Phi = {g_bytes} bytes, dp traffic "
+          f"{dp_bytes / ddp:.2f} x bf16 DDP")
+
 # 2. Korthikanti et al. 2022, bytes per layer per micro-batch.
 s, b, h, a, t = 2048, 1, 12288, 96, 8
 sbh = s * b * h

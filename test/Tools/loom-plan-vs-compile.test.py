@@ -8,7 +8,9 @@ Arguments: the loom binary, the loom-opt binary, the config, a work
 directory, and optionally `bf16`: compile in bf16 mixed precision
 (--precision bf16) and compare with `loom plan --precision bf16` (the
 compiled state is then the bf16 figure itself, and the traffic is the bf16
-plan's: 2-byte tensors, f32 loss statistics and scalars).
+plan's: 2-byte tensors, f32 loss statistics and scalars), or
+`bf16-fp32-grads`: the same with --grad-precision fp32 on both sides
+(4-byte gradients in the state and in the gradient collectives).
 
 The compiled traffic is read from --loom-report's per-phase figures
 (executions per step x bytes per execution, keyed "<kind>[<axes>]"): a
@@ -21,8 +23,13 @@ import subprocess
 import sys
 
 loom, loom_opt, config, work = sys.argv[1:5]
-PRECISION = sys.argv[5] if len(sys.argv) > 5 else "fp32"
+MODE = sys.argv[5] if len(sys.argv) > 5 else "fp32"
+assert MODE in ("fp32", "bf16", "bf16-fp32-grads"), MODE
+PRECISION = "fp32" if MODE == "fp32" else "bf16"
+FP32_GRADS = MODE == "bf16-fp32-grads"
+GRAD_FLAGS = ["--grad-precision", "fp32"] if FP32_GRADS else []
 ELEMENT_BYTES = 2 if PRECISION == "bf16" else 4
+GRAD_BYTES = 4 if FP32_GRADS else ELEMENT_BYTES
 BATCH, SEQ = 8, 32
 N_EMBD = json.load(open(config))["n_embd"]
 N_POSITIONS = json.load(open(config))["n_positions"]
@@ -69,7 +76,7 @@ def dp_bounds(mesh, zero, sp, plan):
         # contributions summed before one all-reduce included, is the
         # plan's to the 4 bytes of the loss.
         rows = SEQ // tp if sp else SEQ
-        unwritten = (N_POSITIONS - rows) * N_EMBD * ELEMENT_BYTES
+        unwritten = (N_POSITIONS - rows) * N_EMBD * GRAD_BYTES
         exact = plan - 2 * (dp - 1) / dp * unwritten
         return exact * (1 - 1e-4), exact * (1 + 1e-4)
     # Left out below the plan (0.5%): ZeRO-3's backward re-gathers only the
@@ -122,7 +129,7 @@ def strategy(mesh, zero, recompute):
 def compiled(mesh, zero, recompute, sp, tag):
     flags = ["--config", config, "--batch", str(BATCH), "--seq", str(SEQ),
              "--train", *strategy(mesh, zero, recompute),
-             "--precision", PRECISION]
+             "--precision", PRECISION, *GRAD_FLAGS]
     if sp:
         flags.append("--sequence-parallel")
     ir = os.path.join(work, f"{tag}.mlir")
@@ -141,6 +148,8 @@ def compiled(mesh, zero, recompute, sp, tag):
         # In bf16 the state compiled is the bf16 state itself (fp32
         # masters, 2-byte params and grads), not the report's estimate.
         assert st["precision"] == PRECISION
+        assert st["grad_precision"] == ("fp32" if PRECISION == "fp32" or
+                                        FP32_GRADS else "bf16")
         stages.append({"state_fp32": st["model_state_bytes"],
                        "state_bf16": st["model_state_bytes"]
                        if PRECISION == "bf16"
@@ -154,7 +163,7 @@ def planned(mesh, zero, recompute, sp, precision):
     flags = ["--config", config, "--gpus", str(gpus), "--gpu-mem-gb", "1e6",
              "--batch", str(BATCH), "--seq", str(SEQ),
              *strategy(mesh, zero, recompute), "--precision", precision,
-             "--json"]
+             *(GRAD_FLAGS if precision == "bf16" else []), "--json"]
     if not sp:
         flags.append("--no-sequence-parallel")
     return json.loads(run(loom, "plan", *flags))

@@ -34,7 +34,8 @@ using namespace loom::plan;
 const char *const loom::cli::kPlanUsage = R"(usage:
   loom plan --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
             [--gpus-per-node K] [--intra-node-gbps BW] [--inter-node-gbps BW]
-            [--peak-tflops F] [--precision bf16|fp32] [--top N] [--json]
+            [--peak-tflops F] [--precision bf16|fp32] [--grad-precision bf16|fp32]
+            [--top N] [--json]
             [--no-sequence-parallel] [--vocab-divisible-by D] [restrictions]
 
   Searches dp x tp x pp = G (tp <= K and dividing n_head, pp <= n_layer, dp
@@ -50,7 +51,9 @@ const char *const loom::cli::kPlanUsage = R"(usage:
   dense bf16; 67 with --precision fp32); --top 10. Tensor parallelism comes
   with sequence parallelism unless --no-sequence-parallel. A vocabulary tp
   does not divide is padded to a multiple of D x tp rows, as `loom compile`
-  does (--vocab-divisible-by 128).
+  does (--vocab-divisible-by 128). --grad-precision fp32 plans bf16 mixed
+  precision with fp32 gradients, as `loom compile` does: 18 bytes of model
+  state per parameter (2+16/N under ZeRO-2), 4-byte gradient collectives.
 restrictions (search only plans with these values):
   --mesh dp=D,tp=T,pp=P (any subset)  --zero Z  --microbatches M
   --schedule gpipe|1f1b|interleaved  --virtual-stages V
@@ -75,7 +78,7 @@ std::optional<PlanOptions> parseFlags(const std::vector<std::string> &args) {
       "--peak-tflops", "--top",  "--vocab-divisible-by"};
   const std::set<std::string> restrictionFlags{
       "--mesh",           "--zero",      "--microbatches", "--schedule",
-      "--virtual-stages", "--recompute", "--precision"};
+      "--virtual-stages", "--recompute", "--precision", "--grad-precision"};
   std::map<std::string, std::string> values;
   PlanOptions opts;
   ::loom::cli::Strategy strategy;
@@ -192,6 +195,16 @@ std::optional<PlanOptions> parseFlags(const std::vector<std::string> &args) {
       strategy.precision == "fp32" && values.count("--precision")
           ? Precision::FP32
           : Precision::BF16;
+  if (strategy.gradPrecision == "bf16" &&
+      opts.cluster.precision == Precision::FP32) {
+    fail("--grad-precision bf16 rounds the gradients of bf16 mixed "
+         "precision; it needs --precision bf16 (fp32 training keeps fp32 "
+         "gradients)");
+    return std::nullopt;
+  }
+  // fp32 training has fp32 gradients already.
+  opts.cluster.fp32Gradients = strategy.gradPrecision == "fp32" &&
+                               opts.cluster.precision == Precision::BF16;
   double defaultPeak = opts.cluster.precision == Precision::FP32 ? 67 : 989;
   auto intra = positiveNumber("--intra-node-gbps", 450);
   auto inter = positiveNumber("--inter-node-gbps", 50);

@@ -46,8 +46,22 @@ const char *loom::plan::name(Recompute r) {
 //===----------------------------------------------------------------------===//
 
 double loom::plan::modelStateBytesPerParam(int zero, int64_t dp,
-                                           Precision precision) {
+                                           Precision precision,
+                                           bool fp32Gradients) {
   double n = double(dp);
+  if (precision == Precision::BF16 && fp32Gradients) {
+    // 2-byte params, 4-byte grads, 12 bytes of fp32 optimizer state.
+    switch (zero) {
+    case 0:
+      return 18;
+    case 1:
+      return 6 + 12 / n;
+    case 2:
+      return 2 + 16 / n;
+    default:
+      return 18 / n;
+    }
+  }
   if (precision == Precision::BF16) {
     // 2-byte params, 2-byte grads, 12 bytes of fp32 optimizer state
     // (master weights, Adam m and v): K = 12 in the ZeRO paper.
@@ -75,11 +89,16 @@ double loom::plan::modelStateBytesPerParam(int zero, int64_t dp,
   }
 }
 
-std::string loom::plan::modelStateFormula(int zero, Precision precision) {
+std::string loom::plan::modelStateFormula(int zero, Precision precision,
+                                          bool fp32Gradients) {
   static const char *const kBF16[] = {"16Φ", "4Φ+12Φ/N", "2Φ+14Φ/N", "16Φ/N"};
+  static const char *const kBF16FP32Grads[] = {"18Φ", "6Φ+12Φ/N",
+                                               "2Φ+16Φ/N", "18Φ/N"};
   static const char *const kFP32[] = {"16Φ", "8Φ+8Φ/N", "4Φ+12Φ/N", "16Φ/N"};
   int z = std::clamp(zero, 0, 3);
-  return precision == Precision::BF16 ? kBF16[z] : kFP32[z];
+  if (precision == Precision::FP32)
+    return kFP32[z];
+  return fp32Gradients ? kBF16FP32Grads[z] : kBF16[z];
 }
 
 double loom::plan::activationBytesPerLayer(int64_t s, int64_t b, int64_t h,
@@ -183,7 +202,7 @@ static double headFlopsPerToken(const ModelShape &model) {
 /// the volume of 2 more, as measured on the compiled step). The first
 /// stage's vocab-parallel embedding all-reduces its output (SP: reduce-scatters
 /// it, and gathers the sequence of its gradient for wte and of wpe's
-/// `positionBytes` gradient); the last stage's LM head all-reduces its input
+/// `positionBytes` gradient, already widened with fp32 gradients); the last stage's LM head all-reduces its input
 /// gradient (SP: gathers its input, reduce-scatters the gradient) and the
 /// vocab-parallel cross-entropy all-reduces 3 fp32 values per token (max, sum
 /// of exponentials, target logit).
@@ -325,9 +344,10 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   const int64_t b = work.batch / (n * m);
   const bool sp = work.sequenceParallel && t > 1;
   const bool fp32 = cluster.precision == Precision::FP32;
-  // Bytes of a parameter / gradient / activation element on the wire and
-  // in the working copies.
+  // Bytes of a parameter / activation element on the wire and in the
+  // working copies, and of a gradient element (4 with fp32 gradients).
   const double elementBytes = fp32 ? 4.0 : 2.0;
+  const double gradientBytes = cluster.gradientBytes();
   cost.microbatchRows = double(b);
 
   Placement placement{n, t, p, cluster.gpusPerNode};
@@ -364,17 +384,20 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // Loom's program, and the formula with the steps between them.
     TensorSplit split = TensorSplit::ideal();
     double formula =
-        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+        stageState(model, plan, work, i, layers[i], split)
+            .bytes(precision, cluster.fp32Gradients);
     split.padVocab = true;
     double padded =
-        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+        stageState(model, plan, work, i, layers[i], split)
+            .bytes(precision, cluster.fp32Gradients);
     split.tpReplicates = true;
     double replicated =
-        stageState(model, plan, work, i, layers[i], split).bytes(precision);
+        stageState(model, plan, work, i, layers[i], split)
+            .bytes(precision, cluster.fp32Gradients);
     states[i] =
         stageState(model, plan, work, i, layers[i], TensorSplit::loom());
     st.paramsPerGpu = states[i].unshardedParams;
-    st.modelStateBytes = states[i].bytes(precision);
+    st.modelStateBytes = states[i].bytes(precision, cluster.fp32Gradients);
     st.formulaModelStateBytes = formula;
     st.vocabPaddingBytes = padded - formula;
     st.tpReplicatedBytes = replicated - padded;
@@ -396,7 +419,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
           4.0 * double(s) * double(b) * vocabPerGpu * logitsInFlight;
     }
     if (plan.zero == 3 && n > 1 && layers[i] > 0)
-      st.gatheredBytes = 3.0 * blockPerGpu * elementBytes;
+      // The current and the prefetched block's parameters, and a block of
+      // gradients before its reduce-scatter.
+      st.gatheredBytes = blockPerGpu * (2.0 * elementBytes + gradientBytes);
     st.workspaceBytes = kWorkspaceBytes + kFragmentation * (st.modelStateBytes +
                                                             st.activationBytes +
                                                             st.gatheredBytes);
@@ -439,7 +464,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double compute = flops / double(t) / flopRate;
     double tpBytes =
         tensorParallelBytes(plan, sp, st.layers, i == 0, i == p - 1, tpMessage,
-                            double(s) * double(h) * elementBytes, rows);
+                            double(s) * double(h) * gradientBytes, rows);
     double tpTime = tpBytes / bandwidth(cost.tpCrossesNodes);
     // ZeRO-2 reduce-scatters each micro-batch's gradients (hidden behind
     // its backward, 2/3 of the compute); ZeRO-3 also gathers the params
@@ -449,9 +474,10 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // Loom all-reduces wpe's gradient every micro-batch instead of
     // reduce-scattering it: not modelled, a compiler matter.)
     double stageParamBytes = st.paramsPerGpu * elementBytes;
+    double stageGradBytes = st.paramsPerGpu * gradientBytes;
     double zeroBytes = 0, zeroWindow = 0;
     if (plan.zero == 2) {
-      zeroBytes = ringGatherBytes(stageParamBytes, n);
+      zeroBytes = ringGatherBytes(stageGradBytes, n);
       zeroWindow = compute * 2.0 / 3.0;
     } else if (plan.zero == 3) {
       // Forward gather + gradient reduce-scatter of every tensor ZeRO
@@ -460,8 +486,8 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       // the copy its forward gathered, and the embedding's backward needs
       // no table).
       zeroBytes =
-          2.0 * ringGatherBytes(states[i].dpSplittableParams * elementBytes,
-                                n) +
+          ringGatherBytes(states[i].dpSplittableParams * elementBytes, n) +
+          ringGatherBytes(states[i].dpSplittableParams * gradientBytes, n) +
           ringGatherBytes(states[i].blockDpSplittableParams * elementBytes, n);
       zeroWindow = compute;
     }
@@ -507,7 +533,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     std::string reason;
     switch (plan.zero) {
     case 0: {
-      double ar = ringAllReduceBytes(stageParamBytes, n);
+      double ar = ringAllReduceBytes(stageGradBytes, n);
       dpBytes = ar;
       dpTotal = ar / dpBandwidth;
       if (inBackward) {
@@ -528,9 +554,10 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       break;
     }
     case 1: {
-      double rs = ringGatherBytes(stageParamBytes, n);
-      dpBytes = 2 * rs;
-      dpTotal = 2 * rs / dpBandwidth;
+      double rs = ringGatherBytes(stageGradBytes, n),
+             ag = ringGatherBytes(stageParamBytes, n);
+      dpBytes = rs + ag;
+      dpTotal = dpBytes / dpBandwidth;
       dpExposed = dpTotal;
       reason = "ZeRO-1 reduce-scatters the accumulated gradients at the "
                "start of the update and all-gathers the updated parameters "
@@ -560,7 +587,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // reduction), or their dp shard over tp once per step (ZeRO-2/3, or
     // no dp).
     if (sp) {
-      double lnBytes = states[i].layerNormGrads * elementBytes;
+      double lnBytes = states[i].layerNormGrads * gradientBytes;
       if (plan.zero >= 2 || n == 1) {
         tpStepBytes += ringAllReduceBytes(lnBytes, t);
       } else {
@@ -598,7 +625,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   //    Under ZeRO-1/2/3 the gradient is first split over dp: the dp shard
   //    is all-reduced.
   if (p > 1) {
-    double bytes = ringAllReduceBytes(states[0].wteGrad * elementBytes, 2);
+    double bytes = ringAllReduceBytes(states[0].wteGrad * gradientBytes, 2);
     cost.embeddingSyncS = bytes / bandwidth(cost.ppCrossesNodes);
     cost.stageTraffic.front().pp += bytes;
     cost.stageTraffic.back().pp += bytes;

@@ -141,6 +141,15 @@ struct Cluster {
   /// Peak FLOP/s per GPU at `precision`.
   double peakFlops = 989e12;
   Precision precision = Precision::BF16;
+  /// bf16 mixed precision with fp32 gradients (--grad-precision fp32,
+  /// Megatron's --accumulate-allreduce-grads-in-fp32): 4-byte gradient
+  /// accumulators and gradient collectives; parameters and activations
+  /// stay bf16.
+  bool fp32Gradients = false;
+  /// Bytes of a gradient element, in the accumulators and on the wire.
+  double gradientBytes() const {
+    return precision == Precision::FP32 || fp32Gradients ? 4.0 : 2.0;
+  }
 };
 
 /// One training step: global batch B rows of s tokens.
@@ -172,10 +181,13 @@ struct Plan {
 
 /// Model-state bytes per parameter on one GPU: the ZeRO paper's
 /// 16, 4+12/N, 2+14/N, 16/N (bf16 mixed precision) or 16, 8+8/N, 4+12/N,
-/// 16/N (fp32) for stage `zero` over N = `dp` ranks.
-double modelStateBytesPerParam(int zero, int64_t dp, Precision precision);
+/// 16/N (fp32) for stage `zero` over N = `dp` ranks; bf16 with fp32
+/// gradients 18, 6+12/N, 2+16/N, 18/N.
+double modelStateBytesPerParam(int zero, int64_t dp, Precision precision,
+                               bool fp32Gradients = false);
 /// The same as a formula, e.g. "2Φ+14Φ/N".
-std::string modelStateFormula(int zero, Precision precision);
+std::string modelStateFormula(int zero, Precision precision,
+                              bool fp32Gradients = false);
 
 /// Korthikanti et al.'s activation bytes of one transformer layer for one
 /// micro-batch of b rows of s tokens, stored for the backward (full

@@ -49,7 +49,10 @@ std::string loomFlags(const Plan &p, const PlanOptions &opts) {
   s += std::string(" --recompute ") + name(p.recompute);
   if (p.tp > 1 && opts.work.sequenceParallel)
     s += " --sequence-parallel";
-  return s + " --precision " + name(opts.cluster.precision);
+  s += std::string(" --precision ") + name(opts.cluster.precision);
+  if (opts.cluster.fp32Gradients)
+    s += " --grad-precision fp32";
+  return s;
 }
 
 std::string memoryBreakdown(const Candidate &c) {
@@ -190,17 +193,19 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
     os << (p.pp > 1 ? " + wte (tied) + ln_f" : " + ln_f");
   os << llvm::formatv(" = {0} per GPU as Loom shards them\n",
                       (int64_t)std::llround(st.paramsPerGpu));
+  const double perParam = modelStateBytesPerParam(
+      p.zero, p.dp, cluster.precision, cluster.fp32Gradients);
   os << llvm::formatv(
       "    model state  {0} (ZeRO-{1}, N = dp = {2}, {3}) = "
       "{4:f2} x Φ_stage/t ({7} params) = {5} bytes = {6} by the formula\n",
-      modelStateFormula(p.zero, cluster.precision), p.zero, p.dp,
-      cluster.precision == Precision::BF16 ? "bf16 mixed precision" : "fp32",
-      modelStateBytesPerParam(p.zero, p.dp, cluster.precision),
-      (int64_t)std::llround(st.formulaModelStateBytes),
+      modelStateFormula(p.zero, cluster.precision, cluster.fp32Gradients),
+      p.zero, p.dp,
+      cluster.precision == Precision::FP32 ? "fp32"
+      : cluster.fp32Gradients              ? "bf16 mixed precision, fp32 grads"
+                                           : "bf16 mixed precision",
+      perParam, (int64_t)std::llround(st.formulaModelStateBytes),
       gb(st.formulaModelStateBytes),
-      (int64_t)std::llround(
-          st.formulaModelStateBytes /
-          modelStateBytesPerParam(p.zero, p.dp, cluster.precision)));
+      (int64_t)std::llround(st.formulaModelStateBytes / perParam));
   auto signedBytes = [](double bytes) {
     return llvm::formatv("{0}{1}", bytes < 0 ? "-" : "+",
                          (int64_t)std::llround(std::fabs(bytes)))
@@ -324,6 +329,8 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
       {"recompute", name(p.recompute)},
       {"sequence_parallel", p.tp > 1 && opts.work.sequenceParallel},
       {"precision", name(opts.cluster.precision)},
+      {"grad_precision",
+       opts.cluster.gradientBytes() == 4.0 ? "fp32" : "bf16"},
       {"predicted_peak_bytes_per_gpu", round(cost.peakBytes)},
       {"predicted_step_s", cost.stepS},
       {"predicted_mfu", cost.mfu},
@@ -344,7 +351,8 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
            {"peak_stage", cost.peakStage},
            {"params_per_gpu", round(st.paramsPerGpu)},
            {"model_state_formula",
-            modelStateFormula(p.zero, opts.cluster.precision)},
+            modelStateFormula(p.zero, opts.cluster.precision,
+                              opts.cluster.fp32Gradients)},
            {"model_state_bytes", round(st.modelStateBytes)},
            {"formula_model_state_bytes", round(st.formulaModelStateBytes)},
            {"vocab_rows_per_gpu", round(cost.vocabRowsPerGpu)},

@@ -83,8 +83,8 @@ struct StageState {
   double wteGrad = 0;
   /// Bytes: fp32 4·(P + G + 2M) (what `--loom-report` prints as
   /// model_state_bytes); bf16 mixed precision 2P + 2G + 12M
-  /// (model_state_bytes_bf16_mixed).
-  double bytes(Precision precision) const;
+  /// (model_state_bytes_bf16_mixed), 2P + 4G + 12M with fp32 gradients.
+  double bytes(Precision precision, bool fp32Gradients = false) const;
 };
 
 /// The tensors of one GPT-2 transformer block (hidden size h) at tp = t.
