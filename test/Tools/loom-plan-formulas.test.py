@@ -142,7 +142,7 @@ for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
         flags += ["--virtual-stages", str(v)]
     got = plan("gpt3-175b.json", *flags)
     stages = got["memory"]["stages"]
-    per_layer = got["memory"]["activation_bytes_per_layer"]
+    per_layer = got["memory"]["loom_activation_bytes_per_layer"]
     flight = [st["microbatches_in_flight"] for st in stages]
     want_flight = {"gpipe": [m] * p, "1f1b": [p - i for i in range(p)],
                    "interleaved": None}[schedule]

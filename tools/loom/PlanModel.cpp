@@ -143,6 +143,32 @@ std::string loom::plan::activationFormula(int64_t t, bool sequenceParallel,
                 : "sbh(10+24/t+5as/(ht))";
 }
 
+double loom::plan::loomActivationBytesPerLayer(int64_t s, int64_t b,
+                                               int64_t h, int64_t t,
+                                               bool sequenceParallel,
+                                               Recompute recompute,
+                                               Precision precision) {
+  double sbh = double(s) * double(b) * double(h);
+  double elementBytes = precision == Precision::FP32 ? 4.0 : 2.0;
+  double tp = double(std::max<int64_t>(t, 1));
+  bool sp = sequenceParallel && t > 1;
+  double residual = sp ? sbh / tp : sbh; // one residual-stream value
+  if (recompute == Recompute::Full)
+    return elementBytes * residual; // the block input
+  // q|k|v 3h, attention output h, MLP hidden 4h twice (c_fc, GELU): split
+  // over tp; the block input, ln_1 and ln_2 inputs, the attention
+  // residual: the residual stream.
+  return elementBytes * (12.0 * sbh / tp + 4.0 * residual);
+}
+
+std::string loom::plan::loomActivationFormula(int64_t t, bool sequenceParallel,
+                                              Recompute recompute) {
+  bool sp = sequenceParallel && t > 1;
+  if (recompute == Recompute::Full)
+    return sp ? "2sbh/t" : "2sbh";
+  return t == 1 ? "32sbh" : sp ? "32sbh/t" : "sbh(8+24/t)";
+}
+
 double loom::plan::ringAllReduceBytes(double bytes, int64_t n) {
   return n <= 1 ? 0.0 : 2.0 * double(n - 1) / double(n) * bytes;
 }
@@ -372,8 +398,12 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   std::vector<StageState> states(p);
   cost.vocabRowsPerGpu = vocabPerGpu;
 
-  // 2. Memory per stage.
+  // 2. Memory per stage. Activations: what Loom's backward reads (the
+  //    memory), next to Korthikanti et al.'s count for Megatron (reported).
   cost.activationBytesPerLayer =
+      loomActivationBytesPerLayer(s, b, h, t, work.sequenceParallel,
+                                  plan.recompute, cluster.precision);
+  cost.formulaActivationBytesPerLayer =
       activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
                               plan.recompute, cluster.precision);
   const Precision precision = cluster.precision;
@@ -406,18 +436,26 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double inFlight = microbatchesInFlight(plan, i);
     st.activationBytes =
         double(layers[i]) * inFlight * cost.activationBytesPerLayer;
+    // On top of the saved values, the largest of what is live only for a
+    // while: the vocab-parallel LM head's logits and their gradient (the
+    // loss's, 2-byte in bf16 next to fp32 per-token statistics), from the
+    // head's forward to its backward (last stage), and with full recomputation
+    // the layer whose forward is re-run, from its recomputation to its
+    // backward. They are not live at once: the head's backward frees the
+    // logits before the first block's backward recomputes it.
+    double transient = 0;
     if (plan.recompute == Recompute::Full && layers[i] > 0)
-      // The layer being recomputed holds its whole working set.
-      st.activationBytes += activationBytesPerLayer(
-          s, b, h, model.heads, t, work.sequenceParallel, Recompute::None,
+      transient = loomActivationBytesPerLayer(
+          s, b, h, t, work.sequenceParallel, Recompute::None,
           cluster.precision);
     if (i == p - 1) {
-      // fp32 logits of the vocab-parallel LM head for the loss.
       double logitsInFlight =
           (p > 1 && plan.schedule == Schedule::GPipe) ? double(m) : 1.0;
-      st.activationBytes +=
-          4.0 * double(s) * double(b) * vocabPerGpu * logitsInFlight;
+      transient = std::max(transient, 2.0 * elementBytes * double(s) *
+                                          double(b) * vocabPerGpu *
+                                          logitsInFlight);
     }
+    st.activationBytes += transient;
     if (plan.zero == 3 && n > 1 && layers[i] > 0)
       // The current and the prefetched block's parameters, and a block of
       // gradients before its reduce-scatter.
@@ -432,14 +470,14 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   }
   cost.fits = cost.peakBytes <= cluster.memoryBytes;
 
-  // 3. FLOPs: the model's, and what runs with recomputation.
+  // 3. FLOPs: the model's, and what runs with recomputation. Loom's
+  //    attention backward recomputes the scores from q|k|v whatever the
+  //    plan (selective recomputation is what every plan runs); full
+  //    recomputation re-runs the block's matmuls too.
   const double tokens = double(work.batch) * double(s);
-  double recomputePerLayer = 0; // per token
+  double recomputePerLayer = 2.0 * double(h) * double(s); // per token
   if (plan.recompute == Recompute::Full)
-    recomputePerLayer =
-        2.0 * double(model.paramsPerBlock) + 2.0 * double(h) * double(s);
-  else if (plan.recompute == Recompute::Selective)
-    recomputePerLayer = 2.0 * double(h) * double(s);
+    recomputePerLayer += 2.0 * double(model.paramsPerBlock);
   cost.modelFlops = modelFlopsPerToken(model, s) * tokens;
   cost.hardwareFlops =
       cost.modelFlops + double(model.layers) * recomputePerLayer * tokens;

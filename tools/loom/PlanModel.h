@@ -13,9 +13,11 @@
 //    in 16-bit training; doubled in fp32): sbh(34+5as/h); with TP
 //    sbh(10+24/t+5as/(ht)); with TP+SP sbh(34+5as/h)/t; selective
 //    recomputation drops the 5as/h term; full recomputation keeps 2sbh per
-//    layer (/t with SP) plus one layer's working set;
+//    layer (/t with SP) plus one layer's working set (reported next to what
+//    Loom keeps, which the memory counts: below);
 //  * FLOPs per token 6N + 6·L·C·T (llm.c's MFU convention), plus the
-//    recomputed forward (2N' + 2·L·C·T for full, 2·L·C·T for selective);
+//    recomputed forward (2·L·C·T for the attention scores, which Loom's
+//    attention backward always recomputes, + 2N' with full recomputation);
 //  * ring collectives (nccl-tests): all-reduce sends 2(n-1)/n·S per rank,
 //    all-gather and reduce-scatter (n-1)/n·S; Megatron TP: 2 all-reduces
 //    forward + 2 backward per layer of b·s·h elements (SP: all-gather +
@@ -34,6 +36,10 @@
 //    the sequence (b·s·h each way, plus wpe's s·h gradient);
 //  * TP's vocab-parallel embedding all-reduces b·s·h in the forward, the LM
 //    head b·s·h in the backward, the cross-entropy 3 fp32 values per token;
+//  * activations are what Loom's backward reads (no dropout masks, no
+//    attention scores: sbh(8+24/t) in 16-bit, loomActivationBytesPerLayer),
+//    and its attention backward always recomputes the scores, so selective
+//    recomputation is what every plan runs;
 //  * ZeRO-3 gathers only the tensors it splits; the tied wte's gradient
 //    all-reduce between the first and last stage moves the dp shard under
 //    ZeRO-2/3.
@@ -198,6 +204,22 @@ double activationBytesPerLayer(int64_t s, int64_t b, int64_t h, int64_t a,
 /// The formula used, e.g. "sbh(34+5as/h)/t".
 std::string activationFormula(int64_t t, bool sequenceParallel,
                               Recompute recompute);
+/// The bytes of one layer's forward values Loom's backward reads, for one
+/// micro-batch (what --loom-report prints as "Loom keeps"): per block the
+/// q|k|v, attention output, MLP input and GELU input/output (3h, h, 4h,
+/// 4h per token; split over tp) and the four residual-stream values (the
+/// block input, the two layer norms' inputs' outputs, the attention
+/// residual: 4h, whole over tp unless SP splits them). No dropout masks
+/// (Loom has no dropout) and no attention scores (its attention backward
+/// recomputes them from q|k|v, as flash attention does): 16-bit
+/// sbh(8+24/t), SP 32sbh/t; full recomputation keeps the block input, 2sbh
+/// (/t with SP). x2 in fp32.
+double loomActivationBytesPerLayer(int64_t s, int64_t b, int64_t h, int64_t t,
+                                   bool sequenceParallel, Recompute recompute,
+                                   Precision precision);
+/// The same as a formula, e.g. "sbh(8+24/t)".
+std::string loomActivationFormula(int64_t t, bool sequenceParallel,
+                                  Recompute recompute);
 
 /// Bytes one rank sends in a ring all-reduce of S bytes over n ranks.
 double ringAllReduceBytes(double bytes, int64_t n);
@@ -273,8 +295,11 @@ struct PlanCost {
 
   /// Rows of the (padded) vocabulary one GPU holds of wte.
   double vocabRowsPerGpu = 0;
-  /// Bytes of one layer's stored activations for one micro-batch.
+  /// Bytes of one layer's stored activations for one micro-batch: what
+  /// Loom's program keeps (the memory counted), and Korthikanti et al.'s
+  /// formula for Megatron's (the report compares them).
   double activationBytesPerLayer = 0;
+  double formulaActivationBytesPerLayer = 0;
   double microbatchRows = 0;
 
   /// FLOPs of a step: the model's (llm.c) and what runs (+ recomputation).

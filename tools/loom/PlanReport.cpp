@@ -239,16 +239,23 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
         parts);
   os << llvm::formatv(
       "    activations  {0} = {1} bytes per layer per "
-      "micro-batch (s={2} b={3} h={4} a={5} t={6}{7}{8})\n",
-      activationFormula(p.tp, opts.work.sequenceParallel, p.recompute),
+      "micro-batch as Loom keeps them (s={2} b={3} h={4} a={5} t={6}{7}{8})\n",
+      loomActivationFormula(p.tp, opts.work.sequenceParallel, p.recompute),
       (int64_t)std::llround(cost.activationBytesPerLayer), opts.work.seq,
       (int64_t)cost.microbatchRows, model.hidden, model.heads, p.tp,
       sp ? ", sequence parallel" : "",
       cluster.precision == Precision::FP32 ? ", x2 in fp32" : "");
+  os << llvm::formatv(
+      "                 Korthikanti et al.'s {0} = {1} bytes for Megatron: "
+      "Loom has no dropout masks and recomputes the attention scores\n",
+      activationFormula(p.tp, opts.work.sequenceParallel, p.recompute),
+      (int64_t)std::llround(cost.formulaActivationBytesPerLayer));
   os << llvm::formatv("                 x {0} layers x {1:f2} micro-batches "
                       "in flight{2} = {3}\n",
                       st.layers, microbatchesInFlight(p, cost.peakStage),
-                      cost.peakStage == p.pp - 1 ? " + fp32 logits" : "",
+                      cost.peakStage == p.pp - 1
+                          ? " + the LM head's logits and their gradient"
+                          : "",
                       gb(st.activationBytes));
   if (st.gatheredBytes > 0)
     os << "    gathered     ZeRO-3: 3 blocks of parameters/gradients "
@@ -358,7 +365,13 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
            {"vocab_rows_per_gpu", round(cost.vocabRowsPerGpu)},
            {"activation_formula",
             activationFormula(p.tp, opts.work.sequenceParallel, p.recompute)},
-           {"activation_bytes_per_layer", round(cost.activationBytesPerLayer)},
+           {"activation_bytes_per_layer",
+            round(cost.formulaActivationBytesPerLayer)},
+           {"loom_activation_formula",
+            loomActivationFormula(p.tp, opts.work.sequenceParallel,
+                                  p.recompute)},
+           {"loom_activation_bytes_per_layer",
+            round(cost.activationBytesPerLayer)},
            {"activation_bytes", round(st.activationBytes)},
            {"gathered_bytes", round(st.gatheredBytes)},
            {"workspace_bytes", round(st.workspaceBytes)},
