@@ -60,6 +60,12 @@ struct LoomPlanBuffersPass
         return signalPassFailure();
   }
 
+  static bool isStashInput(func::FuncOp func, BlockArgument arg) {
+    auto role =
+        func.getArgAttrOfType<RoleAttr>(arg.getArgNumber(), LoomDialect::kRoleAttr);
+    return role && role.getValue() == Role::Stash;
+  }
+
   /// Plans `funcs` into one arena: arguments (by storageKey) once, at the
   /// bottom; each function's transients above them, reusing the same bytes
   /// since the functions never run at the same time.
@@ -85,8 +91,15 @@ struct LoomPlanBuffersPass
       fp.order = std::move(*order);
       const int64_t last = static_cast<int64_t>(fp.order.ops.size());
 
-      // 1. Arguments and the results that update them in place.
+      // 1. Arguments and the results that update them in place. A
+      //    pipeline backward's stash inputs are the exception: the runtime
+      //    copies them in from the micro-batch's stash right before the
+      //    backward runs, so they are transients of that function (below),
+      //    not bytes held through the whole step next to the forward's own
+      //    copy of the same values.
       for (BlockArgument arg : func.getArguments()) {
+        if (isStashInput(func, arg))
+          continue;
         std::string key = storageKey(func, arg);
         if (!persistent.count(key))
           persistentOrder.push_back(key);
@@ -127,6 +140,9 @@ struct LoomPlanBuffersPass
         for (RankedTensorType type : getScratchTypes(op))
           fp.scratch[pos].push_back({bytesOf(type), p, p, -1});
       }
+      for (BlockArgument arg : func.getArguments())
+        if (isStashInput(func, arg))
+          fp.transient[arg] = {bytesOf(arg.getType()), -1, -1, -1};
       for (auto &[value, alloc] : fp.transient)
         if (auto it = lastRead.find(value); it != lastRead.end())
           alloc.end = std::max(alloc.end, it->second);

@@ -8,13 +8,18 @@ that no two buffers alive at the same time share a byte, that every buffer
 lies inside the arena, and that no buffer is read before it is written.
 
 Lifetimes, per instruction list (the micro-batch list and the update list
-run at different times and share the bytes above the arguments):
+run at different times and share the bytes above the arguments; so do a
+pipeline stage's chunk actions, each chunk's forward and backward list):
 * arguments (parameters, their gradients and AdamW moments, tokens,
   targets, lr, step) are alive throughout;
 * any other buffer lives from the instruction that first writes it to the
   last one that reads it, both included (an instruction's outputs and
   scratch never share bytes with its inputs); the loss and the gradient
   norm, which the runtime reads after the list, live to its end;
+* a pipeline chunk's stash: the runtime copies the forward's stash outputs
+  (and its loss) out after the forward list, so they live to its end, and
+  copies them into the backward's stash inputs before the backward list,
+  which are alive from its start;
 * a buffer read but never written in the list is a view (a reshape): it
   shares the storage of the buffer at the same offset with the same size
   (an argument, or the latest one written before the view is read; the
@@ -38,8 +43,11 @@ HEADER = re.compile(r"^  tokens %(-?\d+) targets %(-?\d+) loss %(-?\d+)"
 BUFFER = re.compile(r"^  buffer %(\d+) @(\d+) (\w+) \[([^\]]*)\] ?(.*)$")
 PARAM = re.compile(r"^  param \S+ \[[^\]]*\] slice \[[^\]]*\] %(\d+) ")
 PARAM_STATE = re.compile(r" grad %(\d+) m %(\d+) v %(\d+)")
-INSTRUCTION = re.compile(r"^  (update )?\d+: \w+ \[([^\]]*)\] -> \[([^\]]*)\]"
+INSTRUCTION = re.compile(r"^  (update |chunk\d+ (?:forward|backward) )?\d+: "
+                         r"\w+ \[([^\]]*)\] -> \[([^\]]*)\]"
                          r"(?: scratch \[([^\]]*)\])?")
+CHUNK = re.compile(r"^  chunk (\d+): loss %(-?\d+), stash \[([^\]]*)\] -> "
+                   r"\[([^\]]*)\]")
 MAX_PROBLEMS = 20
 
 
@@ -55,6 +63,23 @@ class Stage:
         self.persistent = set()
         self.live_to_end = {"": set(), "update ": set()}
         self.lists = {"": [], "update ": []}  # [(reads, writes)]
+        # Buffers the runtime writes before a list runs (a backward's stash
+        # inputs): alive from its start.
+        self.prewritten = {}
+        self.chunks = []  # (chunk, loss, stash out, stash in)
+
+    def add_stash_copies(self):
+        """The runtime's copies around each chunk action: the forward's
+        stash (and loss) are read after its list, the backward's stash
+        inputs written before its list."""
+        for k, loss, out, into in self.chunks:
+            forward = f"chunk{k} forward "
+            self.lists.setdefault(forward, [])
+            self.live_to_end.setdefault(forward, set()).update(
+                out + ([loss] if loss >= 0 else []))
+            backward = f"chunk{k} backward "
+            self.lists.setdefault(backward, [])
+            self.prewritten.setdefault(backward, set()).update(into)
 
 
 def parse(lines):
@@ -86,10 +111,15 @@ def parse(lines):
             st.persistent.add(int(m.group(1)))
             if s := PARAM_STATE.search(line):
                 st.persistent.update(int(x) for x in s.groups())
+        elif m := CHUNK.match(line):
+            st.chunks.append((int(m.group(1)), int(m.group(2)),
+                              indices(m.group(3)), indices(m.group(4))))
         elif m := INSTRUCTION.match(line):
             kind = m.group(1) or ""
             writes = indices(m.group(3)) + indices(m.group(4) or "")
-            st.lists[kind].append((indices(m.group(2)), writes))
+            st.lists.setdefault(kind, []).append((indices(m.group(2)), writes))
+    for st in stages:
+        st.add_stash_copies()
     return stages
 
 
@@ -97,6 +127,8 @@ def lifetimes(st, kind, problems):
     """{buffer: [first, last]} of the transients of one instruction list."""
     instructions = st.lists[kind]
     written, last_read, first_read = {}, {}, {}
+    for b in st.prewritten.get(kind, ()):
+        written[b] = last_read[b] = -1
     for pos, (reads, writes) in enumerate(instructions):
         for b in reads:
             last_read[b] = pos
@@ -129,7 +161,7 @@ def lifetimes(st, kind, problems):
         if owner not in st.persistent:
             span[owner][1] = max(span[owner][1], last_read[view])
     end = max(len(instructions) - 1, 0)
-    for b in st.live_to_end[kind]:
+    for b in st.live_to_end.get(kind, ()):
         if b in span:
             span[b][1] = end
     return span
@@ -142,7 +174,7 @@ def check_stage(st, problems):
                             f"[{offset}, {offset + size}) ends past the arena "
                             f"({st.arena} bytes)")
     forever = float("inf")
-    for kind in ("", "update "):
+    for kind in st.lists:
         span = lifetimes(st, kind, problems)
         alive = [(-1, forever, b) for b in st.persistent if b in st.buffers]
         alive += [(s, e, b) for b, (s, e) in span.items()]
@@ -189,9 +221,13 @@ def main():
         before = len(problems)
         check_stage(st, problems)
         if len(problems) == before:
+            chunked = sum(len(v) for k, v in st.lists.items()
+                          if k.startswith("chunk"))
             print(f"stage {st.index}: {len(st.buffers)} buffers, "
                   f"{len(st.lists[''])} + {len(st.lists['update '])} "
-                  f"instructions: no overlaps")
+                  f"instructions"
+                  f"{f' + {chunked} in pipeline chunks' if chunked else ''}"
+                  f": no overlaps")
     for p in problems[:MAX_PROBLEMS]:
         print(p)
     if len(problems) > MAX_PROBLEMS:

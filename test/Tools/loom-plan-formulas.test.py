@@ -150,9 +150,12 @@ for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
         pipeline_ok &= abs(flight[0] - p * (1 + (p - 1) / (p * v))) < 1e-12
     else:
         pipeline_ok &= flight == want_flight
-    # Stage 0 holds its layers x in-flight micro-batches of activations.
+    # Stage 0 holds its layers x in-flight micro-batches of activations
+    # in the stash, and one chunk's (layers / v) as the action's working
+    # copy in its arena.
     pipeline_ok &= abs(stages[0]["activation_bytes"] -
-                       stages[0]["layers"] * flight[0] * per_layer) <= 1
+                       stages[0]["layers"] * (flight[0] + 1 / v) *
+                       per_layer) <= 1
     bubble = (p - 1) / v / (m + (p - 1) / v)
     pipeline_ok &= abs(got["predicted_bubble"] - bubble) < 1e-12
     shown = " ".join(f"{f:.2f}" for f in (flight if schedule == "1f1b" else flight[:1]))

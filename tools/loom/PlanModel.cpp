@@ -448,14 +448,22 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       transient = loomActivationBytesPerLayer(
           s, b, h, t, work.sequenceParallel, Recompute::None,
           cluster.precision);
-    if (i == p - 1) {
-      double logitsInFlight =
-          (p > 1 && plan.schedule == Schedule::GPipe) ? double(m) : 1.0;
-      transient = std::max(transient, 2.0 * elementBytes * double(s) *
-                                          double(b) * vocabPerGpu *
-                                          logitsInFlight);
-    }
+    const double logitsBytes =
+        elementBytes * double(s) * double(b) * vocabPerGpu;
+    if (i == p - 1)
+      transient = std::max(transient, 2.0 * logitsBytes);
     st.activationBytes += transient;
+    if (p > 1) {
+      // A pipeline stage copies each forward's saved values out of its
+      // arena into the stash (counted above, in flight) and back before
+      // the backward (executor_pipeline.cpp), so its arena also holds one
+      // chunk's saved values as the action's working copy; the last
+      // stage's stash keeps each in-flight micro-batch's logits as well.
+      st.activationBytes += double(layers[i]) / double(v) *
+                            cost.activationBytesPerLayer;
+      if (i == p - 1)
+        st.activationBytes += inFlight * logitsBytes;
+    }
     if (plan.zero == 3 && n > 1 && layers[i] > 0)
       // The current and the prefetched block's parameters, and a block of
       // gradients before its reduce-scatter.
