@@ -276,28 +276,31 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
   if (uniform)
     return std::vector<int64_t>(pp, L / pp);
   // 1. How many layers the last stage (with the LM head) takes: the count
-  //    that minimises the largest stage.
+  //    that minimises the largest stage; none when the head alone weighs
+  //    as much as a stage of layers (GPT-2 124M over pp=4: the compiler's
+  //    cut, 4/4/4/head, too).
   double layer = layerFlopsPerToken(model, seq);
   double head = headFlopsPerToken(model);
   // (A strict comparison, not one scaled by bestMax: INFINITY * 1e-9 makes
   // INFINITY - INFINITY, NaN, and the first candidate would never win.)
-  int64_t bestLast = 1;
+  int64_t bestLast = 0;
   double bestMax = INFINITY;
-  for (int64_t last = 1; last <= L - (pp - 1); ++last) {
+  for (int64_t last = 0; last <= L - (pp - 1); ++last) {
     int64_t rest = L - last;
     int64_t front = (rest + pp - 2) / (pp - 1);
     double largest =
         std::max(double(front) * layer, double(last) * layer + head);
-    if (last == 1 || largest < bestMax * (1 - 1e-9)) {
+    if (last == 0 || largest < bestMax * (1 - 1e-9)) {
       bestMax = largest;
       bestLast = last;
     }
   }
-  // 2. The rest spread evenly over the other stages, extras first.
+  // 2. The rest spread evenly over the other stages, extras last (the
+  //    first stage also runs the embedding), as the compiler cuts them.
   std::vector<int64_t> layers(pp);
   int64_t rest = L - bestLast;
   for (int64_t i = 0; i < pp - 1; ++i)
-    layers[i] = rest / (pp - 1) + (i < rest % (pp - 1) ? 1 : 0);
+    layers[i] = rest / (pp - 1) + (pp - 1 - i <= rest % (pp - 1) ? 1 : 0);
   layers[pp - 1] = bestLast;
   return layers;
 }
