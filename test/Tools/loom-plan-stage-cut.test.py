@@ -3,7 +3,8 @@
 `loom plan` assumes (FLOPs-balanced: the LM head's stage takes the number
 of layers that minimises the largest stage, none when the head alone
 weighs as much; the rest spread evenly, extras to the later stages since
-the first also runs the embedding), and whether they agree.
+the first also runs the embedding), and whether they agree. Interleaved
+(v chunks per stage): the blocks of each stage's chunks, summed.
 
 Arguments: the loom binary, the examples directory, then model names
 (examples/<name>.json)."""
@@ -23,17 +24,21 @@ def run(*args):
 ok = True
 for model in models:
     config = f"{examples}/{model}.json"
-    for pp in (2, 3, 4, 6, 8):
+    for pp, v in ((2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (2, 3),
+                  (4, 3)):
         strategy = ["--mesh", f"dp=1,tp=1,pp={pp}", "--microbatches",
-                    str(MICRO), "--schedule", "1f1b"]
+                    str(MICRO)]
+        strategy += (["--schedule", "interleaved", "--virtual-stages", str(v)]
+                     if v > 1 else ["--schedule", "1f1b"])
         report = run(loom, "compile", "--config", config, "--batch",
                      str(BATCH), "--seq", str(SEQ), "--train", *strategy,
                      "--report", "-o", "/dev/null")
-        compiled = []
+        compiled = [0] * pp
         for line in report.splitlines():
             if line.startswith("  chunk ") and " on stage " in line:
+                stage = int(line.split(" on stage ")[1].split(":")[0])
                 units = line.split(": ", 1)[1].split(";")[0].split(", ")
-                compiled.append(sum(u.startswith("h.") for u in units))
+                compiled[stage] += sum(u.startswith("h.") for u in units)
         plan = json.loads(run(
             loom, "plan", "--config", config, "--gpus", str(pp),
             "--gpu-mem-gb", "1e6", "--batch", str(BATCH), "--seq", str(SEQ),
@@ -42,8 +47,8 @@ for model in models:
         planned = [st["layers"] for st in plan["memory"]["stages"]]
         same = compiled == planned
         ok &= same
-        print(f"{model} pp={pp}: compiled {compiled} plan {planned} "
-              f"{'same' if same else 'DIFFERENT'}")
+        print(f"{model} pp={pp}{f' v={v}' if v > 1 else ''}: compiled "
+              f"{compiled} plan {planned} {'same' if same else 'DIFFERENT'}")
 print("the plan cuts the stages where the compiler does" if ok
       else "THE PLAN CUTS THE STAGES ELSEWHERE")
 sys.exit(0 if ok else 1)

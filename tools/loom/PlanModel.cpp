@@ -269,12 +269,17 @@ static double overlappedTime(double comm, double window) {
 
 std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
                                              int64_t pp, int64_t seq,
-                                             bool uniform) {
+                                             int64_t virtualStages) {
   int64_t L = model.layers;
   if (pp <= 1)
     return {L};
-  if (uniform)
-    return std::vector<int64_t>(pp, L / pp);
+  if (virtualStages > 1) {
+    std::vector<int64_t> chunks = stageLayers(model, pp * virtualStages, seq, 1);
+    std::vector<int64_t> layers(pp, 0);
+    for (size_t k = 0; k < chunks.size(); ++k)
+      layers[k % pp] += chunks[k];
+    return layers;
+  }
   // 1. How many layers the last stage (with the LM head) takes: the count
   //    that minimises the largest stage; none when the head alone weighs
   //    as much as a stage of layers (GPT-2 124M over pp=4: the compiler's
@@ -392,7 +397,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   //    vocab-padded wte on the first stage and, tied, on the last one, wpe
   //    on the first and ln_f on the last (replicated over tp).
   std::vector<int64_t> layers =
-      stageLayers(model, p, s, plan.schedule == Schedule::Interleaved);
+      stageLayers(model, p, s,
+                  plan.schedule == Schedule::Interleaved ? plan.virtualStages
+                                                         : 1);
   double vocabPerGpu =
       double(compiledVocabRows(model, t, work.vocabDivisibleBy)) / double(t);
   double blockPerGpu = 0;

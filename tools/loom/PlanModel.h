@@ -236,13 +236,15 @@ double microbatchesInFlight(const Plan &plan, int64_t stage);
 /// Model FLOPs per token (llm.c): 6N + 6·L·C·T.
 double modelFlopsPerToken(const ModelShape &model, int64_t seq);
 
-/// Transformer layers per pipeline stage, balanced by FLOPs: the LM head
-/// (6·V·h per token) weighs on the last stage, so it may get fewer layers;
-/// left-over layers go to the first stages (the ones holding the most
-/// micro-batches, so memory is not underestimated). With `uniform`
-/// (interleaved schedules; L divisible by p) every stage gets L/p.
+/// Transformer layers per pipeline stage, cut as the compiler cuts them
+/// (test/Tools/loom-plan-stage-cut.test), balanced by FLOPs: the LM head
+/// (6·V·h per token) weighs on the last stage, so it may get fewer layers
+/// or none; left-over layers go to the later stages (the first also runs
+/// the embedding). With `virtualStages` v > 1 (interleaved) the p·v chunks
+/// are cut that way and stage i holds chunks i, i + p, ...: the sum of
+/// their layers.
 std::vector<int64_t> stageLayers(const ModelShape &model, int64_t pp,
-                                 int64_t seq, bool uniform);
+                                 int64_t seq, int64_t virtualStages);
 
 //===----------------------------------------------------------------------===//
 // Evaluation
