@@ -8,6 +8,8 @@
 #include "tools/loom/PlanModel.h"
 #include "tools/loom/PlanState.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -46,59 +48,37 @@ const char *loom::plan::name(Recompute r) {
 //===----------------------------------------------------------------------===//
 
 double loom::plan::modelStateBytesPerParam(int zero, int64_t dp,
-                                           Precision precision,
-                                           bool fp32Gradients) {
-  double n = double(dp);
-  if (precision == Precision::BF16 && fp32Gradients) {
-    // 2-byte params, 4-byte grads, 12 bytes of fp32 optimizer state.
-    switch (zero) {
-    case 0:
-      return 18;
-    case 1:
-      return 6 + 12 / n;
-    case 2:
-      return 2 + 16 / n;
-    default:
-      return 18 / n;
-    }
-  }
-  if (precision == Precision::BF16) {
-    // 2-byte params, 2-byte grads, 12 bytes of fp32 optimizer state
-    // (master weights, Adam m and v): K = 12 in the ZeRO paper.
-    switch (zero) {
-    case 0:
-      return 16;
-    case 1:
-      return 4 + 12 / n;
-    case 2:
-      return 2 + 14 / n;
-    default:
-      return 16 / n;
-    }
-  }
-  // fp32: 4-byte params and grads, 8 bytes of moments (no master copy).
+                                           StateElementBytes bytes) {
+  const double n = double(dp), p = bytes.param, g = bytes.grad,
+               k = bytes.optimizer;
   switch (zero) {
   case 0:
-    return 16;
+    return p + g + k;
   case 1:
-    return 8 + 8 / n;
+    return p + g + k / n;
   case 2:
-    return 4 + 12 / n;
+    return p + (g + k) / n;
   default:
-    return 16 / n;
+    return (p + g + k) / n;
   }
 }
 
-std::string loom::plan::modelStateFormula(int zero, Precision precision,
-                                          bool fp32Gradients) {
-  static const char *const kBF16[] = {"16Φ", "4Φ+12Φ/N", "2Φ+14Φ/N", "16Φ/N"};
-  static const char *const kBF16FP32Grads[] = {"18Φ", "6Φ+12Φ/N",
-                                               "2Φ+16Φ/N", "18Φ/N"};
-  static const char *const kFP32[] = {"16Φ", "8Φ+8Φ/N", "4Φ+12Φ/N", "16Φ/N"};
-  int z = std::clamp(zero, 0, 3);
-  if (precision == Precision::FP32)
-    return kFP32[z];
-  return fp32Gradients ? kBF16FP32Grads[z] : kBF16[z];
+std::string loom::plan::modelStateFormula(int zero, StateElementBytes bytes) {
+  // The byte counts are whole numbers.
+  auto phi = [](double x) {
+    return llvm::formatv("{0}Φ", std::llround(x)).str();
+  };
+  const double p = bytes.param, g = bytes.grad, k = bytes.optimizer;
+  switch (zero) {
+  case 0:
+    return phi(p + g + k);
+  case 1:
+    return phi(p + g) + "+" + phi(k) + "/N";
+  case 2:
+    return phi(p) + "+" + phi(g + k) + "/N";
+  default:
+    return phi(p + g + k) + "/N";
+  }
 }
 
 double loom::plan::activationBytesPerLayer(int64_t s, int64_t b, int64_t h,
@@ -416,7 +396,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   cost.formulaActivationBytesPerLayer =
       activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
                               plan.recompute, cluster.precision);
-  const Precision precision = cluster.precision;
+  const StateElementBytes stateBytes = cluster.stateBytes();
   cost.stages.resize(p);
   for (int64_t i = 0; i < p; ++i) {
     StageMemory &st = cost.stages[i];
@@ -424,20 +404,17 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // Loom's program, and the formula with the steps between them.
     TensorSplit split = TensorSplit::ideal();
     double formula =
-        stageState(model, plan, work, i, layers[i], split)
-            .bytes(precision, cluster.fp32Gradients);
+        stageState(model, plan, work, i, layers[i], split).bytes(stateBytes);
     split.padVocab = true;
     double padded =
-        stageState(model, plan, work, i, layers[i], split)
-            .bytes(precision, cluster.fp32Gradients);
+        stageState(model, plan, work, i, layers[i], split).bytes(stateBytes);
     split.tpReplicates = true;
     double replicated =
-        stageState(model, plan, work, i, layers[i], split)
-            .bytes(precision, cluster.fp32Gradients);
+        stageState(model, plan, work, i, layers[i], split).bytes(stateBytes);
     states[i] =
         stageState(model, plan, work, i, layers[i], TensorSplit::loom());
     st.paramsPerGpu = states[i].unshardedParams;
-    st.modelStateBytes = states[i].bytes(precision, cluster.fp32Gradients);
+    st.modelStateBytes = states[i].bytes(stateBytes);
     st.formulaModelStateBytes = formula;
     st.vocabPaddingBytes = padded - formula;
     st.tpReplicatedBytes = replicated - padded;

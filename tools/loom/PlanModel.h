@@ -136,6 +136,14 @@ struct ModelShape {
   int64_t otherParams = 0;
 };
 
+/// Bytes per element of each model-state role: the parameter, its gradient,
+/// and the optimizer state per parameter (AdamW's m and v, with bf16's fp32
+/// master: the ZeRO paper's K). fp32: 4 + 4 + 8; bf16 mixed precision
+/// 2 + 2 + 12; bf16 with fp32 gradients 2 + 4 + 12.
+struct StateElementBytes {
+  double param = 4, grad = 4, optimizer = 8;
+};
+
 /// The machines: G GPUs, K per node.
 struct Cluster {
   int64_t gpus = 1;
@@ -152,10 +160,13 @@ struct Cluster {
   /// accumulators and gradient collectives; parameters and activations
   /// stay bf16.
   bool fp32Gradients = false;
-  /// Bytes of a gradient element, in the accumulators and on the wire.
-  double gradientBytes() const {
-    return precision == Precision::FP32 || fp32Gradients ? 4.0 : 2.0;
+  StateElementBytes stateBytes() const {
+    if (precision == Precision::FP32)
+      return {4, 4, 8};
+    return {2, fp32Gradients ? 4.0 : 2.0, 12};
   }
+  /// Bytes of a gradient element, in the accumulators and on the wire.
+  double gradientBytes() const { return stateBytes().grad; }
 };
 
 /// One training step: global batch B rows of s tokens.
@@ -185,15 +196,13 @@ struct Plan {
 // Formulas
 //===----------------------------------------------------------------------===//
 
-/// Model-state bytes per parameter on one GPU: the ZeRO paper's
-/// 16, 4+12/N, 2+14/N, 16/N (bf16 mixed precision) or 16, 8+8/N, 4+12/N,
-/// 16/N (fp32) for stage `zero` over N = `dp` ranks; bf16 with fp32
-/// gradients 18, 6+12/N, 2+16/N, 18/N.
-double modelStateBytesPerParam(int zero, int64_t dp, Precision precision,
-                               bool fp32Gradients = false);
+/// Model-state bytes per parameter on one GPU for stage `zero` over N =
+/// `dp` ranks: the ZeRO paper's p+g+K, p+g+K/N, p+(g+K)/N, (p+g+K)/N, i.e.
+/// 16, 4+12/N, 2+14/N, 16/N (bf16 mixed precision), 16, 8+8/N, 4+12/N,
+/// 16/N (fp32), 18, 6+12/N, 2+16/N, 18/N (bf16 with fp32 gradients).
+double modelStateBytesPerParam(int zero, int64_t dp, StateElementBytes bytes);
 /// The same as a formula, e.g. "2Φ+14Φ/N".
-std::string modelStateFormula(int zero, Precision precision,
-                              bool fp32Gradients = false);
+std::string modelStateFormula(int zero, StateElementBytes bytes);
 
 /// Korthikanti et al.'s activation bytes of one transformer layer for one
 /// micro-batch of b rows of s tokens, stored for the backward (full

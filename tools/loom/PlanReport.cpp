@@ -193,12 +193,12 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
     os << (p.pp > 1 ? " + wte (tied) + ln_f" : " + ln_f");
   os << llvm::formatv(" = {0} per GPU as Loom shards them\n",
                       (int64_t)std::llround(st.paramsPerGpu));
-  const double perParam = modelStateBytesPerParam(
-      p.zero, p.dp, cluster.precision, cluster.fp32Gradients);
+  const double perParam =
+      modelStateBytesPerParam(p.zero, p.dp, cluster.stateBytes());
   os << llvm::formatv(
       "    model state  {0} (ZeRO-{1}, N = dp = {2}, {3}) = "
       "{4:f2} x Φ_stage/t ({7} params) = {5} bytes = {6} by the formula\n",
-      modelStateFormula(p.zero, cluster.precision, cluster.fp32Gradients),
+      modelStateFormula(p.zero, cluster.stateBytes()),
       p.zero, p.dp,
       cluster.precision == Precision::FP32 ? "fp32"
       : cluster.fp32Gradients              ? "bf16 mixed precision, fp32 grads"
@@ -358,8 +358,7 @@ void loom::plan::printPlanJson(llvm::raw_ostream &os, const ModelShape &model,
            {"peak_stage", cost.peakStage},
            {"params_per_gpu", round(st.paramsPerGpu)},
            {"model_state_formula",
-            modelStateFormula(p.zero, opts.cluster.precision,
-                              opts.cluster.fp32Gradients)},
+            modelStateFormula(p.zero, opts.cluster.stateBytes())},
            {"model_state_bytes", round(st.modelStateBytes)},
            {"formula_model_state_bytes", round(st.formulaModelStateBytes)},
            {"vocab_rows_per_gpu", round(cost.vocabRowsPerGpu)},

@@ -23,12 +23,10 @@ int64_t ParamTensor::elements() const {
   return n;
 }
 
-double StageState::bytes(Precision precision, bool fp32Gradients) const {
-  if (precision == Precision::FP32)
-    return 4.0 * (params + grads + 2.0 * moments);
-  // 2-byte params, 2-byte grads (4 with fp32 gradients); fp32 master
-  // weights, m and v.
-  return 2.0 * params + (fp32Gradients ? 4.0 : 2.0) * grads + 12.0 * moments;
+double StageState::bytes(StateElementBytes bytes) const {
+  // `moments` counts each parameter's optimizer state once (m and v, and
+  // bf16's master, are sharded alike).
+  return bytes.param * params + bytes.grad * grads + bytes.optimizer * moments;
 }
 
 llvm::SmallVector<ParamTensor, 12> loom::plan::blockTensors(int64_t h,

@@ -81,10 +81,11 @@ struct StageState {
   /// when the stage has no wte): ZeRO-1/2/3 the dp block, as the compiled
   /// step reduce-scatters it over dp before that sum.
   double wteGrad = 0;
-  /// Bytes: fp32 4·(P + G + 2M) (what `--loom-report` prints as
-  /// model_state_bytes); bf16 mixed precision 2P + 2G + 12M
-  /// (model_state_bytes_bf16_mixed), 2P + 4G + 12M with fp32 gradients.
-  double bytes(Precision precision, bool fp32Gradients = false) const;
+  /// Bytes: p·P + g·G + K·M with `bytes` = (p, g, K); fp32 4·(P + G + 2M)
+  /// (what `--loom-report` prints as model_state_bytes), bf16 mixed
+  /// precision 2P + 2G + 12M (model_state_bytes_bf16_mixed), 2P + 4G + 12M
+  /// with fp32 gradients.
+  double bytes(StateElementBytes bytes) const;
 };
 
 /// The tensors of one GPT-2 transformer block (hidden size h) at tp = t.
