@@ -66,9 +66,57 @@ struct LoomPlanBuffersPass
     return role && role.getValue() == Role::Stash;
   }
 
+  /// A pipeline forward's kept values (results with loom.stash): their
+  /// storage leaves `transient` for the chunk's stash slot, packed in result
+  /// order (aligned), each storage once however many kept views share it.
+  /// Records each stash name's offset and sets loom.stash_bytes (0 when the
+  /// function keeps nothing or is not a forward).
+  LogicalResult placeInStash(func::FuncOp func, const ExecutionOrder &order,
+                             llvm::MapVector<Value, Allocation> &transient,
+                             llvm::DenseMap<Value, int64_t> &inStash,
+                             llvm::StringMap<int64_t> &offsetByName) {
+    int64_t slotBytes = 0;
+    for (auto [i, value] : llvm::enumerate(order.returned)) {
+      auto name =
+          func.getResultAttrOfType<StringAttr>(i, LoomDialect::kStashAttr);
+      if (!name)
+        continue;
+      Value root = order.storage(value);
+      auto held = transient.find(root);
+      if (!inStash.count(root)) {
+        // Kept values are the forward's own results; an argument's storage
+        // (a parameter, the micro-batch's tokens) lives through the step
+        // and the backward takes it as its own argument.
+        if (held == transient.end())
+          return func.emitOpError()
+                 << "result #" << i << " (stash '" << name.getValue()
+                 << "') is an argument's storage; a stash slot holds only "
+                    "values the forward computes";
+        inStash[root] = alignTo(slotBytes, alignment);
+        slotBytes = inStash[root] + held->second.bytes;
+      }
+      offsetByName[name.getValue()] = inStash[root];
+    }
+    if (!inStash.empty())
+      transient.remove_if([&](const std::pair<Value, Allocation> &entry) {
+        return inStash.count(entry.first);
+      });
+    if (slotBytes > 0)
+      func->setAttr(LoomDialect::kStashBytesAttr,
+                    Builder(func.getContext())
+                        .getI64IntegerAttr(alignTo(slotBytes, alignment)));
+    else
+      func->removeAttr(LoomDialect::kStashBytesAttr);
+    return success();
+  }
+
   /// Plans `funcs` into one arena: arguments (by storageKey) once, at the
   /// bottom; each function's transients above them, reusing the same bytes
-  /// since the functions never run at the same time.
+  /// since the functions never run at the same time. What a pipeline
+  /// forward keeps for its backward goes to the chunk's stash slot instead
+  /// (one per micro-batch in flight, outside the arena): the forward writes
+  /// it there and the backward reads it there, so neither holds it in the
+  /// arena and the runtime copies nothing.
   LogicalResult plan(ArrayRef<func::FuncOp> funcs) {
     std::map<std::string, Allocation> persistent;
     std::vector<std::string> persistentOrder;
@@ -79,8 +127,13 @@ struct LoomPlanBuffersPass
       /// Values stored in an argument's storage (arguments, and results
       /// returned as that argument's in-place update).
       llvm::DenseMap<Value, std::string> inArgument;
+      /// A forward's kept values (their storage) -> offset in the slot.
+      llvm::DenseMap<Value, int64_t> inStash;
     };
     std::vector<FunctionPlan> plans(funcs.size());
+    /// Slot offset of each kept value by its stash name, which the
+    /// backward's stash argument of the same loom.name reads.
+    llvm::StringMap<int64_t> stashOffsetByName;
 
     for (size_t f = 0; f < funcs.size(); ++f) {
       func::FuncOp func = funcs[f];
@@ -92,11 +145,8 @@ struct LoomPlanBuffersPass
       const int64_t last = static_cast<int64_t>(fp.order.ops.size());
 
       // 1. Arguments and the results that update them in place. A
-      //    pipeline backward's stash inputs are the exception: the runtime
-      //    copies them in from the micro-batch's stash right before the
-      //    backward runs, so they are transients of that function (below),
-      //    not bytes held through the whole step next to the forward's own
-      //    copy of the same values.
+      //    pipeline backward's stash inputs are the exception: they are in
+      //    the micro-batch's stash slot (step 5).
       for (BlockArgument arg : func.getArguments()) {
         if (isStashInput(func, arg))
           continue;
@@ -140,9 +190,6 @@ struct LoomPlanBuffersPass
         for (RankedTensorType type : getScratchTypes(op))
           fp.scratch[pos].push_back({bytesOf(type), p, p, -1});
       }
-      for (BlockArgument arg : func.getArguments())
-        if (isStashInput(func, arg))
-          fp.transient[arg] = {bytesOf(arg.getType()), -1, -1, -1};
       for (auto &[value, alloc] : fp.transient)
         if (auto it = lastRead.find(value); it != lastRead.end())
           alloc.end = std::max(alloc.end, it->second);
@@ -167,6 +214,9 @@ struct LoomPlanBuffersPass
         if (auto it = fp.transient.find(fp.order.storage(v));
             it != fp.transient.end())
           it->second.end = last;
+      if (failed(placeInStash(func, fp.order, fp.transient, fp.inStash,
+                              stashOffsetByName)))
+        return failure();
 
       // 3. An in-place update must be the argument's last reader: nothing
       //    may read the old value after the new one overwrote it. (The last
@@ -221,22 +271,47 @@ struct LoomPlanBuffersPass
         Value root = fp.order.storage(v);
         if (auto it = fp.inArgument.find(root); it != fp.inArgument.end())
           return persistent[it->second].offset;
+        if (auto it = fp.inStash.find(root); it != fp.inStash.end())
+          return it->second;
         return fp.transient[root].offset;
       };
       // All argument attributes at once: setArgAttr rebuilds the whole
       // list each call, quadratic in the argument count.
       SmallVector<DictionaryAttr> argAttrs;
       for (BlockArgument arg : func.getArguments()) {
+        int64_t offset = 0;
+        if (isStashInput(func, arg)) {
+          auto name = func.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
+                                                        LoomDialect::kNameAttr);
+          auto it = name ? stashOffsetByName.find(name.getValue())
+                         : stashOffsetByName.end();
+          if (it == stashOffsetByName.end())
+            return func.emitOpError()
+                   << "stash argument #" << arg.getArgNumber() << " ('"
+                   << (name ? name.getValue() : StringRef("?"))
+                   << "') is kept by no forward of this pipeline stage";
+          offset = it->second;
+        } else {
+          offset = offsetOf(arg);
+        }
         NamedAttrList attrs(func.getArgAttrDict(arg.getArgNumber()));
-        attrs.set(LoomDialect::kOffsetAttr, b.getI64IntegerAttr(offsetOf(arg)));
+        attrs.set(LoomDialect::kOffsetAttr, b.getI64IntegerAttr(offset));
         argAttrs.push_back(attrs.getDictionary(func.getContext()));
       }
       func.setAllArgAttrs(argAttrs);
       for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
         SmallVector<int64_t> offsets;
-        for (Value result : op->getResults())
+        SmallVector<bool> inStash;
+        for (Value result : op->getResults()) {
           offsets.push_back(offsetOf(result));
+          inStash.push_back(fp.inStash.count(fp.order.storage(result)));
+        }
         op->setAttr(LoomDialect::kOffsetsAttr, b.getDenseI64ArrayAttr(offsets));
+        if (llvm::is_contained(inStash, true))
+          op->setAttr(LoomDialect::kInStashAttr,
+                      b.getDenseBoolArrayAttr(inStash));
+        else
+          op->removeAttr(LoomDialect::kInStashAttr);
         if (fp.scratch[pos].empty())
           continue;
         SmallVector<int64_t> scratchOffsets;

@@ -53,15 +53,17 @@ private:
     int64_t offset;
     SmallVector<int64_t> shape;
     fb::DType dtype;
+    bool inStash; // offset is in the chunk's stash slot (Buffer.stash)
   };
 
-  unsigned addBuffer(std::string name, int64_t offset, RankedTensorType type) {
+  unsigned addBuffer(std::string name, int64_t offset, RankedTensorType type,
+                     bool inStash = false) {
     Type element = type.getElementType();
     fb::DType dtype = element.isInteger(32) ? fb::DType::I32
                       : element.isBF16()    ? fb::DType::BF16
                                             : fb::DType::F32;
     buffers.push_back({std::move(name), offset,
-                       SmallVector<int64_t>(type.getShape()), dtype});
+                       SmallVector<int64_t>(type.getShape()), dtype, inStash});
     return buffers.size() - 1;
   }
   FailureOr<unsigned> bufferOf(Value v, Operation *user);
@@ -227,12 +229,15 @@ StageEmitter::emitInstruction(Operation *op) {
     return op->emitOpError() << "has no loom.offsets; run --loom-plan-buffers "
                                 "on the final IR";
   std::string name = nameOf(op);
-  for (auto [result, offset] : llvm::zip(op->getResults(), offsets.asArrayRef())) {
+  auto inStash = op->getAttrOfType<DenseBoolArrayAttr>(LoomDialect::kInStashAttr);
+  for (auto [i, result, offset] :
+       llvm::enumerate(op->getResults(), offsets.asArrayRef())) {
     auto it = inPlace.find(result);
     unsigned index =
         it != inPlace.end()
             ? it->second
-            : addBuffer(name, offset, cast<RankedTensorType>(result.getType()));
+            : addBuffer(name, offset, cast<RankedTensorType>(result.getType()),
+                        inStash && inStash[i]);
     bufferIndex[result] = index;
     outputs.push_back(index);
   }
@@ -426,8 +431,10 @@ LogicalResult StageEmitter::addArguments(func::FuncOp func) {
       if (role == Role::Grad || role == Role::AdamM || role == Role::AdamV ||
           role == Role::Master)
         label = key; // "grad:wte.weight", "adam_m:wte.weight", ...
+      // A backward's stash argument is read in the micro-batch's slot.
       it = argumentBuffers
-               .emplace(key, addBuffer(label, offset.getInt(), type))
+               .emplace(key, addBuffer(label, offset.getInt(), type,
+                                       role == Role::Stash))
                .first;
     }
     bufferIndex[arg] = it->second;
@@ -456,7 +463,8 @@ StageEmitter::emitBody(func::FuncOp func) {
         return failure();
       bufferIndex[op->getResult(0)] =
           addBuffer(nameOf(op), buffers[*source].offset,
-                    cast<RankedTensorType>(op->getResult(0).getType()));
+                    cast<RankedTensorType>(op->getResult(0).getType()),
+                    buffers[*source].inStash);
       continue;
     }
     FailureOr<flatbuffers::Offset<fb::Instruction>> inst = emitInstruction(op);
@@ -630,7 +638,7 @@ StageEmitter::emit(ArrayRef<func::FuncOp> funcs, unsigned index,
   for (const BufferDesc &b : buffers) {
     std::vector<int64_t> shape(b.shape.begin(), b.shape.end());
     bufferTable.push_back(fb::CreateBufferDirect(fbb, b.name.c_str(), b.offset,
-                                                 &shape, b.dtype));
+                                                 &shape, b.dtype, b.inStash));
   }
   // 4. What a rank running this stage will hold and send, as --loom-report
   //    predicts it, for loom-run to report next to what it measures.
@@ -711,8 +719,14 @@ StageEmitter::emitPipeline(ArrayRef<func::FuncOp> funcs,
                                  << "' for what its forward keeps";
       stashIn.push_back(it->second);
     }
+    auto slotBytes = fwd->getAttrOfType<IntegerAttr>(LoomDialect::kStashBytesAttr);
+    if (!stashOut.empty() && !slotBytes)
+      return fwd.emitOpError() << "keeps values for its backward but has no "
+                                  "loom.stash_bytes; run --loom-plan-buffers "
+                                  "on the final IR";
     chunks.push_back(fb::CreatePipelineChunkDirect(
-        fbb, global, &*forward, &*backward, &stashOut, &stashIn, loss));
+        fbb, global, &*forward, &*backward, &stashOut, &stashIn, loss,
+        slotBytes ? static_cast<uint64_t>(slotBytes.getInt()) : 0));
   }
   // 3. The stage's actions (local chunk indices, as the schedule's).
   int64_t stage = -1;
@@ -981,8 +995,8 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
     }
     for (flatbuffers::uoffset_t i = 0; i < numBuffers; ++i) {
       const fb::Buffer *b = stage->buffers()->Get(i);
-      os << "  buffer %" << i << " @" << b->offset() << " "
-         << fb::EnumNameDType(b->dtype()) << " ";
+      os << "  buffer %" << i << (b->stash() ? " stash@" : " @")
+         << b->offset() << " " << fb::EnumNameDType(b->dtype()) << " ";
       printList(os, b->shape());
       os << " " << (b->name() ? b->name()->str() : "") << "\n";
     }
@@ -1022,7 +1036,7 @@ bool mlir::loom::dumpProgram(StringRef file, llvm::raw_ostream &os,
           printList(os, chunk->stash_out(), "%");
           os << " -> ";
           printList(os, chunk->stash_in(), "%");
-          os << "\n";
+          os << " in a " << chunk->stash_bytes() << "-byte slot\n";
           std::string tag = "chunk" + std::to_string(chunk->index());
           printInstructions(os, chunk->forward(), tag + " forward ");
           printInstructions(os, chunk->backward(), tag + " backward ");

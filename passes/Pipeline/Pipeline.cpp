@@ -54,6 +54,16 @@ struct ChunkFunc {
   SmallVector<Value> results;
   SmallVector<NamedAttrList> resultAttrs;
   int64_t numStashed = 0;
+  /// The gradient accumulations built here (buildAccumulation), in
+  /// creation order: each tree's adds before its root.
+  SmallVector<Operation *> accumulationOps;
+
+  /// Moves each accumulation right after the latest of its operands, so a
+  /// gradient is added to its accumulator as soon as it exists (as
+  /// PyTorch's AccumulateGrad does) and its bytes are free again, instead
+  /// of every weight gradient of the chunk being held to the end of its
+  /// backward.
+  void hoistAccumulations();
 
   /// Sorts the arguments as a reader expects them: parameters, token ids,
   /// targets, gradient accumulators, stashed activations (each group in
@@ -303,6 +313,20 @@ LogicalResult StageBuilder::cloneInto(Operation *op, int64_t chunk,
   return success();
 }
 
+void ChunkFunc::hoistAccumulations() {
+  for (Operation *op : accumulationOps) {
+    Operation *after = nullptr;
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp())
+        if (def->getBlock() == entry && (!after || after->isBeforeInBlock(def)))
+          after = def;
+    if (after)
+      op->moveAfter(after);
+    else
+      op->moveBefore(&entry->front());
+  }
+}
+
 LogicalResult StageBuilder::buildAccumulation(const Accumulation &a,
                                               int64_t chunk) {
   // The chunk's own contributions, through the same adds and all-reduces.
@@ -336,7 +360,9 @@ LogicalResult StageBuilder::buildAccumulation(const Accumulation &a,
     IRMapping m;
     for (auto [operand, local] : llvm::zip(def->getOperands(), operands))
       m.map(operand, local);
-    return ob.clone(*def, m)->getResult(0);
+    Operation *clone = ob.clone(*def, m);
+    f.accumulationOps.push_back(clone);
+    return clone->getResult(0);
   };
   FailureOr<Value> g = prune(a.root->getOperand(1));
   if (failed(g))
@@ -347,7 +373,9 @@ LogicalResult StageBuilder::buildAccumulation(const Accumulation &a,
   IRMapping m;
   m.map(a.root->getOperand(0), acc);
   m.map(a.root->getOperand(1), *g);
-  Value updated = ob.clone(*a.root, m)->getResult(0);
+  Operation *root = ob.clone(*a.root, m);
+  f.accumulationOps.push_back(root);
+  Value updated = root->getResult(0);
   f.results.push_back(updated);
   NamedAttrList attrs;
   // The argument index is final: it is set after all arguments exist.
@@ -423,6 +451,7 @@ LogicalResult StageBuilder::build(StringRef modelName, int64_t microbatches) {
     for (const Accumulation &a : cut.accumulations)
       if (failed(buildAccumulation(a, c)))
         return failure();
+    funcs[c][Backward].hoistAccumulations();
   }
 
   // 3. Returns and signatures.

@@ -92,9 +92,15 @@ mlir::loom::buildPipelineModel(PipelineScheduleOp schedule,
     if (failed(collectComm(fwd, chunk.forwardComm)) ||
         (bwd && failed(collectComm(bwd, chunk.backwardComm))))
       return failure();
-    for (unsigned i = 0; i < fwd.getNumResults(); ++i)
-      if (fwd.getResultAttr(i, LoomDialect::kStashAttr))
-        chunk.stashBytes += tensorBytes(fwd.getResultTypes()[i]);
+    // The planned slot once buffers are planned (what the runtime takes
+    // per micro-batch in flight); before, the kept values' bytes.
+    if (auto slot =
+            fwd->getAttrOfType<IntegerAttr>(LoomDialect::kStashBytesAttr))
+      chunk.stashBytes = slot.getInt();
+    else
+      for (unsigned i = 0; i < fwd.getNumResults(); ++i)
+        if (fwd.getResultAttr(i, LoomDialect::kStashAttr))
+          chunk.stashBytes += tensorBytes(fwd.getResultTypes()[i]);
     model.chunks.push_back(std::move(chunk));
   }
   for (Attribute list : schedule.getActions())

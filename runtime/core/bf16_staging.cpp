@@ -38,21 +38,6 @@ bool stagesBF16Operands(Opcode op) {
 
 namespace {
 
-/// Byte range of buffer `b` in the arena.
-struct ByteRange {
-  uint64_t begin, end;
-  bool operator==(const ByteRange &o) const {
-    return begin == o.begin && end == o.end;
-  }
-};
-
-ByteRange rangeOf(const program::Stage &stage, uint32_t b) {
-  const program::Buffer *buf = stage.buffers()->Get(b);
-  const int64_t bytes = program::shapeNumel(program::bufferShape(stage, b)) *
-                        program::dtypeBytes(buf->dtype());
-  return {buf->offset(), buf->offset() + static_cast<uint64_t>(bytes)};
-}
-
 std::vector<uint32_t> operands(const flatbuffers::Vector<uint32_t> *v) {
   std::vector<uint32_t> out;
   if (v)
@@ -99,7 +84,7 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
       continue;
     for (size_t i = 0; i < j && plan.inputSlot[j] < 0; ++i)
       if (plan.inputSlot[i] >= 0 &&
-          rangeOf(stage, in[i]) == rangeOf(stage, in[j]))
+          program::bufferRange(stage, in[i]) == program::bufferRange(stage, in[j]))
         plan.inputSlot[j] = plan.inputSlot[i];
     if (plan.inputSlot[j] < 0)
       plan.inputSlot[j] = addSlot(in[j], /*widen=*/true, /*round=*/false);
@@ -116,7 +101,7 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
       const bool inPlace = op == Opcode::AdamW ? k < 3 && j == adamwState[k]
                                                : kernelMayAlias(op, j);
       if (inPlace && plan.inputSlot[j] >= 0 &&
-          rangeOf(stage, in[j]) == rangeOf(stage, out[k]))
+          program::bufferRange(stage, in[j]) == program::bufferRange(stage, out[k]))
         plan.outputSlot[k] = plan.inputSlot[j];
     }
     if (plan.outputSlot[k] >= 0)

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 namespace loom {
 
@@ -256,11 +257,14 @@ Executor::~Executor() {
 }
 
 void *Executor::bufferData(uint32_t index) {
-  return arena + stageTable->buffers()->Get(index)->offset();
+  return const_cast<void *>(std::as_const(*this).bufferData(index));
 }
 
 const void *Executor::bufferData(uint32_t index) const {
-  return arena + stageTable->buffers()->Get(index)->offset();
+  const program::Buffer *b = stageTable->buffers()->Get(index);
+  if (!b->stash())
+    return arena + b->offset();
+  return stashSlot ? stashSlot + b->offset() : nullptr;
 }
 
 int64_t Executor::bufferNumel(uint32_t index) const {

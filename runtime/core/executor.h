@@ -201,7 +201,9 @@ public:
 
   /// Buffer pointer (an address in bufferMemory(), not to be dereferenced
   /// by the host unless it is host memory), shape, element count and dtype
-  /// of buffer `index` (< number of buffers in the stage).
+  /// of buffer `index` (< number of buffers in the stage). A pipeline
+  /// chunk's stash buffer (Buffer.stash) has bytes only while one of that
+  /// chunk's actions runs, in its micro-batch's slot: nullptr otherwise.
   void *bufferData(uint32_t index);
   const void *bufferData(uint32_t index) const;
   const std::vector<int64_t> &bufferShape(uint32_t index) const {
@@ -293,6 +295,9 @@ private:
   const program::ModelInfo *modelInfo = nullptr;
   uint8_t *arena = nullptr;
   uint64_t arenaSize = 0;
+  /// The stash slot of the pipeline action running now (its Buffer.stash
+  /// buffers live there); null outside a chunk's action.
+  uint8_t *stashSlot = nullptr;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<ParamView> paramViews;
   /// fp32 slots for the BF16 operands of one instruction (bf16_staging.h),
@@ -331,13 +336,14 @@ private:
   /// value goes when it completes.
   struct InFlight {
     Communicator::Ticket ticket = -1;
-    std::vector<std::pair<uint64_t, uint64_t>> busy;
+    std::vector<program::BufferRange> busy;
     /// Runs on completion: unpack a bucket or a gathered non-leading dim
     /// (from a spare temporary it then returns).
     std::function<Status()> finish;
   };
-  /// Arena bytes of buffer `b` as [begin, end).
-  std::pair<uint64_t, uint64_t> byteRange(uint32_t b) const;
+  /// Bytes of buffer `b` (program::bufferRange: a stash buffer's after the
+  /// arena's), to tell which buffers share bytes.
+  program::BufferRange byteRange(uint32_t b) const;
   std::vector<InFlight> inFlight;
   /// Spare buffer-memory temporaries by size (takeSpare / returnSpare) and
   /// the bytes allocated for them.

@@ -76,25 +76,23 @@ Status Executor::runAllReduce(const program::Instruction &ins,
   return Status::success();
 }
 
-std::pair<uint64_t, uint64_t> Executor::byteRange(uint32_t b) const {
-  const uint64_t off = stageTable->buffers()->Get(b)->offset();
-  return {off, off + static_cast<uint64_t>(
-                         bufferNumel(b) * program::dtypeBytes(bufferDType(b)))};
+program::BufferRange Executor::byteRange(uint32_t b) const {
+  return program::bufferRange(*stageTable, b);
 }
 
 Status Executor::completeInFlight(const program::Instruction *ins) {
   if (inFlight.empty())
     return Status::success();
-  std::vector<std::pair<uint64_t, uint64_t>> touched;
+  std::vector<program::BufferRange> touched;
   if (ins)
     for (const auto *list : {ins->inputs(), ins->outputs(), ins->scratch()})
       if (list)
         for (uint32_t b : *list)
           touched.push_back(byteRange(b));
   auto overlaps = [&](const InFlight &f) {
-    for (const auto &[b0, e0] : f.busy)
-      for (const auto &[b1, e1] : touched)
-        if (b0 < e1 && b1 < e0)
+    for (const program::BufferRange &busy : f.busy)
+      for (const program::BufferRange &used : touched)
+        if (busy.overlaps(used))
           return true;
     return false;
   };

@@ -32,18 +32,7 @@ using program::Opcode;
 // One instruction
 //===----------------------------------------------------------------------===//
 
-namespace {
-
-/// Byte range of a buffer in the arena.
-struct Range {
-  uint64_t begin, end;
-  bool overlaps(const Range &o) const { return begin < o.end && o.begin < end; }
-  bool operator==(const Range &o) const {
-    return begin == o.begin && end == o.end;
-  }
-};
-
-} // namespace
+using Range = program::BufferRange;
 
 Status Executor::runInstruction(const program::Instruction &ins) {
   std::vector<uint32_t> in, out, scr;
@@ -53,12 +42,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     out.assign(ins.outputs()->begin(), ins.outputs()->end());
   if (ins.scratch())
     scr.assign(ins.scratch()->begin(), ins.scratch()->end());
-  auto range = [&](uint32_t b) {
-    const uint64_t off = stageTable->buffers()->Get(b)->offset();
-    return Range{
-        off, off + static_cast<uint64_t>(bufferNumel(b) *
-                                         program::dtypeBytes(bufferDType(b)))};
-  };
+  auto range = [&](uint32_t b) { return byteRange(b); };
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
@@ -462,12 +446,7 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
                                  const std::vector<uint32_t> &out,
                                  const std::vector<uint32_t> &scr) {
   const Opcode op = ins.opcode();
-  auto range = [&](uint32_t b) {
-    const uint64_t off = stageTable->buffers()->Get(b)->offset();
-    return Range{
-        off, off + static_cast<uint64_t>(bufferNumel(b) *
-                                         program::dtypeBytes(bufferDType(b)))};
-  };
+  auto range = [&](uint32_t b) { return byteRange(b); };
   auto typed = [&](uint32_t b, void *data) {
     return TypedOperand{data, bufferDType(b), &shapes[b]};
   };

@@ -2,8 +2,9 @@
 //
 // A pipeline stage (Stage.pipeline) runs its actions instead of one
 // instruction list: each micro-batch's tokens and targets are loaded before
-// each of its actions, a forward's stash is kept in a spare of buffer memory
-// until its backward reads it, and the loss is summed over `pp`.
+// each of its actions, a forward writes what its backward reads into a stash
+// slot of its own (a spare of buffer memory, held until that backward is
+// done), and the loss is summed over `pp`.
 // trainStep (executor_step.cpp) calls trainStepPipelined; evaluatePipelined
 // runs an evaluation's forward actions.
 //
@@ -28,25 +29,27 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const program::Pipeline &pipe = *stageTable->pipeline();
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M;
-  // Stashed activations of the micro-batches in flight, by (chunk, mb): a
-  // spare of buffer memory each (device-to-device copies, no host round
-  // trip), returned to the spares when the backward has read it.
-  struct Stashed {
+  // The stash slot of each micro-batch in flight, by (chunk, mb): a spare
+  // of buffer memory the forward writes its kept activations into and the
+  // backward reads them from, in place (Buffer.stash), returned to the
+  // spares when that backward is done.
+  struct Slot {
     uint8_t *data = nullptr;
     uint64_t bytes = 0;
   };
-  std::map<std::pair<uint32_t, uint32_t>, Stashed> stash;
-  // Whatever is still stashed when the step ends (an error midway) goes
-  // back to the spares, not astray.
-  struct ReturnStashes {
+  std::map<std::pair<uint32_t, uint32_t>, Slot> slots;
+  // Whatever is still in flight when the step ends (an error midway) goes
+  // back to the spares, not astray, and no action's slot stays bound.
+  struct ReturnSlots {
     Executor &ex;
-    std::map<std::pair<uint32_t, uint32_t>, Stashed> &held;
-    ~ReturnStashes() {
+    std::map<std::pair<uint32_t, uint32_t>, Slot> &held;
+    ~ReturnSlots() {
       for (auto &entry : held)
         ex.returnSpare(entry.second.bytes, entry.second.data);
+      ex.stashSlot = nullptr;
     }
-  } returnStashes{*this, stash};
-  int64_t stashBytes = 0; // held in `stash` now
+  } returnSlots{*this, slots};
+  int64_t stashBytes = 0; // held in `slots` now
   result.stashPeakBytes = 0;
   double lossSum = 0;
   // Forwards that produce a loss: at most one per (chunk, micro-batch).
@@ -61,60 +64,43 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
     LOOM_RETURN_IF_ERROR(copyMicrobatchIn(inputs, targets, mb * rows, rows));
     const auto key = std::make_pair(a->chunk(), mb);
     if (!a->backward()) {
-      // 2. Forward; keep what the backward needs, and the loss.
+      // 2. Forward, into a stash slot of its own; keep the loss.
+      Slot &slot = slots[key];
+      slot.bytes = chunk.stash_bytes();
+      if (slot.bytes > 0)
+        LOOM_RETURN_IF_ERROR(
+            takeSpare(slot.bytes, slot.data, /*countInPeak=*/false));
+      stashBytes += static_cast<int64_t>(slot.bytes);
+      result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
+      stashSlot = slot.data;
       LOOM_RETURN_IF_ERROR(runList(chunk.forward(), false, mb, timings,
                                    static_cast<int32_t>(a->chunk()), false,
                                    /*flush=*/false));
-      Stashed &kept = stash[key];
-      if (chunk.stash_out())
-        for (uint32_t b : *chunk.stash_out())
-          kept.bytes += bufferBytes(b);
-      if (kept.bytes > 0) {
-        LOOM_RETURN_IF_ERROR(
-            takeSpare(kept.bytes, kept.data, /*countInPeak=*/false));
-        uint64_t at = 0;
-        for (uint32_t b : *chunk.stash_out()) {
-          LOOM_RETURN_IF_ERROR(
-              memory->copy(kept.data + at, bufferData(b), bufferBytes(b)));
-          at += bufferBytes(b);
-        }
-      }
-      stashBytes += static_cast<int64_t>(kept.bytes);
-      result.stashPeakBytes = std::max(result.stashPeakBytes, stashBytes);
       if (chunk.loss() >= 0) {
         // Kept on the device; read back once after the schedule.
-        float *slot = nullptr;
-        LOOM_RETURN_IF_ERROR(lossSlot(lossCount, lossCapacity, slot));
-        LOOM_RETURN_IF_ERROR(
-            memory->copy(slot, bufferData(static_cast<uint32_t>(chunk.loss())),
-                         sizeof(float)));
+        float *lossAt = nullptr;
+        LOOM_RETURN_IF_ERROR(lossSlot(lossCount, lossCapacity, lossAt));
+        LOOM_RETURN_IF_ERROR(memory->copy(
+            lossAt, bufferData(static_cast<uint32_t>(chunk.loss())),
+            sizeof(float)));
         ++lossCount;
       }
+      stashSlot = nullptr;
       continue;
     }
-    // 3. Backward, from the micro-batch's stash.
-    auto it = stash.find(key);
-    LOOM_CHECK(it != stash.end(), "stage " << stageTable->index()
+    // 3. Backward, on the micro-batch's stash slot; then the slot is free.
+    auto it = slots.find(key);
+    LOOM_CHECK(it != slots.end(), "stage " << stageTable->index()
                                            << ": backward of micro-batch "
                                            << mb << " before its forward");
-    uint64_t at = 0;
-    if (chunk.stash_in())
-      for (uint32_t b : *chunk.stash_in()) {
-        LOOM_CHECK(at + bufferBytes(b) <= it->second.bytes,
-                   "stage " << stageTable->index()
-                            << ": the backward of micro-batch " << mb
-                            << " reads more stashed bytes than its forward "
-                               "kept");
-        LOOM_RETURN_IF_ERROR(
-            memory->copy(bufferData(b), it->second.data + at, bufferBytes(b)));
-        at += bufferBytes(b);
-      }
-    stashBytes -= static_cast<int64_t>(it->second.bytes);
-    returnSpare(it->second.bytes, it->second.data);
-    stash.erase(it);
+    stashSlot = it->second.data;
     LOOM_RETURN_IF_ERROR(runList(chunk.backward(), false, mb, timings,
                                  static_cast<int32_t>(a->chunk()), true,
                                  /*flush=*/false));
+    stashSlot = nullptr;
+    stashBytes -= static_cast<int64_t>(it->second.bytes);
+    returnSpare(it->second.bytes, it->second.data);
+    slots.erase(it);
   }
   LOOM_RETURN_IF_ERROR(comm->flush());
   LOOM_RETURN_IF_ERROR(sumLossSlots(lossCount, lossSum));

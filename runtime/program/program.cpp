@@ -65,6 +65,16 @@ std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index) {
   return toVector(stage.buffers()->Get(index)->shape());
 }
 
+BufferRange bufferRange(const Stage &stage, uint32_t index) {
+  const Buffer *b = stage.buffers()->Get(index);
+  uint64_t bytes = static_cast<uint64_t>(dtypeBytes(b->dtype()));
+  if (b->shape())
+    for (int64_t d : *b->shape())
+      bytes *= static_cast<uint64_t>(d);
+  const uint64_t begin = (b->stash() ? stage.arena_bytes() : 0) + b->offset();
+  return {begin, begin + bytes};
+}
+
 const Stage *LoadedProgram::stage(uint32_t index) const {
   if (!program || !program->stages())
     return nullptr;

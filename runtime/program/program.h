@@ -93,6 +93,23 @@ Status verifyProgram(const Program &program);
 /// have been verified.
 std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index);
 
+/// The bytes of buffer `index` of `stage` in one address space for overlap
+/// checks: the arena is [0, arena_bytes) and a pipeline chunk's stash slot
+/// comes after it (a Buffer.stash at arena_bytes + offset), so a stash
+/// buffer never seems to share bytes with an arena one. (Every chunk's slot
+/// starts there: only one chunk's action runs at a time.) The stage must
+/// have been verified.
+struct BufferRange {
+  uint64_t begin = 0, end = 0;
+  bool overlaps(const BufferRange &o) const {
+    return begin < o.end && o.begin < end;
+  }
+  bool operator==(const BufferRange &o) const {
+    return begin == o.begin && end == o.end;
+  }
+};
+BufferRange bufferRange(const Stage &stage, uint32_t index);
+
 /// Element count of a shape (1 for a scalar); the shape must be verified.
 int64_t shapeNumel(const std::vector<int64_t> &shape);
 

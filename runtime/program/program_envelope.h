@@ -38,7 +38,10 @@ constexpr size_t kProgramHeaderBytes = 32;
 /// 3: Param.unpadded_rows (a padded vocabulary): a version-2 runtime would
 /// initialize the padding rows at random and save them, so it must refuse
 /// such files.
-constexpr uint32_t kFormatVersion = 3;
+/// 4: Buffer.stash (a pipeline chunk's kept activations live in per-micro-
+/// batch stash slots, not in the arena); a version-3 runtime would run such
+/// buffers at arena offsets they do not own.
+constexpr uint32_t kFormatVersion = 4;
 
 /// FNV-1a 64-bit hash of `size` bytes at `data` (the payload checksum).
 inline uint64_t programChecksum(const uint8_t *data, size_t size) {

@@ -61,15 +61,22 @@ Status checkBuffers(const Stage &stage, StageFacts &facts) {
     LOOM_CHECK(offset % kBufferAlignment == 0,
                label << ": offset " << offset << " is not aligned to "
                      << kBufferAlignment << " bytes");
-    LOOM_CHECK(offset <= arena && bytes <= arena - offset,
+    // A stash buffer's bytes are checked against the slot of each chunk
+    // whose instructions name it (checkPipeline); here only that the
+    // address space after the arena holds them.
+    const uint64_t room = b->stash() ? std::numeric_limits<uint64_t>::max() -
+                                           arena
+                                     : arena;
+    LOOM_CHECK(offset <= room && bytes <= room - offset,
                label << ": bytes [" << offset << ", " << offset << " + "
                      << bytes << ") of shape " << shapeString(shape) << " "
                      << dtypeLabel(b->dtype()) << " leave the arena of "
                      << arena << " bytes");
     facts.shapes.push_back(std::move(shape));
     facts.dtypes.push_back(b->dtype());
-    facts.offsets.push_back(offset);
+    facts.offsets.push_back((b->stash() ? arena : 0) + offset);
     facts.bytes.push_back(bytes);
+    facts.slotOffsets.push_back(b->stash() ? static_cast<int64_t>(offset) : -1);
   }
   return Status::success();
 }
@@ -248,6 +255,13 @@ Status checkParams(const Stage &stage, const StageFacts &facts, bool training) {
                          << other << " of the same parameter");
       owned.push_back(static_cast<uint32_t>(index));
     }
+    // The model state is held through the step, never in a stash slot
+    // (bound only while a chunk's action runs).
+    for (uint32_t held : owned)
+      LOOM_CHECK(facts.slotOffsets[held] < 0,
+                 label << ": buffer " << held
+                       << " is in a stash slot; a parameter's buffers must "
+                          "be in the arena");
     if (training)
       LOOM_CHECK(param->grad_buffer() >= 0 && param->m_buffer() >= 0 &&
                      param->v_buffer() >= 0,
@@ -359,14 +373,39 @@ Status checkSpecialBuffer(const Stage &stage, const StageFacts &facts,
              "stage " << si << ": " << what << " buffer " << index
                       << " must be " << dtypeLabel(want) << ", got "
                       << dtypeLabel(facts.dtypes[index]));
+  LOOM_CHECK(facts.slotOffsets[index] < 0,
+             "stage " << si << ": " << what << " buffer " << index
+                      << " is in a stash slot; the runtime sets it between "
+                         "actions, so it must be in the arena");
   return Status::success();
 }
 
-/// Checks one instruction list ("instruction" or "update instruction").
+/// A stash buffer (Buffer.stash) named by a list of `chunk` (nullptr: the
+/// stage's instructions or update_instructions, which run with no slot)
+/// lies inside that chunk's stash slot.
+Status checkStashUse(const Stage &stage, const StageFacts &facts, uint32_t b,
+                     const PipelineChunk *chunk, const std::string &where) {
+  if (facts.slotOffsets[b] < 0)
+    return Status::success();
+  const std::string label = where + ": buffer #" + std::to_string(b) + " '" +
+                            nameOf(stage.buffers()->Get(b)->name()) + "'";
+  LOOM_CHECK(chunk, label << " is in a stash slot, but only a pipeline "
+                             "chunk's forward and backward run with one");
+  const uint64_t offset = static_cast<uint64_t>(facts.slotOffsets[b]);
+  LOOM_CHECK(offset <= chunk->stash_bytes() &&
+                 facts.bytes[b] <= chunk->stash_bytes() - offset,
+             label << ": bytes [" << offset << ", " << offset << " + "
+                   << facts.bytes[b] << ") leave the chunk's stash slot of "
+                   << chunk->stash_bytes() << " bytes");
+  return Status::success();
+}
+
+/// Checks one instruction list ("instruction" or "update instruction"), of
+/// pipeline chunk `chunk` or (nullptr) of the stage.
 Status checkInstructionList(
     const Stage &stage, const StageFacts &facts,
     const flatbuffers::Vector<flatbuffers::Offset<Instruction>> *list,
-    bool update) {
+    bool update, const PipelineChunk *chunk = nullptr) {
   if (!list)
     return Status::success();
   const uint32_t si = stage.index();
@@ -381,8 +420,11 @@ Status checkInstructionList(
                            op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
-    LOOM_RETURN_IF_ERROR(
-        InstructionChecker(facts, *ins, std::move(prefix)).check());
+    LOOM_RETURN_IF_ERROR(InstructionChecker(facts, *ins, prefix).check());
+    for (const auto *operands : {ins->inputs(), ins->outputs(), ins->scratch()})
+      if (operands)
+        for (uint32_t b : *operands)
+          LOOM_RETURN_IF_ERROR(checkStashUse(stage, facts, b, chunk, prefix));
   }
   return Status::success();
 }
@@ -398,10 +440,6 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
     return Status::success();
   const uint32_t si = stage.index();
   const uint32_t nb = static_cast<uint32_t>(facts.shapes.size());
-  LOOM_CHECK(!stage.instructions() || stage.instructions()->size() == 0,
-             "stage " << si << ": a pipeline stage runs its chunks' "
-                             "instructions, so Stage.instructions must be "
-                             "empty");
   const bool forwardOnly =
       !stage.update_instructions() || stage.update_instructions()->size() == 0;
   LOOM_CHECK(pipe->predicted_stash_peak_bytes() >= -1,
@@ -416,30 +454,46 @@ Status checkPipeline(const Stage &stage, const StageFacts &facts) {
     const std::string label =
         "stage " + std::to_string(si) + ", chunk #" + std::to_string(c);
     LOOM_RETURN_IF_ERROR(
-        checkInstructionList(stage, facts, chunk->forward(), false));
+        checkInstructionList(stage, facts, chunk->forward(), false, chunk));
     LOOM_RETURN_IF_ERROR(
-        checkInstructionList(stage, facts, chunk->backward(), false));
+        checkInstructionList(stage, facts, chunk->backward(), false, chunk));
     const std::vector<uint32_t> out = toVector(chunk->stash_out()),
                                 in = toVector(chunk->stash_in());
     LOOM_CHECK(!forwardOnly ||
                    ((!chunk->backward() || chunk->backward()->size() == 0) &&
-                    out.empty()),
+                    out.empty() && chunk->stash_bytes() == 0),
                label << ": a pipeline stage without update_instructions is "
                         "an evaluation's, but the chunk has backward "
                         "instructions or stashes activations");
     LOOM_CHECK(out.size() == in.size(),
-               label << ": " << out.size() << " stashed buffers but "
-                     << in.size() << " buffers to restore them into");
+               label << ": the forward keeps " << out.size()
+                     << " stashed buffers but the backward reads "
+                     << in.size());
+    // The forward's and the backward's name of each kept value: the same
+    // bytes of the slot.
     for (size_t k = 0; k < out.size(); ++k) {
       LOOM_CHECK(out[k] < nb && in[k] < nb,
                  label << ": stash buffer index out of range (" << nb
                        << " buffers)");
+      for (uint32_t b : {out[k], in[k]}) {
+        LOOM_CHECK(facts.slotOffsets[b] >= 0,
+                   label << ": stash #" << k << ", buffer #" << b << " '"
+                         << nameOf(stage.buffers()->Get(b)->name())
+                         << "' is in the arena, not in the stash slot "
+                            "(Buffer.stash)");
+        LOOM_RETURN_IF_ERROR(checkStashUse(
+            stage, facts, b, chunk, label + ", stash #" + std::to_string(k)));
+      }
       LOOM_CHECK(facts.shapes[out[k]] == facts.shapes[in[k]] &&
-                     facts.dtypes[out[k]] == facts.dtypes[in[k]],
-                 label << ": stash #" << k << " has shape "
-                       << shapeString(facts.shapes[out[k]])
-                       << " but is restored into "
-                       << shapeString(facts.shapes[in[k]]));
+                     facts.dtypes[out[k]] == facts.dtypes[in[k]] &&
+                     facts.slotOffsets[out[k]] == facts.slotOffsets[in[k]],
+                 label << ": stash #" << k << " is kept as "
+                       << shapeString(facts.shapes[out[k]]) << " "
+                       << dtypeLabel(facts.dtypes[out[k]]) << " at slot offset "
+                       << facts.slotOffsets[out[k]] << " but read as "
+                       << shapeString(facts.shapes[in[k]]) << " "
+                       << dtypeLabel(facts.dtypes[in[k]]) << " at "
+                       << facts.slotOffsets[in[k]]);
     }
     const int32_t loss = chunk->loss();
     LOOM_CHECK(loss < 0 || (static_cast<uint32_t>(loss) < nb &&
@@ -521,6 +575,11 @@ Status checkStage(const Stage &stage, const ModelInfo &model,
   LOOM_RETURN_IF_ERROR(checkBuffers(stage, facts));
   LOOM_RETURN_IF_ERROR(checkParams(stage, facts, training));
   LOOM_RETURN_IF_ERROR(checkSharding(stage, facts));
+  LOOM_CHECK(!stage.pipeline() || !stage.instructions() ||
+                 stage.instructions()->size() == 0,
+             "stage " << si << ": a pipeline stage runs its chunks' "
+                             "instructions, so Stage.instructions must be "
+                             "empty");
   LOOM_RETURN_IF_ERROR(
       checkInstructionList(stage, facts, stage.instructions(), false));
   LOOM_RETURN_IF_ERROR(

@@ -52,7 +52,11 @@ struct StageFacts {
   uint32_t stageIndex = 0;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<DType> dtypes;
+  /// offsets: program::bufferRange's (a stash buffer's after the arena);
+  /// slotOffsets: a stash buffer's Buffer.offset in its slot, -1 for an
+  /// arena buffer.
   std::vector<uint64_t> offsets, bytes;
+  std::vector<int64_t> slotOffsets;
   /// Program.mesh axis sizes (empty: a single rank).
   std::vector<int64_t> mesh;
 };

@@ -5,7 +5,8 @@ Reads the text of `loom-translate --loom-program-dump PROGRAM` (a file, or
 stdin with "-") and re-derives, independently of the planner, when each
 buffer is alive in the instruction stream the runtime executes; then checks
 that no two buffers alive at the same time share a byte, that every buffer
-lies inside the arena, and that no buffer is read before it is written.
+lies inside the arena (or its chunk's stash slot), and that no buffer is
+read before it is written.
 
 Lifetimes, per instruction list (the micro-batch list and the update list
 run at different times and share the bytes above the arguments; so do a
@@ -16,10 +17,13 @@ pipeline stage's chunk actions, each chunk's forward and backward list):
   last one that reads it, both included (an instruction's outputs and
   scratch never share bytes with its inputs); the loss and the gradient
   norm, which the runtime reads after the list, live to its end;
-* a pipeline chunk's stash: the runtime copies the forward's stash outputs
-  (and its loss) out after the forward list, so they live to its end, and
-  copies them into the backward's stash inputs before the backward list,
-  which are alive from its start;
+* a pipeline chunk's stash: what the forward keeps for the backward is in
+  the micro-batch's stash slot ("stash@N", bytes outside the arena, one slot
+  per micro-batch in flight): the forward's kept buffers live to the end of
+  its list (and so does its loss, which the runtime reads after it), the
+  backward's stash inputs are alive from the start of its list, each pair
+  at the same bytes of the slot, and only a chunk's lists name slot bytes,
+  inside that chunk's slot;
 * a buffer read but never written in the list is a view (a reshape): it
   shares the storage of the buffer at the same offset with the same size
   (an argument, or the latest one written before the view is read; the
@@ -40,14 +44,15 @@ DTYPE_BYTES = {"F32": 4, "I32": 4, "BF16": 2}
 STAGE = re.compile(r"^stage (\d+): arena (\d+) bytes")
 HEADER = re.compile(r"^  tokens %(-?\d+) targets %(-?\d+) loss %(-?\d+)"
                     r"(?: lr %(-?\d+) step %(-?\d+) grad_norm %(-?\d+))?")
-BUFFER = re.compile(r"^  buffer %(\d+) @(\d+) (\w+) \[([^\]]*)\] ?(.*)$")
+BUFFER = re.compile(r"^  buffer %(\d+) (stash@|@)(\d+) (\w+) \[([^\]]*)\] ?"
+                    r"(.*)$")
 PARAM = re.compile(r"^  param \S+ \[[^\]]*\] slice \[[^\]]*\] %(\d+) ")
 PARAM_STATE = re.compile(r" grad %(\d+) m %(\d+) v %(\d+)")
 INSTRUCTION = re.compile(r"^  (update |chunk\d+ (?:forward|backward) )?\d+: "
                          r"\w+ \[([^\]]*)\] -> \[([^\]]*)\]"
                          r"(?: scratch \[([^\]]*)\])?")
 CHUNK = re.compile(r"^  chunk (\d+): loss %(-?\d+), stash \[([^\]]*)\] -> "
-                   r"\[([^\]]*)\]")
+                   r"\[([^\]]*)\](?: in a (\d+)-byte slot)?")
 MAX_PROBLEMS = 20
 
 
@@ -59,20 +64,31 @@ class Stage:
     def __init__(self, index, arena):
         self.index = index
         self.arena = arena
-        self.buffers = {}  # id -> (offset, bytes, name)
+        # id -> (offset, bytes, name); a stash buffer's offset is arena + its
+        # slot offset, so slot bytes never seem to share arena bytes (only
+        # one chunk's action, and its slot, runs at a time).
+        self.buffers = {}
+        self.in_stash = set()
         self.persistent = set()
         self.live_to_end = {"": set(), "update ": set()}
         self.lists = {"": [], "update ": []}  # [(reads, writes)]
-        # Buffers the runtime writes before a list runs (a backward's stash
-        # inputs): alive from its start.
+        # Buffers written before a list runs (a backward's stash inputs,
+        # which its forward wrote into the slot): alive from its start.
         self.prewritten = {}
-        self.chunks = []  # (chunk, loss, stash out, stash in)
+        self.chunks = []  # (chunk, loss, stash out, stash in, slot bytes)
 
-    def add_stash_copies(self):
-        """The runtime's copies around each chunk action: the forward's
-        stash (and loss) are read after its list, the backward's stash
-        inputs written before its list."""
-        for k, loss, out, into in self.chunks:
+    def where(self, b):
+        """Buffer b's bytes, as 'slot [lo, hi)' or '[lo, hi)'."""
+        offset, size, _ = self.buffers[b]
+        if b in self.in_stash:
+            return f"slot [{offset - self.arena}, {offset - self.arena + size})"
+        return f"[{offset}, {offset + size})"
+
+    def add_stash_lifetimes(self):
+        """Around each chunk action: the forward's kept values (and loss)
+        are read after its list, the backward's stash inputs were written
+        before its list."""
+        for k, loss, out, into, _ in self.chunks:
             forward = f"chunk{k} forward "
             self.lists.setdefault(forward, [])
             self.live_to_end.setdefault(forward, set()).update(
@@ -102,24 +118,28 @@ def parse(lines):
             if norm is not None and int(norm) >= 0:
                 st.live_to_end["update "].add(int(norm))
         elif m := BUFFER.match(line):
-            size = DTYPE_BYTES[m.group(3)]
-            for d in indices(m.group(4)):
+            b, stash = int(m.group(1)), m.group(2) == "stash@"
+            size = DTYPE_BYTES[m.group(4)]
+            for d in indices(m.group(5)):
                 size *= d
-            st.buffers[int(m.group(1))] = (int(m.group(2)), size,
-                                           m.group(5).strip())
+            st.buffers[b] = ((st.arena if stash else 0) + int(m.group(3)),
+                             size, m.group(6).strip())
+            if stash:
+                st.in_stash.add(b)
         elif m := PARAM.match(line):
             st.persistent.add(int(m.group(1)))
             if s := PARAM_STATE.search(line):
                 st.persistent.update(int(x) for x in s.groups())
         elif m := CHUNK.match(line):
             st.chunks.append((int(m.group(1)), int(m.group(2)),
-                              indices(m.group(3)), indices(m.group(4))))
+                              indices(m.group(3)), indices(m.group(4)),
+                              int(m.group(5) or 0)))
         elif m := INSTRUCTION.match(line):
             kind = m.group(1) or ""
             writes = indices(m.group(3)) + indices(m.group(4) or "")
             st.lists.setdefault(kind, []).append((indices(m.group(2)), writes))
     for st in stages:
-        st.add_stash_copies()
+        st.add_stash_lifetimes()
     return stages
 
 
@@ -167,12 +187,43 @@ def lifetimes(st, kind, problems):
     return span
 
 
+def check_stash(st, problems):
+    """Slot bytes: named by a chunk's lists only, inside that chunk's slot;
+    each kept value in the slot, read by the backward at the same bytes."""
+    slot_of = {f"chunk{k} {part} ": slot for k, _, _, _, slot in st.chunks
+               for part in ("forward", "backward")}
+    for kind, instructions in st.lists.items():
+        named = {b for reads, writes in instructions for b in reads + writes}
+        for b in sorted(named & st.in_stash):
+            name = st.buffers[b][2]
+            if kind not in slot_of:
+                problems.append(f"stage {st.index}: {kind or 'micro-batch '}"
+                                f"list names buffer %{b} '{name}' in a stash "
+                                f"slot, but runs with none")
+            elif st.buffers[b][0] + st.buffers[b][1] > st.arena + slot_of[kind]:
+                problems.append(f"stage {st.index}: {kind}buffer %{b} "
+                                f"'{name}' {st.where(b)} ends past the "
+                                f"chunk's stash slot ({slot_of[kind]} bytes)")
+    for k, _, out, into, _ in st.chunks:
+        for kept, read in zip(out, into):
+            for b in (kept, read):
+                if b not in st.in_stash:
+                    problems.append(f"stage {st.index}: chunk {k} keeps "
+                                    f"%{b} '{st.buffers[b][2]}' in the arena, "
+                                    f"not in its stash slot")
+            if st.buffers[kept][:2] != st.buffers[read][:2]:
+                problems.append(f"stage {st.index}: chunk {k} keeps %{kept} "
+                                f"at {st.where(kept)} but its backward reads "
+                                f"%{read} at {st.where(read)}")
+
+
 def check_stage(st, problems):
     for b, (offset, size, name) in st.buffers.items():
-        if offset + size > st.arena:
+        if b not in st.in_stash and offset + size > st.arena:
             problems.append(f"stage {st.index}: buffer %{b} '{name}' "
                             f"[{offset}, {offset + size}) ends past the arena "
                             f"({st.arena} bytes)")
+    check_stash(st, problems)
     forever = float("inf")
     for kind in st.lists:
         span = lifetimes(st, kind, problems)
@@ -201,8 +252,8 @@ def check_stage(st, problems):
                                           "[%d, %d]" % tuple(span[x]))
                         problems.append(
                             f"stage {st.index}: {kind}buffer %{b} '{name}' "
-                            f"[{lo}, {hi}) alive {when(b)} overlaps buffer "
-                            f"%{other} '{oname}' [{olo}, {olo + osize}) "
+                            f"{st.where(b)} alive {when(b)} overlaps buffer "
+                            f"%{other} '{oname}' {st.where(other)} "
                             f"alive {when(other)}")
             active.insert(i, (lo, b))
             heapq.heappush(expiry, (end, b))

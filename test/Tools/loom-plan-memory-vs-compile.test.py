@@ -12,17 +12,16 @@ workspace term (1 GB + 5%) covers: the plan's whole peak must be at least
 the arena. Korthikanti et al.'s count for Megatron (dropout masks, stored
 attention scores) is printed next to it for comparison.
 
-Pipelined plans (pp=2, and pp=4 with 1F1B; batch 16 in 2·pp
-micro-batches): a stage holds its
-arena and its stash, the in-flight micro-batches' saved values (and, on
-the last stage, their logits) copied out of the arena after each forward;
-the compiled figure is the arena plus the stash peak the compiler's
-schedule predicts (loom-translate --loom-program-dump); the same
-[-10%, +2%] per stage (the plan cuts the stages where the compiler does:
-loom-plan-stage-cut.test). Not compared: interleaved schedules, whose
-in-flight count assumes chunks of equal size (GPT-2 124M's head chunk
-holds no block: up to +13% over), and full recomputation at pp=4 (up to
--16%).
+Pipelined plans (pp=2, pp=4 with 1F1B and with full recomputation,
+interleaved pp=2 x 2; batch 16 in 2·pp micro-batches): a stage holds its
+arena, one action's working set (model state, an attention forward's
+probabilities or a backward's gradients, the last stage's logit gradient),
+and its stash slots, which hold the in-flight micro-batches' saved values
+(and, on the last stage, their logits) written there by each forward; the
+compiled figure is the arena plus the stash peak the compiler's schedule
+predicts (loom-translate --loom-program-dump); the same [-10%, +2%] per
+stage (the plan cuts the stages where the compiler does:
+loom-plan-stage-cut.test).
 
 Arguments: the loom binary, the loom-opt binary, the loom-translate binary,
 the config, a work directory."""
@@ -89,13 +88,15 @@ for precision in ("bf16", "fp32"):
               f"{'' if good else '  OUTSIDE'}")
 
 # Pipelines: (pp, tp, ZeRO, dp, schedule, recompute, sequence parallel),
-# 2 micro-batches per stage.
+# 2 micro-batches per stage; interleaved with 2 chunks per stage.
 PIPELINES = [(2, 1, 0, 1, "1f1b", "none", False),
              (2, 1, 0, 1, "gpipe", "none", False),
              (2, 2, 0, 1, "1f1b", "none", True),
              (2, 1, 0, 1, "1f1b", "full", False),
              (2, 1, 3, 2, "1f1b", "none", False),
-             (4, 1, 0, 1, "1f1b", "none", False)]
+             (4, 1, 0, 1, "1f1b", "none", False),
+             (4, 1, 0, 1, "1f1b", "full", False),
+             (2, 1, 0, 1, "interleaved", "none", False)]
 print(f"{'pipelined plan, per stage':<36} {'plan tensors':>13} "
       f"{'arena+stash':>13} {'diff':>8}")
 for precision in ("bf16", "fp32"):
@@ -105,6 +106,8 @@ for precision in ("bf16", "fp32"):
                     str(zero), "--microbatches", str(micro), "--schedule",
                     schedule, "--recompute", recompute, "--precision",
                     precision]
+        if schedule == "interleaved":
+            strategy += ["--virtual-stages", "2"]
         name = (f"dp{dp} tp{tp} pp{pp} m{micro} {schedule} z{zero} "
                 f"{recompute}{' sp' if sp else ''} {precision}")
         program = os.path.join(work, name.replace(" ", "-") + ".loom")

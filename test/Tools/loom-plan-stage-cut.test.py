@@ -4,7 +4,9 @@
 of layers that minimises the largest stage, none when the head alone
 weighs as much; the rest spread evenly, extras to the later stages since
 the first also runs the embedding), and whether they agree. Interleaved
-(v chunks per stage): the blocks of each stage's chunks, summed.
+(v chunks per stage): the blocks of each stage's chunks, summed. With full
+recomputation each block's backward re-runs its forward, so blocks weigh
+more against the head.
 
 Arguments: the loom binary, the examples directory, then model names
 (examples/<name>.json)."""
@@ -24,10 +26,12 @@ def run(*args):
 ok = True
 for model in models:
     config = f"{examples}/{model}.json"
-    for pp, v in ((2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (2, 3),
-                  (4, 3)):
+    for pp, v, recompute in ((2, 1, "none"), (3, 1, "none"),
+                             (4, 1, "none"), (6, 1, "none"), (8, 1, "none"),
+                             (2, 2, "none"), (2, 3, "none"), (4, 3, "none"),
+                             (2, 1, "full"), (4, 1, "full"), (2, 2, "full")):
         strategy = ["--mesh", f"dp=1,tp=1,pp={pp}", "--microbatches",
-                    str(MICRO)]
+                    str(MICRO), "--recompute", recompute]
         strategy += (["--schedule", "interleaved", "--virtual-stages", str(v)]
                      if v > 1 else ["--schedule", "1f1b"])
         report = run(loom, "compile", "--config", config, "--batch",
@@ -42,12 +46,12 @@ for model in models:
         plan = json.loads(run(
             loom, "plan", "--config", config, "--gpus", str(pp),
             "--gpu-mem-gb", "1e6", "--batch", str(BATCH), "--seq", str(SEQ),
-            *strategy, "--recompute", "none", "--no-sequence-parallel",
-            "--json"))
+            *strategy, "--no-sequence-parallel", "--json"))
         planned = [st["layers"] for st in plan["memory"]["stages"]]
         same = compiled == planned
         ok &= same
-        print(f"{model} pp={pp}{f' v={v}' if v > 1 else ''}: compiled "
+        print(f"{model} pp={pp}{f' v={v}' if v > 1 else ''}"
+              f"{' full' if recompute == 'full' else ''}: compiled "
               f"{compiled} plan {planned} {'same' if same else 'DIFFERENT'}")
 print("the plan cuts the stages where the compiler does" if ok
       else "THE PLAN CUTS THE STAGES ELSEWHERE")

@@ -73,6 +73,10 @@ void train(const fb::ProgramT &p, bool poisoned, Trained &out) {
     open.emplace(*mem);
   for (uint32_t b = 0; b < ex->numBuffers(); ++b) {
     const auto *p8 = static_cast<const uint8_t *>(ex->bufferData(b));
+    if (!p8) { // a stash buffer: its slot is free again after the step
+      out.buffers.emplace_back();
+      continue;
+    }
     out.buffers.emplace_back(
         p8, p8 + ex->bufferNumel(b) * program::dtypeBytes(ex->bufferDType(b)));
   }

@@ -79,7 +79,11 @@ void setBuffer(Executor &ex, uint32_t b, const std::vector<T> &v) {
   std::memcpy(ex.bufferData(b), v.data(), v.size() * sizeof(T));
 }
 
+/// Buffer b's bytes as T (none for a pipeline stash buffer, whose slot is
+/// free between steps).
 template <typename T> std::vector<T> getBuffer(const Executor &ex, uint32_t b) {
+  if (!ex.bufferData(b))
+    return {};
   std::vector<T> v(static_cast<size_t>(ex.bufferNumel(b) *
                                        fb::dtypeBytes(ex.bufferDType(b)) /
                                        static_cast<int64_t>(sizeof(T))));

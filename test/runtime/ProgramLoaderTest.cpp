@@ -85,12 +85,13 @@ TEST(ProgramEnvelope, ClearErrors) {
   EXPECT_NE(error(v).find("recompile"), std::string::npos);
   // Version 1 files had ClipGradNorm at opcode 24 (SumSquares now), version
   // 2 ones no Param.unpadded_rows (a padded vocabulary would be initialized
-  // and saved whole): both refused.
-  for (char old : {1, 2}) {
+  // and saved whole), version 3 ones no Buffer.stash (kept activations
+  // copied aside, not in stash slots): all refused.
+  for (char old : {1, 2, 3}) {
     std::string file = good;
     file[8] = old;
     EXPECT_NE(error(file).find("version " + std::to_string(old) +
-                               " unsupported (this runtime reads version 3)"),
+                               " unsupported (this runtime reads version 4)"),
               std::string::npos)
         << error(file);
   }
@@ -1142,17 +1143,50 @@ TEST(ProgramVerifier, PipelineStages) {
         p.stages[0]->pipeline->predicted_stash_peak_bytes = -7;
       },
       "predicted_stash_peak_bytes -7 is negative");
+  // What the forward keeps lives in the chunk's stash slot (Buffer.stash),
+  // read there by the backward under the same name's offset.
   rejected(
       [](fb::ProgramT &p) {
         p.stages[0]->pipeline->chunks[0]->stash_in = {
             static_cast<uint32_t>(p.stages[0]->tokens)};
       },
-      "is restored into");
+      "' is in the arena, not in the stash slot (Buffer.stash)");
   rejected(
       [](fb::ProgramT &p) {
         p.stages[0]->pipeline->chunks[0]->stash_in.push_back(0);
       },
-      "buffers to restore them into");
+      "the forward keeps 1 stashed buffers but the backward reads 2");
+  rejected(
+      [](fb::ProgramT &p) {
+        p.stages[0]->pipeline->chunks[0]->stash_bytes = 64;
+      },
+      "leave the chunk's stash slot of 64 bytes");
+  rejected(
+      [](fb::ProgramT &p) {
+        // The backward reads the logits at another offset of the slot.
+        fb::StageT &st = *p.stages[0];
+        auto &chunk = *st.pipeline->chunks[0];
+        auto copy = std::make_unique<fb::BufferT>(*st.buffers[chunk.stash_out[0]]);
+        copy->offset = chunk.stash_bytes;
+        chunk.stash_bytes *= 2;
+        st.buffers.push_back(std::move(copy));
+        chunk.stash_in = {static_cast<uint32_t>(st.buffers.size() - 1)};
+      },
+      "at slot offset 0 but read as");
+  rejected(
+      [](fb::ProgramT &p) {
+        // The update runs with no slot bound.
+        p.stages[0]->buffers[static_cast<size_t>(p.stages[0]->lr)]->stash =
+            true;
+      },
+      "is in a stash slot, but only a pipeline chunk's forward and backward "
+      "run with one");
+  rejected(
+      [](fb::ProgramT &p) {
+        fb::StageT &st = *p.stages[0];
+        st.buffers[static_cast<size_t>(st.params[0]->m_buffer)]->stash = true;
+      },
+      "a parameter's buffers must be in the arena");
   rejected(
       [](fb::ProgramT &p) {
         p.stages[0]->pipeline->chunks[0]->loss = p.stages[0]->tokens;

@@ -466,8 +466,9 @@ inline void makeDataParallel(fb::ProgramT &p, int64_t dp) {
 /// Makes a miniGptTrain() program a one-stage pipeline (Stage.pipeline):
 /// one chunk whose forward is the instructions up to the loss and whose
 /// backward is the rest, the loss buffer moved to the chunk, the logits
-/// stashed (copied aside after each forward and back before its backward),
-/// and actions F0 B0 F1 B1 ... over the micro-batches.
+/// kept in the chunk's stash slot (the forward writes them there, the
+/// backward reads them there), and actions F0 B0 F1 B1 ... over the
+/// micro-batches.
 inline void makeSingleChunkPipeline(fb::ProgramT &p) {
   fb::StageT &st = *p.stages[0];
   auto pipe = std::make_unique<fb::PipelineT>();
@@ -484,8 +485,15 @@ inline void makeSingleChunkPipeline(fb::ProgramT &p) {
   st.loss = -1;
   for (uint32_t b = 0; b < st.buffers.size(); ++b)
     if (st.buffers[b]->name == "logits") {
+      fb::BufferT &logits = *st.buffers[b];
+      logits.stash = true;
+      logits.offset = 0;
+      int64_t bytes = fb::dtypeBytes(logits.dtype);
+      for (int64_t d : logits.shape)
+        bytes *= d;
       chunk->stash_out = {b};
       chunk->stash_in = {b};
+      chunk->stash_bytes = static_cast<uint64_t>(bytes + 63) / 64 * 64;
     }
   pipe->chunks.push_back(std::move(chunk));
   for (uint32_t mb = 0; mb < st.microbatches; ++mb) {
@@ -506,6 +514,18 @@ inline void makeForwardOnlyPipeline(fb::ProgramT &p) {
   chunk.backward.clear();
   chunk.stash_out.clear();
   chunk.stash_in.clear();
+  // An evaluation's forward keeps nothing, so it has no slot: the logits
+  // go back to the arena.
+  chunk.stash_bytes = 0;
+  for (auto &b : st.buffers)
+    if (b->stash) {
+      b->stash = false;
+      b->offset = st.arena_bytes;
+      int64_t bytes = fb::dtypeBytes(b->dtype);
+      for (int64_t d : b->shape)
+        bytes *= d;
+      st.arena_bytes += static_cast<uint64_t>(bytes + 63) / 64 * 64;
+    }
   auto &actions = st.pipeline->actions;
   actions.erase(
       std::remove_if(actions.begin(), actions.end(),

@@ -249,12 +249,14 @@ static double overlappedTime(double comm, double window) {
 
 std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
                                              int64_t pp, int64_t seq,
-                                             int64_t virtualStages) {
+                                             int64_t virtualStages,
+                                             Recompute recompute) {
   int64_t L = model.layers;
   if (pp <= 1)
     return {L};
   if (virtualStages > 1) {
-    std::vector<int64_t> chunks = stageLayers(model, pp * virtualStages, seq, 1);
+    std::vector<int64_t> chunks =
+        stageLayers(model, pp * virtualStages, seq, 1, recompute);
     std::vector<int64_t> layers(pp, 0);
     for (size_t k = 0; k < chunks.size(); ++k)
       layers[k % pp] += chunks[k];
@@ -264,7 +266,8 @@ std::vector<int64_t> loom::plan::stageLayers(const ModelShape &model,
   //    that minimises the largest stage; none when the head alone weighs
   //    as much as a stage of layers (GPT-2 124M over pp=4: the compiler's
   //    cut, 4/4/4/head, too).
-  double layer = layerFlopsPerToken(model, seq);
+  double layer = layerFlopsPerToken(model, seq) *
+                 (recompute == Recompute::Full ? 4.0 / 3.0 : 1.0);
   double head = headFlopsPerToken(model);
   // (A strict comparison, not one scaled by bestMax: INFINITY * 1e-9 makes
   // INFINITY - INFINITY, NaN, and the first candidate would never win.)
@@ -379,7 +382,8 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   std::vector<int64_t> layers =
       stageLayers(model, p, s,
                   plan.schedule == Schedule::Interleaved ? plan.virtualStages
-                                                         : 1);
+                                                         : 1,
+                  plan.recompute);
   double vocabPerGpu =
       double(compiledVocabRows(model, t, work.vocabDivisibleBy)) / double(t);
   double blockPerGpu = 0;
@@ -426,31 +430,45 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // On top of the saved values, the largest of what is live only for a
     // while: the vocab-parallel LM head's logits and their gradient (the
     // loss's, 2-byte in bf16 next to fp32 per-token statistics), from the
-    // head's forward to its backward (last stage), and with full recomputation
-    // the layer whose forward is re-run, from its recomputation to its
-    // backward. They are not live at once: the head's backward frees the
-    // logits before the first block's backward recomputes it.
+    // head's forward to its backward (last stage); an attention forward's
+    // fp32 probabilities [b, nh/t, s, s] (the backward recomputes its own),
+    // with full recomputation next to the re-run layer's values before it
+    // (ln_1's output, q|k|v, and the attention's output: sbh(1 + 4/t));
+    // and the first stage's backward ends with the embedding's gradient
+    // over the whole vocabulary. They are not live at once: the head's
+    // backward frees the logits before the first block's backward
+    // recomputes it. Unpipelined the logits win; a pipeline stage's saved
+    // values are in its stash slots, so its arena holds one action's
+    // working set: one of these.
     double transient = 0;
-    if (plan.recompute == Recompute::Full && layers[i] > 0)
-      transient = loomActivationBytesPerLayer(
-          s, b, h, t, work.sequenceParallel, Recompute::None,
-          cluster.precision);
+    if (layers[i] > 0) {
+      transient =
+          4.0 * double(b) * double(model.heads / t) * double(s) * double(s);
+      if (plan.recompute == Recompute::Full)
+        transient += elementBytes * double(s) * double(b) * double(h) *
+                     (1.0 + 4.0 / double(t));
+    }
+    // The tied wte's gradient over this rank's vocabulary rows, before it
+    // is added to the accumulator (the head's weight gradient, and the
+    // embedding's).
+    const double wteGradientBytes = gradientBytes * vocabPerGpu * double(h);
+    if (i == 0)
+      transient = std::max(transient, wteGradientBytes);
     const double logitsBytes =
         elementBytes * double(s) * double(b) * vocabPerGpu;
-    if (i == p - 1)
-      transient = std::max(transient, 2.0 * logitsBytes);
-    st.activationBytes += transient;
-    if (p > 1) {
-      // A pipeline stage copies each forward's saved values out of its
-      // arena into the stash (counted above, in flight) and back before
-      // the backward (executor_pipeline.cpp), so its arena also holds one
-      // chunk's saved values as the action's working copy; the last
-      // stage's stash keeps each in-flight micro-batch's logits as well.
-      st.activationBytes += double(layers[i]) / double(v) *
-                            cost.activationBytesPerLayer;
-      if (i == p - 1)
+    if (i == p - 1) {
+      // The logits' gradient, then with it the head's weight gradient;
+      // unpipelined, the logits too until their gradient is computed. A
+      // pipeline's last stage keeps the logits in each in-flight
+      // micro-batch's stash slot instead, where its forward writes them and
+      // its backward reads them (executor_pipeline.cpp).
+      transient = std::max(transient, logitsBytes + wteGradientBytes);
+      if (p == 1)
+        transient = std::max(transient, 2.0 * logitsBytes);
+      else
         st.activationBytes += inFlight * logitsBytes;
     }
+    st.activationBytes += transient;
     if (plan.zero == 3 && n > 1 && layers[i] > 0)
       // The current and the prefetched block's parameters, and a block of
       // gradients before its reduce-scatter.

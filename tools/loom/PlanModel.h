@@ -251,9 +251,11 @@ double modelFlopsPerToken(const ModelShape &model, int64_t seq);
 /// or none; left-over layers go to the later stages (the first also runs
 /// the embedding). With `virtualStages` v > 1 (interleaved) the p·v chunks
 /// are cut that way and stage i holds chunks i, i + p, ...: the sum of
-/// their layers.
+/// their layers. Full recomputation re-runs each layer's forward in its
+/// backward: a layer weighs 4/3 of its FLOPs against the head.
 std::vector<int64_t> stageLayers(const ModelShape &model, int64_t pp,
-                                 int64_t seq, int64_t virtualStages);
+                                 int64_t seq, int64_t virtualStages,
+                                 Recompute recompute = Recompute::None);
 
 //===----------------------------------------------------------------------===//
 // Evaluation

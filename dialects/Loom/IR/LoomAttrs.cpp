@@ -666,11 +666,19 @@ LogicalResult LoomDialect::verifyOperationAttribute(Operation *op,
              << op->getNumResults() << " results";
     return success();
   }
-  if (name == kArenaBytesAttr) {
+  if (name == kArenaBytesAttr || name == kStashBytesAttr) {
     auto bytes = dyn_cast<IntegerAttr>(attr.getValue());
     if (!bytes || bytes.getInt() < 0 || !isa<FunctionOpInterface>(op))
-      return op->emitOpError() << "loom.arena_bytes must be a non-negative "
-                                  "integer on a function";
+      return op->emitOpError() << name << " must be a non-negative "
+                                          "integer on a function";
+    return success();
+  }
+  if (name == kInStashAttr) {
+    auto flags = dyn_cast<DenseBoolArrayAttr>(attr.getValue());
+    if (!flags || flags.size() != static_cast<int64_t>(op->getNumResults()))
+      return op->emitOpError()
+             << "loom.in_stash must be an array<i1> of one flag per result ("
+             << op->getNumResults() << ")";
     return success();
   }
   if (name == kPartitionedAttr) {

@@ -77,6 +77,15 @@ def Loom_Dialect : Dialect {
     static constexpr ::llvm::StringLiteral kScratchOffsetsAttr =
         "loom.scratch_offsets";
     static constexpr ::llvm::StringLiteral kArenaBytesAttr = "loom.arena_bytes";
+    /// On an op of a pipeline forward: one flag per result, set where the
+    /// result's loom.offsets entry is an offset in the chunk's stash slot
+    /// (what the forward keeps for its backward, written there in place),
+    /// not in the arena. A backward's stash arguments' loom.offset is
+    /// always a slot offset.
+    static constexpr ::llvm::StringLiteral kInStashAttr = "loom.in_stash";
+    /// On a pipeline forward function: the bytes of its chunk's stash slot
+    /// (one per micro-batch in flight).
+    static constexpr ::llvm::StringLiteral kStashBytesAttr = "loom.stash_bytes";
     // Written by --loom-autodiff.
     /// On a function result: the index of the argument whose storage it
     /// updates in place (gradient accumulators, optimizer state).

@@ -43,3 +43,26 @@ func.func @arena_on_op(%x: tensor<4xf32>) {
   %y = loom.gelu %x {loom.arena_bytes = 64 : i64} : tensor<4xf32>
   return
 }
+
+// -----
+
+// expected-error@+1 {{'func.func' op loom.stash_bytes must be a non-negative integer on a function}}
+func.func @negative_stash_bytes() attributes {loom.stash_bytes = -64 : i64} {
+  return
+}
+
+// -----
+
+func.func @in_stash_count(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.gelu' op loom.in_stash must be an array<i1> of one flag per result (1)}}
+  %y = loom.gelu %x {loom.in_stash = array<i1: true, false>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @in_stash_not_flags(%x: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.gelu' op loom.in_stash must be an array<i1> of one flag per result (1)}}
+  %y = loom.gelu %x {loom.in_stash = array<i64: 1>} : tensor<4xf32>
+  return
+}
