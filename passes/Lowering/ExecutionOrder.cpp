@@ -67,9 +67,12 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return RankedTensorType::get(shape, Float32Type::get(op->getContext()));
   };
   if (auto att = dyn_cast<AttentionOp>(op)) {
-    // Softmax probabilities [B, NH, T, T], kept for the backward pass.
+    // Row statistics [B, NH, T]: the log-sum-exp a tiled (flash) kernel
+    // keeps per query row. No [B, NH, T, T] probabilities: the kernels
+    // never hold all of them at once, and the gradient recomputes its own
+    // (KernelBackend::attentionScratchFloats).
     auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
-    return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1], qkv[1]})};
+    return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1]})};
   }
   if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() > 1) {
     // A bucket travels as one contiguous buffer: its members packed.

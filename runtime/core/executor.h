@@ -290,6 +290,12 @@ private:
   /// `count` floats of `pool`; throws std::runtime_error (which runList
   /// reports with the instruction) when buffer memory is exhausted.
   float *temp(TempPool &pool, int64_t count);
+  /// The scratch the kernels' attention forward or gradient needs
+  /// (KernelBackend::attentionScratchFloats): the planned `scr` when it
+  /// holds it (the forward's [B,NH,T]), else a workspace temporary; null
+  /// when they need none.
+  float *attentionScratch(int64_t B, int64_t T, int64_t C, int64_t NH,
+                          bool grad, const std::vector<uint32_t> &scr);
 
   const program::Stage *stageTable = nullptr;
   const program::ModelInfo *modelInfo = nullptr;

@@ -185,9 +185,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &q = shapes[in[0]];
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
-    float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
-    LOOM_RETURN_IF_ERROR(
-        k.attentionForward(dstF, att, f32(in[0]), B, T, C, NH));
+    LOOM_RETURN_IF_ERROR(k.attentionForward(
+        dstF, attentionScratch(B, T, C, NH, false, scr), f32(in[0]), B, T, C,
+        NH));
     break;
   }
   case Opcode::CrossEntropy: {
@@ -348,9 +348,9 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &q = shapes[in[1]];
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
-    float *att = scr.empty() ? temp(workspace, B * NH * T * T) : f32(scr[0]);
     LOOM_RETURN_IF_ERROR(
-        k.attentionGrad(dstF, f32(in[0]), f32(in[1]), att, B, T, C, NH));
+        k.attentionGrad(dstF, f32(in[0]), f32(in[1]),
+                        attentionScratch(B, T, C, NH, true, scr), B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropyGrad: {
@@ -439,6 +439,17 @@ Status Executor::runInstruction(const program::Instruction &ins) {
           static_cast<uint16_t *>(bufferData(bf16.slots[s].buffer)),
           slotData(static_cast<int32_t>(s)), bf16.slots[s].count));
   return Status::success();
+}
+
+float *Executor::attentionScratch(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                  bool grad, const std::vector<uint32_t> &scr) {
+  const int64_t need = kernels->attentionScratchFloats(B, T, C, NH, grad);
+  if (need == 0)
+    return nullptr;
+  if (!scr.empty() && bufferDType(scr[0]) == DType::F32 &&
+      bufferNumel(scr[0]) >= need)
+    return static_cast<float *>(bufferData(scr[0]));
+  return temp(workspace, need);
 }
 
 Status Executor::runBF16Natively(const program::Instruction &ins,

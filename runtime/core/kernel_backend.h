@@ -135,11 +135,19 @@ public:
                                 int64_t C) = 0;
   virtual Status softmaxBackward(float *dinp, const float *dout,
                                  const float *out, int64_t N, int64_t C) = 0;
-  /// out[B,T,C] and the probabilities att[B,NH,T,T] from qkv[B,T,3C].
+  /// fp32 scratch the attention forward (grad = false) or gradient needs
+  /// at `att` for these shapes, in floats; 0: none (`att` may be null). The
+  /// program plans [B,NH,T] for the forward, the row statistics a tiled
+  /// kernel keeps; the executor gives a kernel that needs more a temporary.
+  virtual int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C,
+                                         int64_t NH, bool grad) const = 0;
+  /// out[B,T,C] from qkv[B,T,3C], with attentionScratchFloats(..., false)
+  /// floats of scratch at `att` (what is left there is the kernel's).
   virtual Status attentionForward(float *out, float *att, const float *qkv,
                                   int64_t B, int64_t T, int64_t C,
                                   int64_t NH) = 0;
-  /// Recomputes att (workspace [B,NH,T,T]) from qkv, then dqkv.
+  /// dqkv from dout and qkv, recomputing what the forward computed, with
+  /// attentionScratchFloats(..., true) floats of scratch at `att`.
   virtual Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
                                float *att, int64_t B, int64_t T, int64_t C,
                                int64_t NH) = 0;

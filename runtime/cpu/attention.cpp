@@ -10,7 +10,8 @@
 // (and restored) so that 2 OpenMP threads x N BLAS threads do not
 // oversubscribe the cores.
 //
-//   forward, row block R = [r0, r1):  S = scale Q_R K_{<r1}^T  (into att)
+//   forward, row block R = [r0, r1):  S = scale Q_R K_{<r1}^T  (into att,
+//                                     or the thread's kBlock x T scratch)
 //                                     softmax rows over j <= i, zero j > i
 //                                     out_R = P_R,{<r1} V_{<r1}
 //   backward, row block R:            dP = dO_R V_{<r1}^T
@@ -20,7 +21,10 @@
 //                                     dk_K = scale dS_{>=c0},K^T Q_{>=c0}
 //
 // attentionProbs runs exactly the forward's probability code (same sgemm
-// calls, same row kernel), so its result is bitwise equal to the forward's.
+// calls, same row kernel), so its result is bitwise equal to the forward's;
+// attentionGrad runs it one head at a time into a buffer of the thread's
+// (no [B, NH, T, T] tensor), then the same backward, so it is bitwise equal
+// to attentionProbs + attentionBackward.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/attention.h"
@@ -77,15 +81,62 @@ inline void softmaxRow(float *a, int64_t n, int64_t T) {
     a[j] = 0.0f;
 }
 
-/// Probabilities of query rows [r0, r1) of one head into P (ld T). Q and K
-/// point at the head's first q / k entry, row stride 3C.
-inline void probsBlock(float *P, const float *Q, const float *K, int64_t C3,
+/// Probabilities of query rows [r0, r1) of one head into `rows` (row i at
+/// rows + (i - r0) T). Q and K point at the head's first q / k entry, row
+/// stride 3C.
+inline void probsBlock(float *rows, const float *Q, const float *K, int64_t C3,
                        int64_t T, int64_t hs, float scale, int64_t r0,
                        int64_t r1) {
   sgemm(false, true, r1 - r0, r1, hs, scale, Q + r0 * C3, C3, K, C3, 0.0f,
-        P + r0 * T, T);
+        rows, T);
   for (int64_t i = r0; i < r1; ++i)
-    softmaxRow(P + i * T, i + 1, T);
+    softmaxRow(rows + (i - r0) * T, i + 1, T);
+}
+
+/// One head's probabilities P [T, T] (all row blocks).
+inline void probsHead(float *P, const float *Q, const float *K, int64_t C3,
+                      int64_t T, int64_t hs, float scale) {
+  for (int64_t r0 = 0; r0 < T; r0 += kBlock)
+    probsBlock(P + r0 * T, Q, K, C3, T, hs, scale, r0,
+               std::min(T, r0 + kBlock));
+}
+
+/// One head's backward from its probabilities P [T, T], with dS [T, T] of
+/// scratch. Q, K, V (row stride 3C), dO (stride C) and dQ, dK, dV (stride
+/// 3C) point at the head's first entry.
+void backwardHead(float *dQ, float *dK, float *dV, float *dS, const float *P,
+                  const float *dO, const float *Q, const float *K,
+                  const float *V, int64_t T, int64_t C, int64_t hs,
+                  float scale) {
+  const int64_t C3 = 3 * C;
+  for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
+    const int64_t r1 = std::min(T, r0 + kBlock);
+    // dP = dO V^T, then through the softmax (masked entries exactly 0).
+    sgemm(false, true, r1 - r0, r1, hs, 1.0f, dO + r0 * C, C, V, C3, 0.0f,
+          dS + r0 * T, T);
+    for (int64_t i = r0; i < r1; ++i) {
+      const float *p = P + i * T;
+      float *d = dS + i * T;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t j = 0; j <= i; ++j)
+        dot += p[j] * d[j];
+#pragma omp simd
+      for (int64_t j = 0; j <= i; ++j)
+        d[j] = p[j] * (d[j] - dot);
+      for (int64_t j = i + 1; j < r1; ++j)
+        d[j] = 0.0f;
+    }
+    sgemm(false, false, r1 - r0, hs, r1, scale, dS + r0 * T, T, K, C3, 0.0f,
+          dQ + r0 * C3, C3);
+  }
+  for (int64_t c0 = 0; c0 < T; c0 += kBlock) {
+    const int64_t c1 = std::min(T, c0 + kBlock);
+    sgemm(true, false, c1 - c0, hs, T - c0, 1.0f, P + c0 * T + c0, T,
+          dO + c0 * C, C, 0.0f, dV + c0 * C3, C3);
+    sgemm(true, false, c1 - c0, hs, T - c0, scale, dS + c0 * T + c0, T,
+          Q + c0 * C3, C3, 0.0f, dK + c0 * C3, C3);
+  }
 }
 
 /// Runs f(bh, scratch) for bh in [0, BH) in parallel, with OpenBLAS limited
@@ -116,16 +167,20 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
                       int64_t T, int64_t C, int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  forEachHead(B * NH, [&](int64_t bh, std::vector<float> &) {
+  forEachHead(B * NH, [&](int64_t bh, std::vector<float> &scratch) {
     const int64_t b = bh / NH, h = bh % NH;
     const float *Q = qkv + b * T * C3 + h * hs;
     const float *K = Q + C, *V = Q + 2 * C;
-    float *P = att + bh * T * T;
     float *O = out + b * T * C + h * hs;
+    // Without `att`, a row block's probabilities live in this thread's
+    // scratch only while their block of the output is computed.
+    if (!att)
+      scratch.resize(static_cast<size_t>(std::min(kBlock, T) * T));
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock);
-      probsBlock(P, Q, K, C3, T, hs, scale, r0, r1);
-      sgemm(false, false, r1 - r0, hs, r1, 1.0f, P + r0 * T, T, V, C3, 0.0f,
+      float *rows = att ? att + bh * T * T + r0 * T : scratch.data();
+      probsBlock(rows, Q, K, C3, T, hs, scale, r0, r1);
+      sgemm(false, false, r1 - r0, hs, r1, 1.0f, rows, T, V, C3, 0.0f,
             O + r0 * C, C);
     }
   });
@@ -138,56 +193,45 @@ void attentionProbs(float *att, const float *qkv, int64_t B, int64_t T,
   forEachHead(B * NH, [&](int64_t bh, std::vector<float> &) {
     const int64_t b = bh / NH, h = bh % NH;
     const float *Q = qkv + b * T * C3 + h * hs;
-    for (int64_t r0 = 0; r0 < T; r0 += kBlock)
-      probsBlock(att + bh * T * T, Q, Q + C, C3, T, hs, scale, r0,
-                 std::min(T, r0 + kBlock));
+    probsHead(att + bh * T * T, Q, Q + C, C3, T, hs, scale);
   });
 }
 
-void attentionBackward(float *dqkv, const float *dout, const float *qkv,
-                       const float *att, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) {
+namespace {
+
+/// The backward of every head from `att`, or (null) from each head's
+/// probabilities recomputed into a buffer of the thread's.
+void backwardHeads(float *dqkv, const float *dout, const float *qkv,
+                   const float *att, int64_t B, int64_t T, int64_t C,
+                   int64_t NH) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   forEachHead(B * NH, [&](int64_t bh, std::vector<float> &scratch) {
     const int64_t b = bh / NH, h = bh % NH;
     const float *Q = qkv + b * T * C3 + h * hs;
-    const float *K = Q + C, *V = Q + 2 * C;
-    const float *P = att + bh * T * T;
-    const float *dO = dout + b * T * C + h * hs;
     float *dQ = dqkv + b * T * C3 + h * hs;
-    float *dK = dQ + C, *dV = dQ + 2 * C;
-    scratch.resize(static_cast<size_t>(T * T));
-    float *dS = scratch.data(); // [T, T]; row i valid for j < its block end
-    for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
-      const int64_t r1 = std::min(T, r0 + kBlock);
-      // dP = dO V^T, then through the softmax (masked entries exactly 0).
-      sgemm(false, true, r1 - r0, r1, hs, 1.0f, dO + r0 * C, C, V, C3, 0.0f,
-            dS + r0 * T, T);
-      for (int64_t i = r0; i < r1; ++i) {
-        const float *p = P + i * T;
-        float *d = dS + i * T;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t j = 0; j <= i; ++j)
-          dot += p[j] * d[j];
-#pragma omp simd
-        for (int64_t j = 0; j <= i; ++j)
-          d[j] = p[j] * (d[j] - dot);
-        for (int64_t j = i + 1; j < r1; ++j)
-          d[j] = 0.0f;
-      }
-      sgemm(false, false, r1 - r0, hs, r1, scale, dS + r0 * T, T, K, C3, 0.0f,
-            dQ + r0 * C3, C3);
-    }
-    for (int64_t c0 = 0; c0 < T; c0 += kBlock) {
-      const int64_t c1 = std::min(T, c0 + kBlock);
-      sgemm(true, false, c1 - c0, hs, T - c0, 1.0f, P + c0 * T + c0, T,
-            dO + c0 * C, C, 0.0f, dV + c0 * C3, C3);
-      sgemm(true, false, c1 - c0, hs, T - c0, scale, dS + c0 * T + c0, T,
-            Q + c0 * C3, C3, 0.0f, dK + c0 * C3, C3);
-    }
+    // dS, and without `att` this head's probabilities: T x T each.
+    scratch.resize(static_cast<size_t>((att ? 1 : 2) * T * T));
+    float *dS = scratch.data();
+    const float *P = att ? att + bh * T * T : dS + T * T;
+    if (!att)
+      probsHead(dS + T * T, Q, Q + C, C3, T, hs, scale);
+    backwardHead(dQ, dQ + C, dQ + 2 * C, dS, P, dout + b * T * C + h * hs, Q,
+                 Q + C, Q + 2 * C, T, C, hs, scale);
   });
+}
+
+} // namespace
+
+void attentionBackward(float *dqkv, const float *dout, const float *qkv,
+                       const float *att, int64_t B, int64_t T, int64_t C,
+                       int64_t NH) {
+  backwardHeads(dqkv, dout, qkv, att, B, T, C, NH);
+}
+
+void attentionGrad(float *dqkv, const float *dout, const float *qkv,
+                   int64_t B, int64_t T, int64_t C, int64_t NH) {
+  backwardHeads(dqkv, dout, qkv, nullptr, B, T, C, NH);
 }
 
 void attentionForwardReference(float *out, float *att, const float *qkv,

@@ -4,8 +4,9 @@
 // (b, t) the first C values are q, then k, then v; head h uses columns
 // [h*hs, (h+1)*hs) of each, hs = C/NH (llm.c `attention_forward` layout).
 // Scores are scaled by 1/sqrt(hs) and masked causally (query t sees keys
-// 0..t). The forward saves the softmax probabilities att[B, NH, T, T] (entries
-// above the diagonal are written as 0) for the backward, as llm.c does.
+// 0..t). The forward can save the softmax probabilities att[B, NH, T, T]
+// (entries above the diagonal are written as 0) for the backward, as llm.c
+// does; the runtime's kernels recompute them per head instead (attentionGrad).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CPU_ATTENTION_H
@@ -16,6 +17,8 @@
 namespace loom::cpu {
 
 /// out[B,T,C] and att[B,NH,T,T] from qkv[B,T,3C]. C must be divisible by NH.
+/// `att` may be null: then each row block's probabilities exist only in a
+/// thread's kBlock x T scratch while its output is computed.
 void attentionForward(float *out, float *att, const float *qkv, int64_t B,
                       int64_t T, int64_t C, int64_t NH);
 
@@ -29,6 +32,13 @@ void attentionProbs(float *att, const float *qkv, int64_t B, int64_t T,
 void attentionBackward(float *dqkv, const float *dout, const float *qkv,
                        const float *att, int64_t B, int64_t T, int64_t C,
                        int64_t NH);
+
+/// dqkv[B,T,3C] (overwritten) from dout and qkv alone: each head's
+/// probabilities are recomputed into a T x T buffer of the thread's, so no
+/// [B,NH,T,T] tensor exists; bitwise equal to attentionProbs followed by
+/// attentionBackward.
+void attentionGrad(float *dqkv, const float *dout, const float *qkv,
+                   int64_t B, int64_t T, int64_t C, int64_t NH);
 
 /// Reference versions (plain loops, double accumulation), same contracts.
 void attentionForwardReference(float *out, float *att, const float *qkv,

@@ -137,18 +137,22 @@ Status CpuKernels::softmaxBackward(float *dinp, const float *dout,
   return Status::success();
 }
 
-Status CpuKernels::attentionForward(float *out, float *att, const float *qkv,
+int64_t CpuKernels::attentionScratchFloats(int64_t, int64_t, int64_t, int64_t,
+                                           bool) const {
+  return 0;
+}
+
+Status CpuKernels::attentionForward(float *out, float *, const float *qkv,
                                     int64_t B, int64_t T, int64_t C,
                                     int64_t NH) {
-  cpu::attentionForward(out, att, qkv, B, T, C, NH);
+  cpu::attentionForward(out, nullptr, qkv, B, T, C, NH);
   return Status::success();
 }
 
 Status CpuKernels::attentionGrad(float *dqkv, const float *dout,
-                                 const float *qkv, float *att, int64_t B,
+                                 const float *qkv, float *, int64_t B,
                                  int64_t T, int64_t C, int64_t NH) {
-  cpu::attentionProbs(att, qkv, B, T, C, NH);
-  cpu::attentionBackward(dqkv, dout, qkv, att, B, T, C, NH);
+  cpu::attentionGrad(dqkv, dout, qkv, B, T, C, NH);
   return Status::success();
 }
 

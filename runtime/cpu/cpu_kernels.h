@@ -53,6 +53,10 @@ public:
                         int64_t C) override;
   Status softmaxBackward(float *dinp, const float *dout, const float *out,
                          int64_t N, int64_t C) override;
+  /// None: the probabilities exist one head (or row block) at a time in a
+  /// thread's own buffer (cpu/attention.h).
+  int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 bool grad) const override;
   Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
                           int64_t T, int64_t C, int64_t NH) override;
   Status attentionGrad(float *dqkv, const float *dout, const float *qkv,

@@ -194,6 +194,14 @@ bool CudaKernels::useFlash(int64_t C, int64_t NH) const {
   return attention == AttentionKernel::Flash && flashAttentionSupports(C, NH);
 }
 
+int64_t CudaKernels::attentionScratchFloats(int64_t B, int64_t T, int64_t C,
+                                            int64_t NH, bool grad) const {
+  const int64_t rows = B * NH * T;
+  if (!useFlash(C, NH))
+    return rows * T;
+  return grad ? B * T * C + 2 * rows : rows;
+}
+
 Status CudaKernels::attentionForward(float *out, float *att, const float *qkv,
                                      int64_t B, int64_t T, int64_t C,
                                      int64_t NH) {

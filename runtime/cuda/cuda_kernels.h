@@ -98,6 +98,11 @@ public:
                         int64_t C) override;
   Status softmaxBackward(float *dinp, const float *dout, const float *out,
                          int64_t N, int64_t C) override;
+  /// Flash: the forward's log-sum-exp [B,NH,T]; the gradient's recomputed
+  /// output and statistics, out [B,T,C] | lse [B,NH,T] | D [B,NH,T].
+  /// Naive: the probabilities [B,NH,T,T] both ways.
+  int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 bool grad) const override;
   Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
                           int64_t T, int64_t C, int64_t NH) override;
   Status attentionGrad(float *dqkv, const float *dout, const float *qkv,

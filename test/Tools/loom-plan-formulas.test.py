@@ -152,13 +152,14 @@ for schedule, v in (("gpipe", 1), ("1f1b", 1), ("interleaved", 2)):
         pipeline_ok &= flight == want_flight
     # Stage 0 holds its layers x in-flight micro-batches of activations
     # in its stash slots, and in its arena one action's working set: here
-    # an attention forward's fp32 probabilities, 4 b (n_head / t) s^2 bytes
-    # (b = 1 row per micro-batch, 96 heads, s = 2048), more than the
-    # embedding's gradient.
-    probabilities = 4 * 1 * 96 * 2048 * 2048
+    # a block's backward, 16-bit sbh(1 + 8/t) + 4h^2/t bytes (b = 1 row per
+    # micro-batch, s = 2048, h = 12288, t = 1), more than the embedding's
+    # gradient.
+    h = 12288
+    working = 2 * 2048 * 1 * h * (1 + 8) + 2 * 4 * h * h
     pipeline_ok &= abs(stages[0]["activation_bytes"] -
                        stages[0]["layers"] * flight[0] * per_layer -
-                       probabilities) <= 1
+                       working) <= 1
     bubble = (p - 1) / v / (m + (p - 1) / v)
     pipeline_ok &= abs(got["predicted_bubble"] - bubble) < 1e-12
     shown = " ".join(f"{f:.2f}" for f in (flight if schedule == "1f1b" else flight[:1]))

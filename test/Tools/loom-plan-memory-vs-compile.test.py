@@ -14,8 +14,9 @@ attention scores) is printed next to it for comparison.
 
 Pipelined plans (pp=2, pp=4 with 1F1B and with full recomputation,
 interleaved pp=2 x 2; batch 16 in 2·pp micro-batches): a stage holds its
-arena, one action's working set (model state, an attention forward's
-probabilities or a backward's gradients, the last stage's logit gradient),
+arena, one action's working set (model state, a block's backward
+gradients or full recomputation's re-run layer, the first stage's
+embedding gradient, the last stage's logit gradient),
 and its stash slots, which hold the in-flight micro-batches' saved values
 (and, on the last stage, their logits) written there by each forward; the
 compiled figure is the arena plus the stash peak the compiler's schedule

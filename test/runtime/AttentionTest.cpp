@@ -133,4 +133,25 @@ TEST(Attention, MultiBlockForwardBackwardMatchReference) {
   expectClose(dqkv, dqkvRef, 1e-4, 1e-6, "dqkv");
 }
 
+// What the runtime runs keeps no [B, NH, T, T] tensor: the forward without
+// `att` (row blocks in a thread's scratch) and attentionGrad (each head's
+// probabilities recomputed into a thread's buffer) give bit for bit what
+// the forward with `att` and attentionProbs + attentionBackward give, over
+// several query blocks and a partial last one.
+TEST(Attention, WithoutProbabilityTensorBitwiseEqual) {
+  const int64_t B = 2, T = 70, C = 48, NH = 4;
+  auto qkv = randomVector(B * T * 3 * C, 43, -2.0f, 2.0f);
+  auto dout = randomVector(B * T * C, 44);
+  std::vector<float> out(B * T * C, -3.0f), att(B * NH * T * T, -1.0f);
+  std::vector<float> streamed(B * T * C, 5.0f);
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attentionForward(streamed.data(), nullptr, qkv.data(), B, T, C, NH);
+  EXPECT_EQ(streamed, out);
+  std::vector<float> dqkv(qkv.size(), 7.0f), fused(qkv.size(), 8.0f);
+  cpu::attentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T,
+                         C, NH);
+  cpu::attentionGrad(fused.data(), dout.data(), qkv.data(), B, T, C, NH);
+  EXPECT_EQ(fused, dqkv);
+}
+
 } // namespace

@@ -223,6 +223,10 @@ public:
     LOOM_GUARD(softmaxBackward, (dinp, dout, out),
                softmaxBackward(dinp, dout, out, N, C));
   }
+  int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
+                                 bool grad) const override {
+    return cpu.attentionScratchFloats(B, T, C, NH, grad);
+  }
   Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
                           int64_t T, int64_t C, int64_t NH) override {
     LOOM_GUARD(attentionForward, (out, att, qkv),

@@ -358,13 +358,19 @@ TEST(ProgramVerifier, ComputeShapes) {
                                                                          64};
       },
       {"'h.0.mlp.gelu' (Gelu)", "expected [2, 8, 64]"});
-  // Attention: heads divide C, scratch B*NH*T*T.
+  // Attention: heads divide C, scratch the row statistics B*NH*T (F32).
   expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 3; },
                  {"'h.0.attn' (Attention)", "not divisible by num_heads 3"});
   expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 0; },
                  {"num_heads must be positive"});
   expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").num_heads = 4; },
-                 {"scratch (att)", "B*NH*T*T"});
+                 {"scratch (row stats) has 32 elements, expected B*NH*T = 2*4*8"});
+  expectRejected(
+      [](fb::ProgramT &p) {
+        stage0(p).buffers[instr(p, "h.0.attn").scratch[0]]->dtype =
+            fb::DType::I32;
+      },
+      {"scratch (row stats)", "must be F32 or BF16"});
   // Cross entropy: targets = logits minus last dim, scalar out, losses [N].
   expectRejected(
       [](fb::ProgramT &p) {
@@ -936,9 +942,10 @@ TEST(ProgramVerifier, GradientShapes) {
       {"not divisible by num_heads 5"});
   expectTrainRejected(
       [](fb::ProgramT &p) {
-        shapeOf(p, "att.grad.probs") = {2, 2, 8, 7};
+        // The gradient recomputes into the kernels' own workspace.
+        instr(p, "h.0.attn.grad").scratch = {bufferIndex(p, "att.stats")};
       },
-      {"scratch (att)", "B*NH*T*T"});
+      {"(AttentionGrad)", "scratch"});
   // CrossEntropyGrad: scalar dloss, I32 targets, dlogits like logits.
   expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "d.loss") = {2}; },
                       {"(CrossEntropyGrad)", "dloss (scalar)", "expected 1"});

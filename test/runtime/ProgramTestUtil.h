@@ -237,7 +237,7 @@ inline std::unique_ptr<fb::ProgramT> miniGpt(const MiniGptDims &d = {}) {
   const uint32_t r1 = s.buffer("ln1.rstd", {B * T});
   const uint32_t qkv = s.buffer("qkv", {B, T, 3 * C});
   const uint32_t att = s.buffer("att", {B, T, C});
-  const uint32_t probs = s.buffer("att.probs", {B, d.NH, T, T});
+  const uint32_t probs = s.buffer("att.stats", {B, d.NH, T});
   const uint32_t proj = s.buffer("proj", {B, T, C});
   const uint32_t h1 = s.buffer("h1", {B, T, C});
   const uint32_t ln2 = s.buffer("ln2", {B, T, C});
@@ -394,9 +394,8 @@ miniGptTrain(const MiniGptDims &d = {}, const MiniGptTrainOptions &o = {}) {
   const uint32_t datt = act("att", {b, T, C});
   linearGrad("h.0.attn.c_proj", dh1, "att", datt);
   const uint32_t dqkv = act("qkv", {b, T, 3 * C});
-  const uint32_t probs = s.buffer("att.grad.probs", {b, d.NH, T, T});
   s.op(fb::Opcode::AttentionGrad, "h.0.attn.grad", {datt, s.find("qkv")},
-       {dqkv}, {probs})
+       {dqkv})
       .num_heads = d.NH;
   const uint32_t dln1 = act("ln1", {b, T, C});
   linearGrad("h.0.attn.c_attn", dqkv, "ln1", dln1);

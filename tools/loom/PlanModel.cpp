@@ -430,23 +430,31 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // On top of the saved values, the largest of what is live only for a
     // while: the vocab-parallel LM head's logits and their gradient (the
     // loss's, 2-byte in bf16 next to fp32 per-token statistics), from the
-    // head's forward to its backward (last stage); an attention forward's
-    // fp32 probabilities [b, nh/t, s, s] (the backward recomputes its own),
-    // with full recomputation next to the re-run layer's values before it
-    // (ln_1's output, q|k|v, and the attention's output: sbh(1 + 4/t));
-    // and the first stage's backward ends with the embedding's gradient
-    // over the whole vocabulary. They are not live at once: the head's
-    // backward frees the logits before the first block's backward
-    // recomputes it. Unpipelined the logits win; a pipeline stage's saved
-    // values are in its stash slots, so its arena holds one action's
-    // working set: one of these.
+    // head's forward to its backward (last stage); a block's backward
+    // working set: its MLP's two 4h-wide input gradients, the incoming
+    // gradient and the largest weight gradient before it is accumulated,
+    // sbh(1 + 8/t) + 4h²/t (attention keeps no [b, nh, s, s] probabilities
+    // in the arena: the kernels hold them a head at a time), with full
+    // recomputation the re-run layer's values next to the incoming
+    // gradient and the first 4h-wide one, sbh(1 + 4/t); and the first
+    // stage's backward ends with the embedding's gradient over the whole
+    // vocabulary. They are not live at once: the head's backward frees the
+    // logits before the first block's backward recomputes it. Unpipelined
+    // the logits win; a pipeline stage's saved values are in its stash
+    // slots, so its arena holds one action's working set: one of these.
     double transient = 0;
     if (layers[i] > 0) {
-      transient =
-          4.0 * double(b) * double(model.heads / t) * double(s) * double(s);
+      transient = elementBytes * double(s) * double(b) * double(h) *
+                      (1.0 + 8.0 / double(t)) +
+                  gradientBytes * 4.0 * double(h) * double(h) / double(t);
       if (plan.recompute == Recompute::Full)
-        transient += elementBytes * double(s) * double(b) * double(h) *
-                     (1.0 + 4.0 / double(t));
+        transient = std::max(
+            transient, loomActivationBytesPerLayer(s, b, h, t,
+                                                   work.sequenceParallel,
+                                                   Recompute::None,
+                                                   cluster.precision) +
+                           elementBytes * double(s) * double(b) * double(h) *
+                               (1.0 + 4.0 / double(t)));
     }
     // The tied wte's gradient over this rank's vocabulary rows, before it
     // is added to the accumulator (the head's weight gradient, and the
