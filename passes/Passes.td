@@ -496,7 +496,9 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     micro-batch's forward of its units; returns the loss on the last chunk
     and the activations its backward needs, `loom.stash`) and
     `@<model>_bwd<k>` (the backward of the same units, accumulating the
-    gradients of the parameters it holds). Chunk k runs on stage k mod
+    gradients of the parameters it holds, each right after it is computed
+    and after the send of the activation gradient the previous chunk waits
+    for, so no weight gradient is held to the end). Chunk k runs on stage k mod
     stages. Values crossing chunks travel by `loom.send` / `loom.recv` on
     the pipeline axis: activations forward, their gradients backward.
 
@@ -650,13 +652,19 @@ def LoomPlanBuffers : Pass<"loom-plan-buffers", "::mlir::ModuleOp"> {
     inlined; reshapes and block boundaries are views), computes each
     storage's live range, and places it in one arena: parameters, inputs and
     targets first and for the whole step, then every other tensor and
-    kernel scratch (attention probabilities, layer-norm statistics) by
+    kernel scratch (attention row statistics, layer-norm statistics) by
     greedy best-fit in decreasing size, reusing bytes whose previous tenant
-    is dead. Annotates:
+    is dead. What a pipeline forward keeps for its backward (`loom.stash`
+    results) goes to the chunk's stash slot instead, one per micro-batch in
+    flight outside the arena, packed in result order; the backward's stash
+    arguments get the same slot offsets. Annotates:
 
-    * function arguments: `loom.offset` (bytes);
-    * ops: `loom.offsets` (one per result) and `loom.scratch_offsets`;
-    * the function: `loom.arena_bytes`, the arena size = predicted peak.
+    * function arguments: `loom.offset` (bytes; a stash argument's in the
+      slot);
+    * ops: `loom.offsets` (one per result), `loom.scratch_offsets`, and
+      `loom.in_stash` where a result's offset is in the slot;
+    * the function: `loom.arena_bytes`, the arena size = predicted peak; a
+      pipeline forward also `loom.stash_bytes`, its slot's size.
 
     `loom-translate --loom-to-program` reads these annotations.
 
