@@ -42,7 +42,6 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     out.assign(ins.outputs()->begin(), ins.outputs()->end());
   if (ins.scratch())
     scr.assign(ins.scratch()->begin(), ins.scratch()->end());
-  auto range = [&](uint32_t b) { return byteRange(b); };
   auto i32 = [&](uint32_t b) { return static_cast<int32_t *>(bufferData(b)); };
 
   const Opcode op = ins.opcode();
@@ -96,14 +95,14 @@ Status Executor::runInstruction(const program::Instruction &ins) {
       dsts[k] = slotData(bf16.outputSlot[k]); // rounded back in step 3
       continue;
     }
-    const Range r = range(out[k]);
+    const Range r = byteRange(out[k]);
     if (op != Opcode::Copy && op != Opcode::AdamW)
       for (size_t j = 0; j < in.size(); ++j) {
-        const Range ri = range(in[j]);
+        const Range ri = byteRange(in[j]);
         if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
           staged[k] = true;
       }
-    const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
+    const int64_t bytes = static_cast<int64_t>(r.bytes());
     dsts[k] = staged[k] ? static_cast<void *>(temp(staging[k], (bytes + 3) / 4))
                         : bufferData(out[k]);
   }
@@ -112,7 +111,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   float *dstF = static_cast<float *>(dst);
   auto outF = [&](size_t k) { return static_cast<float *>(dsts[k]); };
   const int64_t outBytes =
-      out.empty() ? 0 : static_cast<int64_t>(range(o).end - range(o).begin);
+      out.empty() ? 0 : static_cast<int64_t>(byteRange(o).bytes());
 
   // 2. The kernel (KernelBackend: this executor's buffer pointers only).
   KernelBackend &k = *kernels;
@@ -432,7 +431,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     if (staged[k])
       LOOM_RETURN_IF_ERROR(
           kernels->copy(bufferData(out[k]), dsts[k],
-                 static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
+                 static_cast<int64_t>(byteRange(out[k]).bytes())));
   for (size_t s = 0; s < bf16.slots.size(); ++s)
     if (bf16.slots[s].round)
       LOOM_RETURN_IF_ERROR(kernels->convertF32ToBF16(
@@ -457,7 +456,6 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
                                  const std::vector<uint32_t> &out,
                                  const std::vector<uint32_t> &scr) {
   const Opcode op = ins.opcode();
-  auto range = [&](uint32_t b) { return byteRange(b); };
   auto typed = [&](uint32_t b, void *data) {
     return TypedOperand{data, bufferDType(b), &shapes[b]};
   };
@@ -473,14 +471,14 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
   if (staging.size() < out.size())
     staging.resize(out.size());
   for (size_t k = 0; k < out.size(); ++k) {
-    const Range r = range(out[k]);
+    const Range r = byteRange(out[k]);
     if (op != Opcode::AdamW)
       for (size_t j = 0; j < in.size(); ++j) {
-        const Range ri = range(in[j]);
+        const Range ri = byteRange(in[j]);
         if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
           staged[k] = true;
       }
-    const int64_t bytes = static_cast<int64_t>(r.end - r.begin);
+    const int64_t bytes = static_cast<int64_t>(r.bytes());
     outputs.push_back(
         typed(out[k],
               staged[k] ? static_cast<void *>(temp(staging[k], (bytes + 3) / 4))
@@ -499,7 +497,7 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
     if (staged[k])
       LOOM_RETURN_IF_ERROR(kernels->copy(
           bufferData(out[k]), outputs[k].data,
-          static_cast<int64_t>(range(out[k]).end - range(out[k]).begin)));
+          static_cast<int64_t>(byteRange(out[k]).bytes())));
   return Status::success();
 }
 

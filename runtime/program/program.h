@@ -101,6 +101,7 @@ std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index);
 /// have been verified.
 struct BufferRange {
   uint64_t begin = 0, end = 0;
+  uint64_t bytes() const { return end - begin; }
   bool overlaps(const BufferRange &o) const {
     return begin < o.end && o.begin < end;
   }

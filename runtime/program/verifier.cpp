@@ -74,8 +74,10 @@ Status checkBuffers(const Stage &stage, StageFacts &facts) {
                      << arena << " bytes");
     facts.shapes.push_back(std::move(shape));
     facts.dtypes.push_back(b->dtype());
-    facts.offsets.push_back((b->stash() ? arena : 0) + offset);
-    facts.bytes.push_back(bytes);
+    // One address space for overlap checks, as the runtime sees it.
+    const BufferRange range = bufferRange(stage, j);
+    facts.offsets.push_back(range.begin);
+    facts.bytes.push_back(range.bytes());
     facts.slotOffsets.push_back(b->stash() ? static_cast<int64_t>(offset) : -1);
   }
   return Status::success();

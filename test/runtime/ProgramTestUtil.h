@@ -27,6 +27,14 @@ namespace loom::test {
 namespace fb = ::loom::program;
 
 /// A stage under construction.
+/// Bytes of a buffer's shape and dtype.
+inline uint64_t bufferBytes(const fb::BufferT &b) {
+  int64_t n = fb::dtypeBytes(b.dtype);
+  for (int64_t d : b.shape)
+    n *= d;
+  return static_cast<uint64_t>(n);
+}
+
 class StageBuilder {
 public:
   /// Continues after the buffers `stage` already has.
@@ -41,10 +49,7 @@ public:
     b->offset = cursor;
     b->shape = shape;
     b->dtype = dtype;
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    cursor += (n * fb::dtypeBytes(dtype) + 63) / 64 * 64;
+    cursor += (bufferBytes(*b) + 63) / 64 * 64;
     stage.arena_bytes = cursor;
     stage.buffers.push_back(std::move(b));
     return static_cast<uint32_t>(stage.buffers.size() - 1);
@@ -487,12 +492,9 @@ inline void makeSingleChunkPipeline(fb::ProgramT &p) {
       fb::BufferT &logits = *st.buffers[b];
       logits.stash = true;
       logits.offset = 0;
-      int64_t bytes = fb::dtypeBytes(logits.dtype);
-      for (int64_t d : logits.shape)
-        bytes *= d;
       chunk->stash_out = {b};
       chunk->stash_in = {b};
-      chunk->stash_bytes = static_cast<uint64_t>(bytes + 63) / 64 * 64;
+      chunk->stash_bytes = (bufferBytes(logits) + 63) / 64 * 64;
     }
   pipe->chunks.push_back(std::move(chunk));
   for (uint32_t mb = 0; mb < st.microbatches; ++mb) {
@@ -520,10 +522,7 @@ inline void makeForwardOnlyPipeline(fb::ProgramT &p) {
     if (b->stash) {
       b->stash = false;
       b->offset = st.arena_bytes;
-      int64_t bytes = fb::dtypeBytes(b->dtype);
-      for (int64_t d : b->shape)
-        bytes *= d;
-      st.arena_bytes += static_cast<uint64_t>(bytes + 63) / 64 * 64;
+      st.arena_bytes += (bufferBytes(*b) + 63) / 64 * 64;
     }
   auto &actions = st.pipeline->actions;
   actions.erase(

@@ -444,8 +444,8 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     // slots, so its arena holds one action's working set: one of these.
     double transient = 0;
     if (layers[i] > 0) {
-      transient = elementBytes * double(s) * double(b) * double(h) *
-                      (1.0 + 8.0 / double(t)) +
+      const double sbhBytes = elementBytes * double(s) * double(b) * double(h);
+      transient = sbhBytes * (1.0 + 8.0 / double(t)) +
                   gradientBytes * 4.0 * double(h) * double(h) / double(t);
       if (plan.recompute == Recompute::Full)
         transient = std::max(
@@ -453,8 +453,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
                                                    work.sequenceParallel,
                                                    Recompute::None,
                                                    cluster.precision) +
-                           elementBytes * double(s) * double(b) * double(h) *
-                               (1.0 + 4.0 / double(t)));
+                           sbhBytes * (1.0 + 4.0 / double(t)));
     }
     // The tied wte's gradient over this rank's vocabulary rows, before it
     // is added to the accumulator (the head's weight gradient, and the
