@@ -59,12 +59,28 @@ void transposeTyped(T *out, const T *in, const std::vector<int64_t> &inShape,
 
 void transpose(void *out, const void *in, const std::vector<int64_t> &inShape,
                const std::vector<int64_t> &perm, int64_t elemBytes) {
-  if (elemBytes == 2)
-    transposeTyped(static_cast<uint16_t *>(out),
-                   static_cast<const uint16_t *>(in), inShape, perm);
-  else
-    transposeTyped(static_cast<uint32_t *>(out),
-                   static_cast<const uint32_t *>(in), inShape, perm);
+  switch (elemBytes) {
+  case 1:
+    return transposeTyped(static_cast<uint8_t *>(out),
+                          static_cast<const uint8_t *>(in), inShape, perm);
+  case 2:
+    return transposeTyped(static_cast<uint16_t *>(out),
+                          static_cast<const uint16_t *>(in), inShape, perm);
+  case 4:
+    return transposeTyped(static_cast<uint32_t *>(out),
+                          static_cast<const uint32_t *>(in), inShape, perm);
+  case 8:
+    return transposeTyped(static_cast<uint64_t *>(out),
+                          static_cast<const uint64_t *>(in), inShape, perm);
+  default: {
+    // Any other element size: its bytes are one more, unmoved, dimension.
+    std::vector<int64_t> shape = inShape, order = perm;
+    shape.push_back(elemBytes);
+    order.push_back(static_cast<int64_t>(inShape.size()));
+    return transposeTyped(static_cast<uint8_t *>(out),
+                          static_cast<const uint8_t *>(in), shape, order);
+  }
+  }
 }
 
 void sliceDim(void *out, const void *in, const std::vector<int64_t> &inShape,

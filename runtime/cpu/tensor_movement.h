@@ -18,7 +18,7 @@ namespace loom::cpu {
 
 /// out = permute(in, perm): out dimension i is input dimension perm[i], so
 /// out.shape[i] = inShape[perm[i]]. `perm` must be a permutation of
-/// 0..rank-1.
+/// 0..rank-1. Elements of any size `elemBytes` >= 1.
 void transpose(void *out, const void *in, const std::vector<int64_t> &inShape,
                const std::vector<int64_t> &perm, int64_t elemBytes);
 

@@ -153,14 +153,11 @@ Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
   const int64_t rows = B * NH * T;
   if (rows == 0)
     return Status::success();
-  attentionProbsKernel<<<blocksForRows(rows), kThreads, 0, stream>>>(
-      att, qkv, B, T, C, NH);
-  LOOM_CUDA_CHECK_LAUNCH();
-  if (out) {
-    attentionValuesKernel<<<blocksForRows(rows), kThreads, 0, stream>>>(
-        out, att, qkv, B, T, C, NH);
-    LOOM_CUDA_CHECK_LAUNCH();
-  }
+  LOOM_LAUNCH(attentionProbsKernel, blocksForRows(rows), kThreads, stream, att,
+              qkv, B, T, C, NH);
+  if (out)
+    LOOM_LAUNCH(attentionValuesKernel, blocksForRows(rows), kThreads, stream,
+                out, att, qkv, B, T, C, NH);
   return Status::success();
 }
 
@@ -176,12 +173,10 @@ Status attentionBackward(float *dqkv, const float *dout, const float *qkv,
   float *dpre = nullptr;
   LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&dpre),
                                   rows * T * sizeof(float), stream));
-  attentionBackwardQueryKernel<<<blocksForRows(rows), kThreads, 0, stream>>>(
-      dqkv, dpre, dout, qkv, att, B, T, C, NH);
-  LOOM_CUDA_CHECK_LAUNCH();
-  attentionBackwardKeyKernel<<<blocksForRows(rows), kThreads, 0, stream>>>(
-      dqkv, dpre, dout, qkv, att, B, T, C, NH);
-  LOOM_CUDA_CHECK_LAUNCH();
+  LOOM_LAUNCH(attentionBackwardQueryKernel, blocksForRows(rows), kThreads,
+              stream, dqkv, dpre, dout, qkv, att, B, T, C, NH);
+  LOOM_LAUNCH(attentionBackwardKeyKernel, blocksForRows(rows), kThreads,
+              stream, dqkv, dpre, dout, qkv, att, B, T, C, NH);
   LOOM_CUDA_CHECK(cudaFreeAsync(dpre, stream));
   return Status::success();
 }

@@ -10,11 +10,13 @@
 #include "runtime/cuda/tensor_movement.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
 
 namespace loom::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using launch::blocksFor;
+using launch::kThreads;
 
 /// Passed by value to the kernel.
 struct TransposeGeometry {
@@ -39,14 +41,10 @@ __global__ void transposeKernel(T *out, const T *in, TransposeGeometry g,
 }
 
 template <typename T>
-Status launch(void *out, const void *in, const TransposeGeometry &g,
-              int64_t total, cudaStream_t stream) {
-  const unsigned blocks =
-      static_cast<unsigned>((total + kThreads - 1) / kThreads);
-  if (blocks > 0)
-    transposeKernel<T><<<blocks, kThreads, 0, stream>>>(
-        static_cast<T *>(out), static_cast<const T *>(in), g, total);
-  LOOM_CUDA_CHECK_LAUNCH();
+Status launchTranspose(void *out, const void *in, const TransposeGeometry &g,
+                       int64_t total, cudaStream_t stream) {
+  LOOM_LAUNCH(transposeKernel<T>, blocksFor(total), kThreads, stream,
+              static_cast<T *>(out), static_cast<const T *>(in), g, total);
   return Status::success();
 }
 
@@ -75,13 +73,13 @@ Status transpose(void *out, const void *in, const std::vector<int64_t> &inShape,
   }
   switch (elemBytes) {
   case 1:
-    return launch<uint8_t>(out, in, g, total, stream);
+    return launchTranspose<uint8_t>(out, in, g, total, stream);
   case 2:
-    return launch<uint16_t>(out, in, g, total, stream);
+    return launchTranspose<uint16_t>(out, in, g, total, stream);
   case 4:
-    return launch<uint32_t>(out, in, g, total, stream);
+    return launchTranspose<uint32_t>(out, in, g, total, stream);
   case 8:
-    return launch<uint64_t>(out, in, g, total, stream);
+    return launchTranspose<uint64_t>(out, in, g, total, stream);
   default:
     LOOM_ERROR("transpose: elements of " << elemBytes
                                          << " bytes (the CUDA kernel handles "

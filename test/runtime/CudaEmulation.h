@@ -15,6 +15,10 @@
 // warp-synchronous code without barriers, fragment element layouts,
 // alignment rules, occupancy, registers and shared-memory limits.
 //
+// Launchers that take stream-ordered temporaries (cudaMallocAsync) get host
+// versions from runtime_api, and HostVector stands in for a test's device
+// memory, so a test body written for the device runs here unchanged.
+//
 // Include it first, then the .cu file (launch.cuh is replaced: its include
 // guard is defined here).
 //
@@ -23,10 +27,13 @@
 #define LOOM_TEST_RUNTIME_CUDAEMULATION_H
 
 #include <cuda_bf16.h> // host-side __nv_bfloat16 and its conversions
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -243,12 +250,58 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
     d.x[i] = out[i];
 }
 } // namespace nvcuda::wmma
+/// CUDA's bit casts between float and its 32 bits.
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 /// CUDA's device reciprocal square root.
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 /// CUDA's overloaded device min, for mixed integer widths.
 template <typename A, typename B> inline auto min(A a, B b) {
   return a < b ? a : b;
 }
+
+namespace cuda_emulation {
+/// The stream-ordered runtime calls a launcher makes for its temporaries, on
+/// host memory (launches run at once, so stream order is program order).
+/// A test brings them into the namespace it includes a .cu in with
+/// using-declarations, which hide the real ones.
+namespace runtime_api {
+inline cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t) {
+  *ptr = std::malloc(bytes > 0 ? bytes : 1);
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeAsync(void *ptr, cudaStream_t) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes,
+                                   cudaStream_t) {
+  std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+} // namespace runtime_api
+
+/// "Device" memory for emulated kernels: a host vector with the interface of
+/// CudaTestUtil.h's DeviceVector (get, host), so one test body runs on both.
+template <typename T> class HostVector {
+public:
+  explicit HostVector(const std::vector<T> &host) : values(host) {}
+  explicit HostVector(size_t count, T fill = T()) : values(count, fill) {}
+  T *get() { return values.data(); }
+  std::vector<T> host() const { return values; }
+
+private:
+  std::vector<T> values;
+};
+} // namespace cuda_emulation
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
 /// Kernels with warp intrinsics beyond launch.cuh's take the emulated ones
