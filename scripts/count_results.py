@@ -41,6 +41,7 @@ def main():
     results = sys.argv[1]
     suites = [("lit", "lit.json", lit_counts),
               ("gtest", "gtest.json", gtest_counts),
+              ("gtest-cuda-emulated", "gtest-cuda-emulated.json", gtest_counts),
               ("gtest-mpi", "gtest-mpi.json", gtest_counts)]
     total = [0, 0, 0]
     for name, file, count in suites:

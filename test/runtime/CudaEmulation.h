@@ -5,19 +5,28 @@
 // and WMMA's whole-tile operations (load / store / mma / fill, never a
 // fragment's elements) compile as C++ and run on the CPU, so its indexing, tiling, masking and barrier
 // placement are tested on machines without a GPU (the real kernels are
-// still tested on a device by the Cuda* tests). Each block runs its threads
-// as std::threads, blocks one after another; __syncthreads is a barrier of
-// the block, warpSum a butterfly through a per-warp barrier (whole warps
-// call it together, as __shfl_xor_sync with a full mask requires). A WMMA
-// fragment holds its whole 16 x 16 tile in every lane; store_matrix_sync
-// writes from lane 0 only, so a lane that reads the stored tile before a
-// __syncwarp() sees stale data, as on the GPU. What it does not model:
-// warp-synchronous code without barriers, fragment element layouts,
-// alignment rules, occupancy, registers and shared-memory limits.
+// still tested on a device by the Cuda* tests). Blocks run one after
+// another; a block's threads are fibers (CudaEmulation.cpp) on the
+// launching OS thread, scheduled round robin, each running to its next barrier:
+// __syncthreads is a barrier of the block, __syncwarp and the warp helpers
+// (warpSum's butterfly, warpBallot) barriers of the warp (whole warps call
+// them together, as __shfl_xor_sync with a full mask requires). A thread
+// that has returned no longer counts at a barrier, as on the GPU; a block
+// whose live threads wait at a barrier the others never reach aborts with
+// a message instead of hanging. Between barriers thread t runs before
+// t + 1, so a missing barrier before reading a higher thread's write reads
+// stale data deterministically. A WMMA fragment holds its whole 16 x 16
+// tile in every lane; store_matrix_sync writes from the warp's last lane
+// only, so another lane that reads the stored tile before a __syncwarp()
+// sees stale data, as on the GPU. What it does not model: warp-synchronous
+// code without barriers, fragment element layouts, alignment rules,
+// occupancy, registers and shared-memory limits. One OS thread launches at
+// a time (__shared__ arrays are static).
 //
-// Launchers that take stream-ordered temporaries (cudaMallocAsync) get host
-// versions from runtime_api, and HostVector stands in for a test's device
-// memory, so a test body written for the device runs here unchanged.
+// Two ways to use it: include it, then a .cu file inside a namespace of the
+// test's own (FlashAttentionEmulationTest, BF16KernelEmulationTest), or link
+// loom_cuda_emulated (test/runtime/CMakeLists.txt), the whole CUDA backend
+// with each .cu compiled on it.
 //
 // Include it first, then the .cu file (launch.cuh is replaced: its include
 // guard is defined here).
@@ -31,15 +40,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <cstdint>
-#include <memory>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <vector>
+
+
 
 #undef __global__
 #undef __device__
@@ -55,65 +63,48 @@
 
 namespace cuda_emulation {
 
-/// A reusable barrier of `n` threads (std::barrier is C++20).
-class Barrier {
-public:
-  explicit Barrier(int n) : n(n) {}
-  void arriveAndWait() {
-    std::unique_lock<std::mutex> lock(m);
-    const unsigned g = generation;
-    if (++count == n) {
-      count = 0;
-      ++generation;
-      cv.notify_all();
-    } else {
-      cv.wait(lock, [&] { return g != generation; });
-    }
-  }
-
-private:
-  std::mutex m;
-  std::condition_variable cv;
-  int n, count = 0;
-  unsigned generation = 0;
-};
-
 struct Dim {
-  unsigned x = 0, y = 1, z = 1;
+  unsigned x = 0, y = 0, z = 0;
 };
 
-inline thread_local Dim threadIdx, blockIdx;
-inline Dim blockDim, gridDim;
-inline Barrier *blockBarrier = nullptr;
-inline std::vector<std::unique_ptr<Barrier>> warpBarriers;
-inline float warpSlots[1024];
+inline thread_local Dim threadIdx, blockIdx, blockDim, gridDim;
+/// __shfl / __ballot exchange slots, one per thread of the block.
+inline thread_local float warpSlots[1024];
 
-/// Runs kernel(args...) over `blocks` blocks of `threads` threads: one
-/// std::thread per CUDA thread, reused block after block, with a barrier
-/// between blocks (a block's __shared__ arrays are the next block's).
+namespace fibers {
+
+constexpr unsigned kMaxThreads = 1024;
+
+/// Runs body(arg) as every thread of one block (threadIdx.x = 0..threads-1)
+/// to completion (CudaEmulation.cpp).
+void runBlock(unsigned threads, void (*body)(void *), void *arg);
+/// A barrier of the block (scope 0) or of warp w (scope 1 + w).
+void arrive(int scope);
+
+} // namespace fibers
+
+/// Runs kernel(args...) over `blocks` blocks of `threads` threads, blocks
+/// one after another (a block's __shared__ arrays are the next block's),
+/// each block's threads as fibers on the calling OS thread.
 template <typename Kernel, typename... Args>
 void runKernel(Kernel kernel, unsigned blocks, unsigned threads, Args... args) {
+  if (threads == 0 || threads > fibers::kMaxThreads) {
+    std::fprintf(stderr, "CudaEmulation: a block of %u threads\n", threads);
+    std::abort();
+  }
   blockDim = {threads, 1, 1};
   gridDim = {blocks, 1, 1};
-  Barrier barrier(static_cast<int>(threads)), blockEnd(static_cast<int>(threads));
-  blockBarrier = &barrier;
-  warpBarriers.clear();
-  for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-    warpBarriers.push_back(std::make_unique<Barrier>(
-        static_cast<int>(std::min(32u, threads - 32 * w))));
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([=, &blockEnd] {
-      threadIdx = {t, 1, 1};
-      for (unsigned b = 0; b < blocks; ++b) {
-        blockIdx = {b, 1, 1};
-        kernel(args...);
-        blockEnd.arriveAndWait();
-      }
-    });
-  for (auto &t : pool)
-    t.join();
+  auto body = [&]() { kernel(args...); };
+  auto call = [](void *b) { (*static_cast<decltype(body) *>(b))(); };
+  for (unsigned b = 0; b < blocks; ++b) {
+    blockIdx = {b, 0, 0};
+    fibers::runBlock(threads, call, &body);
+  }
 }
+
+/// __syncthreads and __syncwarp on the fibers.
+inline void syncBlock() { fibers::arrive(0); }
+inline void syncWarp() { fibers::arrive(1 + static_cast<int>(threadIdx.x / 32)); }
 
 /// launch.cuh's contents, on the emulated threads.
 namespace launch {
@@ -130,12 +121,11 @@ inline int laneIndex() { return threadIdx.x % kWarp; }
 /// The butterfly of __shfl_xor_sync, lane by lane.
 inline float warpSum(float x) {
   const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  Barrier &bar = *warpBarriers[w];
   for (int o = kWarp / 2; o > 0; o /= 2) {
     warpSlots[threadIdx.x] = x;
-    bar.arriveAndWait();
+    syncWarp();
     const float other = warpSlots[w * kWarp + (lane ^ o)];
-    bar.arriveAndWait();
+    syncWarp();
     x += other;
   }
   return x;
@@ -143,12 +133,11 @@ inline float warpSum(float x) {
 /// warpSum's butterfly with max.
 inline float warpMax(float x) {
   const int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  Barrier &bar = *warpBarriers[w];
   for (int o = kWarp / 2; o > 0; o /= 2) {
     warpSlots[threadIdx.x] = x;
-    bar.arriveAndWait();
+    syncWarp();
     const float other = warpSlots[w * kWarp + (lane ^ o)];
-    bar.arriveAndWait();
+    syncWarp();
     x = std::max(x, other);
   }
   return x;
@@ -156,15 +145,14 @@ inline float warpMax(float x) {
 /// __ballot_sync over the whole warp: bit j set when lane j's p holds.
 inline unsigned warpBallot(bool p) {
   const int w = threadIdx.x / kWarp;
-  Barrier &bar = *warpBarriers[w];
   warpSlots[threadIdx.x] = p ? 1.0f : 0.0f;
-  bar.arriveAndWait();
+  syncWarp();
   unsigned mask = 0;
   for (int j = 0; j < kWarp && w * kWarp + j < static_cast<int>(blockDim.x);
        ++j)
     if (warpSlots[w * kWarp + j] != 0.0f)
       mask |= 1u << j;
-  bar.arriveAndWait();
+  syncWarp();
   return mask;
 }
 /// __ffs(mask) - 1.
@@ -173,15 +161,15 @@ inline int lowestSetBit(unsigned mask) { return __builtin_ctz(mask); }
 inline double blockSum(double s) {
   static double partial[kThreads];
   partial[threadIdx.x] = s;
-  blockBarrier->arriveAndWait();
+  syncBlock();
   for (int stride = kThreads / 2; stride > 0; stride /= 2) {
     if (static_cast<int>(threadIdx.x) < stride)
       partial[threadIdx.x] += partial[threadIdx.x + stride];
-    blockBarrier->arriveAndWait();
+    syncBlock();
   }
   const double total = partial[0];
   // Every thread has read the total before a later call overwrites it.
-  blockBarrier->arriveAndWait();
+  syncBlock();
   return total;
 }
 } // namespace launch
@@ -192,10 +180,8 @@ using cuda_emulation::blockDim;
 using cuda_emulation::blockIdx;
 using cuda_emulation::gridDim;
 using cuda_emulation::threadIdx;
-inline void __syncthreads() { cuda_emulation::blockBarrier->arriveAndWait(); }
-inline void __syncwarp() {
-  cuda_emulation::warpBarriers[threadIdx.x / 32]->arriveAndWait();
-}
+inline void __syncthreads() { cuda_emulation::syncBlock(); }
+inline void __syncwarp() { cuda_emulation::syncWarp(); }
 
 /// WMMA's 16x16x16 tiles (the shapes and types the kernels use).
 namespace nvcuda::wmma {
@@ -220,7 +206,9 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p,
 inline void store_matrix_sync(float *p,
                               const fragment<accumulator, 16, 16, 16, float> &f,
                               unsigned ldm, layout_t layout) {
-  if (threadIdx.x % 32 != 0)
+  // The warp's last lane runs last between barriers: every other lane that
+  // reads the tile before a __syncwarp() sees what was there before.
+  if (threadIdx.x % 32 != 31)
     return;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
@@ -268,40 +256,6 @@ template <typename A, typename B> inline auto min(A a, B b) {
   return a < b ? a : b;
 }
 
-namespace cuda_emulation {
-/// The stream-ordered runtime calls a launcher makes for its temporaries, on
-/// host memory (launches run at once, so stream order is program order).
-/// A test brings them into the namespace it includes a .cu in with
-/// using-declarations, which hide the real ones.
-namespace runtime_api {
-inline cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t) {
-  *ptr = std::malloc(bytes > 0 ? bytes : 1);
-  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-inline cudaError_t cudaFreeAsync(void *ptr, cudaStream_t) {
-  std::free(ptr);
-  return cudaSuccess;
-}
-inline cudaError_t cudaMemsetAsync(void *ptr, int value, size_t bytes,
-                                   cudaStream_t) {
-  std::memset(ptr, value, bytes);
-  return cudaSuccess;
-}
-} // namespace runtime_api
-
-/// "Device" memory for emulated kernels: a host vector with the interface of
-/// CudaTestUtil.h's DeviceVector (get, host), so one test body runs on both.
-template <typename T> class HostVector {
-public:
-  explicit HostVector(const std::vector<T> &host) : values(host) {}
-  explicit HostVector(size_t count, T fill = T()) : values(count, fill) {}
-  T *get() { return values.data(); }
-  std::vector<T> host() const { return values; }
-
-private:
-  std::vector<T> values;
-};
-} // namespace cuda_emulation
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
 /// Kernels with warp intrinsics beyond launch.cuh's take the emulated ones

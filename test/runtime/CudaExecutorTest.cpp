@@ -76,10 +76,10 @@ protected:
       std::memcpy(out.weights.data(), ex->bufferData(w), bytes);
   }
 
-  /// Device vs host within `rtol` (fp32 round-off; bf16 programs round
-  /// the two backends' slightly different fp32 results to 8 bits).
-  void expectSame(const fb::ProgramT &p, double rtol = 1e-4, double atol = 1e-5,
-                  Trained *onDevice = nullptr) {
+  /// Device vs host within `rtol` (fp32 round-off): every step's loss and
+  /// gradient norm, and the first weight element by element.
+  void expectSame(const fb::ProgramT &p, double rtol = 1e-4,
+                  double atol = 1e-5) {
     Trained host, device;
     train(p, false, host);
     train(p, true, device);
@@ -89,8 +89,48 @@ protected:
       EXPECT_NEAR(device.norms[i], host.norms[i], rtol * host.norms[i]);
     }
     expectClose(device.weights, host.weights, rtol, atol, "first weight");
-    if (onDevice)
-      *onDevice = device;
+  }
+
+  /// Device vs host for a bf16 program. The two backends round slightly
+  /// different fp32 results to bf16 (the device's flash attention also
+  /// rounds its probabilities to bf16 for the tensor cores), so values
+  /// differ by a bf16 ulp here and there (2^-8..2^-7 relative), and after
+  /// an update those differences compound: AdamW's first step moves a weight
+  /// by about lr times the sign of its gradient, which bf16 noise flips
+  /// where the gradient is near zero. So, at lr 1e-2:
+  ///   - the first step (same weights on both) within bf16 resolution:
+  ///     loss and gradient norm within 2e-2;
+  ///   - every later loss within 2e-2 (the loss curve, as gpu-check's b);
+  ///   - later gradient norms within 1e-1 and the first weight within 2e-2
+  ///     relative L2 distance: trajectories, not elements.
+  /// Measured on the emulated device (loom-cuda-emulation-tests): first
+  /// step 3e-4 (loss) and 4e-5 (norm), later losses 4e-3, norms 3.6e-2,
+  /// weights 5.7e-3. Returns the device run.
+  Trained expectSameInBf16(const fb::ProgramT &p) {
+    Trained host, device;
+    train(p, false, host);
+    train(p, true, device);
+    EXPECT_EQ(device.losses.size(), host.losses.size());
+    if (device.losses.size() != host.losses.size())
+      return device;
+    for (size_t i = 0; i < host.losses.size(); ++i) {
+      EXPECT_NEAR(device.losses[i], host.losses[i], 2e-2 * host.losses[i])
+          << "step " << i + 1;
+      EXPECT_NEAR(device.norms[i], host.norms[i],
+                  (i == 0 ? 2e-2 : 1e-1) * host.norms[i])
+          << "step " << i + 1;
+    }
+    EXPECT_EQ(device.weights.size(), host.weights.size());
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < host.weights.size() && i < device.weights.size();
+         ++i) {
+      const double d = double(device.weights[i]) - host.weights[i];
+      diff += d * d;
+      norm += double(host.weights[i]) * host.weights[i];
+    }
+    EXPECT_LE(std::sqrt(diff), 2e-2 * std::sqrt(norm))
+        << "first weight: relative L2 distance " << std::sqrt(diff / norm);
+    return device;
   }
 };
 
@@ -108,13 +148,11 @@ TEST_F(CudaExecutorTest, MixedPrecisionTrainsLikeTheCpuExecutor) {
   // bf16 weights, activations and gradients on the device's native bf16
   // kernels (cuBLASLt bf16 GEMMs, bf16 flash attention, kernels_bf16.cu),
   // fp32 masters updated and cast: the CPU run's (staged: fp32 kernels on
-  // widened copies) losses within bf16's resolution, and no staging memory
-  // at all on the device.
+  // widened copies) within bf16's resolution (expectSameInBf16), and no
+  // staging memory at all on the device.
   auto p = miniGptTrainTwoMicrobatches();
   makeMixedPrecision(*p);
-  Trained device;
-  expectSame(*p, 2e-2, 1e-3, &device);
-  EXPECT_EQ(device.bf16Staging, 0u);
+  EXPECT_EQ(expectSameInBf16(*p).bf16Staging, 0u);
 }
 
 TEST_F(CudaExecutorTest, MixedPrecisionAtGpt2HeadSize) {
@@ -127,9 +165,7 @@ TEST_F(CudaExecutorTest, MixedPrecisionAtGpt2HeadSize) {
   auto p = miniGptTrain(d, o);
   makeSingleChunkPipeline(*p);
   makeMixedPrecision(*p);
-  Trained device;
-  expectSame(*p, 2e-2, 1e-3, &device);
-  EXPECT_EQ(device.bf16Staging, 0u);
+  EXPECT_EQ(expectSameInBf16(*p).bf16Staging, 0u);
 }
 
 } // namespace

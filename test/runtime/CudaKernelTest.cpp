@@ -1,16 +1,25 @@
 //===- CudaKernelTest.cpp - CUDA kernels against the CPU kernels ----------===//
 //
-// Each CUDA kernel on random inputs vs the CPU kernel of the same contract
-// (runtime/cpu/*.h), fp32 with TF32 off, to round-off tolerances: the
-// cuBLASLt GEMM and the copies here, the kernel launchers in
-// CudaKernelCases.inc (which FP32KernelEmulationTest.cpp also runs on host
-// threads). Skipped without a device.
+// Each CUDA kernel launcher (kernels.cu, attention.cu, vocab_parallel.cu,
+// transpose.cu, convert.cu), the cuBLASLt GEMM and the copies on random
+// inputs vs the CPU kernel of the same contract (runtime/cpu/*.h), fp32
+// with TF32 off, to round-off tolerances. Skipped without a device in
+// loom-runtime-tests; loom-cuda-emulation-tests runs it on emulated devices.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
 #include "TestUtil.h"
 
+#include "runtime/cpu/adamw.h"
+#include "runtime/cpu/attention.h"
+#include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/cross_entropy.h"
+#include "runtime/cpu/elementwise.h"
+#include "runtime/cpu/embedding.h"
+#include "runtime/cpu/gelu.h"
 #include "runtime/cpu/gemm.h"
+#include "runtime/cpu/layernorm.h"
+#include "runtime/cpu/softmax.h"
 #include "runtime/cpu/tensor_movement.h"
 #include "runtime/core/communicator.h"
 #include "runtime/cuda/convert.h"
@@ -18,6 +27,10 @@
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
+
+#include <cstring>
+#include <random>
+#include <string>
 
 using namespace loom;
 using namespace loom::test;
@@ -79,7 +92,313 @@ TEST_F(CudaKernelTest, SliceConcatAndBlockPacking) {
   expectClose(gu.host(), x, 0, 0, "unpack blocks");
 }
 
-namespace kernels = ::loom::cuda;
-#define LOOM_KERNEL_TEST(Name) TEST_F(CudaKernelTest, Name)
-#include "CudaKernelCases.inc"
-#undef LOOM_KERNEL_TEST
+TEST_F(CudaKernelTest, AddBroadcastAndBackward) {
+  const int64_t outer = 6, inner = 70;
+  auto a = randomVector(outer * inner, 4), b = randomVector(inner, 5);
+  std::vector<float> want(a.size()), dbWant(inner, 0.5f);
+  cpu::addBroadcast(want.data(), a.data(), b.data(), outer, inner);
+  cpu::addBroadcastBackward(dbWant.data(), a.data(), outer, inner, true);
+  DeviceVector<float> da(a), dbv(b), out(a.size()), db(inner, 0.5f);
+  ASSERT_TRUE(cuda::addBroadcast(out.get(), da.get(), dbv.get(), outer, inner,
+                                 stream).ok());
+  ASSERT_TRUE(cuda::addBroadcastBackward(db.get(), da.get(), outer, inner,
+                                         true, stream).ok());
+  expectClose(out.host(), want, 0, 0, "addBroadcast");
+  expectClose(db.host(), dbWant, 1e-6, 1e-6, "addBroadcastBackward");
+}
+
+TEST_F(CudaKernelTest, Gelu) {
+  const int64_t n = 1000;
+  auto x = randomVector(n, 6, -4, 4), dy = randomVector(n, 7);
+  std::vector<float> y(n), dx(n);
+  cpu::geluForward(y.data(), x.data(), n);
+  cpu::geluBackward(dx.data(), x.data(), dy.data(), n);
+  DeviceVector<float> dxv(x), ddy(dy), out(n), din(n);
+  ASSERT_TRUE(cuda::geluForward(out.get(), dxv.get(), n, stream).ok());
+  ASSERT_TRUE(
+      cuda::geluBackward(din.get(), dxv.get(), ddy.get(), n, stream).ok());
+  expectClose(out.host(), y, 1e-5, 1e-6, "gelu");
+  expectClose(din.host(), dx, 1e-5, 1e-6, "gelu backward");
+}
+
+TEST_F(CudaKernelTest, EmbeddingDeterministicBackward) {
+  const int64_t N = 64, V = 11, C = 40;
+  auto wte = randomVector(V * C, 8), dout = randomVector(N * C, 9);
+  auto ids = randomIds(N, V, 10);
+  std::vector<float> out(N * C), dwte(V * C, 0.0f);
+  ASSERT_TRUE(cpu::embeddingForward(out.data(), ids.data(), wte.data(), N, V, C)
+                  .ok());
+  ASSERT_TRUE(cpu::embeddingBackward(dwte.data(), dout.data(), ids.data(), N,
+                                     V, C).ok());
+  DeviceVector<float> dw(wte), dd(dout), o(N * C), g(V * C, 0.0f);
+  DeviceVector<int32_t> di(ids);
+  ASSERT_TRUE(cuda::embeddingForward(o.get(), di.get(), dw.get(), N, V, C,
+                                     stream).ok());
+  ASSERT_TRUE(cuda::embeddingBackward(g.get(), dd.get(), di.get(), N, V, C,
+                                      stream).ok());
+  expectClose(o.host(), out, 0, 0, "embedding");
+  // Tokens are added in order per column: bitwise equal to the CPU.
+  expectClose(g.host(), dwte, 0, 0, "embedding backward");
+}
+
+TEST_F(CudaKernelTest, LayerNorm) {
+  const int64_t N = 33, C = 96;
+  auto x = randomVector(N * C, 11), w = randomVector(C, 12),
+       b = randomVector(C, 13), dy = randomVector(N * C, 14);
+  std::vector<float> y(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.f),
+      db(C, 0.f);
+  cpu::layernormForward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                        b.data(), N, C);
+  cpu::layernormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(),
+                         w.data(), mean.data(), rstd.data(), N, C);
+  DeviceVector<float> dxv(x), dwv(w), dbv(b), ddy(dy), out(N * C), m(N), r(N),
+      gx(N * C), gw(C, 0.f), gb(C, 0.f);
+  ASSERT_TRUE(cuda::layernormForward(out.get(), m.get(), r.get(), dxv.get(),
+                                     dwv.get(), dbv.get(), N, C, 1e-5f, stream)
+                  .ok());
+  ASSERT_TRUE(cuda::layernormBackward(gx.get(), gw.get(), gb.get(), ddy.get(),
+                                      dxv.get(), dwv.get(), m.get(), r.get(),
+                                      N, C, stream).ok());
+  expectClose(out.host(), y, 1e-5, 1e-5, "layernorm");
+  expectClose(r.host(), rstd, 1e-5, 1e-5, "layernorm rstd");
+  expectClose(gx.host(), dx, 1e-4, 1e-5, "layernorm dinp");
+  expectClose(gw.host(), dw, 1e-4, 1e-5, "layernorm dweight");
+  expectClose(gb.host(), db, 1e-4, 1e-5, "layernorm dbias");
+}
+
+TEST_F(CudaKernelTest, Softmax) {
+  const int64_t N = 17, C = 77;
+  auto x = randomVector(N * C, 15, -5, 5), dy = randomVector(N * C, 16);
+  std::vector<float> y(N * C), dx(N * C);
+  cpu::softmaxForward(y.data(), x.data(), N, C);
+  cpu::softmaxBackward(dx.data(), dy.data(), y.data(), N, C);
+  DeviceVector<float> dxv(x), ddy(dy), out(N * C), g(N * C);
+  ASSERT_TRUE(cuda::softmaxForward(out.get(), dxv.get(), N, C, stream).ok());
+  DeviceVector<float> yv(y);
+  ASSERT_TRUE(
+      cuda::softmaxBackward(g.get(), ddy.get(), yv.get(), N, C, stream).ok());
+  expectClose(out.host(), y, 1e-5, 1e-7, "softmax");
+  expectClose(g.host(), dx, 1e-5, 1e-6, "softmax backward");
+}
+
+TEST_F(CudaKernelTest, CrossEntropyWithPadding) {
+  const int64_t N = 24, V = 70, validV = 65;
+  auto logits = randomVector(N * V, 17, -3, 3);
+  auto targets = randomIds(N, static_cast<int32_t>(validV), 18);
+  float loss = 0;
+  std::vector<float> losses(N), dl(N * V);
+  ASSERT_TRUE(cpu::crossEntropyForward(&loss, losses.data(), logits.data(),
+                                       targets.data(), N, V, validV).ok());
+  ASSERT_TRUE(cpu::crossEntropyBackward(dl.data(), logits.data(),
+                                        targets.data(), N, V, validV, 0.5f)
+                  .ok());
+  DeviceVector<float> dlog(logits), mean(1), rows(N), g(N * V), seed(std::vector<float>{0.5f});
+  DeviceVector<int32_t> dt(targets);
+  ASSERT_TRUE(cuda::crossEntropyForward(mean.get(), rows.get(), dlog.get(),
+                                        dt.get(), N, V, validV, 1.0f, stream)
+                  .ok());
+  ASSERT_TRUE(cuda::crossEntropyBackward(g.get(), dlog.get(), dt.get(), N, V,
+                                         validV, seed.get(), 1.0f, stream)
+                  .ok());
+  expectClose(mean.host(), {loss}, 1e-5, 1e-6, "cross-entropy loss");
+  expectClose(rows.host(), losses, 1e-5, 1e-6, "cross-entropy row losses");
+  expectClose(g.host(), dl, 1e-5, 1e-7, "cross-entropy backward");
+}
+
+TEST_F(CudaKernelTest, CausalAttention) {
+  const int64_t B = 2, T = 37, C = 48, NH = 4;
+  auto qkv = randomVector(B * T * 3 * C, 19), dout = randomVector(B * T * C, 20);
+  std::vector<float> out(B * T * C), att(B * NH * T * T), dqkv(qkv.size());
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), B,
+                         T, C, NH);
+  DeviceVector<float> dq(qkv), dd(dout), o(out.size()), a(att.size()),
+      g(qkv.size());
+  ASSERT_TRUE(cuda::attentionForward(o.get(), a.get(), dq.get(), B, T, C, NH,
+                                     stream).ok());
+  ASSERT_TRUE(cuda::attentionBackward(g.get(), dd.get(), dq.get(), a.get(), B,
+                                      T, C, NH, stream).ok());
+  expectClose(a.host(), att, 1e-5, 1e-6, "attention probabilities");
+  expectClose(o.host(), out, 1e-5, 1e-5, "attention out");
+  expectClose(g.host(), dqkv, 1e-4, 1e-5, "attention dqkv");
+}
+
+TEST_F(CudaKernelTest, SumSquaresClipAndAdamW) {
+  auto g1 = randomVector(1000, 21), g2 = randomVector(77, 22);
+  const float sum = cpu::sumSquares(
+      {cpu::FloatSpan{g1.data(), 1000}, cpu::FloatSpan{g2.data(), 77}});
+  const cpu::ClipCoefficient clip = cpu::clipCoefficient(sum, 1.0);
+  DeviceVector<float> d1(g1), d2(g2), s(1), norm(1), coef(1);
+  ASSERT_TRUE(cuda::sumSquares(s.get(),
+                               {cuda::DeviceSpan{d1.get(), 1000},
+                                cuda::DeviceSpan{d2.get(), 77}},
+                               stream).ok());
+  ASSERT_TRUE(
+      cuda::clipCoefficient(norm.get(), coef.get(), s.get(), 1.0, stream).ok());
+  expectClose(s.host(), {sum}, 1e-6, 0, "sum of squares");
+  expectClose(norm.host(), {clip.norm}, 1e-6, 0, "grad norm");
+  expectClose(coef.host(), {clip.coef}, 1e-6, 0, "clip coefficient");
+
+  const int64_t n = 1000;
+  auto p = randomVector(n, 23), m = randomVector(n, 24, 0, 0.1f),
+       v = randomVector(n, 25, 0, 0.01f);
+  cpu::AdamWConfig cfg;
+  cfg.lr = 3e-4f;
+  cfg.step = 7;
+  cfg.gradScale = clip.coef;
+  std::vector<float> pw = p, mw = m, vw = v;
+  cpu::adamwStep(pw.data(), g1.data(), mw.data(), vw.data(), n, cfg);
+  DeviceVector<float> dp(p), dm(m), dv(v), lr(std::vector<float>{3e-4f}),
+      step(std::vector<float>{7.0f});
+  cuda::AdamWHyper hyper;
+  ASSERT_TRUE(cuda::adamwStep(dp.get(), d1.get(), dm.get(), dv.get(), n,
+                              lr.get(), step.get(), coef.get(), hyper, stream)
+                  .ok());
+  expectClose(dp.host(), pw, 1e-6, 1e-7, "adamw params");
+  expectClose(dm.host(), mw, 1e-6, 1e-7, "adamw m");
+  expectClose(dv.host(), vw, 1e-6, 1e-8, "adamw v");
+}
+
+TEST_F(CudaKernelTest, EmbeddingRowsOfOneRank) {
+  const int64_t N = 40, V = 96, C = 24, R = 32;
+  auto ids = randomIds(N, V, 1);
+  auto rows = randomVector(R * C, 2);
+  for (int64_t begin : {int64_t(0), int64_t(32), int64_t(64)}) {
+    std::vector<float> want(N * C);
+    ASSERT_TRUE(cpu::embeddingForwardRows(want.data(), ids.data(), rows.data(),
+                                          N, V, begin, R, C)
+                    .ok());
+    DeviceVector<int32_t> dIds(ids);
+    DeviceVector<float> dRows(rows), out(N * C, 7.0f);
+    ASSERT_TRUE(cuda::embeddingForwardRows(out.get(), dIds.get(), dRows.get(),
+                                           N, begin, R, C, stream)
+                    .ok());
+    expectClose(out.host(), want, 0, 0,
+                "embeddingForwardRows at " + std::to_string(begin));
+  }
+}
+
+TEST_F(CudaKernelTest, VocabParallelCrossEntropy) {
+  // Two ranks' blocks of a padded vocabulary: 80 columns each, 150 valid
+  // (rank 1 has 70 valid columns and 10 of padding).
+  const int64_t N = 37, V = 80, validV = 150;
+  auto targets = randomIds(N, validV, 3);
+  DeviceVector<int32_t> dTargets(targets);
+  for (int64_t rank : {0, 1}) {
+    const int64_t offset = rank * V;
+    auto logits = randomVector(N * V, 10 + rank, -4, 4);
+    std::vector<float> max(N), sum(N), tgt(N), grad(N * V);
+    cpu::crossEntropyRowMax(max.data(), logits.data(), N, V, offset, validV);
+    ASSERT_TRUE(cpu::crossEntropySums(sum.data(), tgt.data(), logits.data(),
+                                      max.data(), targets.data(), N, V, offset,
+                                      validV)
+                    .ok());
+    const double tokens = 2.0 * N;
+    const float seed = 0.75f;
+    const float want = cpu::crossEntropyFromSums(max.data(), sum.data(),
+                                                 tgt.data(), N, tokens);
+    ASSERT_TRUE(
+        cpu::crossEntropySumsBackward(grad.data(), logits.data(), max.data(),
+                                      sum.data(), targets.data(), N, V, offset,
+                                      validV, static_cast<float>(seed / tokens))
+            .ok());
+
+    DeviceVector<float> dLogits(logits), dMax(N), dSum(N), dTgt(N), dLoss(1),
+        dSeed(std::vector<float>{seed}), dGrad(N * V, 9.0f);
+    ASSERT_TRUE(cuda::crossEntropyRowMax(dMax.get(), dLogits.get(), N, V,
+                                         offset, validV, stream)
+                    .ok());
+    ASSERT_TRUE(cuda::crossEntropySums(dSum.get(), dTgt.get(), dLogits.get(),
+                                       dMax.get(), dTargets.get(), N, V, offset,
+                                       validV, stream)
+                    .ok());
+    ASSERT_TRUE(cuda::crossEntropyFromSums(dLoss.get(), dMax.get(), dSum.get(),
+                                           dTgt.get(), N, tokens, stream)
+                    .ok());
+    ASSERT_TRUE(
+        cuda::crossEntropySumsBackward(dGrad.get(), dLogits.get(), dMax.get(),
+                                       dSum.get(), dTargets.get(), N, V, offset,
+                                       validV, dSeed.get(), tokens, stream)
+            .ok());
+    const std::string at = " (rank " + std::to_string(rank) + ")";
+    expectClose(dMax.host(), max, 0, 0, "rowMax" + at);
+    expectClose(dSum.host(), sum, 1e-5, 1e-6, "sumExp" + at);
+    expectClose(dTgt.host(), tgt, 0, 0, "targetLogit" + at);
+    expectClose(dLoss.host(), {want}, 1e-6, 1e-6, "fromSums" + at);
+    expectClose(dGrad.host(), grad, 1e-5, 1e-7, "sumsBackward" + at);
+    // In place (dlogits == logits), as the executor runs it.
+    ASSERT_TRUE(
+        cuda::crossEntropySumsBackward(dLogits.get(), dLogits.get(), dMax.get(),
+                                       dSum.get(), dTargets.get(), N, V, offset,
+                                       validV, dSeed.get(), tokens, stream)
+            .ok());
+    expectClose(dLogits.host(), grad, 1e-5, 1e-7, "sumsBackward in place" + at);
+  }
+}
+
+TEST_F(CudaKernelTest, TransposeEveryPermutationOfRank3AndElementSizes) {
+  const std::vector<int64_t> shape = {3, 5, 7};
+  const int64_t n = 3 * 5 * 7;
+  std::vector<std::vector<int64_t>> perms = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},
+                                             {1, 2, 0}, {2, 0, 1}, {2, 1, 0}};
+  for (int64_t eb : {1, 2, 4, 8}) {
+    std::vector<uint8_t> in(static_cast<size_t>(n * eb));
+    for (size_t i = 0; i < in.size(); ++i)
+      in[i] = static_cast<uint8_t>(i * 31 + 7);
+    for (const auto &perm : perms) {
+      std::vector<uint8_t> want(in.size());
+      cpu::transpose(want.data(), in.data(), shape, perm, eb);
+      DeviceVector<uint8_t> dIn(in), dOut(in.size());
+      ASSERT_TRUE(
+          cuda::transpose(dOut.get(), dIn.get(), shape, perm, eb, stream).ok());
+      EXPECT_EQ(dOut.host(), want)
+          << "elemBytes " << eb << " perm " << perm[0] << perm[1] << perm[2];
+    }
+  }
+  // A scalar (rank 0) is a one-element copy.
+  DeviceVector<float> s(std::vector<float>{2.5f}), d(1);
+  ASSERT_TRUE(cuda::transpose(d.get(), s.get(), {}, {}, 4, stream).ok());
+  EXPECT_EQ(d.host(), std::vector<float>{2.5f});
+}
+
+TEST_F(CudaKernelTest, BF16ConversionsMatchTheCpuBitForBit) {
+  // Every bf16 bit pattern widened, and fp32 values covering ties (both
+  // parities), NaNs with payloads, infinities, overflow and subnormals
+  // rounded: the device must give the CPU's bits (convert.cu).
+  std::vector<uint16_t> every(65536);
+  for (size_t i = 0; i < every.size(); ++i)
+    every[i] = static_cast<uint16_t>(i);
+  std::vector<float> want(every.size());
+  cpu::CpuKernels cpuKernels;
+  ASSERT_TRUE(
+      cpuKernels.convertBF16ToF32(want.data(), every.data(), 65536).ok());
+  DeviceVector<uint16_t> dEvery(every);
+  DeviceVector<float> dWide(every.size());
+  ASSERT_TRUE(
+      cuda::convertBF16ToF32(dWide.get(), dEvery.get(), 65536, stream).ok());
+  std::vector<float> got = dWide.host();
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+
+  std::vector<uint32_t> bits;
+  std::mt19937 gen(3);
+  for (int i = 0; i < 100000; ++i)
+    bits.push_back(gen());
+  for (uint32_t b :
+       {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+        0x7f800001u, 0xffc12345u, 0x00000001u, 0x80008000u, 0x7f7f8000u})
+    bits.push_back(b);
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * 4);
+  std::vector<uint16_t> wantNarrow(values.size());
+  ASSERT_TRUE(cpuKernels
+                  .convertF32ToBF16(wantNarrow.data(), values.data(),
+                                    static_cast<int64_t>(values.size()))
+                  .ok());
+  DeviceVector<float> dValues(values);
+  DeviceVector<uint16_t> dNarrow(values.size());
+  ASSERT_TRUE(cuda::convertF32ToBF16(dNarrow.get(), dValues.get(),
+                                     static_cast<int64_t>(values.size()),
+                                     stream)
+                  .ok());
+  EXPECT_EQ(dNarrow.host(), wantNarrow);
+}

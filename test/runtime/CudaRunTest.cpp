@@ -9,7 +9,8 @@
 // loss and gradient norm within 1e-4 relative, checkpoint tensors within
 // 1e-4, the resumed run equal to the uninterrupted device run. Skipped
 // without a device; test/e2e/train-guarded-memory.test checks the same
-// flows on the CPU with memory the host may not touch.
+// flows on the CPU with memory the host may not touch, and
+// loom-cuda-emulation-tests runs the non-NCCL ones on emulated devices.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -20,7 +21,9 @@
 #include "runtime/core/safetensors.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/training_run.h"
+#ifndef LOOM_CUDA_EMULATED
 #include "runtime/cuda/comm_nccl.h"
+#endif
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_memory.h"
 
@@ -75,8 +78,26 @@ void expectLogsClose(const std::string &a, const std::string &b, double rtol) {
   }
 }
 
+/// Whether element i of checkpoint tensor `name` (numel elements) is a key
+/// bias: c_attn.bias is [q | k | v], and adding b to every key adds q.b to
+/// a whole row of scores, which the softmax cancels. Its gradient is zero
+/// up to round-off, and AdamW, which divides by the gradient's own scale,
+/// turns that round-off into steps of up to about lr: two backends with
+/// different summation orders move it differently, by design of the
+/// optimizer, not by a fault of either.
+bool isKeyBias(const std::string &name, int64_t numel, int64_t i) {
+  const std::string suffix = ".attn.c_attn.bias";
+  if (name.size() < suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  return i >= numel / 3 && i < 2 * numel / 3;
+}
+
+/// Every tensor within `tol` (relative and absolute); key-bias elements,
+/// when `keyBiasSteps` > 0, within the 2 lr per step two runs can drift
+/// apart (lr = 1e-2, trainOptions).
 void expectCheckpointsClose(const std::string &a, const std::string &b,
-                            double tol) {
+                            double tol, int64_t keyBiasSteps = 0) {
   SafetensorsFile fa, fb;
   ASSERT_TRUE(readSafetensors(a, fa).ok());
   ASSERT_TRUE(readSafetensors(b, fb).ok());
@@ -88,7 +109,16 @@ void expectCheckpointsClose(const std::string &a, const std::string &b,
     ASSERT_EQ(t.shape, u->shape) << t.name;
     const float *x = reinterpret_cast<const float *>(t.data.data());
     const float *y = reinterpret_cast<const float *>(u->data.data());
-    std::vector<float> vx(x, x + t.numel()), vy(y, y + u->numel());
+    std::vector<float> vx, vy;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (keyBiasSteps > 0 && isKeyBias(t.name, t.numel(), i)) {
+        EXPECT_LE(std::fabs(x[i] - y[i]), 2 * 1e-2 * keyBiasSteps)
+            << t.name << "[" << i << "] (key bias)";
+        continue;
+      }
+      vx.push_back(x[i]);
+      vy.push_back(y[i]);
+    }
     expectClose(vx, vy, tol, tol, t.name);
   }
 }
@@ -145,7 +175,7 @@ protected:
     s = runProgram(trainOptions(4, gpuLog, gpuCkpt), deviceComm, cudaBackend());
     ASSERT_TRUE(s.ok()) << s.toString();
     expectLogsClose(cpuLog, gpuLog, 1e-4);
-    expectCheckpointsClose(cpuCkpt, gpuCkpt, 1e-4);
+    expectCheckpointsClose(cpuCkpt, gpuCkpt, 1e-4, /*keyBiasSteps=*/4);
     // Resume on the device from the device's own checkpoint at step 2.
     const std::string firstLog = tempPath("first.jsonl"),
                       half = tempPath("half.safetensors"),
@@ -176,6 +206,8 @@ TEST_F(CudaRunTest, TrainCheckpointResumeOnTheSingleRankCommunicator) {
   trainAndResume(comm);
 }
 
+// NCCL is not emulated (loom-cuda-emulation-tests builds without it).
+#ifndef LOOM_CUDA_EMULATED
 TEST_F(CudaRunTest, TrainCheckpointResumeOnNcclWorldOfOne) {
   auto p = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*p); // stashes and the pipeline's loss path too
@@ -186,6 +218,7 @@ TEST_F(CudaRunTest, TrainCheckpointResumeOnNcclWorldOfOne) {
   ASSERT_TRUE(s.ok()) << s.toString();
   trainAndResume(*nccl);
 }
+#endif
 
 TEST_F(CudaRunTest, EvaluateAndSampleLikeTheCpu) {
   // Weights from a CPU training run; then the evaluation program and

@@ -1,0 +1,353 @@
+//===- EmulatedCudaRuntime.cpp - The CUDA runtime calls, on host memory ---===//
+//
+// Definitions of the CUDA runtime API calls the backend makes (cuda_memory,
+// device, tensor_movement, cuda_kernels, the launchers' temporaries and the
+// tests' DeviceVector), for loom-cuda-emulation-tests: the CUDA backend's
+// host code, unchanged, with its kernels on CudaEmulation.h's host threads
+// and this file instead of libcudart. A "device" is host memory; every call
+// completes before it returns, so streams and events order nothing (a
+// missing event wait is not caught here, only on a device).
+//
+// What it does check, as the real runtime would fail on a device:
+//   - cudaMemcpy kinds against where the pointers are (device memory is
+//     what cudaMalloc / cudaMallocAsync returned, pinned host memory what
+//     cudaHostAlloc returned, anything else pageable host memory);
+//   - copies whose source and destination overlap (undefined in CUDA);
+//   - frees of pointers the runtime did not hand out, and double frees;
+//   - device memory still allocated is reported by emulatedDeviceBytes(),
+//     and at exit on stderr with the allocation and copy counts.
+//
+//===----------------------------------------------------------------------===//
+#include "EmulatedCudaRuntime.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+namespace {
+
+enum class Space { Device, Pinned };
+
+struct Allocation {
+  size_t bytes;
+  Space space;
+};
+
+/// Every live allocation by start address (device and pinned host), and
+/// what the process did, reported at exit (the proof a run used it).
+struct Registry {
+  std::mutex m;
+  std::map<uintptr_t, Allocation> live;
+  uint64_t deviceBytes = 0, peakDeviceBytes = 0;
+  uint64_t deviceAllocations = 0, copies = 0;
+  cudaError_t lastError = cudaSuccess;
+  ~Registry() {
+    if (deviceAllocations == 0)
+      return;
+    std::fprintf(stderr,
+                 "emulated CUDA runtime: %llu device allocations (peak "
+                 "%.1f MiB), %llu copies, %llu bytes still allocated\n",
+                 static_cast<unsigned long long>(deviceAllocations),
+                 peakDeviceBytes / 1048576.0,
+                 static_cast<unsigned long long>(copies),
+                 static_cast<unsigned long long>(deviceBytes));
+  }
+};
+
+Registry &registry() {
+  static Registry r;
+  return r;
+}
+
+/// Records `e` as the sticky last error (cudaGetLastError) and returns it.
+cudaError_t fail(cudaError_t e) {
+  registry().lastError = e;
+  return e;
+}
+
+cudaError_t allocate(void **ptr, size_t bytes, Space space) {
+  if (!ptr)
+    return fail(cudaErrorInvalidValue);
+  // 256-byte alignment, as cudaMalloc guarantees.
+  const size_t rounded = (bytes + 255) / 256 * 256;
+  void *p = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
+  if (!p)
+    return fail(cudaErrorMemoryAllocation);
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  r.live[reinterpret_cast<uintptr_t>(p)] = {bytes, space};
+  if (space == Space::Device) {
+    r.deviceBytes += bytes;
+    r.peakDeviceBytes = std::max(r.peakDeviceBytes, r.deviceBytes);
+    ++r.deviceAllocations;
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t release(void *ptr, Space space) {
+  if (!ptr)
+    return cudaSuccess;
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  auto it = r.live.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == r.live.end() || it->second.space != space)
+    return fail(cudaErrorInvalidValue);
+  if (space == Space::Device)
+    r.deviceBytes -= it->second.bytes;
+  r.live.erase(it);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+/// Whether [p, p + bytes) lies inside one device allocation.
+bool onDevice(const void *p, size_t bytes) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = r.live.upper_bound(addr);
+  if (it == r.live.begin())
+    return false;
+  --it;
+  return it->second.space == Space::Device && addr >= it->first &&
+         addr + bytes <= it->first + it->second.bytes;
+}
+
+/// Whether any byte of [p, p + bytes) is device memory (a host range must
+/// have none).
+bool touchesDevice(const void *p, size_t bytes) {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = r.live.upper_bound(addr + (bytes > 0 ? bytes - 1 : 0));
+  while (it != r.live.begin()) {
+    --it;
+    if (it->first + it->second.bytes <= addr)
+      break;
+    if (it->second.space == Space::Device)
+      return true;
+  }
+  return false;
+}
+
+/// The checks of the file comment for a copy of `bytes` bytes.
+cudaError_t checkCopy(void *dst, const void *src, size_t bytes,
+                      cudaMemcpyKind kind) {
+  if (bytes == 0)
+    return cudaSuccess;
+  if (!dst || !src)
+    return fail(cudaErrorInvalidValue);
+  const bool dstDevice = kind == cudaMemcpyHostToDevice ||
+                         kind == cudaMemcpyDeviceToDevice;
+  const bool srcDevice = kind == cudaMemcpyDeviceToHost ||
+                         kind == cudaMemcpyDeviceToDevice;
+  if (kind != cudaMemcpyDefault) {
+    if (dstDevice ? !onDevice(dst, bytes) : touchesDevice(dst, bytes))
+      return fail(cudaErrorInvalidValue);
+    if (srcDevice ? !onDevice(src, bytes) : touchesDevice(src, bytes))
+      return fail(cudaErrorInvalidValue);
+  }
+  const auto d = reinterpret_cast<uintptr_t>(dst);
+  const auto s = reinterpret_cast<uintptr_t>(src);
+  if (d < s + bytes && s < d + bytes)
+    return fail(cudaErrorInvalidValue);
+  return cudaSuccess;
+}
+
+/// Streams and events are tokens: work completes when it is issued.
+struct Token {
+  int unused = 0;
+};
+
+} // namespace
+
+namespace loom::test {
+uint64_t emulatedDeviceBytes() {
+  Registry &r = registry();
+  std::lock_guard<std::mutex> lock(r.m);
+  return r.deviceBytes;
+}
+} // namespace loom::test
+
+//===----------------------------------------------------------------------===//
+// Devices and errors
+//===----------------------------------------------------------------------===//
+
+cudaError_t cudaGetDeviceCount(int *count) {
+  if (!count)
+    return fail(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void) {
+  Registry &r = registry();
+  cudaError_t e = r.lastError;
+  r.lastError = cudaSuccess;
+  return e;
+}
+
+const char *cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorInvalidValue:
+    return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  case cudaErrorInvalidDevice:
+    return "cudaErrorInvalidDevice";
+  default:
+    return "cudaErrorUnknown";
+  }
+}
+
+const char *cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorInvalidValue:
+    return "invalid argument (emulated runtime: a copy kind that does not "
+           "match where the pointers are, overlapping copy ranges, or a "
+           "pointer it did not allocate)";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal (the emulated runtime has one device)";
+  default:
+    return "unknown error";
+  }
+}
+
+cudaError_t cudaMemGetInfo(size_t *freeBytes, size_t *totalBytes) {
+  // An H200's 141 GB.
+  const size_t total = size_t(141) << 30;
+  if (totalBytes)
+    *totalBytes = total;
+  if (freeBytes)
+    *freeBytes = total - static_cast<size_t>(loom::test::emulatedDeviceBytes());
+  return cudaSuccess;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+  return allocate(devPtr, size, Space::Device);
+}
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t) {
+  return allocate(devPtr, size, Space::Device);
+}
+
+cudaError_t cudaFree(void *devPtr) { return release(devPtr, Space::Device); }
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t) {
+  return release(devPtr, Space::Device);
+}
+
+cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int) {
+  return allocate(pHost, size, Space::Pinned);
+}
+
+cudaError_t cudaFreeHost(void *ptr) { return release(ptr, Space::Pinned); }
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count,
+                       cudaMemcpyKind kind) {
+  cudaError_t e = checkCopy(dst, src, count, kind);
+  if (e == cudaSuccess && count > 0) {
+    std::memcpy(dst, src, count);
+    ++registry().copies;
+  }
+  return e;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+                            cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, count, kind);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src,
+                              size_t spitch, size_t width, size_t height,
+                              cudaMemcpyKind kind, cudaStream_t) {
+  if (width > dpitch || width > spitch)
+    return fail(cudaErrorInvalidPitchValue);
+  for (size_t row = 0; row < height; ++row) {
+    cudaError_t e = cudaMemcpy(static_cast<char *>(dst) + row * dpitch,
+                               static_cast<const char *>(src) + row * spitch,
+                               width, kind);
+    if (e != cudaSuccess)
+      return e;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count,
+                            cudaStream_t) {
+  if (count == 0)
+    return cudaSuccess;
+  if (!onDevice(devPtr, count))
+    return fail(cudaErrorInvalidValue);
+  std::memset(devPtr, value, count);
+  return cudaSuccess;
+}
+
+//===----------------------------------------------------------------------===//
+// Streams and events
+//===----------------------------------------------------------------------===//
+
+cudaError_t cudaStreamCreate(cudaStream_t *pStream) {
+  if (!pStream)
+    return fail(cudaErrorInvalidValue);
+  *pStream = reinterpret_cast<cudaStream_t>(new Token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int) {
+  return cudaStreamCreate(pStream);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<Token *>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event,
+                                unsigned int) {
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+  if (!event)
+    return fail(cudaErrorInvalidValue);
+  *event = reinterpret_cast<cudaEvent_t>(new Token);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<Token *>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
