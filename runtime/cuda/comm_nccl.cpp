@@ -359,7 +359,7 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
                                 program::DType dtype, int peer, int64_t) {
   ncclDataType_t type;
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
-  P2pLane &lane = laneTo(peer);
+  P2pLane &lane = laneFor(rank(), peer);
   // 1. The message is copied on the compute stream (which then goes on
   //    without waiting for the send, as MPI's buffered send lets the CPU
   //    backend go on), 2. sent from the copy on the lane, 3. the copy is
@@ -406,7 +406,8 @@ Status NcclCommunicator::doRecv(void *buf, int64_t count, program::DType dtype,
     }
     return Status::success();
   }
-  P2pLane &lane = laneTo(peer);
+  // The sender's lane: a message from a lower rank travels up.
+  P2pLane &lane = laneFor(peer, rank());
   // The buffer's earlier readers and writers first; compute then waits for
   // the message.
   LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));

@@ -117,7 +117,9 @@ private:
     cudaStream_t stream = nullptr;
     cudaEvent_t done = nullptr;
   };
-  P2pLane &laneTo(int peer) { return peer > rank() ? up : down; }
+  /// The lane a message from world rank `from` to `to` travels on: both
+  /// ends must name the same one (one NCCL communicator per direction).
+  P2pLane &laneFor(int from, int to) { return to > from ? up : down; }
   /// Comm stream waits for the compute work enqueued so far.
   Status beginOnCommStream();
   /// Compute stream waits for the comm work enqueued so far.

@@ -10,7 +10,7 @@
 // 1e-4, the resumed run equal to the uninterrupted device run. Skipped
 // without a device; test/e2e/train-guarded-memory.test checks the same
 // flows on the CPU with memory the host may not touch, and
-// loom-cuda-emulation-tests runs the non-NCCL ones on emulated devices.
+// loom-cuda-emulation-tests runs them on emulated devices.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -21,9 +21,7 @@
 #include "runtime/core/safetensors.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/training_run.h"
-#ifndef LOOM_CUDA_EMULATED
 #include "runtime/cuda/comm_nccl.h"
-#endif
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/cuda_memory.h"
 
@@ -206,8 +204,6 @@ TEST_F(CudaRunTest, TrainCheckpointResumeOnTheSingleRankCommunicator) {
   trainAndResume(comm);
 }
 
-// NCCL is not emulated (loom-cuda-emulation-tests builds without it).
-#ifndef LOOM_CUDA_EMULATED
 TEST_F(CudaRunTest, TrainCheckpointResumeOnNcclWorldOfOne) {
   auto p = miniGptTrainTwoMicrobatches();
   makeSingleChunkPipeline(*p); // stashes and the pipeline's loss path too
@@ -218,7 +214,6 @@ TEST_F(CudaRunTest, TrainCheckpointResumeOnNcclWorldOfOne) {
   ASSERT_TRUE(s.ok()) << s.toString();
   trainAndResume(*nccl);
 }
-#endif
 
 TEST_F(CudaRunTest, EvaluateAndSampleLikeTheCpu) {
   // Weights from a CPU training run; then the evaluation program and

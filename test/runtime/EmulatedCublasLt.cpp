@@ -1,7 +1,7 @@
 //===- EmulatedCublasLt.cpp - cublasLtMatmul as the docs define it --------===//
 //
-// The cuBLASLt calls runtime/cuda/gemm.cpp makes, for
-// loom-cuda-emulation-tests (see EmulatedCudaRuntime.cpp): descriptors hold
+// The cuBLASLt calls runtime/cuda/gemm.cpp makes, for loom_cuda_emulated
+// (see EmulatedCudaRuntime.cpp): descriptors hold
 // what was set on them, the heuristic offers one algorithm, and
 // cublasLtMatmul computes, from the cuBLASLt documentation rather than from
 // gemm.cpp's reading of it,

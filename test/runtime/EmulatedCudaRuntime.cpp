@@ -1,10 +1,11 @@
 //===- EmulatedCudaRuntime.cpp - The CUDA runtime calls, on host memory ---===//
 //
 // Definitions of the CUDA runtime API calls the backend makes (cuda_memory,
-// device, tensor_movement, cuda_kernels, the launchers' temporaries and the
-// tests' DeviceVector), for loom-cuda-emulation-tests: the CUDA backend's
-// host code, unchanged, with its kernels on CudaEmulation.h's host threads
-// and this file instead of libcudart. A "device" is host memory; every call
+// device, tensor_movement, cuda_kernels, comm_nccl, the launchers'
+// temporaries and the tests' DeviceVector), for loom_cuda_emulated: the CUDA
+// backend's host code, unchanged, with its kernels on CudaEmulation.h's host
+// threads and this file instead of libcudart. A node has LOOM_EMULATED_DEVICES
+// devices (8 by default), all the same host memory; every call
 // completes before it returns, so streams and events order nothing (a
 // missing event wait is not caught here, only on a device).
 //
@@ -179,15 +180,25 @@ uint64_t emulatedDeviceBytes() {
 // Devices and errors
 //===----------------------------------------------------------------------===//
 
+/// Devices per node: LOOM_EMULATED_DEVICES, else 8 (an HGX node), so
+/// several ranks of one node each get one, as loom-run requires.
+int deviceCount() {
+  const char *env = std::getenv("LOOM_EMULATED_DEVICES");
+  const int n = env ? std::atoi(env) : 8;
+  return n > 0 ? n : 0;
+}
+
 cudaError_t cudaGetDeviceCount(int *count) {
   if (!count)
     return fail(cudaErrorInvalidValue);
-  *count = 1;
-  return cudaSuccess;
+  *count = deviceCount();
+  return *count > 0 ? cudaSuccess : fail(cudaErrorNoDevice);
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+  return device >= 0 && device < deviceCount()
+             ? cudaSuccess
+             : fail(cudaErrorInvalidDevice);
 }
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
@@ -209,6 +220,8 @@ const char *cudaGetErrorName(cudaError_t error) {
     return "cudaErrorMemoryAllocation";
   case cudaErrorInvalidDevice:
     return "cudaErrorInvalidDevice";
+  case cudaErrorNoDevice:
+    return "cudaErrorNoDevice";
   default:
     return "cudaErrorUnknown";
   }
@@ -225,7 +238,10 @@ const char *cudaGetErrorString(cudaError_t error) {
   case cudaErrorMemoryAllocation:
     return "out of memory";
   case cudaErrorInvalidDevice:
-    return "invalid device ordinal (the emulated runtime has one device)";
+    return "invalid device ordinal (LOOM_EMULATED_DEVICES sets the emulated "
+           "runtime's device count, 8 by default)";
+  case cudaErrorNoDevice:
+    return "no CUDA-capable device is detected (LOOM_EMULATED_DEVICES=0)";
   default:
     return "unknown error";
   }

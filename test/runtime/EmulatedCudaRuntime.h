@@ -1,7 +1,7 @@
 //===- EmulatedCudaRuntime.h - What the emulated runtime can tell -*- C++ -*-===//
 //
-// loom-cuda-emulation-tests links EmulatedCudaRuntime.cpp and
-// EmulatedCublasLt.cpp instead of libcudart and libcublasLt (see there).
+// loom_cuda_emulated links EmulatedCudaRuntime.cpp, EmulatedCublasLt.cpp and
+// EmulatedNccl.cpp instead of libcudart, libcublasLt and libnccl (see there).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_TEST_RUNTIME_EMULATEDCUDARUNTIME_H

@@ -1,0 +1,403 @@
+//===- EmulatedNccl.cpp - The NCCL calls, over MPI on host memory ---------===//
+//
+// The NCCL calls runtime/cuda/comm_nccl.cpp makes, for loom-run-emulated
+// and loom-cuda-emulation-tests (EmulatedCudaRuntime.cpp: "device" memory
+// is host memory, so MPI moves it): comm_nccl.cpp's own logic (groups per
+// set of mesh axes, the point-to-point lanes, tickets, the member-order
+// all-reduce) runs as it is, several ranks under mpirun, one rank without.
+//
+//   - A communicator is an MPI communicator: ncclCommInitRank duplicates
+//     MPI_COMM_WORLD (its size and rank must be the ones asked for),
+//     ncclCommSplit is MPI_Comm_split. Without MPI initialized only a
+//     world of one exists (every collective is then a copy).
+//   - Collectives run when called: the stream they were issued on has
+//     nothing queued in an emulated device.
+//   - ncclSend copies the message and returns (an MPI_Isend from the copy),
+//     as a send on its own stream does not hold the host; ncclRecv returns
+//     with the message (later kernels read it at once). Between
+//     ncclGroupStart and ncclGroupEnd, sends and receives are posted
+//     together at the end and completed there (no ordering deadlock, as
+//     NCCL's groups promise). Messages match in issue order per peer and
+//     communicator, NCCL's rule.
+//   - bf16 sums, maxima and minima reduce pairwise in fp32, rounded to bf16
+//     (an MPI user operation); ncclAvg is the sum divided by the ranks.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/core/bfloat16.h"
+
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <vector>
+
+/// What an emulated ncclComm_t points to.
+struct ncclComm {
+  MPI_Comm mpi = MPI_COMM_NULL; // MPI_COMM_NULL: a world of one without MPI
+  int rank = 0, size = 1;
+  /// Sends in flight: the request and the copy it sends from.
+  struct Pending {
+    MPI_Request request;
+    std::unique_ptr<uint8_t[]> copy;
+  };
+  std::deque<Pending> sends;
+};
+
+namespace {
+
+bool mpiRunning() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+size_t bytesOf(ncclDataType_t type) {
+  switch (type) {
+  case ncclFloat32:
+  case ncclInt32:
+    return 4;
+  case ncclBfloat16:
+    return 2;
+  default:
+    return 0;
+  }
+}
+
+/// bf16 reductions: widen, combine, round to nearest even.
+template <int Kind> void bf16Reduce(void *in, void *inout, int *len,
+                                    MPI_Datatype *) {
+  auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const float x = loom::bf16ToFloat(a[i]), y = loom::bf16ToFloat(b[i]);
+    const float r = Kind == 0 ? x + y : Kind == 1 ? (x > y ? x : y)
+                                                  : (x < y ? x : y);
+    b[i] = loom::floatToBF16(r);
+  }
+}
+
+/// The MPI datatype and operation of an NCCL type and reduction (ncclAvg
+/// reduces as a sum; the caller divides).
+bool mpiOf(ncclDataType_t type, ncclRedOp_t op, MPI_Datatype &dt,
+           MPI_Op &mop) {
+  static MPI_Op bf16Ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};
+  const int kind = op == ncclMax ? 1 : op == ncclMin ? 2 : 0;
+  if (op != ncclSum && op != ncclAvg && op != ncclMax && op != ncclMin)
+    return false;
+  switch (type) {
+  case ncclFloat32:
+    dt = MPI_FLOAT;
+    break;
+  case ncclInt32:
+    dt = MPI_INT32_T;
+    break;
+  case ncclBfloat16:
+    dt = MPI_UINT16_T;
+    if (bf16Ops[kind] == MPI_OP_NULL) {
+      MPI_User_function *fn = kind == 0   ? &bf16Reduce<0>
+                              : kind == 1 ? &bf16Reduce<1>
+                                          : &bf16Reduce<2>;
+      MPI_Op_create(fn, /*commute=*/1, &bf16Ops[kind]);
+    }
+    mop = bf16Ops[kind];
+    return true;
+  default:
+    return false;
+  }
+  mop = kind == 0 ? MPI_SUM : kind == 1 ? MPI_MAX : MPI_MIN;
+  return true;
+}
+
+/// ncclAvg: the sum over the ranks divided by their number.
+void divide(void *buf, size_t count, ncclDataType_t type, int size) {
+  if (type == ncclFloat32) {
+    auto *f = static_cast<float *>(buf);
+    for (size_t i = 0; i < count; ++i)
+      f[i] /= static_cast<float>(size);
+  } else if (type == ncclBfloat16) {
+    auto *h = static_cast<uint16_t *>(buf);
+    for (size_t i = 0; i < count; ++i)
+      h[i] = loom::floatToBF16(loom::bf16ToFloat(h[i]) /
+                               static_cast<float>(size));
+  } else if (type == ncclInt32) {
+    auto *n = static_cast<int32_t *>(buf);
+    for (size_t i = 0; i < count; ++i)
+      n[i] /= size;
+  }
+}
+
+/// Completes every send of `comm` that has arrived (and, with `all`, every
+/// one), releasing its copy.
+void progressSends(ncclComm *comm, bool all) {
+  while (!comm->sends.empty()) {
+    int done = 0;
+    if (all)
+      MPI_Wait(&comm->sends.front().request, MPI_STATUS_IGNORE), done = 1;
+    else
+      MPI_Test(&comm->sends.front().request, &done, MPI_STATUS_IGNORE);
+    if (!done)
+      return;
+    comm->sends.pop_front();
+  }
+}
+
+/// A point-to-point call of a group, posted at ncclGroupEnd.
+struct GroupedCall {
+  bool send;
+  const void *sendBuf;
+  void *recvBuf;
+  size_t bytes;
+  int peer;
+  ncclComm *comm;
+};
+int groupDepth = 0;
+std::vector<GroupedCall> grouped;
+
+ncclResult_t checkPeer(ncclComm *comm, int peer, ncclDataType_t type) {
+  if (!comm || peer < 0 || peer >= comm->size || bytesOf(type) == 0)
+    return ncclInvalidArgument;
+  return ncclSuccess;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Communicators
+//===----------------------------------------------------------------------===//
+
+const char *ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+  case ncclSuccess:
+    return "no error";
+  case ncclInvalidArgument:
+    return "invalid argument (emulated NCCL: a peer, type or reduction it "
+           "does not have)";
+  case ncclInvalidUsage:
+    return "invalid usage (emulated NCCL: several ranks run only under "
+           "mpirun, with the MPI world's size and ranks)";
+  default:
+    return "internal error (emulated NCCL)";
+  }
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
+  if (!uniqueId)
+    return ncclInvalidArgument;
+  std::memset(uniqueId, 0, sizeof(*uniqueId));
+  std::memcpy(uniqueId->internal, "loom-emulated", 13);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId,
+                              int rank) {
+  if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+    return ncclInvalidArgument;
+  auto c = std::make_unique<ncclComm>();
+  c->rank = rank;
+  c->size = nranks;
+  if (mpiRunning()) {
+    int worldRank = 0, worldSize = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
+    MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
+    if (worldSize != nranks || worldRank != rank)
+      return ncclInvalidUsage;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi);
+  } else if (nranks != 1) {
+    return ncclInvalidUsage;
+  }
+  *comm = c.release();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                           ncclComm_t *newcomm, ncclConfig_t *) {
+  if (!comm || !newcomm)
+    return ncclInvalidArgument;
+  auto c = std::make_unique<ncclComm>();
+  if (comm->mpi == MPI_COMM_NULL) {
+    c->rank = 0, c->size = 1;
+  } else {
+    MPI_Comm_split(comm->mpi, color < 0 ? MPI_UNDEFINED : color, key, &c->mpi);
+    if (c->mpi == MPI_COMM_NULL) {
+      *newcomm = nullptr;
+      return ncclSuccess;
+    }
+    MPI_Comm_rank(c->mpi, &c->rank);
+    MPI_Comm_size(c->mpi, &c->size);
+  }
+  *newcomm = c.release();
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm)
+    return ncclSuccess;
+  if (mpiRunning()) {
+    progressSends(comm, /*all=*/true);
+    if (comm->mpi != MPI_COMM_NULL)
+      MPI_Comm_free(&comm->mpi);
+  }
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  // Nothing waits on an aborted communicator; the process is ending.
+  delete comm;
+  return ncclSuccess;
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t) {
+  MPI_Datatype dt;
+  MPI_Op mop;
+  if (!comm || !mpiOf(datatype, op, dt, mop))
+    return ncclInvalidArgument;
+  const size_t bytes = count * bytesOf(datatype);
+  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+    if (sendbuff != recvbuff && bytes > 0)
+      std::memcpy(recvbuff, sendbuff, bytes);
+  } else {
+    MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff,
+                  static_cast<int>(count), dt, mop, comm->mpi);
+  }
+  if (op == ncclAvg)
+    divide(recvbuff, count, datatype, comm->size);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
+                           size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t) {
+  if (!comm || bytesOf(datatype) == 0)
+    return ncclInvalidArgument;
+  const size_t bytes = sendcount * bytesOf(datatype);
+  auto *mine = static_cast<uint8_t *>(recvbuff) + comm->rank * bytes;
+  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+    if (sendbuff != mine && bytes > 0)
+      std::memcpy(mine, sendbuff, bytes);
+    return ncclSuccess;
+  }
+  MPI_Allgather(sendbuff == mine ? MPI_IN_PLACE : sendbuff,
+                static_cast<int>(bytes), MPI_BYTE, recvbuff,
+                static_cast<int>(bytes), MPI_BYTE, comm->mpi);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
+                               size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  MPI_Datatype dt;
+  MPI_Op mop;
+  if (!comm || !mpiOf(datatype, op, dt, mop))
+    return ncclInvalidArgument;
+  const size_t bytes = recvcount * bytesOf(datatype);
+  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+    if (sendbuff != recvbuff && bytes > 0)
+      std::memmove(recvbuff, sendbuff, bytes);
+  } else {
+    const auto *mine = static_cast<const uint8_t *>(sendbuff) + comm->rank * bytes;
+    MPI_Reduce_scatter_block(recvbuff == mine ? MPI_IN_PLACE : sendbuff,
+                             recvbuff, static_cast<int>(recvcount), dt, mop,
+                             comm->mpi);
+  }
+  if (op == ncclAvg)
+    divide(recvbuff, recvcount, datatype, comm->size);
+  return ncclSuccess;
+}
+
+//===----------------------------------------------------------------------===//
+// Point to point
+//===----------------------------------------------------------------------===//
+
+ncclResult_t ncclGroupStart() {
+  ++groupDepth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (groupDepth == 0)
+    return ncclInvalidUsage;
+  if (--groupDepth > 0)
+    return ncclSuccess;
+  std::vector<MPI_Request> requests;
+  std::vector<GroupedCall> calls;
+  calls.swap(grouped);
+  for (const GroupedCall &g : calls) {
+    if (g.comm->mpi == MPI_COMM_NULL)
+      continue; // a world of one has no other peer
+    MPI_Request r;
+    if (g.send)
+      MPI_Isend(g.sendBuf, static_cast<int>(g.bytes), MPI_BYTE, g.peer, 0,
+                g.comm->mpi, &r);
+    else
+      MPI_Irecv(g.recvBuf, static_cast<int>(g.bytes), MPI_BYTE, g.peer, 0,
+                g.comm->mpi, &r);
+    requests.push_back(r);
+  }
+  // In a world of one (no MPI) every call is to the rank itself: the k-th
+  // receive of a communicator takes its k-th send.
+  std::vector<const GroupedCall *> selfSends;
+  for (const GroupedCall &g : calls)
+    if (g.comm->mpi == MPI_COMM_NULL && g.send)
+      selfSends.push_back(&g);
+  size_t nextSend = 0;
+  for (const GroupedCall &g : calls)
+    if (g.comm->mpi == MPI_COMM_NULL && !g.send) {
+      if (nextSend >= selfSends.size() ||
+          selfSends[nextSend]->bytes != g.bytes)
+        return ncclInvalidUsage;
+      std::memcpy(g.recvBuf, selfSends[nextSend++]->sendBuf, g.bytes);
+    }
+  if (!requests.empty())
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
+                MPI_STATUSES_IGNORE);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count,
+                      ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  if (ncclResult_t r = checkPeer(comm, peer, datatype); r != ncclSuccess)
+    return r;
+  const size_t bytes = count * bytesOf(datatype);
+  if (groupDepth > 0) {
+    grouped.push_back({true, sendbuff, nullptr, bytes, peer, comm});
+    return ncclSuccess;
+  }
+  if (comm->mpi == MPI_COMM_NULL)
+    return ncclInvalidUsage; // to itself outside a group: nothing receives
+  ncclComm::Pending p;
+  p.copy.reset(new uint8_t[bytes > 0 ? bytes : 1]);
+  std::memcpy(p.copy.get(), sendbuff, bytes);
+  MPI_Isend(p.copy.get(), static_cast<int>(bytes), MPI_BYTE, peer, 0,
+            comm->mpi, &p.request);
+  comm->sends.push_back(std::move(p));
+  progressSends(comm, /*all=*/false);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
+                      int peer, ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = checkPeer(comm, peer, datatype); r != ncclSuccess)
+    return r;
+  const size_t bytes = count * bytesOf(datatype);
+  if (groupDepth > 0) {
+    grouped.push_back({false, nullptr, recvbuff, bytes, peer, comm});
+    return ncclSuccess;
+  }
+  if (comm->mpi == MPI_COMM_NULL)
+    return ncclInvalidUsage;
+  MPI_Recv(recvbuff, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi,
+           MPI_STATUS_IGNORE);
+  progressSends(comm, /*all=*/false);
+  return ncclSuccess;
+}
