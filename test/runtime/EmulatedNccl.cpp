@@ -18,7 +18,9 @@
 //     ncclGroupStart and ncclGroupEnd, sends and receives are posted
 //     together at the end and completed there (no ordering deadlock, as
 //     NCCL's groups promise). Messages match in issue order per peer and
-//     communicator, NCCL's rule.
+//     communicator, NCCL's rule. A receive that nothing matches within
+//     LOOM_EMULATED_NCCL_TIMEOUT seconds (120) ends the job with a message
+//     (on a device it would hang).
 //   - bf16 sums, maxima and minima reduce pairwise in fp32, rounded to bf16
 //     (an MPI user operation); ncclAvg is the sum divided by the ranks.
 //
@@ -28,8 +30,12 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <thread>
 #include <memory>
 #include <vector>
 
@@ -141,6 +147,35 @@ void progressSends(ncclComm *comm, bool all) {
     if (!done)
       return;
     comm->sends.pop_front();
+  }
+}
+
+/// Waits for `requests`; a wait past LOOM_EMULATED_NCCL_TIMEOUT seconds
+/// (120 by default) is a hang on a device (a receive no send matches: a
+/// different communicator, peer or order), so it ends the job with what
+/// was waited for instead of hanging.
+void waitAll(std::vector<MPI_Request> &requests, const char *what, int peer,
+             const ncclComm *comm) {
+  if (requests.empty())
+    return;
+  const char *env = std::getenv("LOOM_EMULATED_NCCL_TIMEOUT");
+  const double timeout = env ? std::atof(env) : 120.0;
+  const double start = MPI_Wtime();
+  for (;;) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                MPI_STATUSES_IGNORE);
+    if (done)
+      return;
+    if (MPI_Wtime() - start > timeout) {
+      std::fprintf(stderr,
+                   "emulated NCCL: rank %d of a %d-rank communicator waited "
+                   "%.0f s for %s (peer %d): no matching call on the same "
+                   "communicator; on a device this hangs\n",
+                   comm->rank, comm->size, timeout, what, peer);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -357,9 +392,9 @@ ncclResult_t ncclGroupEnd() {
         return ncclInvalidUsage;
       std::memcpy(g.recvBuf, selfSends[nextSend++]->sendBuf, g.bytes);
     }
-  if (!requests.empty())
-    MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                MPI_STATUSES_IGNORE);
+  if (!calls.empty())
+    waitAll(requests, "a grouped send or receive", calls[0].peer,
+            calls[0].comm);
   return ncclSuccess;
 }
 
@@ -396,8 +431,10 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
   }
   if (comm->mpi == MPI_COMM_NULL)
     return ncclInvalidUsage;
-  MPI_Recv(recvbuff, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi,
-           MPI_STATUS_IGNORE);
+  std::vector<MPI_Request> request(1);
+  MPI_Irecv(recvbuff, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi,
+            &request[0]);
+  waitAll(request, "a message", peer, comm);
   progressSends(comm, /*all=*/false);
   return ncclSuccess;
 }
