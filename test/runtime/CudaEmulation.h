@@ -36,7 +36,6 @@
 #define LOOM_TEST_RUNTIME_CUDAEMULATION_H
 
 #include <cuda_bf16.h> // host-side __nv_bfloat16 and its conversions
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>

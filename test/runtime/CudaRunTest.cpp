@@ -91,9 +91,12 @@ bool isKeyBias(const std::string &name, int64_t numel, int64_t i) {
   return i >= numel / 3 && i < 2 * numel / 3;
 }
 
+/// The learning rate of every run here (CudaRunTest::trainOptions).
+constexpr double kLearningRate = 1e-2;
+
 /// Every tensor within `tol` (relative and absolute); key-bias elements,
 /// when `keyBiasSteps` > 0, within the 2 lr per step two runs can drift
-/// apart (lr = 1e-2, trainOptions).
+/// apart.
 void expectCheckpointsClose(const std::string &a, const std::string &b,
                             double tol, int64_t keyBiasSteps = 0) {
   SafetensorsFile fa, fb;
@@ -110,7 +113,7 @@ void expectCheckpointsClose(const std::string &a, const std::string &b,
     std::vector<float> vx, vy;
     for (int64_t i = 0; i < t.numel(); ++i) {
       if (keyBiasSteps > 0 && isKeyBias(t.name, t.numel(), i)) {
-        EXPECT_LE(std::fabs(x[i] - y[i]), 2 * 1e-2 * keyBiasSteps)
+        EXPECT_LE(std::fabs(x[i] - y[i]), 2 * kLearningRate * keyBiasSteps)
             << t.name << "[" << i << "] (key bias)";
         continue;
       }
@@ -152,7 +155,7 @@ protected:
     o.steps = steps;
     o.scheduleSteps = 4;
     o.warmup = 1;
-    o.lr = 1e-2;
+    o.lr = kLearningRate;
     o.quiet = true;
     o.logJson = log;
     o.saveCheckpoint = save;

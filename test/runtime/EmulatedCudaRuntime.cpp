@@ -15,12 +15,10 @@
 //     cudaHostAlloc returned, anything else pageable host memory);
 //   - copies whose source and destination overlap (undefined in CUDA);
 //   - frees of pointers the runtime did not hand out, and double frees;
-//   - device memory still allocated is reported by emulatedDeviceBytes(),
-//     and at exit on stderr with the allocation and copy counts.
+//   - device memory still allocated is reported at exit on stderr, with
+//     the allocation and copy counts.
 //
 //===----------------------------------------------------------------------===//
-#include "EmulatedCudaRuntime.h"
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -168,14 +166,6 @@ struct Token {
 
 } // namespace
 
-namespace loom::test {
-uint64_t emulatedDeviceBytes() {
-  Registry &r = registry();
-  std::lock_guard<std::mutex> lock(r.m);
-  return r.deviceBytes;
-}
-} // namespace loom::test
-
 //===----------------------------------------------------------------------===//
 // Devices and errors
 //===----------------------------------------------------------------------===//
@@ -252,8 +242,11 @@ cudaError_t cudaMemGetInfo(size_t *freeBytes, size_t *totalBytes) {
   const size_t total = size_t(141) << 30;
   if (totalBytes)
     *totalBytes = total;
-  if (freeBytes)
-    *freeBytes = total - static_cast<size_t>(loom::test::emulatedDeviceBytes());
+  if (freeBytes) {
+    Registry &r = registry();
+    std::lock_guard<std::mutex> lock(r.m);
+    *freeBytes = total - static_cast<size_t>(r.deviceBytes);
+  }
   return cudaSuccess;
 }
 

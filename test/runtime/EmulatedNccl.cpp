@@ -191,6 +191,11 @@ struct GroupedCall {
 int groupDepth = 0;
 std::vector<GroupedCall> grouped;
 
+/// A communicator with no other rank: every collective is a local copy.
+bool alone(const ncclComm *comm) {
+  return comm->mpi == MPI_COMM_NULL || comm->size == 1;
+}
+
 ncclResult_t checkPeer(ncclComm *comm, int peer, ncclDataType_t type) {
   if (!comm || peer < 0 || peer >= comm->size || bytesOf(type) == 0)
     return ncclInvalidArgument;
@@ -297,7 +302,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   if (!comm || !mpiOf(datatype, op, dt, mop))
     return ncclInvalidArgument;
   const size_t bytes = count * bytesOf(datatype);
-  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+  if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
       std::memcpy(recvbuff, sendbuff, bytes);
   } else {
@@ -316,7 +321,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
     return ncclInvalidArgument;
   const size_t bytes = sendcount * bytesOf(datatype);
   auto *mine = static_cast<uint8_t *>(recvbuff) + comm->rank * bytes;
-  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+  if (alone(comm)) {
     if (sendbuff != mine && bytes > 0)
       std::memcpy(mine, sendbuff, bytes);
     return ncclSuccess;
@@ -335,7 +340,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
   if (!comm || !mpiOf(datatype, op, dt, mop))
     return ncclInvalidArgument;
   const size_t bytes = recvcount * bytesOf(datatype);
-  if (comm->mpi == MPI_COMM_NULL || comm->size == 1) {
+  if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
       std::memmove(recvbuff, sendbuff, bytes);
   } else {
