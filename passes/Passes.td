@@ -400,12 +400,18 @@ def LoomPartition : Pass<"loom-partition", "::mlir::ModuleOp"> {
     reduced once per step, not once per micro-batch (PyTorch DDP's
     `no_sync` over the first M-1 micro-batches, DeepSpeed's gradient
     accumulation): a whole gradient (DDP, ZeRO-1) is accumulated locally
-    over the micro-batches and all-reduced once at the start of the update
-    (a sum of sums is the sum), and where the update reads only the rank's
-    dp block of it (ZeRO-1) reduce-scattered instead, so ZeRO-1 sends what
-    DDP sends (reduce-scatter + all-gather; ZeRO paper §5, DeepSpeed
-    stage 1). With one micro-batch only ZeRO-1's reductions move (a
-    whole all-reduce stays in the backward, where `--loom-schedule-comm`
+    over the micro-batches and reduced once (a sum of sums is the sum).
+    Where the update reads only the rank's dp block of it (ZeRO-1) it is
+    reduce-scattered at the start of the update, so ZeRO-1 sends what DDP
+    sends (reduce-scatter + all-gather; ZeRO paper §5, DeepSpeed stage 1).
+    A whole all-reduce (DDP) stays in the micro-batch function as a
+    `last_microbatch` all-reduce of the accumulated sum, placed right after
+    the accumulation, which moves up to right after its gradient: the
+    runtime skips it in the first M-1 micro-batches and runs it in the
+    last, where `--loom-schedule-comm` buckets it and overlaps it with the
+    rest of that backward (as DDP's reducer does on the micro-batch it
+    syncs). With one micro-batch only ZeRO-1's reductions move (a whole
+    all-reduce stays in the backward, where `--loom-schedule-comm`
     overlaps it). ZeRO-2/3's gradients stay reduce-scattered per
     micro-batch: a sharded accumulator is what bounds their gradient
     memory to 1/N, and deferring would need the whole gradient resident.
@@ -453,7 +459,9 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     collective with a blocking one. The once-per-step reductions
     `--loom-partition` places in an optimizer update read only arguments
     (the accumulated gradients): their buckets start at the top of the
-    update, and each AdamW waits only for its own bucket.
+    update, and each AdamW waits only for its own bucket. A DDP step's
+    `last_microbatch` all-reduces bucket only with each other (the bucket
+    keeps the flag: it runs in the last micro-batch alone).
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps

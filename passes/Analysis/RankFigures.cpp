@@ -144,20 +144,27 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
       if (auto phase = train.getAs<StringAttr>("phase"))
         phaseName = phase.str();
     }
-    RankFigures::PhaseTraffic &phase = fig.phases[phaseName];
-    phase.executions = executions;
+    fig.phases[phaseName].executions = executions;
     func.walk([&](Operation *op) {
       auto [kind, bytes] = collectiveSentBytes(op);
       if (!kind)
         return;
-      fig.sentBytes[kind] += bytes * executions;
-      fig.calls[kind] += executions;
+      // A reduction of the last micro-batch alone (DDP's no_sync) runs once
+      // per step, whatever the micro-batch count.
+      auto ar = dyn_cast<AllReduceOp>(op);
+      const bool lastOnly = ar && ar.getLastMicrobatch();
+      const int64_t times = lastOnly ? 1 : executions;
+      RankFigures::PhaseTraffic &phase =
+          fig.phases[lastOnly ? "last microbatch" : phaseName];
+      phase.executions = times;
+      fig.sentBytes[kind] += bytes * times;
+      fig.calls[kind] += times;
       if (auto block = op->getParentOfType<BlockOp>()) {
         std::string label = block.getLabel().str();
         if (!fig.blockSentBytes.count(label))
           fig.blockLabels.push_back(label);
-        fig.blockSentBytes[label][kind] += bytes * executions;
-        fig.blockCalls[label][kind] += executions;
+        fig.blockSentBytes[label][kind] += bytes * times;
+        fig.blockCalls[label][kind] += times;
       }
       std::string key = std::string(kind) + "[";
       if (auto axes = op->getAttrOfType<ArrayAttr>("axes"))

@@ -56,7 +56,8 @@ struct RankFigures {
   std::vector<std::string> blockLabels;
   /// What one execution of each phase of the step sends: the functions
   /// with that loom.train phase ("microbatch", "forward", "backward",
-  /// "update"; "step" without one), keyed by "<kind>[<axes>]" (e.g.
+  /// "update"; "step" without one; "last microbatch" for a micro-batch's
+  /// last_microbatch reductions), keyed by "<kind>[<axes>]" (e.g.
   /// "all_gather[dp]"), and how often the phase runs per step (the
   /// micro-batches, or 1). Over the phases, executions x bytes sum to
   /// sentBytes: this is where a step's traffic comes from (ZeRO-3's

@@ -16,6 +16,11 @@ std::string mlir::loom::storageKey(func::FuncOp func, BlockArgument arg) {
 
 bool mlir::loom::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
+bool mlir::loom::reducesInPlace(Operation *op) {
+  auto ar = dyn_cast<AllReduceOp>(op);
+  return ar && ar.getLastMicrobatch();
+}
+
 static LogicalResult appendOps(Block &block, ExecutionOrder &order) {
   for (Operation &op : block) {
     if (auto nested = dyn_cast<BlockOp>(op)) {
@@ -48,6 +53,21 @@ static LogicalResult appendOps(Block &block, ExecutionOrder &order) {
                 "and collective ops lower to instructions";
     if (isView(&op))
       order.storageOf[op.getResult(0)] = order.storage(op.getOperand(0));
+    if (reducesInPlace(&op)) {
+      // Skipped in all but the last micro-batch, so each result must already
+      // be its input: the same storage, which nothing else may read.
+      for (auto [i, input, result] :
+           llvm::enumerate(op.getOperands(), op.getResults())) {
+        if (!input.hasOneUse() || isa<BlockArgument>(input))
+          return op.emitOpError()
+                 << "reduces input #" << i
+                 << " in place (last_microbatch), but it is "
+                 << (isa<BlockArgument>(input) ? "an argument"
+                                               : "read by other ops too")
+                 << "; reduce a value only this op reads";
+        order.storageOf[result] = order.storage(input);
+      }
+    }
     order.ops.push_back(&op);
   }
   return success();

@@ -21,7 +21,8 @@ struct ExecutionOrder {
   SmallVector<Operation *> ops;
   /// Values that share storage with an earlier value: block arguments with
   /// their operands, block results with the yielded values, reshape results
-  /// with their inputs. Maps to the value that owns the storage.
+  /// with their inputs, in-place reductions' results with their inputs.
+  /// Maps to the value that owns the storage.
   llvm::DenseMap<Value, Value> storageOf;
   /// Block arguments and block results mapped to the value they stand for
   /// (same type, same bytes): the operand, or the yielded value.
@@ -55,6 +56,11 @@ std::string storageKey(func::FuncOp func, BlockArgument arg);
 
 /// True for ops that only reinterpret their input's storage.
 bool isView(Operation *op);
+
+/// True for ops whose results live in their inputs' storage (a
+/// `last_microbatch` all-reduce: the identity in the micro-batches that skip
+/// it, so its results must be where its inputs already are).
+bool reducesInPlace(Operation *op);
 
 /// Kernel workspace or state an op needs beyond its results (attention
 /// probabilities, layer-norm statistics, a gradient bucket's packed

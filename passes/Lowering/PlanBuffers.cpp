@@ -185,7 +185,7 @@ struct LoomPlanBuffersPass
         if (isView(op))
           continue;
         for (Value result : op->getResults())
-          if (!fp.inArgument.count(result))
+          if (!fp.inArgument.count(result) && fp.order.storage(result) == result)
             fp.transient[result] = {bytesOf(result.getType()), p, p, -1};
         for (RankedTensorType type : getScratchTypes(op))
           fp.scratch[pos].push_back({bytesOf(type), p, p, -1});

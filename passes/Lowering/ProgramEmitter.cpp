@@ -234,7 +234,8 @@ StageEmitter::emitInstruction(Operation *op) {
        llvm::enumerate(op->getResults(), offsets.asArrayRef())) {
     auto it = inPlace.find(result);
     unsigned index =
-        it != inPlace.end()
+        reducesInPlace(op) ? inputs[i]
+        : it != inPlace.end()
             ? it->second
             : addBuffer(name, offset, cast<RankedTensorType>(result.getType()),
                         inStash && inStash[i]);
@@ -262,7 +263,7 @@ StageEmitter::emitInstruction(Operation *op) {
   double epsilon = 0.0, value = 0.0, maxNorm = 0.0, beta1 = 0.0, beta2 = 0.0,
          adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
-  bool transposeRhs = false, async = false;
+  bool transposeRhs = false, async = false, lastMicrobatchOnly = false;
   std::vector<int64_t> permutation, members;
   std::vector<uint32_t> axes;
   fb::Reduction reduction = fb::Reduction::Sum;
@@ -356,6 +357,7 @@ StageEmitter::emitInstruction(Operation *op) {
           .Case([&](AllReduceOp c) {
             reduction = reductionOf(c.getReduction());
             async = c.getAsync();
+            lastMicrobatchOnly = c.getLastMicrobatch();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](GroupAllReduceOp c) {
@@ -403,7 +405,7 @@ StageEmitter::emitInstruction(Operation *op) {
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
       reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
       beta2, adamEps, weightDecay, async,
-      members.empty() ? nullptr : &members);
+      members.empty() ? nullptr : &members, lastMicrobatchOnly);
 }
 
 LogicalResult StageEmitter::addArguments(func::FuncOp func) {
@@ -451,8 +453,16 @@ StageEmitter::emitBody(func::FuncOp func) {
   for (auto [i, value] : llvm::enumerate(order.returned))
     if (auto updates = func.getResultAttrOfType<IntegerAttr>(
             i, LoomDialect::kUpdatesAttr))
-      if (!isa<BlockArgument>(value))
-        inPlace[value] = bufferIndex.lookup(func.getArgument(updates.getInt()));
+      if (!isa<BlockArgument>(value)) {
+        unsigned argBuffer =
+            bufferIndex.lookup(func.getArgument(updates.getInt()));
+        inPlace[value] = argBuffer;
+        // An in-place reduction's input is written where its result is.
+        for (auto r = dyn_cast<OpResult>(value);
+             r && reducesInPlace(r.getOwner());
+             r = dyn_cast<OpResult>(r.getOwner()->getOperand(r.getResultNumber())))
+          inPlace[r.getOwner()->getOperand(r.getResultNumber())] = argBuffer;
+      }
 
   // Instructions in execution order; views get a buffer, no instruction.
   std::vector<flatbuffers::Offset<fb::Instruction>> instructions;
@@ -930,6 +940,10 @@ static void printInstructions(
       os << " members=";
       printList(os, inst->members());
     }
+    if (inst->async_collective())
+      os << " async";
+    if (inst->last_microbatch_only())
+      os << " last_microbatch_only";
     if (inst->reason())
       os << " reason=\"" << inst->reason()->str() << "\"";
     os << "\n";

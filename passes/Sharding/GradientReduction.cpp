@@ -135,17 +135,18 @@ BlockReads readsAsDpBlocks(AllReduceOp reduce) {
 /// sums would not match). An accumulator read whole anywhere (or through
 /// other axes' slices) keeps its all-reduce; so does every one of an update
 /// whose sum of squares is already reduced over dp (ZeRO-2/3).
-void scatterWhereSliced(
+llvm::StringSet<> scatterWhereSliced(
     func::FuncOp update,
     ArrayRef<std::pair<AllReduceOp, std::string>> reductions,
     const llvm::StringSet<> &sharedScattered) {
+  llvm::StringSet<> scattered;
   if (reductions.empty())
-    return;
+    return scattered;
   AllReduceOp first = reductions.front().first;
   ArrayAttr dpAxes = first.getAxesAttr();
   FlatSymbolRefAttr mesh = first.getMeshAttr();
   if (sumsSquaresOverDp(update, dpAxes))
-    return;
+    return scattered;
 
   // 1. Each reduction read only through dp slices of one dimension (and the
   //    norm) becomes a reduce-scatter.
@@ -189,9 +190,10 @@ void scatterWhereSliced(
       reads.shared.erase();
     reduce.erase();
     blocks.insert(block);
+    scattered.insert(name);
   }
   if (blocks.empty())
-    return;
+    return scattered;
 
   // 2. The norm: the blocks' squares are partial over dp.
   SmallVector<SumSquaresOp> sums(update.getOps<SumSquaresOp>());
@@ -220,6 +222,62 @@ void scatterWhereSliced(
     sum.getResult().replaceAllUsesWith(total);
     sum.erase();
   }
+  return scattered;
+}
+
+/// DDP's no_sync (unpipelined, more than one micro-batch): the once-per-
+/// step all-reduce `reduce` of accumulator `name` at the top of `update`
+/// moves into the micro-batch function `step`, onto the accumulated sum it
+/// returns, as a `last_microbatch` all-reduce: skipped in the first M-1
+/// micro-batches (the sum stays local), run in the last one right after the
+/// accumulation, which moves up to right after the gradient is computed, so
+/// that `--loom-schedule-comm` launches it while the rest of the last
+/// backward computes (as PyTorch DDP's reducer does on the micro-batch it
+/// syncs). Leaves it in the update when the step does not return the sum
+/// as one accumulation.
+bool reduceInLastMicrobatch(func::FuncOp step, AllReduceOp reduce,
+                            StringRef name) {
+  auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
+  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+    auto updates =
+        step.getResultAttrOfType<IntegerAttr>(i, LoomDialect::kUpdatesAttr);
+    if (!updates)
+      continue;
+    unsigned accIndex = updates.getInt();
+    auto role =
+        step.getArgAttrOfType<RoleAttr>(accIndex, LoomDialect::kRoleAttr);
+    if (!role || role.getValue() != Role::Grad || argName(step, accIndex) != name)
+      continue;
+    Value sum = ret.getOperand(i);
+    auto add = sum.getDefiningOp<AddOp>();
+    if (!add || !sum.hasOneUse() || add->getBlock() != ret->getBlock() ||
+        add.getLhs() != step.getArgument(accIndex))
+      return false;
+    // 1. The accumulation right after the gradient it adds.
+    if (Operation *grad = add.getRhs().getDefiningOp())
+      if (grad->getBlock() == add->getBlock())
+        add->moveAfter(grad);
+    // 2. Its sum reduced there, in the last micro-batch only.
+    OpBuilder b(add.getContext());
+    b.setInsertionPointAfter(add);
+    // Named for the trace after what it synchronizes (the update's
+    // location would call it "optimizer").
+    auto last = AllReduceOp::create(
+        b, NameLoc::get(b.getStringAttr(name + ".grad_sync"), add.getLoc()),
+        TypeRange{sum.getType()}, ValueRange{sum},
+        reduce.getMeshAttr(), reduce.getAxesAttr(), reduce.getReductionAttr(),
+        /*async=*/UnitAttr(),
+        b.getStringAttr(name + ": the micro-batches' local gradients summed "
+                               "over the data-parallel ranks once per step, "
+                               "in the last micro-batch"),
+        /*last_microbatch=*/b.getUnitAttr());
+    ret.setOperand(i, last.getResult());
+    // 3. The update reads the reduced accumulator as it is.
+    reduce.getResult().replaceAllUsesWith(reduce.getInput());
+    reduce.erase();
+    return true;
+  }
+  return false;
 }
 
 /// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
@@ -300,7 +358,10 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                                ArrayRef<func::FuncOp> updates,
                                                int64_t stages,
                                                StringRef pipelineAxis,
-                                               bool onlyWhereScattered) {
+                                               bool onlyWhereScattered,
+                                               bool wholeInLastMicrobatch) {
+  assert((!wholeInLastMicrobatch || (stages == 1 && backward.size() == 1)) &&
+         "only an unpipelined step has one micro-batch function to reduce in");
   // 1. Per stage and accumulator (by parameter name): its accumulations in
   //    the stage's backward functions, and whether all may be deferred.
   struct Candidate {
@@ -451,8 +512,17 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
           r.stagesScattering == reads.shared.getMembers().size())
         sharedScattered.insert(name);
     }
-  for (int64_t s = 0; s < stages; ++s)
-    scatterWhereSliced(updates[s], perStageOnce[s], sharedScattered);
+  for (int64_t s = 0; s < stages; ++s) {
+    llvm::StringSet<> scattered =
+        scatterWhereSliced(updates[s], perStageOnce[s], sharedScattered);
+    // 4. What stays a whole all-reduce goes back into the step's last
+    //    micro-batch (DDP: every gradient; ZeRO-1: those whose moments are
+    //    whole over dp), where it overlaps the backward.
+    if (wholeInLastMicrobatch)
+      for (auto &[reduce, name] : perStageOnce[s])
+        if (!scattered.contains(name))
+          reduceInLastMicrobatch(backward.front(), reduce, name);
+  }
   for (func::FuncOp func : backward)
     scatterSlicedSums(func);
   return moved;

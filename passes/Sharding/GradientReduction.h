@@ -43,10 +43,18 @@ namespace mlir::loom {
 /// micro-batch gains nothing from deferring a whole all-reduce and would
 /// lose its overlap with the backward pass. `--loom-partition` uses this
 /// for unpipelined steps (`pipelineAxis` empty, `stages` = 1).
+///
+/// With `wholeInLastMicrobatch` (an unpipelined step: one backward function,
+/// one stage), an accumulator whose reduction stays a whole all-reduce is
+/// reduced in the step's last micro-batch instead of the update: a
+/// `last_microbatch` all-reduce of the sum the micro-batch function returns,
+/// right after the accumulation (moved up to right after its gradient),
+/// which the runtime skips in the other micro-batches (DDP's no_sync).
 int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                    ArrayRef<func::FuncOp> updates,
                                    int64_t stages, StringRef pipelineAxis,
-                                   bool onlyWhereScattered = false);
+                                   bool onlyWhereScattered = false,
+                                   bool wholeInLastMicrobatch = false);
 
 } // namespace mlir::loom
 

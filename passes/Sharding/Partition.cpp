@@ -822,7 +822,8 @@ struct LoomPartitionPass
       bool oneMicrobatch = !microbatches || microbatches.getInt() <= 1;
       int64_t moved = reduceGradientsOncePerStep(
           {step}, {update}, /*stages=*/1, /*pipelineAxis=*/"",
-          /*onlyWhereScattered=*/oneMicrobatch);
+          /*onlyWhereScattered=*/oneMicrobatch,
+          /*wholeInLastMicrobatch=*/!oneMicrobatch);
       LLVM_DEBUG(llvm::dbgs() << step.getSymName() << ": " << moved
                               << " gradients reduced once per step\n");
       (void)moved;

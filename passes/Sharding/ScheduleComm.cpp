@@ -44,9 +44,11 @@ struct Candidate {
 struct BucketKey {
   Attribute mesh, axes, reduction;
   Type elementType;
+  /// A DDP step's last-micro-batch reductions run in one micro-batch only.
+  bool lastMicrobatch;
   bool operator==(const BucketKey &o) const {
     return mesh == o.mesh && axes == o.axes && reduction == o.reduction &&
-           elementType == o.elementType;
+           elementType == o.elementType && lastMicrobatch == o.lastMicrobatch;
   }
 };
 
@@ -101,7 +103,8 @@ struct LoomScheduleCommPass
         for (Operation *user : result.getUsers())
           c.firstUse = std::min(c.firstUse, topLevelPosition(user));
       BucketKey key{ar.getMeshAttr(), ar.getAxes(), ar.getReductionAttr(),
-                    getElementTypeOrSelf(ar.getInputs().front().getType())};
+                    getElementTypeOrSelf(ar.getInputs().front().getType()),
+                    ar.getLastMicrobatch()};
       auto group = llvm::find_if(groups, [&](const auto &g) {
         return g.first == key;
       });
@@ -172,15 +175,19 @@ struct LoomScheduleCommPass
         first.getReason())
       reason = first.getReason()->str();
     else
-      reason = llvm::formatv("gradient bucket {0}: {1} tensors, {2} bytes",
-                             index, inputs.size(), bytes)
+      reason = llvm::formatv("gradient bucket {0}: {1} tensors, {2} bytes{3}",
+                             index, inputs.size(), bytes,
+                             first.getLastMicrobatch()
+                                 ? ", in the last micro-batch"
+                                 : "")
                    .str();
     if (ready >= 0)
       reason += ", launched after " + describeOp(ops[ready]);
     auto merged = AllReduceOp::create(
         b, first.getLoc(), types, inputs, first.getMeshAttr(),
         first.getAxes(), first.getReductionAttr(),
-        overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason));
+        overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason),
+        first.getLastMicrobatchAttr());
     unsigned next = 0;
     for (Candidate c : bucket) {
       for (Value result : c.op.getResults())

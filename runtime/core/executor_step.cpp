@@ -1,7 +1,8 @@
 //===- executor_step.cpp - The step drivers of Executor ---------*- C++ -*-===//
 //
 // run / runList (an instruction list, with timings and in-flight
-// collectives completed), and one step of a stage that is not a pipeline
+// collectives completed; last-micro-batch reductions skipped before the
+// last micro-batch), and one step of a stage that is not a pipeline
 // stage: trainStep (zero the gradients, the micro-batches, the update),
 // runUpdate, zeroGradients and evaluate. A pipeline stage's actions are in
 // executor_pipeline.cpp.
@@ -37,6 +38,12 @@ Status Executor::runList(
     return Status::success();
   for (uint32_t i = 0; i < list->size(); ++i) {
     const program::Instruction *ins = list->Get(i);
+    // DDP's no_sync: the step's gradient reductions run in its last
+    // micro-batch; before it, each rank's gradients accumulate locally (the
+    // reduction is in place, so skipping it leaves its input as its result).
+    if (ins->last_microbatch_only() &&
+        static_cast<int64_t>(microbatch) + 1 < stageTable->microbatches())
+      continue;
     const int64_t start = timings ? steadyNowNs() : 0;
     Status s = completeInFlight(ins);
     try {

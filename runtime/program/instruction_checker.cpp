@@ -111,6 +111,9 @@ Status InstructionChecker::check() {
                   op == Opcode::AllGather,
               "only AllReduce and AllGather may be asynchronous, not "
                   << opcodeName(op));
+  INSTR_CHECK(!ins.last_microbatch_only() || op == Opcode::AllReduce,
+              "only AllReduce may run in the last micro-batch only, not "
+                  << opcodeName(op));
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
@@ -281,8 +284,20 @@ Status InstructionChecker::checkCollective() {
       LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
       LOOM_RETURN_IF_ERROR(checkReduction(in));
       LOOM_RETURN_IF_ERROR(inPlaceOrDisjoint(in, out));
+      // Skipped in the other micro-batches, it must leave each result
+      // where its input already is.
+      INSTR_CHECK(!ins.last_microbatch_only() ||
+                      facts.offsets[in] == facts.offsets[out],
+                  "a last-micro-batch AllReduce reduces in place, but output "
+                  "buffer "
+                      << out << " is not input buffer " << in
+                      << "'s bytes; recompile the program");
       packed += facts.bytes[in];
     }
+    INSTR_CHECK(!ins.last_microbatch_only() || !ins.members() ||
+                    ins.members()->size() == 0,
+                "an AllReduce among pipeline members cannot run in the last "
+                "micro-batch only");
     if (k > 1) {
       INSTR_CHECK(scratch.size() == 1,
                   "an AllReduce of " << k

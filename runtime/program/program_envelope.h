@@ -41,7 +41,10 @@ constexpr size_t kProgramHeaderBytes = 32;
 /// 4: Buffer.stash (a pipeline chunk's kept activations live in per-micro-
 /// batch stash slots, not in the arena); a version-3 runtime would run such
 /// buffers at arena offsets they do not own.
-constexpr uint32_t kFormatVersion = 4;
+/// 5: Instruction.last_microbatch_only (a DDP step's gradient all-reduces
+/// run in its last micro-batch alone); a version-4 runtime would reduce the
+/// accumulated gradients in every micro-batch and sum them M times over.
+constexpr uint32_t kFormatVersion = 5;
 
 /// FNV-1a 64-bit hash of `size` bytes at `data` (the payload checksum).
 inline uint64_t programChecksum(const uint8_t *data, size_t size) {

@@ -41,3 +41,29 @@ func.func @stash_unkept(%s: tensor<4xf32> {loom.name = "chunk0.stash7", loom.rol
   %y = loom.gelu %s : tensor<4xf32>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+// A last-micro-batch reduction is skipped in the other micro-batches, so its
+// result must be its input's storage: a value something else also reads
+// cannot be reduced in place.
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_shared_input(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %s = loom.add %x, %x : tensor<4xf32>, tensor<4xf32>
+  // expected-error@+1 {{'loom.all_reduce' op reduces input #0 in place (last_microbatch), but it is read by other ops too; reduce a value only this op reads}}
+  %r = loom.all_reduce %s on @mesh [dp] sum last_microbatch : tensor<4xf32>
+  %t = loom.add %s, %r : tensor<4xf32>, tensor<4xf32>
+  return %r, %t : tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Nor can an argument (its storage outlives the micro-batch function).
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_argument(%x: tensor<4xf32>) -> tensor<4xf32>
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  // expected-error@+1 {{'loom.all_reduce' op reduces input #0 in place (last_microbatch), but it is an argument; reduce a value only this op reads}}
+  %r = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<4xf32>
+  return %r : tensor<4xf32>
+}

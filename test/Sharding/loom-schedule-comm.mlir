@@ -5,6 +5,7 @@
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/buckets.mlir | FileCheck %s --check-prefix=SYNC
 // RUN: loom-opt --loom-schedule-comm %t/needed.mlir | FileCheck %s --check-prefix=NEEDED
 // RUN: loom-opt --loom-schedule-comm %t/update.mlir | FileCheck %s --check-prefix=ONCE
+// RUN: loom-opt --loom-schedule-comm %t/last.mlir | FileCheck %s --check-prefix=LAST
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
 
 // Three 128-byte values ready one after another, reduced (sum) only at the
@@ -89,3 +90,28 @@ func.func @update(%g0: tensor<4x8xf32>, %g1: tensor<4x8xf32>, %g2: tensor<4x8xf3
   %u1 = loom.gelu %r1 : tensor<4x8xf32>
   return %u0, %u1, %s2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<2x8xf32>
 }
+
+//--- last.mlir
+// A DDP step's last-micro-batch reductions form buckets of their own (a
+// per-micro-batch all-reduce in the same bucket would run in one
+// micro-batch only), launched right after their values exist; the bucket
+// keeps last_microbatch.
+// LAST-LABEL: func.func @step
+// LAST: %[[A:.*]] = loom.add %arg0, %{{.*}}
+// LAST: %[[B:.*]] = loom.add %arg1, %{{.*}}
+// LAST-NEXT: %[[R:.*]]:2 = loom.all_reduce %[[A]], %[[B]] on @mesh [dp] sum last_microbatch async {reason = "gradient bucket 1: 2 tensors, 256 bytes, in the last micro-batch, launched after gb"}
+// LAST-NEXT: %[[L:.*]] = loom.gelu
+// LAST: loom.all_reduce %{{.*}} on @mesh [dp] sum async {reason = "loss, launched after l"}
+// LAST: return %[[R]]#0, %[[R]]#1
+loom.mesh @mesh <dp = 2>
+func.func @step(%ga: tensor<4x8xf32>, %gb: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %a = loom.add %ga, %x : tensor<4x8xf32>, tensor<4x8xf32> loc("ga")
+  %b = loom.add %gb, %x : tensor<4x8xf32>, tensor<4x8xf32> loc("gb")
+  %l = loom.gelu %x : tensor<4x8xf32> loc("l")
+  %rl = loom.all_reduce %l on @mesh [dp] sum {reason = "loss"} : tensor<4x8xf32>
+  %ra = loom.all_reduce %a on @mesh [dp] sum last_microbatch {reason = "ra"} : tensor<4x8xf32>
+  %rb = loom.all_reduce %b on @mesh [dp] sum last_microbatch {reason = "rb"} : tensor<4x8xf32>
+  return %ra, %rb, %rl : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+

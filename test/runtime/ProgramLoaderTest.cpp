@@ -86,12 +86,14 @@ TEST(ProgramEnvelope, ClearErrors) {
   // Version 1 files had ClipGradNorm at opcode 24 (SumSquares now), version
   // 2 ones no Param.unpadded_rows (a padded vocabulary would be initialized
   // and saved whole), version 3 ones no Buffer.stash (kept activations
-  // copied aside, not in stash slots): all refused.
-  for (char old : {1, 2, 3}) {
+  // copied aside, not in stash slots), version 4 ones no
+  // Instruction.last_microbatch_only (a DDP step's reductions would run in
+  // every micro-batch): all refused.
+  for (char old : {1, 2, 3, 4}) {
     std::string file = good;
     file[8] = old;
     EXPECT_NE(error(file).find("version " + std::to_string(old) +
-                               " unsupported (this runtime reads version 4)"),
+                               " unsupported (this runtime reads version 5)"),
               std::string::npos)
         << error(file);
   }
@@ -1285,6 +1287,77 @@ TEST(ProgramVerifier, AllReduceAmongMembers) {
   sync.async_collective = true;
   s = load(*p);
   EXPECT_NE(s.message().find("reduces one value over one axis, synchronously"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(ProgramVerifier, LastMicrobatchAllReduce) {
+  // DDP's no_sync: gradient all-reduces in the micro-batch instructions, in
+  // place, run in the last micro-batch only.
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  MiniGptDims d;
+  d.B = 4;
+  auto good = [&]() {
+    auto p = miniGptTrain(d, o);
+    makeDataParallel(*p, 2);
+    reduceGradientsInLastMicrobatch(*p);
+    return p;
+  };
+  Status s = load(*good());
+  EXPECT_TRUE(s.ok()) << s.toString();
+  auto rejected = [&](const std::function<void(fb::ProgramT &)> &edit,
+                      const std::string &needle) {
+    auto p = good();
+    edit(*p);
+    Status r = load(*p);
+    ASSERT_FALSE(r.ok()) << "expected: " << needle;
+    EXPECT_NE(r.message().find(needle), std::string::npos) << r.message();
+  };
+  auto lastSync = [](fb::ProgramT &p) -> fb::InstructionT & {
+    return *stage0(p).instructions.back();
+  };
+  // Skipped in the other micro-batches, its result must be its input.
+  rejected(
+      [&](fb::ProgramT &p) {
+        fb::InstructionT &sync = lastSync(p);
+        for (auto &param : stage0(p).params)
+          if (static_cast<int32_t>(sync.inputs[0]) == param->grad_buffer)
+            sync.outputs[0] = static_cast<uint32_t>(param->m_buffer);
+      },
+      "a last-micro-batch AllReduce reduces in place, but output buffer");
+  // Only an AllReduce, only in an unpipelined training step's micro-batch
+  // list.
+  rejected(
+      [](fb::ProgramT &p) {
+        stage0(p).instructions[0]->last_microbatch_only = true;
+      },
+      "only AllReduce may run in the last micro-batch only, not Embedding");
+  rejected(
+      [&](fb::ProgramT &p) {
+        auto moved = std::move(stage0(p).instructions.back());
+        stage0(p).instructions.pop_back();
+        stage0(p).update_instructions.insert(
+            stage0(p).update_instructions.begin(), std::move(moved));
+      },
+      "update instruction #0 'dp.sync.ln_f.bias' (AllReduce): "
+      "last_microbatch_only belongs in the instructions of an unpipelined "
+      "training stage");
+  rejected(
+      [&](fb::ProgramT &p) { lastSync(p).members = {0, 1}; },
+      "an AllReduce among pipeline members cannot run in the last "
+      "micro-batch only");
+  // An evaluation (no update) has no micro-batches to skip.
+  auto eval = miniGpt();
+  makeDataParallel(*eval, 2);
+  stage0(*eval).update_instructions.clear();
+  for (auto &ins : stage0(*eval).instructions)
+    if (ins->name == "dp.loss")
+      ins->last_microbatch_only = true;
+  s = load(*eval);
+  EXPECT_NE(s.message().find("'dp.loss' (AllReduce): last_microbatch_only "
+                             "belongs in the instructions of an unpipelined "
+                             "training stage"),
             std::string::npos)
       << s.message();
 }

@@ -467,6 +467,25 @@ inline void makeDataParallel(fb::ProgramT &p, int64_t dp) {
                          allReduce("dp.loss", static_cast<uint32_t>(st.loss)));
 }
 
+/// After makeDataParallel: the gradient all-reduces ("dp.sync.*") move from
+/// the update to the end of the micro-batch instructions, run in the last
+/// micro-batch only (Instruction.last_microbatch_only, DDP's no_sync), as
+/// --loom-partition places a DDP step's reductions with several
+/// micro-batches.
+inline void reduceGradientsInLastMicrobatch(fb::ProgramT &p) {
+  fb::StageT &st = *p.stages[0];
+  std::vector<std::unique_ptr<fb::InstructionT>> update;
+  for (auto &u : st.update_instructions) {
+    if (u->name.rfind("dp.sync.", 0) == 0) {
+      u->last_microbatch_only = true;
+      st.instructions.push_back(std::move(u));
+    } else {
+      update.push_back(std::move(u));
+    }
+  }
+  st.update_instructions = std::move(update);
+}
+
 /// Makes a miniGptTrain() program a one-stage pipeline (Stage.pipeline):
 /// one chunk whose forward is the instructions up to the loss and whose
 /// backward is the rest, the loss buffer moved to the chunk, the logits

@@ -569,14 +569,14 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
     // Once per step, as the compiled step schedules it
     // (passes/Sharding/GradientReduction.cpp, passes/Sharding/ScheduleComm.cpp):
-    //  * DDP accumulates whole gradients locally over the micro-batches and
-    //    all-reduces them once, at the start of the (stage's) update, after
-    //    the last backward (PyTorch DDP's no_sync, Megatron's pipelines):
-    //    the runtime runs one instruction list for every micro-batch, so
-    //    nothing computes behind it. Only an unpipelined step with one
-    //    micro-batch keeps the all-reduces in the backward, bucketed and
-    //    launched asynchronously as each block's gradients are ready: they
-    //    run behind the rest of the backward (2/3 of the compute).
+    //  * DDP, unpipelined, accumulates whole gradients locally over the
+    //    micro-batches and all-reduces their sums in the last micro-batch
+    //    (PyTorch DDP's no_sync), bucketed and launched asynchronously as
+    //    each block's gradients are ready: they run behind the rest of that
+    //    backward (2/3 of a micro-batch's compute), as with one micro-batch.
+    //    A pipeline stage all-reduces once, at the start of its update,
+    //    after the pipeline drains (Megatron's pipelines): nothing computes
+    //    behind it.
     //  * ZeRO-1 reduce-scatters the accumulated gradients at the start of
     //    the update (with one micro-batch too) and all-gathers the updated
     //    parameters after the optimizer: both exposed.
@@ -587,7 +587,7 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double dpBytes = 0, dpExposed = 0, dpTotal = 0;
     double lastBackward = compute * 2.0 / 3.0;
     double dpBandwidth = bandwidth(cost.dpCrossesNodes);
-    const bool inBackward = p == 1 && m == 1;
+    const bool inBackward = p == 1;
     std::string reason;
     switch (plan.zero) {
     case 0: {
@@ -596,18 +596,21 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       dpTotal = ar / dpBandwidth;
       if (inBackward) {
         dpExposed = overlappedTime(dpTotal, lastBackward);
-        reason = "DDP's bucketed all-reduces of the one micro-batch's "
-                 "gradients run behind the rest of its backward (the part "
-                 "that does not fit is exposed, the hidden part costs " +
+        reason = std::string(m > 1 ? "DDP's bucketed all-reduces of the "
+                                     "gradients accumulated over the "
+                                     "micro-batches run in the last one, "
+                                     "behind the rest of its backward"
+                                   : "DDP's bucketed all-reduces of the one "
+                                     "micro-batch's gradients run behind the "
+                                     "rest of its backward") +
+                 " (the part that does not fit is exposed, the hidden part "
+                 "costs " +
                  std::to_string(int(100 * kOverlapCost)) + "%)";
       } else {
         dpExposed = dpTotal;
-        reason = std::string("DDP all-reduces the gradients accumulated over ") +
-                 (m > 1 ? "the micro-batches" : "the step") +
-                 " once, at the start of the " +
-                 (p > 1 ? "stage's update, after the pipeline drains"
-                        : "update, after the last backward") +
-                 ": no compute to hide behind";
+        reason = "DDP all-reduces the gradients accumulated over the "
+                 "micro-batches once, at the start of the stage's update, "
+                 "after the pipeline drains: no compute to hide behind";
       }
       break;
     }

@@ -654,6 +654,21 @@ LogicalResult AllReduceOp::verify() {
                            << result.getType() << " but input #" << i
                            << " has type " << input.getType()
                            << "; a reduction keeps each value's type";
+  if (getLastMicrobatch()) {
+    // Only a micro-batch function runs more than once per step; elsewhere
+    // "the last micro-batch" means nothing.
+    Operation *func =
+        getOperation()->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
+    auto train = func ? func->getAttrOfType<DictionaryAttr>(
+                            LoomDialect::kTrainAttr)
+                      : DictionaryAttr();
+    auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
+    if (!phase || phase.getValue() != "microbatch")
+      return emitOpError()
+             << "is last_microbatch outside a training step's micro-batch "
+                "function (loom.train phase \"microbatch\"); reduce "
+                "there, or drop last_microbatch";
+  }
   return success();
 }
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {

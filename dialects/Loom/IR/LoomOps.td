@@ -521,22 +521,37 @@ def Loom_AllReduceOp : Loom_CollectiveOp<"all_reduce", [Pure,
     buckets with the rest of backward). `--loom-schedule-comm` forms the
     buckets and places each right after its last input is produced.
 
+    With `last_microbatch` (only in a training step's micro-batch function)
+    the reduction runs in the step's last micro-batch alone and is the
+    identity in the others: PyTorch DDP's `no_sync` over the first M-1
+    micro-batches, whose gradients accumulate locally, and one reduction of
+    the accumulated sum in the last, overlapped with its backward. Each
+    result lives in its input's storage (the runtime reduces in place, so
+    a skipped reduction leaves the accumulated value where its result is
+    read); `--loom-partition` places these on a DDP step's gradient
+    accumulators.
+
     ```mlir
     %y = loom.all_reduce %x on @mesh [tp] sum {reason = "row-parallel c_proj"}
         : tensor<4x64x768xf32>
     %gw, %gb = loom.all_reduce %w, %b on @mesh [dp] sum async
         {reason = "gradient bucket 0 (2 tensors)"}
         : tensor<768x3072xf32>, tensor<3072xf32>
+    %acc = loom.all_reduce %sum on @mesh [dp] sum last_microbatch
+        {reason = "wte.weight: the micro-batches' local gradients summed"}
+        : tensor<256x64xf32>
     ```
   }];
   let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
                        Loom_ReductionKindAttr:$reduction, UnitAttr:$async,
-                       OptionalAttr<StrAttr>:$reason);
+                       OptionalAttr<StrAttr>:$reason,
+                       UnitAttr:$last_microbatch);
   let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
     $inputs `on` $mesh custom<MeshAxes>($axes) custom<Reduction>($reduction)
-    (`async` $async^)? attr-dict `:` type($inputs)
+    (`last_microbatch` $last_microbatch^)? (`async` $async^)? attr-dict `:`
+    type($inputs)
   }];
   let builders = [
     // One value, reduced synchronously (what the partitioner inserts).

@@ -274,3 +274,23 @@ func.func @all_reduce_empty() {
   "loom.all_reduce"() <{axes = ["dp"], mesh = @mesh, reduction = #loom<reduction sum>}> : () -> ()
   return
 }
+
+// -----
+
+// "The last micro-batch" exists only in a training step's micro-batch
+// function: an update (or any other function) runs once.
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_in_update(%x: tensor<8xf32>) -> tensor<8xf32> attributes {loom.train = {phase = "update"}} {
+  // expected-error@+1 {{'loom.all_reduce' op is last_microbatch outside a training step's micro-batch function (loom.train phase "microbatch"); reduce there, or drop last_microbatch}}
+  %0 = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_outside_training(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error@+1 {{'loom.all_reduce' op is last_microbatch outside a training step's micro-batch function}}
+  %0 = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

@@ -32,6 +32,20 @@ func.func @all_reduce_bucket(%w: tensor<768x3072xf32>, %b: tensor<3072xf32>, %l:
   return %0#0, %0#1, %0#2 : tensor<768x3072xf32>, tensor<3072xf32>, tensor<f32>
 }
 
+// DDP's no_sync: a micro-batch function's reduction of the accumulated
+// gradients, run in the step's last micro-batch only (and a bucket of them,
+// asynchronous).
+// CHECK-LABEL: func.func @all_reduce_last_microbatch
+// CHECK: %[[S:.*]] = loom.all_reduce %{{.*}} on @mesh [dp] sum last_microbatch {reason = "w: once per step"} : tensor<64xf32>
+// CHECK: %{{.*}}:2 = loom.all_reduce %{{.*}}, %{{.*}} on @mesh [dp] sum last_microbatch async : tensor<64xf32>, tensor<8xf32>
+func.func @all_reduce_last_microbatch(%acc: tensor<64xf32>, %g: tensor<64xf32>, %b: tensor<8xf32>) -> (tensor<64xf32>, tensor<64xf32>, tensor<8xf32>) attributes {loom.train = {phase = "microbatch", microbatches = 4 : i64}} {
+  %sum = loom.add %acc, %g : tensor<64xf32>, tensor<64xf32>
+  %0 = loom.all_reduce %sum on @mesh [dp] sum last_microbatch {reason = "w: once per step"} : tensor<64xf32>
+  %sum2 = loom.add %acc, %g : tensor<64xf32>, tensor<64xf32>
+  %1:2 = loom.all_reduce %sum2, %b on @mesh [dp] sum last_microbatch async : tensor<64xf32>, tensor<8xf32>
+  return %0, %1#0, %1#1 : tensor<64xf32>, tensor<64xf32>, tensor<8xf32>
+}
+
 // The gathered dimension grows by the group size: 96 * 2 (dp) and 96 * 8 (dp, tp).
 // CHECK-LABEL: func.func @all_gather
 // CHECK-SAME: (%[[S:.*]]: tensor<96x3072xf32>)
