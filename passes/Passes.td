@@ -463,10 +463,22 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     `last_microbatch` all-reduces bucket only with each other (the bucket
     keeps the flag: it runs in the last micro-batch alone).
 
+    ZeRO-2/3's gradient reduce-scatters (FSDP's): the partitioner leaves
+    them, with the accumulations into the sharded gradients, after the
+    whole backward, every block's whole gradients allocated until then.
+    Each moves to right after its gradient is computed, `async` (the
+    runtime completes it before the first instruction touching its input,
+    result or packed copy), and its accumulation moves to right after the
+    next block: the reduction travels while that block's backward computes
+    and the whole gradient is freed one block later. ZeRO-1's once-per-step
+    reduce-scatters of the accumulated gradients go out at the top of the
+    update, each waited for by its first reader. Not over a pipeline axis.
+
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
       one all-reduce per value (still launched early).
-    * `overlap`: mark the all-reduces `async` (default true).
+    * `overlap`: mark the all-reduces and reduce-scatters `async` (default
+      true); false places them the same way, blocking.
     * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
       of its sharded parameters move to just before the previous block,
       `async`, so they travel while it computes; the gathered value enters

@@ -102,6 +102,19 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return {RankedTensorType::get(
         {elements}, getElementTypeOrSelf(ar.getInputs().front().getType()))};
   }
+  if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && rs.getAsync()) {
+    // In flight, a split of a non-leading dimension sends its input packed
+    // block by block from a buffer of its own (a synchronous one packs into
+    // the runtime's workspace, free again when it returns).
+    auto type = cast<RankedTensorType>(rs.getInput().getType());
+    int64_t outer = 1;
+    for (int64_t d = 0; d < static_cast<int64_t>(rs.getDim()); ++d)
+      outer *= type.getShape()[d];
+    if (outer != 1)
+      return {RankedTensorType::get({type.getNumElements()},
+                                    type.getElementType())};
+    return {};
+  }
   if (auto ln = dyn_cast<LayerNormOp>(op)) {
     // Per-row mean and reciprocal standard deviation.
     auto type = cast<RankedTensorType>(ln.getInput().getType());
@@ -112,6 +125,14 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
 }
 
 bool mlir::loom::completesLater(Operation *op) {
-  auto ar = dyn_cast<AllReduceOp>(op);
-  return ar && ar.getAsync();
+  if (auto ar = dyn_cast<AllReduceOp>(op))
+    return ar.getAsync();
+  if (auto rs = dyn_cast<ReduceScatterOp>(op))
+    return rs.getAsync();
+  return false;
+}
+
+bool mlir::loom::readsInputsUntilComplete(Operation *op) {
+  auto rs = dyn_cast<ReduceScatterOp>(op);
+  return rs && rs.getAsync();
 }

@@ -64,13 +64,19 @@ bool reducesInPlace(Operation *op);
 
 /// Kernel workspace or state an op needs beyond its results (attention
 /// probabilities, layer-norm statistics, a gradient bucket's packed
-/// buffer), in the order the runtime expects.
+/// buffer, an asynchronous reduce-scatter's packed input), in the order the
+/// runtime expects.
 SmallVector<RankedTensorType> getScratchTypes(Operation *op);
 
-/// Whether `op` is still in flight after it starts (an `async` all-reduce):
-/// its scratch stays in use until the first instruction that reads one of
-/// its results.
+/// Whether `op` is still in flight after it starts (an `async` all-reduce
+/// or reduce-scatter): its scratch stays in use until the first instruction
+/// that reads one of its results.
 bool completesLater(Operation *op);
+
+/// Whether an in-flight `op` also reads its inputs until it completes (an
+/// `async` reduce-scatter sends from its input; an all-reduce copies or
+/// packs its inputs when it starts), so they stay allocated until then.
+bool readsInputsUntilComplete(Operation *op);
 
 } // namespace mlir::loom
 

@@ -196,8 +196,10 @@ struct LoomPlanBuffersPass
       // An asynchronous collective keeps its scratch (the packed bucket)
       // until the first op that reads one of its results: the runtime
       // completes it there.
+      // An asynchronous reduce-scatter also sends from its input until then.
       for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
-        if (!completesLater(op) || fp.scratch[pos].empty())
+        const bool inputs = readsInputsUntilComplete(op);
+        if (!completesLater(op) || (fp.scratch[pos].empty() && !inputs))
           continue;
         llvm::DenseSet<Value> results;
         for (Value result : op->getResults())
@@ -209,6 +211,11 @@ struct LoomPlanBuffersPass
               done = static_cast<int64_t>(q);
         for (Allocation &alloc : fp.scratch[pos])
           alloc.end = done;
+        if (inputs)
+          for (Value operand : op->getOperands())
+            if (auto it = fp.transient.find(fp.order.storage(operand));
+                it != fp.transient.end())
+              it->second.end = std::max(it->second.end, done);
       }
       for (Value v : fp.order.returned)
         if (auto it = fp.transient.find(fp.order.storage(v));

@@ -373,6 +373,7 @@ StageEmitter::emitInstruction(Operation *op) {
           .Case([&](ReduceScatterOp c) {
             dim = c.getDim();
             reduction = reductionOf(c.getReduction());
+            async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](AllToAllOp c) {

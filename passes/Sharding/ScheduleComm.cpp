@@ -6,8 +6,10 @@
 // nothing overlapped. This pass does what DDP's reducer does: coalesce
 // them into buckets in the order gradients become ready and launch each
 // bucket as soon as its last gradient exists, so it runs while the rest of
-// the backward pass computes. All-reduces over a pipeline axis stay
-// blocking (their members run other stages' functions).
+// the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
+// gradient exists and are accumulated one block later (FSDP). Collectives
+// over a pipeline axis stay blocking (their members run other stages'
+// functions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -245,6 +247,75 @@ struct LoomScheduleCommPass
     }
   }
 
+  /// ZeRO-2/3's (FSDP's) gradient reduce-scatters: the partitioner places
+  /// each right before its first reader, the accumulation after the whole
+  /// backward, so every block's whole gradients stay allocated to the end
+  /// and none overlaps compute. Each moves to right after its input exists,
+  /// `async`, and the accumulation adding its shard to an accumulator (a
+  /// function argument) moves to right after the next block: the reduction
+  /// travels while that block computes (FSDP reduce-scatters a block's
+  /// gradients during the next block's backward) and the whole gradient is
+  /// freed one block later, not at the end. Over a pipeline axis they stay
+  /// (as the all-reduces do).
+  void launchReduceScatters(func::FuncOp func) {
+    Block &top = func.getBody().front();
+    SmallVector<ReduceScatterOp> scatters(top.getOps<ReduceScatterOp>());
+    // Where the last op moved behind an anchor went, so that several keep
+    // their order behind it.
+    llvm::DenseMap<Operation *, Operation *> lastBehind;
+    auto moveBehind = [&](Operation *op, Operation *anchor) {
+      Operation *&last = lastBehind[anchor];
+      if (last)
+        op->moveAfter(last);
+      else if (anchor)
+        op->moveAfter(anchor);
+      else
+        op->moveBefore(&top.front());
+      last = op;
+    };
+    for (ReduceScatterOp scatter : scatters) {
+      if (scatter.getAsync() ||
+          llvm::any_of(scatter.getAxes().getAsValueRange<StringAttr>(),
+                       [&](StringRef axis) {
+                         return pipelineAxes.contains(axis);
+                       }))
+        continue;
+      // Gradients only: a shard added to an accumulator (an argument), or
+      // an accumulated gradient (ZeRO-1's, in the update). Sequence
+      // parallelism's reduce-scatters feed the very next op: nothing to
+      // overlap.
+      Value shard = scatter.getResult();
+      auto add = shard.hasOneUse() ? dyn_cast<AddOp>(*shard.getUsers().begin())
+                                   : AddOp();
+      if (add && (add->getBlock() != &top ||
+                  !isa<BlockArgument>(add.getLhs() == shard ? add.getRhs()
+                                                            : add.getLhs())))
+        add = AddOp();
+      if (!add && !isa<BlockArgument>(scatter.getInput()))
+        continue;
+      // 1. Launched as soon as its input exists (at the top for an
+      //    argument: ZeRO-1's accumulated gradients in the update).
+      moveBehind(scatter, scatter.getInput().getDefiningOp());
+      if (overlap) {
+        scatter.setAsync(true);
+        Operation *producer = scatter.getInput().getDefiningOp();
+        scatter.setReason(
+            (scatter.getReason() ? scatter.getReason()->str() : "scatter") +
+            (producer ? ", launched after " + describeOp(producer)
+                      : std::string(", launched at the start")));
+      }
+      // 2. Its accumulation behind the next block.
+      if (!add)
+        continue;
+      for (Operation *op = scatter->getNextNode(); op && op != add;
+           op = op->getNextNode())
+        if (isa<BlockOp>(op)) {
+          moveBehind(add, op);
+          break;
+        }
+    }
+  }
+
   void runOnOperation() override {
     if (bucketMb < 0) {
       getOperation().emitError()
@@ -264,6 +335,7 @@ struct LoomScheduleCommPass
       if (func.isExternal())
         continue;
       scheduleFunction(func);
+      launchReduceScatters(func);
       if (prefetch)
         prefetchGathers(func);
     }

@@ -232,6 +232,21 @@ Status Communicator::startAllGather(const void *in, void *out, int64_t count,
   return doStartAllGather(in, out, count, dtype, axes, ticket);
 }
 
+Status Communicator::startReduceScatter(const void *in, void *out,
+                                        int64_t count, DType dtype,
+                                        Reduction op,
+                                        const std::vector<uint32_t> &axes,
+                                        Ticket &ticket) {
+  if (stagesBuffersThroughHost()) {
+    ticket = -1;
+    return reduceScatter(in, out, count, dtype, op, axes);
+  }
+  CommTimer t(counters);
+  const int64_t n = groupSize(axes);
+  COUNT(CommKind::ReduceScatter, bytesOf(count * n, dtype), n);
+  return doStartReduceScatter(in, out, count, dtype, op, axes, ticket);
+}
+
 Status Communicator::complete(Ticket ticket) {
   if (ticket < 0)
     return Status::success();

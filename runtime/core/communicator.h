@@ -134,6 +134,13 @@ public:
   Status startAllGather(const void *in, void *out, int64_t count,
                         program::DType dtype,
                         const std::vector<uint32_t> &axes, Ticket &ticket);
+  /// Starts a reduce-scatter (as reduceScatter) completed by
+  /// complete(ticket); `in` must stay unchanged and `out` unread until then
+  /// (ZeRO-2/3's gradient reduce-scatter behind the next block's backward).
+  Status startReduceScatter(const void *in, void *out, int64_t count,
+                            program::DType dtype, program::Reduction op,
+                            const std::vector<uint32_t> &axes,
+                            Ticket &ticket);
   /// Waits for a started collective (a ticket of -1 is already complete).
   Status complete(Ticket ticket);
   /// Lets started collectives advance (MPI moves data only inside MPI
@@ -221,6 +228,14 @@ protected:
                                   Ticket &ticket) {
     ticket = -1;
     return doAllGather(in, out, count, dtype, axes);
+  }
+  virtual Status doStartReduceScatter(const void *in, void *out,
+                                      int64_t count, program::DType dtype,
+                                      program::Reduction op,
+                                      const std::vector<uint32_t> &axes,
+                                      Ticket &ticket) {
+    ticket = -1;
+    return doReduceScatter(in, out, count, dtype, op, axes);
   }
   virtual Status doComplete(Ticket) { return Status::success(); }
   virtual void doProgress() {}

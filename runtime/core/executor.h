@@ -271,7 +271,8 @@ private:
   void returnSpare(uint64_t bytes, uint8_t *base);
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
-                       const std::vector<uint32_t> &out, void *dst);
+                       const std::vector<uint32_t> &out,
+                       const std::vector<uint32_t> &scr, void *dst);
   /// AllReduce of one value or a packed bucket, now or (async_collective)
   /// started and left in flight.
   Status runAllReduce(const program::Instruction &ins,

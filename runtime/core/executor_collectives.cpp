@@ -3,7 +3,7 @@
 // AllReduce (one value in place, or a packed bucket; now, or started and
 // left in flight until an instruction touches its bytes), completing the
 // in-flight collectives, and the other collectives of the instruction
-// stream: AllGather (possibly in flight), ReduceScatter, AllToAll, Send and
+// stream: AllGather and ReduceScatter (possibly in flight), AllToAll, Send and
 // Recv, with non-leading dimensions packed / unpacked around the
 // Communicator call.
 //
@@ -112,7 +112,8 @@ Status Executor::completeInFlight(const program::Instruction *ins) {
 
 Status Executor::runCollective(const program::Instruction &ins,
                                const std::vector<uint32_t> &in,
-                               const std::vector<uint32_t> &out, void *dst) {
+                               const std::vector<uint32_t> &out,
+                               const std::vector<uint32_t> &scr, void *dst) {
   std::vector<uint32_t> axes;
   if (ins.axes())
     axes.assign(ins.axes()->begin(), ins.axes()->end());
@@ -170,6 +171,25 @@ Status Executor::runCollective(const program::Instruction &ins,
     const auto &shape = shapes[in[0]];
     const int64_t dim = ins.dim();
     const void *src = bufferData(in[0]);
+    if (ins.async_collective()) {
+      // Behind the next instructions: in flight until one touches its
+      // input, output or packed copy (the planner keeps them until the
+      // result's first reader). A non-leading dim is packed into its
+      // planned scratch (the verifier asks for one).
+      InFlight flight;
+      flight.busy = {byteRange(in[0]), byteRange(out[0])};
+      if (outerOf(shape, dim) != 1) {
+        void *packed = bufferData(scr[0]);
+        LOOM_RETURN_IF_ERROR(
+            kernels->packBlocks(packed, src, shape, dim, n, eb));
+        src = packed;
+        flight.busy.push_back(byteRange(scr[0]));
+      }
+      LOOM_RETURN_IF_ERROR(comm->startReduceScatter(
+          src, dst, count, dt, ins.reduction(), axes, flight.ticket));
+      inFlight.push_back(std::move(flight));
+      return Status::success();
+    }
     if (outerOf(shape, dim) != 1) {
       void *packed = tempBytes(workspace, count * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));

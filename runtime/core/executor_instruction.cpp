@@ -419,7 +419,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   case Opcode::AllToAll:
   case Opcode::Send:
   case Opcode::Recv:
-    LOOM_RETURN_IF_ERROR(runCollective(ins, in, out, dst));
+    LOOM_RETURN_IF_ERROR(runCollective(ins, in, out, scr, dst));
     break;
   default:
     LOOM_ERROR("opcode " << program::opcodeName(op)

@@ -358,6 +358,45 @@ Status MpiCommunicator::doStartAllGather(const void *in, void *out,
   return Status::success();
 }
 
+Status MpiCommunicator::doStartReduceScatter(const void *in, void *out,
+                                             int64_t count, DType dtype,
+                                             Reduction op,
+                                             const std::vector<uint32_t> &axes,
+                                             Ticket &ticket) {
+  PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes),
+                            nullptr, nullptr};
+  if (dtype == DType::BF16) {
+    // As doReduceScatter: the all-to-all of the blocks in the background,
+    // the fp32 reduction (rounded once) at completion.
+    MPI_Comm comm;
+    LOOM_RETURN_IF_ERROR(group(axes, comm));
+    int c = 0;
+    LOOM_RETURN_IF_ERROR(intCount(count, c));
+    const int64_t n = groupSize(axes);
+    auto received =
+        std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(count * n));
+    MPI_CHECK(MPI_Ialltoall(in, c, MPI_UINT16_T, received->data(), c,
+                            MPI_UINT16_T, comm, &pending.request),
+              "MPI_Ialltoall (bf16 reduce-scatter) failed");
+    pending.finish = [out, received, count, n, op]() {
+      reduceBF16(static_cast<uint16_t *>(out), received->data(), count, n, op);
+    };
+  } else {
+    MPI_Comm comm;
+    MPI_Op mop;
+    int n = 0;
+    LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
+    MPI_CHECK(MPI_Ireduce_scatter_block(in, out, n, mpiType(dtype), mop, comm,
+                                        &pending.request),
+              "MPI_Ireduce_scatter_block failed");
+    if (op == Reduction::Avg)
+      pending.averageBuf = out;
+  }
+  ticket = nextTicket++;
+  started.emplace(ticket, std::move(pending));
+  return Status::success();
+}
+
 Status MpiCommunicator::doComplete(Ticket ticket) {
   auto it = started.find(ticket);
   LOOM_CHECK(it != started.end(),
@@ -366,6 +405,8 @@ Status MpiCommunicator::doComplete(Ticket ticket) {
   started.erase(it);
   MPI_CHECK(MPI_Wait(&pending.request, MPI_STATUS_IGNORE),
             "a started collective failed to complete");
+  if (pending.finish)
+    pending.finish();
   if (pending.averageBuf)
     divide(pending.averageBuf, pending.count, pending.groupSize);
   if (pending.bf16)
@@ -399,29 +440,12 @@ Status MpiCommunicator::doReduceScatter(const void *in, void *out,
                                         int64_t count, DType dtype,
                                         Reduction op,
                                         const std::vector<uint32_t> &axes) {
-  if (dtype == DType::BF16) {
-    // Member j receives everyone's block j, reduces in fp32, rounds once.
-    MPI_Comm comm;
-    LOOM_RETURN_IF_ERROR(group(axes, comm));
-    int c = 0;
-    LOOM_RETURN_IF_ERROR(intCount(count, c));
-    const int64_t n = groupSize(axes);
-    std::vector<uint16_t> received(static_cast<size_t>(count * n));
-    MPI_CHECK(MPI_Alltoall(in, c, MPI_UINT16_T, received.data(), c,
-                           MPI_UINT16_T, comm),
-              "MPI_Alltoall (bf16 reduce-scatter) failed");
-    reduceBF16(static_cast<uint16_t *>(out), received.data(), count, n, op);
-    return Status::success();
-  }
-  MPI_Comm comm;
-  MPI_Op mop;
-  int n = 0;
-  LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
-  MPI_CHECK(MPI_Reduce_scatter_block(in, out, n, mpiType(dtype), mop, comm),
-            "MPI_Reduce_scatter_block failed");
-  if (op == Reduction::Avg)
-    divide(out, count, groupSize(axes));
-  return Status::success();
+  // Started and waited for at once: one implementation of both (bf16: member
+  // j receives everyone's block j, reduces in fp32, rounds once).
+  Ticket t = -1;
+  LOOM_RETURN_IF_ERROR(
+      doStartReduceScatter(in, out, count, dtype, op, axes, t));
+  return doComplete(t);
 }
 
 Status MpiCommunicator::doAllToAll(const void *in, void *out, int64_t count,

@@ -22,6 +22,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -53,6 +54,10 @@ protected:
                           program::DType dtype,
                           const std::vector<uint32_t> &axes,
                           Ticket &ticket) override;
+  Status doStartReduceScatter(const void *in, void *out, int64_t count,
+                              program::DType dtype, program::Reduction op,
+                              const std::vector<uint32_t> &axes,
+                              Ticket &ticket) override;
   Status doComplete(Ticket ticket) override;
   void doProgress() override;
   Status doAllGather(const void *in, void *out, int64_t count,
@@ -109,14 +114,18 @@ private:
     MPI_Request request;
   };
   std::list<PendingSend> sends;
-  /// Started collectives (MPI_Iallreduce, MPI_Iallgather) by ticket; an
-  /// average is divided by the group size on completion.
+  /// Started collectives (MPI_Iallreduce, MPI_Iallgather,
+  /// MPI_Ireduce_scatter_block, a BF16 reduce-scatter's MPI_Ialltoall) by
+  /// ticket; an average is divided by the group size on completion.
   struct PendingCollective {
     MPI_Request request;
     void *averageBuf;   // non-null: divide `count` elements by groupSize
     int64_t count;
     int64_t groupSize;
     std::shared_ptr<BF16AllReduce> bf16; // a BF16 all-reduce's second half
+    /// A BF16 reduce-scatter's second half: reduce what the all-to-all
+    /// received in fp32 and round once into the output.
+    std::function<void()> finish;
   };
   std::map<Ticket, PendingCollective> started;
   Ticket nextTicket = 0;

@@ -277,6 +277,15 @@ Status NcclCommunicator::doReduceScatter(const void *in, void *out,
                                          int64_t count, program::DType dtype,
                                          program::Reduction op,
                                          const std::vector<uint32_t> &axes) {
+  Ticket t = -1;
+  LOOM_RETURN_IF_ERROR(
+      doStartReduceScatter(in, out, count, dtype, op, axes, t));
+  return doComplete(t);
+}
+
+Status NcclCommunicator::doStartReduceScatter(
+    const void *in, void *out, int64_t count, program::DType dtype,
+    program::Reduction op, const std::vector<uint32_t> &axes, Ticket &ticket) {
   ncclComm *comm = nullptr;
   ncclDataType_t type;
   ncclRedOp_t red;
@@ -286,7 +295,7 @@ Status NcclCommunicator::doReduceScatter(const void *in, void *out,
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
   LOOM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), type,
                                     red, comm, stream));
-  return endOnComputeStream();
+  return startTicket(ticket);
 }
 
 Status NcclCommunicator::doAllToAll(const void *in, void *out, int64_t count,

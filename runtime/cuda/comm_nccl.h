@@ -75,6 +75,10 @@ protected:
                           program::DType dtype,
                           const std::vector<uint32_t> &axes,
                           Ticket &ticket) override;
+  Status doStartReduceScatter(const void *in, void *out, int64_t count,
+                              program::DType dtype, program::Reduction op,
+                              const std::vector<uint32_t> &axes,
+                              Ticket &ticket) override;
   Status doComplete(Ticket ticket) override;
   Status doAllGather(const void *in, void *out, int64_t count,
                      program::DType dtype,

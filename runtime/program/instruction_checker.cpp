@@ -108,8 +108,9 @@ Status InstructionChecker::scalar(uint32_t b, const char *role) {
 Status InstructionChecker::check() {
   const Opcode op = ins.opcode();
   INSTR_CHECK(!ins.async_collective() || op == Opcode::AllReduce ||
-                  op == Opcode::AllGather,
-              "only AllReduce and AllGather may be asynchronous, not "
+                  op == Opcode::AllGather || op == Opcode::ReduceScatter,
+              "only AllReduce, AllGather and ReduceScatter may be "
+              "asynchronous, not "
                   << opcodeName(op));
   INSTR_CHECK(!ins.last_microbatch_only() || op == Opcode::AllReduce,
               "only AllReduce may run in the last micro-batch only, not "
@@ -337,7 +338,8 @@ Status InstructionChecker::checkCollective() {
   case Opcode::AllGather:
   case Opcode::ReduceScatter:
   case Opcode::AllToAll: {
-    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 0));
+    LOOM_RETURN_IF_ERROR(
+        counts(1, 1, 1, op == Opcode::ReduceScatter ? 1 : 0));
     const uint32_t in = inputs[0], out = outputs[0];
     LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
     INSTR_CHECK(!overlaps(in, out), "output buffer "
@@ -356,8 +358,30 @@ Status InstructionChecker::checkCollective() {
                                                          "by the group size "
                                                       << n);
       want[dim] = s[dim] / n;
-      if (op == Opcode::ReduceScatter)
+      if (op == Opcode::ReduceScatter) {
         LOOM_RETURN_IF_ERROR(checkReduction(in));
+        // In flight, a non-leading split sends from its packed copy.
+        int64_t outer = 1;
+        for (int64_t d = 0; d < dim; ++d)
+          outer *= s[d];
+        const bool packs = ins.async_collective() && outer != 1;
+        INSTR_CHECK(scratch.size() == (packs ? 1u : 0u),
+                    (packs ? "an asynchronous ReduceScatter of non-leading "
+                             "dimension "
+                           : "a ReduceScatter of dimension ")
+                        << dim << " of " << shapeString(s) << " needs "
+                        << (packs ? 1 : 0)
+                        << " scratch buffers to pack its input into, got "
+                        << scratch.size());
+        if (packs) {
+          LOOM_RETURN_IF_ERROR(dtype(scratch[0], facts.dtypes[in], "scratch"));
+          INSTR_CHECK(facts.bytes[scratch[0]] >= facts.bytes[in],
+                      "the ReduceScatter scratch buffer has "
+                          << facts.bytes[scratch[0]]
+                          << " bytes, but its input needs "
+                          << facts.bytes[in]);
+        }
+      }
       if (op == Opcode::AllToAll) {
         const int64_t dim2 = ins.dim2();
         LOOM_RETURN_IF_ERROR(checkDim(dim2, s, "dim2"));

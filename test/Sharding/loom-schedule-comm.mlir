@@ -6,6 +6,8 @@
 // RUN: loom-opt --loom-schedule-comm %t/needed.mlir | FileCheck %s --check-prefix=NEEDED
 // RUN: loom-opt --loom-schedule-comm %t/update.mlir | FileCheck %s --check-prefix=ONCE
 // RUN: loom-opt --loom-schedule-comm %t/last.mlir | FileCheck %s --check-prefix=LAST
+// RUN: loom-opt --loom-schedule-comm %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER
+// RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER-SYNC
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
 
 // Three 128-byte values ready one after another, reduced (sum) only at the
@@ -75,10 +77,11 @@ func.func @g(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
 // --loom-partition's once-per-step reductions): every input is an
 // argument, ready before the first instruction, so the all-reduces go out
 // as one asynchronous bucket at the top of the update and each AdamW waits
-// only for it; a reduce-scatter (ZeRO-1's) stays where it is.
+// only for it; a reduce-scatter (ZeRO-1's) goes out at the top too,
+// asynchronous, in flight while the all-reduced updates compute.
 // ONCE-LABEL: func.func @update
+// ONCE-NEXT: loom.reduce_scatter %arg2 on @mesh [dp] dim 0 sum async {reason = "g2 block once per step, launched at the start"}
 // ONCE-NEXT: %[[R:.*]]:2 = loom.all_reduce %arg0, %arg1 on @mesh [dp] sum async {reason = "gradient bucket 0: 2 tensors, 256 bytes"}
-// ONCE-NEXT: loom.reduce_scatter %arg2 on @mesh [dp] dim 0 sum
 // ONCE: loom.gelu %[[R]]#0
 // ONCE: loom.gelu %[[R]]#1
 loom.mesh @mesh <dp = 2>
@@ -113,5 +116,43 @@ func.func @step(%ga: tensor<4x8xf32>, %gb: tensor<4x8xf32>, %x: tensor<4x8xf32>)
   %ra = loom.all_reduce %a on @mesh [dp] sum last_microbatch {reason = "ra"} : tensor<4x8xf32>
   %rb = loom.all_reduce %b on @mesh [dp] sum last_microbatch {reason = "rb"} : tensor<4x8xf32>
   return %ra, %rb, %rl : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+//--- scatter.mlir
+// ZeRO-2/3 (FSDP): each block's gradient is reduce-scattered into a sharded
+// accumulator. The partitioner leaves the reduce-scatters and accumulations
+// after the last block, every whole gradient alive until then; here each
+// reduce-scatter goes out right after its block, asynchronous, and its
+// accumulation follows the next block, while which it travels.
+// SCATTER-LABEL: func.func @backward
+// SCATTER: %[[G1:.*]] = loom.block "h.1.grad"
+// SCATTER: %[[S1:.*]] = loom.reduce_scatter %[[G1]] on @mesh [dp] dim 0 sum async {reason = "h.1 gradient, launched after h.1.grad"} : tensor<4x8xf32> -> tensor<2x8xf32>
+// SCATTER-NEXT: %[[G0:.*]] = loom.block "h.0.grad"
+// SCATTER: %[[S0:.*]] = loom.reduce_scatter %[[G0]] on @mesh [dp] dim 1 sum async {reason = "h.0 gradient, launched after h.0.grad"} : tensor<4x8xf32> -> tensor<4x4xf32>
+// SCATTER-NEXT: %[[A1:.*]] = loom.add %arg1, %[[S1]]
+// SCATTER-NEXT: %[[A0:.*]] = loom.add %arg0, %[[S0]]
+// SCATTER-NEXT: return %[[A0]], %[[A1]]
+// Without overlap: placed the same, synchronous.
+// SCATTER-SYNC-NOT: async
+// SCATTER-SYNC: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 0 sum {reason = "h.1 gradient"}
+// SCATTER-SYNC-NEXT: loom.block "h.0.grad"
+loom.mesh @mesh <dp = 2>
+func.func @backward(%acc0: tensor<4x4xf32>, %acc1: tensor<2x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x4xf32>, tensor<2x8xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %g1 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    loom.yield %y : tensor<4x8xf32>
+  }
+  %g0 = loom.block "h.0.grad"(%g1) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    loom.yield %y : tensor<4x8xf32>
+  }
+  %s0 = loom.reduce_scatter %g0 on @mesh [dp] dim 1 sum {reason = "h.0 gradient"} : tensor<4x8xf32> -> tensor<4x4xf32>
+  %a0 = loom.add %acc0, %s0 : tensor<4x4xf32>, tensor<4x4xf32>
+  %s1 = loom.reduce_scatter %g1 on @mesh [dp] dim 0 sum {reason = "h.1 gradient"} : tensor<4x8xf32> -> tensor<2x8xf32>
+  %a1 = loom.add %acc1, %s1 : tensor<2x8xf32>, tensor<2x8xf32>
+  return %a0, %a1 : tensor<4x4xf32>, tensor<2x8xf32>
 }
 

@@ -44,6 +44,13 @@ TEST_F(CudaCommTest, WorldOfOneRunsEveryCollective) {
   ASSERT_TRUE(comm->reduceScatter(buf.get(), out.get(), 4, program::DType::F32,
                                   program::Reduction::Sum, {0}).ok());
   EXPECT_EQ(out.host(), x);
+  DeviceVector<float> scattered(4);
+  ASSERT_TRUE(comm->startReduceScatter(buf.get(), scattered.get(), 4,
+                                       program::DType::F32,
+                                       program::Reduction::Sum, {0}, t)
+                  .ok());
+  ASSERT_TRUE(comm->complete(t).ok());
+  EXPECT_EQ(scattered.host(), x);
   ASSERT_TRUE(
       comm->allToAll(buf.get(), out.get(), 4, program::DType::F32, {0}).ok());
   EXPECT_EQ(out.host(), x);

@@ -143,6 +143,19 @@ TEST_F(Mpi, BF16ReduceScatterAndMovingCollectives) {
         << i;
   EXPECT_EQ(comm->stats().sentBytes[static_cast<int>(CommKind::ReduceScatter)],
             ringBytes(CommKind::ReduceScatter, 2 * 4 * count, 4));
+  // Started (ZeRO-2/3 behind the next block): the same bits on completion,
+  // the output untouched before it.
+  std::vector<uint16_t> started(count, 0xffff);
+  Communicator::Ticket t = -1;
+  ASSERT_TRUE(comm->startReduceScatter(in[r].data(), started.data(), count,
+                                       fb::DType::BF16, fb::Reduction::Sum,
+                                       {0}, t)
+                  .ok());
+  EXPECT_GE(t, 0);
+  EXPECT_EQ(started[0], 0xffff);
+  comm->progress();
+  ASSERT_TRUE(comm->complete(t).ok());
+  EXPECT_EQ(started, out);
   // All-gather and all-to-all move the bits as they are.
   std::vector<uint16_t> gathered(4 * count);
   ASSERT_TRUE(comm->allGather(in[r].data(), gathered.data(), count,

@@ -446,6 +446,33 @@ TEST_F(Mpi, StartedAllReducesCompleteInAnyOrder) {
   comm->progress();
   ASSERT_TRUE(comm->complete(tg).ok());
   EXPECT_EQ(all, (std::vector<int32_t>{0, 0, 1, 10, 2, 20, 3, 30}));
+  // Started reduce-scatters (ZeRO-2/3's gradients behind the next block):
+  // block r of the sum, or of the average, on completion; counted as the
+  // synchronous one is.
+  std::vector<float> grad(8), sum(2, -1), mean(2, -1);
+  for (int i = 0; i < 8; ++i)
+    grad[i] = static_cast<float>(10 * r + i);
+  comm->resetStats();
+  Communicator::Ticket ts = -1, tm = -1;
+  ASSERT_TRUE(comm->startReduceScatter(grad.data(), sum.data(), 2,
+                                       fb::DType::F32, fb::Reduction::Sum, {0},
+                                       ts)
+                  .ok());
+  ASSERT_TRUE(comm->startReduceScatter(grad.data(), mean.data(), 2,
+                                       fb::DType::F32, fb::Reduction::Avg, {0},
+                                       tm)
+                  .ok());
+  comm->progress();
+  ASSERT_TRUE(comm->complete(tm).ok());
+  ASSERT_TRUE(comm->complete(ts).ok());
+  for (int i = 0; i < 2; ++i) {
+    const float total = 10.0f * (0 + 1 + 2 + 3) + 4.0f * (2 * r + i);
+    EXPECT_EQ(sum[i], total) << i;
+    EXPECT_FLOAT_EQ(mean[i], total / 4) << i;
+  }
+  EXPECT_EQ(comm->stats().sentBytes[static_cast<int>(CommKind::ReduceScatter)],
+            2 * 3 * 32 / 4);
+  EXPECT_EQ(comm->stats().calls[static_cast<int>(CommKind::ReduceScatter)], 2);
   // A ticket completes once.
   Status again = comm->complete(ta);
   EXPECT_FALSE(again.ok());

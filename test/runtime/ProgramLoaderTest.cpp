@@ -554,6 +554,42 @@ TEST(ProgramVerifier, CollectiveShapes) {
     p->model->batch = 2;
     expectError(std::move(p), "batch / microbatches / dp x seq");
   }
+  // Asynchronous: an all-reduce, an all-gather or a reduce-scatter, which
+  // packs a non-leading split into a scratch buffer of its own while in
+  // flight (a leading one sends from its input).
+  {
+    auto p = withCollective(O::ReduceScatter, {4, 6}, {2, 6}, {0}, 0);
+    stage0(*p).instructions.back()->async_collective = true;
+    EXPECT_TRUE(load(*p).ok());
+  }
+  auto asyncScatter = [&](std::vector<int64_t> scratchShape) {
+    auto p = withCollective(O::ReduceScatter, {4, 6}, {4, 3}, {0}, 1);
+    StageBuilder b(stage0(*p));
+    fb::InstructionT &rs = *stage0(*p).instructions.back();
+    rs.async_collective = true;
+    if (!scratchShape.empty())
+      rs.scratch = {b.buffer("c.packed", scratchShape)};
+    return p;
+  };
+  EXPECT_TRUE(load(*asyncScatter({24})).ok());
+  expectError(asyncScatter({}),
+              "an asynchronous ReduceScatter of non-leading dimension 1 of "
+              "[4, 6] needs 1 scratch buffers to pack its input into, got 0");
+  expectError(asyncScatter({12}), "the ReduceScatter scratch buffer has 48 "
+                                  "bytes, but its input needs 96");
+  {
+    auto p = withCollective(O::ReduceScatter, {4, 6}, {4, 3}, {0}, 1);
+    StageBuilder b(stage0(*p));
+    stage0(*p).instructions.back()->scratch = {b.buffer("c.packed", {24})};
+    expectError(std::move(p), "a ReduceScatter of dimension 1 of [4, 6] needs "
+                              "0 scratch buffers to pack its input into, got 1");
+  }
+  {
+    auto p = withCollective(O::AllToAll, {4, 6}, {2, 12}, {1}, 0, 1);
+    stage0(*p).instructions.back()->async_collective = true;
+    expectError(std::move(p), "only AllReduce, AllGather and ReduceScatter may "
+                              "be asynchronous, not AllToAll");
+  }
 }
 
 TEST(ProgramVerifier, LocalSliceShapes) {

@@ -600,21 +600,29 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
   let summary = "Reduce over the group and leave each member one shard";
   let description = [{
     The input's `dim` must be divisible by the group size; the result has
-    that dimension divided by it.
+    that dimension divided by it. With `async` the runtime runs the
+    following instructions while the reduction is in flight and completes
+    it before the first instruction that touches its input or result (the
+    buffer planner keeps the input alive until the result's first reader):
+    ZeRO-2/3's and FSDP's reduce-scatter of a block's gradients while the
+    next block's backward computes, placed by `--loom-schedule-comm`.
 
     ```mlir
     %g = loom.reduce_scatter %grad on @mesh [dp] dim 0 sum
+        : tensor<768x3072xf32> -> tensor<96x3072xf32>
+    %h = loom.reduce_scatter %grad2 on @mesh [dp] dim 0 sum async
+        {reason = "zero-2: h.0.mlp.c_fc.weight's gradient"}
         : tensor<768x3072xf32> -> tensor<96x3072xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
                        StrArrayAttr:$axes, I64Attr:$dim,
                        Loom_ReductionKindAttr:$reduction,
-                       OptionalAttr<StrAttr>:$reason);
+                       OptionalAttr<StrAttr>:$reason, UnitAttr:$async);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
-    attr-dict
+    (`async` $async^)? attr-dict
     `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;

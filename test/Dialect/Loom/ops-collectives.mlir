@@ -63,10 +63,12 @@ func.func @all_gather(%s: tensor<96x3072xf32>) -> (tensor<192x3072xf32>, tensor<
 // CHECK-SAME: (%[[G:.*]]: tensor<768x3072xf32>)
 // CHECK: loom.reduce_scatter %[[G]] on @mesh [dp] dim 0 sum {reason = "zero-2 gradient"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
 // CHECK: loom.reduce_scatter %[[G]] on @mesh [dp, tp] dim 1 avg : tensor<768x3072xf32> -> tensor<768x384xf32>
-func.func @reduce_scatter(%g: tensor<768x3072xf32>) -> (tensor<384x3072xf32>, tensor<768x384xf32>) {
+// CHECK: loom.reduce_scatter %[[G]] on @mesh [dp] dim 0 sum async {reason = "in flight"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
+func.func @reduce_scatter(%g: tensor<768x3072xf32>) -> (tensor<384x3072xf32>, tensor<768x384xf32>, tensor<384x3072xf32>) {
   %0 = loom.reduce_scatter %g on @mesh [dp] dim 0 sum {reason = "zero-2 gradient"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
   %1 = loom.reduce_scatter %g on @mesh [dp, tp] dim 1 avg : tensor<768x3072xf32> -> tensor<768x384xf32>
-  return %0, %1 : tensor<384x3072xf32>, tensor<768x384xf32>
+  %2 = loom.reduce_scatter %g on @mesh [dp] dim 0 sum async {reason = "in flight"} : tensor<768x3072xf32> -> tensor<384x3072xf32>
+  return %0, %1, %2 : tensor<384x3072xf32>, tensor<768x384xf32>, tensor<384x3072xf32>
 }
 
 // CHECK-LABEL: func.func @all_to_all
