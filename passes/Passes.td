@@ -571,10 +571,13 @@ def LoomPipeline : Pass<"loom-pipeline", "::mlir::ModuleOp"> {
     * `reduce-once-per-step` (default true): a gradient the partitioned
       step all-reduces over dp before accumulating it (DDP, ZeRO-1, or a
       ZeRO-2/3 gradient dp cannot split) is accumulated locally over the
-      micro-batches and all-reduced once, at the start of its stage's
-      update (Megatron-LM's and DeepSpeed's pipelines do the same), or
-      reduce-scattered when the update reads only the rank's dp block
-      (ZeRO-1); false keeps the all-reduce in every backward action.
+      micro-batches and all-reduced once, in the last micro-batch's
+      backward of the chunk that accumulates it (a `last_microbatch`
+      all-reduce right after the accumulation, which `--loom-schedule-comm`
+      overlaps with the rest of that backward, as Megatron-LM's overlapped
+      gradient reduction), or reduce-scattered at the start of its stage's
+      update when the update reads only the rank's dp block (ZeRO-1); false
+      keeps the all-reduce in every backward action.
       Reduce-scattered (ZeRO-2/3 sharded) gradients stay per micro-batch.
     * `peak-tflops`, `bandwidth-gbs`: the roofline the costs are
       estimated on (only their ratio changes the cut); recorded on the

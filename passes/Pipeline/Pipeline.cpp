@@ -767,7 +767,9 @@ LogicalResult LoomPipelinePass::pipeline(func::FuncOp train,
     SmallVector<func::FuncOp> backwardFuncs;
     for (auto &pair : builder.funcs)
       backwardFuncs.push_back(pair[Backward].func);
-    reduceGradientsOncePerStep(backwardFuncs, stageUpdates, p, axis);
+    reduceGradientsOncePerStep(backwardFuncs, stageUpdates, p, axis,
+                               /*onlyWhereScattered=*/false,
+                               /*wholeInLastMicrobatch=*/true);
   }
 
   // 6. The schedule, checked by simulation.

@@ -225,16 +225,16 @@ llvm::StringSet<> scatterWhereSliced(
   return scattered;
 }
 
-/// DDP's no_sync (unpipelined, more than one micro-batch): the once-per-
-/// step all-reduce `reduce` of accumulator `name` at the top of `update`
-/// moves into the micro-batch function `step`, onto the accumulated sum it
-/// returns, as a `last_microbatch` all-reduce: skipped in the first M-1
-/// micro-batches (the sum stays local), run in the last one right after the
-/// accumulation, which moves up to right after the gradient is computed, so
-/// that `--loom-schedule-comm` launches it while the rest of the last
-/// backward computes (as PyTorch DDP's reducer does on the micro-batch it
-/// syncs). Leaves it in the update when the step does not return the sum
-/// as one accumulation.
+/// DDP's no_sync (more than one micro-batch): the once-per-step all-reduce
+/// `reduce` of accumulator `name` at the top of an update moves into the
+/// micro-batch function (or pipeline chunk backward) `step` that returns the
+/// accumulated sum, onto that sum, as a `last_microbatch` all-reduce:
+/// skipped in the first M-1 micro-batches (the sum stays local), run in the
+/// last one right after the accumulation, which moves up to right after the
+/// gradient is computed, so that `--loom-schedule-comm` launches it while
+/// the rest of the last backward computes (as PyTorch DDP's reducer does on
+/// the micro-batch it syncs). Leaves it in the update (and returns false)
+/// when `step` does not return the sum as one accumulation.
 bool reduceInLastMicrobatch(func::FuncOp step, AllReduceOp reduce,
                             StringRef name) {
   auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
@@ -360,8 +360,6 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                                StringRef pipelineAxis,
                                                bool onlyWhereScattered,
                                                bool wholeInLastMicrobatch) {
-  assert((!wholeInLastMicrobatch || (stages == 1 && backward.size() == 1)) &&
-         "only an unpipelined step has one micro-batch function to reduce in");
   // 1. Per stage and accumulator (by parameter name): its accumulations in
   //    the stage's backward functions, and whether all may be deferred.
   struct Candidate {
@@ -515,13 +513,24 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
   for (int64_t s = 0; s < stages; ++s) {
     llvm::StringSet<> scattered =
         scatterWhereSliced(updates[s], perStageOnce[s], sharedScattered);
-    // 4. What stays a whole all-reduce goes back into the step's last
-    //    micro-batch (DDP: every gradient; ZeRO-1: those whose moments are
-    //    whole over dp), where it overlaps the backward.
-    if (wholeInLastMicrobatch)
-      for (auto &[reduce, name] : perStageOnce[s])
-        if (!scattered.contains(name))
-          reduceInLastMicrobatch(backward.front(), reduce, name);
+    // 4. What stays a whole all-reduce goes back into the last micro-batch
+    //    of the one backward function that accumulates it (DDP: every
+    //    gradient; ZeRO-1: those whose moments are whole over dp), where it
+    //    overlaps that backward.
+    if (!wholeInLastMicrobatch)
+      continue;
+    for (auto &[reduce, name] : perStageOnce[s]) {
+      // One accumulating function: with several, the last micro-batch of
+      // one is not the end of the sum.
+      auto candidate = perStage[s].find(name);
+      if (scattered.contains(name) || candidate == perStage[s].end() ||
+          candidate->second.sums.size() != 1)
+        continue;
+      for (auto [chunk, func] : llvm::enumerate(backward))
+        if (static_cast<int64_t>(chunk) % stages == s &&
+            reduceInLastMicrobatch(func, reduce, name))
+          break;
+    }
   }
   for (func::FuncOp func : backward)
     scatterSlicedSums(func);

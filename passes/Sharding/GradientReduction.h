@@ -44,12 +44,13 @@ namespace mlir::loom {
 /// lose its overlap with the backward pass. `--loom-partition` uses this
 /// for unpipelined steps (`pipelineAxis` empty, `stages` = 1).
 ///
-/// With `wholeInLastMicrobatch` (an unpipelined step: one backward function,
-/// one stage), an accumulator whose reduction stays a whole all-reduce is
-/// reduced in the step's last micro-batch instead of the update: a
-/// `last_microbatch` all-reduce of the sum the micro-batch function returns,
-/// right after the accumulation (moved up to right after its gradient),
-/// which the runtime skips in the other micro-batches (DDP's no_sync).
+/// With `wholeInLastMicrobatch`, an accumulator whose reduction stays a
+/// whole all-reduce and which one backward function of its stage
+/// accumulates is reduced in that function's last micro-batch instead of
+/// the update: a `last_microbatch` all-reduce of the sum it returns, right
+/// after the accumulation (moved up to right after its gradient), which the
+/// runtime skips in the other micro-batches (DDP's no_sync; Megatron's
+/// overlapped gradient reduction in a pipeline's last backward).
 int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                    ArrayRef<func::FuncOp> updates,
                                    int64_t stages, StringRef pipelineAxis,

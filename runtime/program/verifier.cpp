@@ -422,15 +422,16 @@ Status checkInstructionList(
                            op == Opcode::AdamW),
                prefix << ": the optimizer runs once per step, after all "
                          "micro-batches; it belongs in update_instructions");
-    // Only an unpipelined training step's micro-batch list knows which
-    // micro-batch is the last.
+    // Only a training step's micro-batch list, or a pipeline chunk's
+    // backward, runs once per micro-batch.
     LOOM_CHECK(!ins->last_microbatch_only() ||
-                   (!update && !chunk && stage.update_instructions() &&
+                   (!update && (!chunk || list == chunk->backward()) &&
+                    stage.update_instructions() &&
                     stage.update_instructions()->size() > 0),
                prefix << ": last_microbatch_only belongs in the instructions "
-                         "of an unpipelined training stage (its update runs "
-                         "once per step, a pipeline chunk's actions per "
-                         "micro-batch)");
+                         "of a training stage or a pipeline chunk's backward "
+                         "(an update runs once per step, a forward in "
+                         "evaluations too)");
     LOOM_RETURN_IF_ERROR(InstructionChecker(facts, *ins, prefix).check());
     for (const auto *operands : {ins->inputs(), ins->outputs(), ins->scratch()})
       if (operands)

@@ -29,14 +29,12 @@ ok = True
 # (mesh, zero, micro-batches, extra flags, how the exposed time must relate
 # to the dp traffic time T = dp bytes / bandwidth).
 CASES = [
-    # DDP, no pipeline: the bucketed all-reduces run behind the backward
-    # (GPT-2 124M's backward is longer than them), of the one micro-batch or
-    # of the last of several (no_sync before it).
+    # DDP: the bucketed all-reduces run behind the backward (GPT-2 124M's
+    # backward is longer than them), of the one micro-batch or of the last
+    # of several (no_sync before it), in a pipeline of each chunk's last.
     ("dp=8", 0, 1, (), "hidden"),
     ("dp=8", 0, 4, (), "hidden"),
-    # DDP in a pipeline: once per step at the stage's update, after the
-    # pipeline drains.
-    ("dp=4,pp=2", 0, 4, ("--schedule", "1f1b"), "exposed"),
+    ("dp=4,pp=2", 0, 4, ("--schedule", "1f1b"), "hidden"),
     # ZeRO-1: reduce-scatter at the update (one micro-batch too) and
     # all-gather after the optimizer.
     ("dp=8", 1, 1, (), "exposed"),

@@ -578,54 +578,64 @@ TEST_F(Mpi, LastMicrobatchReductionsRunOncePerStep) {
   // once after the last: then both give bitwise the same losses, norms and
   // weights and send the same bytes (running them in every micro-batch
   // would send twice as much and sum the first micro-batch twice).
+  // The same in a one-stage pipeline, where the reductions run in the
+  // chunk's backward of the last micro-batch.
   std::unique_ptr<Communicator> dp;
   ASSERT_NO_FATAL_FAILURE(joinHalfJob(dp));
   const int d = dp->rank();
-  MiniGptDims local; // 2 rows per rank, 1 per micro-batch
-  local.B = 2;
-  MiniGptTrainOptions o;
-  o.microbatches = 2;
-  auto inUpdate = miniGptTrain(local, o);
-  makeDataParallel(*inUpdate, 2);
-  auto inLast = miniGptTrain(local, o);
-  makeDataParallel(*inLast, 2);
-  reduceGradientsInLastMicrobatch(*inLast);
-  program::LoadedProgram updateLoaded, lastLoaded;
-  Status s = program::loadProgramBytes(serialize(*inUpdate), "update",
-                                       updateLoaded);
-  ASSERT_TRUE(s.ok()) << s.toString();
-  s = program::loadProgramBytes(serialize(*inLast), "last", lastLoaded);
-  ASSERT_TRUE(s.ok()) << s.toString();
-  std::unique_ptr<Executor> updateEx, lastEx;
-  ASSERT_TRUE(Executor::create(updateLoaded, 0, 42, updateEx, dp.get()).ok());
-  ASSERT_TRUE(Executor::create(lastLoaded, 0, 42, lastEx, dp.get()).ok());
+  for (bool pipelined : {false, true}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "unpipelined");
+    MiniGptDims local; // 2 rows per rank, 1 per micro-batch
+    local.B = 2;
+    MiniGptTrainOptions o;
+    o.microbatches = 2;
+    auto inUpdate = miniGptTrain(local, o);
+    makeDataParallel(*inUpdate, 2);
+    auto inLast = miniGptTrain(local, o);
+    makeDataParallel(*inLast, 2);
+    reduceGradientsInLastMicrobatch(*inLast);
+    if (pipelined) {
+      makeSingleChunkPipeline(*inUpdate);
+      makeSingleChunkPipeline(*inLast);
+    }
+    program::LoadedProgram updateLoaded, lastLoaded;
+    Status s = program::loadProgramBytes(serialize(*inUpdate), "update",
+                                         updateLoaded);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    s = program::loadProgramBytes(serialize(*inLast), "last", lastLoaded);
+    ASSERT_TRUE(s.ok()) << s.toString();
+    std::unique_ptr<Executor> updateEx, lastEx;
+    ASSERT_TRUE(Executor::create(updateLoaded, 0, 42, updateEx, dp.get()).ok());
+    ASSERT_TRUE(Executor::create(lastLoaded, 0, 42, lastEx, dp.get()).ok());
 
-  const int allReduce = static_cast<int>(CommKind::AllReduce);
-  std::vector<int32_t> in, tgt;
-  for (int64_t step = 1; step <= 3; ++step) {
-    syntheticBatch(step, 4, local.T, local.V, in, tgt);
-    const int32_t *rows = in.data() + d * 2 * local.T;
-    const int32_t *targets = tgt.data() + d * 2 * local.T;
-    TrainStepResult a, b;
-    const int64_t before = dp->stats().sentBytes[allReduce];
-    s = updateEx->trainStep(rows, targets, step, 1e-2f, a);
-    ASSERT_TRUE(s.ok()) << s.toString();
-    const int64_t middle = dp->stats().sentBytes[allReduce];
-    s = lastEx->trainStep(rows, targets, step, 1e-2f, b);
-    ASSERT_TRUE(s.ok()) << s.toString();
-    const int64_t after = dp->stats().sentBytes[allReduce];
-    EXPECT_EQ(b.loss, a.loss) << "step " << step;
-    EXPECT_EQ(b.gradNorm, a.gradNorm) << "step " << step;
-    EXPECT_GT(middle - before, 0);
-    EXPECT_EQ(after - middle, middle - before) << "step " << step;
-  }
-  for (size_t k = 0; k < updateEx->params().size(); ++k) {
-    const ParamView &p = updateEx->params()[k], &q = lastEx->params()[k];
-    ASSERT_EQ(p.name, q.name);
-    const float *x = static_cast<const float *>(updateEx->bufferData(p.buffer));
-    const float *y = static_cast<const float *>(lastEx->bufferData(q.buffer));
-    for (int64_t i = 0; i < updateEx->bufferNumel(p.buffer); ++i)
-      ASSERT_EQ(y[i], x[i]) << p.name << "[" << i << "]";
+    const int allReduce = static_cast<int>(CommKind::AllReduce);
+    std::vector<int32_t> in, tgt;
+    for (int64_t step = 1; step <= 3; ++step) {
+      syntheticBatch(step, 4, local.T, local.V, in, tgt);
+      const int32_t *rows = in.data() + d * 2 * local.T;
+      const int32_t *targets = tgt.data() + d * 2 * local.T;
+      TrainStepResult a, b;
+      const int64_t before = dp->stats().sentBytes[allReduce];
+      s = updateEx->trainStep(rows, targets, step, 1e-2f, a);
+      ASSERT_TRUE(s.ok()) << s.toString();
+      const int64_t middle = dp->stats().sentBytes[allReduce];
+      s = lastEx->trainStep(rows, targets, step, 1e-2f, b);
+      ASSERT_TRUE(s.ok()) << s.toString();
+      const int64_t after = dp->stats().sentBytes[allReduce];
+      EXPECT_EQ(b.loss, a.loss) << "step " << step;
+      EXPECT_EQ(b.gradNorm, a.gradNorm) << "step " << step;
+      EXPECT_GT(middle - before, 0);
+      EXPECT_EQ(after - middle, middle - before) << "step " << step;
+    }
+    for (size_t k = 0; k < updateEx->params().size(); ++k) {
+      const ParamView &p = updateEx->params()[k], &q = lastEx->params()[k];
+      ASSERT_EQ(p.name, q.name);
+      const float *x =
+          static_cast<const float *>(updateEx->bufferData(p.buffer));
+      const float *y = static_cast<const float *>(lastEx->bufferData(q.buffer));
+      for (int64_t i = 0; i < updateEx->bufferNumel(p.buffer); ++i)
+        ASSERT_EQ(y[i], x[i]) << p.name << "[" << i << "]";
+    }
   }
 }
 

@@ -1362,8 +1362,8 @@ TEST(ProgramVerifier, LastMicrobatchAllReduce) {
             sync.outputs[0] = static_cast<uint32_t>(param->m_buffer);
       },
       "a last-micro-batch AllReduce reduces in place, but output buffer");
-  // Only an AllReduce, only in an unpipelined training step's micro-batch
-  // list.
+  // Only an AllReduce, only in a training step's micro-batch list or a
+  // pipeline chunk's backward.
   rejected(
       [](fb::ProgramT &p) {
         stage0(p).instructions[0]->last_microbatch_only = true;
@@ -1377,12 +1377,28 @@ TEST(ProgramVerifier, LastMicrobatchAllReduce) {
             stage0(p).update_instructions.begin(), std::move(moved));
       },
       "update instruction #0 'dp.sync.ln_f.bias' (AllReduce): "
-      "last_microbatch_only belongs in the instructions of an unpipelined "
-      "training stage");
+      "last_microbatch_only belongs in the instructions of a training stage "
+      "or a pipeline chunk's backward");
   rejected(
       [&](fb::ProgramT &p) { lastSync(p).members = {0, 1}; },
       "an AllReduce among pipeline members cannot run in the last "
       "micro-batch only");
+  // In a pipeline: the chunk's backward, not its forward (which also runs
+  // in evaluations).
+  {
+    auto p = good();
+    makeSingleChunkPipeline(*p);
+    Status pipelined = load(*p);
+    EXPECT_TRUE(pipelined.ok()) << pipelined.toString();
+    auto &chunk = *stage0(*p).pipeline->chunks[0];
+    chunk.forward[0]->last_microbatch_only = true;
+    pipelined = load(*p);
+    EXPECT_NE(pipelined.message().find(
+                  "last_microbatch_only belongs in the instructions of a "
+                  "training stage or a pipeline chunk's backward"),
+              std::string::npos)
+        << pipelined.message();
+  }
   // An evaluation (no update) has no micro-batches to skip.
   auto eval = miniGpt();
   makeDataParallel(*eval, 2);
@@ -1392,8 +1408,8 @@ TEST(ProgramVerifier, LastMicrobatchAllReduce) {
       ins->last_microbatch_only = true;
   s = load(*eval);
   EXPECT_NE(s.message().find("'dp.loss' (AllReduce): last_microbatch_only "
-                             "belongs in the instructions of an unpipelined "
-                             "training stage"),
+                             "belongs in the instructions of a training stage "
+                             "or a pipeline chunk's backward"),
             std::string::npos)
       << s.message();
 }

@@ -569,14 +569,13 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
     // Once per step, as the compiled step schedules it
     // (passes/Sharding/GradientReduction.cpp, passes/Sharding/ScheduleComm.cpp):
-    //  * DDP, unpipelined, accumulates whole gradients locally over the
-    //    micro-batches and all-reduces their sums in the last micro-batch
-    //    (PyTorch DDP's no_sync), bucketed and launched asynchronously as
-    //    each block's gradients are ready: they run behind the rest of that
-    //    backward (2/3 of a micro-batch's compute), as with one micro-batch.
-    //    A pipeline stage all-reduces once, at the start of its update,
-    //    after the pipeline drains (Megatron's pipelines): nothing computes
-    //    behind it.
+    //  * DDP accumulates whole gradients locally over the micro-batches and
+    //    all-reduces their sums in the last micro-batch (PyTorch DDP's
+    //    no_sync; in a pipeline, each chunk's last backward, as Megatron's
+    //    overlapped gradient reduction), bucketed and launched
+    //    asynchronously as each block's gradients are ready: they run
+    //    behind the rest of that backward (2/3 of a micro-batch's compute),
+    //    as with one micro-batch.
     //  * ZeRO-1 reduce-scatters the accumulated gradients at the start of
     //    the update (with one micro-batch too) and all-gathers the updated
     //    parameters after the optimizer: both exposed.
@@ -587,31 +586,28 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     double dpBytes = 0, dpExposed = 0, dpTotal = 0;
     double lastBackward = compute * 2.0 / 3.0;
     double dpBandwidth = bandwidth(cost.dpCrossesNodes);
-    const bool inBackward = p == 1;
+
     std::string reason;
     switch (plan.zero) {
     case 0: {
       double ar = ringAllReduceBytes(stageGradBytes, n);
       dpBytes = ar;
       dpTotal = ar / dpBandwidth;
-      if (inBackward) {
-        dpExposed = overlappedTime(dpTotal, lastBackward);
-        reason = std::string(m > 1 ? "DDP's bucketed all-reduces of the "
+      dpExposed = overlappedTime(dpTotal, lastBackward);
+      reason = std::string(p > 1   ? "DDP's bucketed all-reduces of the "
+                                     "gradients accumulated over the "
+                                     "micro-batches run in each chunk's last "
+                                     "backward, behind the rest of it"
+                           : m > 1 ? "DDP's bucketed all-reduces of the "
                                      "gradients accumulated over the "
                                      "micro-batches run in the last one, "
                                      "behind the rest of its backward"
                                    : "DDP's bucketed all-reduces of the one "
                                      "micro-batch's gradients run behind the "
                                      "rest of its backward") +
-                 " (the part that does not fit is exposed, the hidden part "
-                 "costs " +
-                 std::to_string(int(100 * kOverlapCost)) + "%)";
-      } else {
-        dpExposed = dpTotal;
-        reason = "DDP all-reduces the gradients accumulated over the "
-                 "micro-batches once, at the start of the stage's update, "
-                 "after the pipeline drains: no compute to hide behind";
-      }
+               " (the part that does not fit is exposed, the hidden part "
+               "costs " +
+               std::to_string(int(100 * kOverlapCost)) + "%)";
       break;
     }
     case 1: {

@@ -655,19 +655,21 @@ LogicalResult AllReduceOp::verify() {
                            << " has type " << input.getType()
                            << "; a reduction keeps each value's type";
   if (getLastMicrobatch()) {
-    // Only a micro-batch function runs more than once per step; elsewhere
-    // "the last micro-batch" means nothing.
+    // Only a micro-batch function (or a pipeline chunk's backward) runs once
+    // per micro-batch; elsewhere "the last micro-batch" means nothing.
     Operation *func =
         getOperation()->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
     auto train = func ? func->getAttrOfType<DictionaryAttr>(
                             LoomDialect::kTrainAttr)
                       : DictionaryAttr();
     auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
-    if (!phase || phase.getValue() != "microbatch")
+    if (!phase ||
+        (phase.getValue() != "microbatch" && phase.getValue() != "backward"))
       return emitOpError()
              << "is last_microbatch outside a training step's micro-batch "
-                "function (loom.train phase \"microbatch\"); reduce "
-                "there, or drop last_microbatch";
+                "function or pipeline backward (loom.train phase "
+                "\"microbatch\" or \"backward\"); reduce there, or drop "
+                "last_microbatch";
   }
   return success();
 }

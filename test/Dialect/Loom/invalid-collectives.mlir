@@ -278,10 +278,11 @@ func.func @all_reduce_empty() {
 // -----
 
 // "The last micro-batch" exists only in a training step's micro-batch
-// function: an update (or any other function) runs once.
+// function or a pipeline chunk's backward: an update (or any other
+// function, a pipeline forward too) runs once per step or per forward.
 loom.mesh @mesh <dp = 2>
 func.func @last_microbatch_in_update(%x: tensor<8xf32>) -> tensor<8xf32> attributes {loom.train = {phase = "update"}} {
-  // expected-error@+1 {{'loom.all_reduce' op is last_microbatch outside a training step's micro-batch function (loom.train phase "microbatch"); reduce there, or drop last_microbatch}}
+  // expected-error@+1 {{'loom.all_reduce' op is last_microbatch outside a training step's micro-batch function or pipeline backward (loom.train phase "microbatch" or "backward"); reduce there, or drop last_microbatch}}
   %0 = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
