@@ -99,10 +99,9 @@ void printPhases(const RankFigures &fig, raw_ostream &os) {
   os << "  sent per execution of each phase (bytes, by collective and "
         "axes):\n";
   // The step's order, not the alphabet's.
-  static const char *const kOrder[] = {"microbatch", "last microbatch",
-                                       "forward",    "backward",
-                                       "update",     "step",
-                                       "loss"};
+  static const char *const kOrder[] = {
+      "microbatch", "forward", "backward", "last microbatch",
+      "update",     "step",    "loss"};
   for (const char *name : kOrder) {
     auto it = fig.phases.find(name);
     if (it == fig.phases.end())
