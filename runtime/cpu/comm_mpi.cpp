@@ -366,8 +366,8 @@ Status MpiCommunicator::doStartReduceScatter(const void *in, void *out,
   PendingCollective pending{MPI_REQUEST_NULL, nullptr, count, groupSize(axes),
                             nullptr, nullptr};
   if (dtype == DType::BF16) {
-    // As doReduceScatter: the all-to-all of the blocks in the background,
-    // the fp32 reduction (rounded once) at completion.
+    // Member j receives everyone's block j (an all-to-all, in the
+    // background) and at completion reduces them in fp32, rounding once.
     MPI_Comm comm;
     LOOM_RETURN_IF_ERROR(group(axes, comm));
     int c = 0;
@@ -440,8 +440,7 @@ Status MpiCommunicator::doReduceScatter(const void *in, void *out,
                                         int64_t count, DType dtype,
                                         Reduction op,
                                         const std::vector<uint32_t> &axes) {
-  // Started and waited for at once: one implementation of both (bf16: member
-  // j receives everyone's block j, reduces in fp32, rounds once).
+  // Started and waited for at once: one implementation of both.
   Ticket t = -1;
   LOOM_RETURN_IF_ERROR(
       doStartReduceScatter(in, out, count, dtype, op, axes, t));
