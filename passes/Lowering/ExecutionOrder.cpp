@@ -107,13 +107,11 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     // block by block from a buffer of its own (a synchronous one packs into
     // the runtime's workspace, free again when it returns).
     auto type = cast<RankedTensorType>(rs.getInput().getType());
-    int64_t outer = 1;
-    for (int64_t d = 0; d < static_cast<int64_t>(rs.getDim()); ++d)
-      outer *= type.getShape()[d];
-    if (outer != 1)
-      return {RankedTensorType::get({type.getNumElements()},
-                                    type.getElementType())};
-    return {};
+    if (ShapedType::getNumElements(type.getShape().take_front(rs.getDim())) ==
+        1)
+      return {};
+    return {RankedTensorType::get({type.getNumElements()},
+                                  type.getElementType())};
   }
   if (auto ln = dyn_cast<LayerNormOp>(op)) {
     // Per-row mean and reciprocal standard deviation.

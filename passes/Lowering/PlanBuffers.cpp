@@ -195,8 +195,8 @@ struct LoomPlanBuffersPass
           alloc.end = std::max(alloc.end, it->second);
       // An asynchronous collective keeps its scratch (the packed bucket)
       // until the first op that reads one of its results: the runtime
-      // completes it there.
-      // An asynchronous reduce-scatter also sends from its input until then.
+      // completes it there. A reduce-scatter also sends from its input
+      // until then.
       for (auto [pos, op] : llvm::enumerate(fp.order.ops)) {
         const bool inputs = readsInputsUntilComplete(op);
         if (!completesLater(op) || (fp.scratch[pos].empty() && !inputs))

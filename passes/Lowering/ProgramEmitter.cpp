@@ -459,9 +459,7 @@ StageEmitter::emitBody(func::FuncOp func) {
             bufferIndex.lookup(func.getArgument(updates.getInt()));
         inPlace[value] = argBuffer;
         // An in-place reduction's input is written where its result is.
-        for (auto r = dyn_cast<OpResult>(value);
-             r && reducesInPlace(r.getOwner());
-             r = dyn_cast<OpResult>(r.getOwner()->getOperand(r.getResultNumber())))
+        if (auto r = dyn_cast<OpResult>(value); r && reducesInPlace(r.getOwner()))
           inPlace[r.getOwner()->getOperand(r.getResultNumber())] = argBuffer;
       }
 

@@ -27,6 +27,10 @@ struct DeferrableSum {
   /// Slices between them and the accumulator (on other axes: a tp slice
   /// of a dp sum is the dp sum of the tp slices).
   SmallVector<LocalSliceOp> slices;
+  /// The accumulation `acc + g` and the result of its function that
+  /// returns it.
+  AddOp accumulation;
+  unsigned result = 0;
 };
 
 /// Walks the tree of `g` (adds of same-typed values, local slices and
@@ -227,57 +231,39 @@ llvm::StringSet<> scatterWhereSliced(
 
 /// DDP's no_sync (more than one micro-batch): the once-per-step all-reduce
 /// `reduce` of accumulator `name` at the top of an update moves into the
-/// micro-batch function (or pipeline chunk backward) `step` that returns the
-/// accumulated sum, onto that sum, as a `last_microbatch` all-reduce:
-/// skipped in the first M-1 micro-batches (the sum stays local), run in the
-/// last one right after the accumulation, which moves up to right after the
+/// micro-batch function (or pipeline chunk backward) that returns the
+/// accumulation `sum`, onto it, as a `last_microbatch` all-reduce: skipped
+/// in the first M-1 micro-batches (the sum stays local), run in the last
+/// one right after the accumulation, which moves up to right after the
 /// gradient is computed, so that `--loom-schedule-comm` launches it while
 /// the rest of the last backward computes (as PyTorch DDP's reducer does on
-/// the micro-batch it syncs). Leaves it in the update (and returns false)
-/// when `step` does not return the sum as one accumulation.
-bool reduceInLastMicrobatch(func::FuncOp step, AllReduceOp reduce,
+/// the micro-batch it syncs).
+void reduceInLastMicrobatch(DeferrableSum &sum, AllReduceOp reduce,
                             StringRef name) {
-  auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
-  for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
-    auto updates =
-        step.getResultAttrOfType<IntegerAttr>(i, LoomDialect::kUpdatesAttr);
-    if (!updates)
-      continue;
-    unsigned accIndex = updates.getInt();
-    auto role =
-        step.getArgAttrOfType<RoleAttr>(accIndex, LoomDialect::kRoleAttr);
-    if (!role || role.getValue() != Role::Grad || argName(step, accIndex) != name)
-      continue;
-    Value sum = ret.getOperand(i);
-    auto add = sum.getDefiningOp<AddOp>();
-    if (!add || !sum.hasOneUse() || add->getBlock() != ret->getBlock() ||
-        add.getLhs() != step.getArgument(accIndex))
-      return false;
-    // 1. The accumulation right after the gradient it adds.
-    if (Operation *grad = add.getRhs().getDefiningOp())
-      if (grad->getBlock() == add->getBlock())
-        add->moveAfter(grad);
-    // 2. Its sum reduced there, in the last micro-batch only.
-    OpBuilder b(add.getContext());
-    b.setInsertionPointAfter(add);
-    // Named for the trace after what it synchronizes (the update's
-    // location would call it "optimizer").
-    auto last = AllReduceOp::create(
-        b, NameLoc::get(b.getStringAttr(name + ".grad_sync"), add.getLoc()),
-        TypeRange{sum.getType()}, ValueRange{sum},
-        reduce.getMeshAttr(), reduce.getAxesAttr(), reduce.getReductionAttr(),
-        /*async=*/UnitAttr(),
-        b.getStringAttr(name + ": the micro-batches' local gradients summed "
-                               "over the data-parallel ranks once per step, "
-                               "in the last micro-batch"),
-        /*last_microbatch=*/b.getUnitAttr());
-    ret.setOperand(i, last.getResult());
-    // 3. The update reads the reduced accumulator as it is.
-    reduce.getResult().replaceAllUsesWith(reduce.getInput());
-    reduce.erase();
-    return true;
-  }
-  return false;
+  AddOp add = sum.accumulation;
+  Value accumulated = add.getResult();
+  // 1. The accumulation right after the gradient it adds.
+  if (Operation *grad = add.getRhs().getDefiningOp())
+    if (grad->getBlock() == add->getBlock())
+      add->moveAfter(grad);
+  // 2. Its sum reduced there, in the last micro-batch only. Named for the
+  //    trace after what it synchronizes (the update's location would call
+  //    it "optimizer").
+  OpBuilder b(add.getContext());
+  b.setInsertionPointAfter(add);
+  auto last = AllReduceOp::create(
+      b, NameLoc::get(b.getStringAttr(name + ".grad_sync"), add.getLoc()),
+      TypeRange{accumulated.getType()}, ValueRange{accumulated},
+      reduce.getMeshAttr(), reduce.getAxesAttr(), reduce.getReductionAttr(),
+      /*async=*/UnitAttr(),
+      b.getStringAttr(name + ": the micro-batches' local gradients summed "
+                             "over the data-parallel ranks once per step, "
+                             "in the last micro-batch"),
+      /*last_microbatch=*/b.getUnitAttr());
+  add->getBlock()->getTerminator()->setOperand(sum.result, last.getResult());
+  // 3. The update reads the reduced accumulator as it is.
+  reduce.getResult().replaceAllUsesWith(reduce.getInput());
+  reduce.erase();
 }
 
 /// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
@@ -390,6 +376,8 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                   axis);
                             });
       };
+      sum.accumulation = add;
+      sum.result = i;
       if (!add || add.getLhs() != func.getArgument(accIndex) ||
           failed(collectReductions(add.getRhs(), sum)) ||
           llvm::is_contained(sum.axes.getAsValueRange<StringAttr>(),
@@ -520,16 +508,13 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
     if (!wholeInLastMicrobatch)
       continue;
     for (auto &[reduce, name] : perStageOnce[s]) {
-      // One accumulating function: with several, the last micro-batch of
-      // one is not the end of the sum.
-      auto candidate = perStage[s].find(name);
-      if (scattered.contains(name) || candidate == perStage[s].end() ||
-          candidate->second.sums.size() != 1)
-        continue;
-      for (auto [chunk, func] : llvm::enumerate(backward))
-        if (static_cast<int64_t>(chunk) % stages == s &&
-            reduceInLastMicrobatch(func, reduce, name))
-          break;
+      // One accumulating function, its sum read by nothing but its return:
+      // with several, the last micro-batch of one is not the end of the sum.
+      SmallVector<DeferrableSum> &sums = perStage[s][name].sums;
+      if (!scattered.contains(name) && sums.size() == 1 &&
+          isa<func::FuncOp>(sums.front().accumulation->getParentOp()) &&
+          sums.front().accumulation.getResult().hasOneUse())
+        reduceInLastMicrobatch(sums.front(), reduce, name);
     }
   }
   for (func::FuncOp func : backward)

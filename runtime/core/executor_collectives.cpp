@@ -119,12 +119,6 @@ Status Executor::runCollective(const program::Instruction &ins,
     axes.assign(ins.axes()->begin(), ins.axes()->end());
   const Opcode op = ins.opcode();
   const int64_t n = comm->groupSize(axes);
-  auto outerOf = [](const std::vector<int64_t> &shape, int64_t dim) {
-    int64_t outer = 1;
-    for (int64_t d = 0; d < dim; ++d)
-      outer *= shape[d];
-    return outer;
-  };
   auto tempBytes = [&](TempPool &pool, int64_t bytes) {
     return static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
@@ -139,7 +133,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       InFlight flight;
       flight.busy = {byteRange(in[0]), byteRange(out[0])};
       void *into = dst;
-      if (outerOf(shape, dim) != 1) {
+      if (program::shapeNumelBefore(shape, dim) != 1) {
         // Received into a spare temporary of buffer memory (several
         // gathers may be in flight), unpacked into the output on completion.
         const uint64_t bytes = static_cast<uint64_t>(count * n * eb);
@@ -158,7 +152,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       inFlight.push_back(std::move(flight));
       return Status::success();
     }
-    if (outerOf(shape, dim) == 1)
+    if (program::shapeNumelBefore(shape, dim) == 1)
       return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
     void *gathered = tempBytes(workspace, count * n * eb);
     LOOM_RETURN_IF_ERROR(
@@ -178,7 +172,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       // planned scratch (the verifier asks for one).
       InFlight flight;
       flight.busy = {byteRange(in[0]), byteRange(out[0])};
-      if (outerOf(shape, dim) != 1) {
+      if (program::shapeNumelBefore(shape, dim) != 1) {
         void *packed = bufferData(scr[0]);
         LOOM_RETURN_IF_ERROR(
             kernels->packBlocks(packed, src, shape, dim, n, eb));
@@ -190,7 +184,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       inFlight.push_back(std::move(flight));
       return Status::success();
     }
-    if (outerOf(shape, dim) != 1) {
+    if (program::shapeNumelBefore(shape, dim) != 1) {
       void *packed = tempBytes(workspace, count * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
@@ -206,12 +200,12 @@ Status Executor::runCollective(const program::Instruction &ins,
     std::vector<int64_t> chunkShape = shape;
     chunkShape[dim] /= n;
     const void *src = bufferData(in[0]);
-    if (outerOf(shape, dim) != 1) {
+    if (program::shapeNumelBefore(shape, dim) != 1) {
       void *packed = tempBytes(workspace, chunk * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
-    if (outerOf(chunkShape, dim2) == 1)
+    if (program::shapeNumelBefore(chunkShape, dim2) == 1)
       return comm->allToAll(src, dst, chunk, dt, axes);
     void *received = tempBytes(workspace2, chunk * n * eb);
     LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));

@@ -361,10 +361,8 @@ Status InstructionChecker::checkCollective() {
       if (op == Opcode::ReduceScatter) {
         LOOM_RETURN_IF_ERROR(checkReduction(in));
         // In flight, a non-leading split sends from its packed copy.
-        int64_t outer = 1;
-        for (int64_t d = 0; d < dim; ++d)
-          outer *= s[d];
-        const bool packs = ins.async_collective() && outer != 1;
+        const bool packs =
+            ins.async_collective() && shapeNumelBefore(s, dim) != 1;
         INSTR_CHECK(scratch.size() == (packs ? 1u : 0u),
                     (packs ? "an asynchronous ReduceScatter of non-leading "
                              "dimension "

@@ -61,6 +61,13 @@ int64_t shapeNumel(const std::vector<int64_t> &shape) {
   return n;
 }
 
+int64_t shapeNumelBefore(const std::vector<int64_t> &shape, int64_t dim) {
+  int64_t n = 1;
+  for (int64_t d = 0; d < dim; ++d)
+    n *= shape[d];
+  return n;
+}
+
 std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index) {
   return toVector(stage.buffers()->Get(index)->shape());
 }

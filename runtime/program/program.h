@@ -114,6 +114,11 @@ BufferRange bufferRange(const Stage &stage, uint32_t index);
 /// Element count of a shape (1 for a scalar); the shape must be verified.
 int64_t shapeNumel(const std::vector<int64_t> &shape);
 
+/// Element count of the dimensions before `dim`: 1 when splitting `dim`
+/// leaves each block contiguous (a collective sends it as it is), more when
+/// the blocks must be packed.
+int64_t shapeNumelBefore(const std::vector<int64_t> &shape, int64_t dim);
+
 /// Shape as "[4, 64, 768]", for messages.
 std::string shapeString(const std::vector<int64_t> &shape);
 
