@@ -149,10 +149,13 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
       auto [kind, bytes] = collectiveSentBytes(op);
       if (!kind)
         return;
-      // A reduction of the last micro-batch alone (DDP's no_sync) runs once
-      // per step, whatever the micro-batch count.
+      // A reduction of the last micro-batch alone (DDP's no_sync, ZeRO-1's
+      // in-place reduce-scatter) runs once per step, whatever the
+      // micro-batch count.
       auto ar = dyn_cast<AllReduceOp>(op);
-      const bool lastOnly = ar && ar.getLastMicrobatch();
+      auto rs = dyn_cast<ReduceScatterOp>(op);
+      const bool lastOnly = (ar && ar.getLastMicrobatch()) ||
+                            (rs && rs.getLastMicrobatch());
       const int64_t times = lastOnly ? 1 : executions;
       RankFigures::PhaseTraffic &phase =
           fig.phases[lastOnly ? "last microbatch" : phaseName];

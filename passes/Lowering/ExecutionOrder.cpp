@@ -17,8 +17,11 @@ std::string mlir::loom::storageKey(func::FuncOp func, BlockArgument arg) {
 bool mlir::loom::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
 bool mlir::loom::reducesInPlace(Operation *op) {
-  auto ar = dyn_cast<AllReduceOp>(op);
-  return ar && ar.getLastMicrobatch();
+  if (auto ar = dyn_cast<AllReduceOp>(op))
+    return ar.getLastMicrobatch();
+  if (auto rs = dyn_cast<ReduceScatterOp>(op))
+    return rs.getLastMicrobatch();
+  return false;
 }
 
 static LogicalResult appendOps(Block &block, ExecutionOrder &order) {
@@ -102,16 +105,25 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return {RankedTensorType::get(
         {elements}, getElementTypeOrSelf(ar.getInputs().front().getType()))};
   }
-  if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && rs.getAsync()) {
-    // In flight, a split of a non-leading dimension sends its input packed
-    // block by block from a buffer of its own (a synchronous one packs into
-    // the runtime's workspace, free again when it returns).
+  if (auto rs = dyn_cast<ReduceScatterOp>(op);
+      rs && (rs.getAsync() || rs.getLastMicrobatch())) {
+    // In flight or in place, a split of a non-leading dimension sends its
+    // input packed block by block from a buffer of its own (a synchronous
+    // one packs into the runtime's workspace, free again when it returns).
+    // In place, the reduced block arrives in a buffer of its own first
+    // (the input is still being sent) and is written into the input's
+    // storage when the reduction completes.
     auto type = cast<RankedTensorType>(rs.getInput().getType());
-    if (ShapedType::getNumElements(type.getShape().take_front(rs.getDim())) ==
+    SmallVector<RankedTensorType> scratch;
+    if (rs.getLastMicrobatch())
+      scratch.push_back(RankedTensorType::get(
+          {type.getNumElements() / rs.getGroupSize().value_or(1)},
+          type.getElementType()));
+    if (ShapedType::getNumElements(type.getShape().take_front(rs.getDim())) !=
         1)
-      return {};
-    return {RankedTensorType::get({type.getNumElements()},
-                                  type.getElementType())};
+      scratch.push_back(RankedTensorType::get({type.getNumElements()},
+                                              type.getElementType()));
+    return scratch;
   }
   if (auto ln = dyn_cast<LayerNormOp>(op)) {
     // Per-row mean and reciprocal standard deviation.

@@ -58,14 +58,16 @@ std::string storageKey(func::FuncOp func, BlockArgument arg);
 bool isView(Operation *op);
 
 /// True for ops whose results live in their inputs' storage (a
-/// `last_microbatch` all-reduce: the identity in the micro-batches that skip
-/// it, so its results must be where its inputs already are).
+/// `last_microbatch` all-reduce or reduce-scatter: the identity in the
+/// micro-batches that skip it, so its results must be where its inputs
+/// already are).
 bool reducesInPlace(Operation *op);
 
 /// Kernel workspace or state an op needs beyond its results (attention
 /// probabilities, layer-norm statistics, a gradient bucket's packed
-/// buffer, an asynchronous reduce-scatter's packed input), in the order the
-/// runtime expects.
+/// buffer, an in-place reduce-scatter's received block, an asynchronous or
+/// in-place reduce-scatter's packed input), in the order the runtime
+/// expects.
 SmallVector<RankedTensorType> getScratchTypes(Operation *op);
 
 /// Whether `op` is still in flight after it starts (an `async` all-reduce

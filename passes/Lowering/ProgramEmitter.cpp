@@ -374,6 +374,7 @@ StageEmitter::emitInstruction(Operation *op) {
             dim = c.getDim();
             reduction = reductionOf(c.getReduction());
             async = c.getAsync();
+            lastMicrobatchOnly = c.getLastMicrobatch();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](AllToAllOp c) {

@@ -138,12 +138,13 @@ BlockReads readsAsDpBlocks(AllReduceOp reduce) {
 /// that holds it scatters its copy the same way; otherwise the stages'
 /// sums would not match). An accumulator read whole anywhere (or through
 /// other axes' slices) keeps its all-reduce; so does every one of an update
-/// whose sum of squares is already reduced over dp (ZeRO-2/3).
-llvm::StringSet<> scatterWhereSliced(
+/// whose sum of squares is already reduced over dp (ZeRO-2/3). Returns the
+/// reduce-scatters by accumulator name.
+llvm::StringMap<ReduceScatterOp> scatterWhereSliced(
     func::FuncOp update,
     ArrayRef<std::pair<AllReduceOp, std::string>> reductions,
     const llvm::StringSet<> &sharedScattered) {
-  llvm::StringSet<> scattered;
+  llvm::StringMap<ReduceScatterOp> scattered;
   if (reductions.empty())
     return scattered;
   AllReduceOp first = reductions.front().first;
@@ -194,7 +195,7 @@ llvm::StringSet<> scatterWhereSliced(
       reads.shared.erase();
     reduce.erase();
     blocks.insert(block);
-    scattered.insert(name);
+    scattered[name] = scatter;
   }
   if (blocks.empty())
     return scattered;
@@ -229,6 +230,25 @@ llvm::StringSet<> scatterWhereSliced(
   return scattered;
 }
 
+/// Moves the accumulation `sum` right after the gradient it adds and
+/// returns a builder placed behind it, where a last-micro-batch reduction
+/// of the sum launches while the rest of the backward computes.
+OpBuilder behindAccumulation(DeferrableSum &sum) {
+  AddOp add = sum.accumulation;
+  if (Operation *grad = add.getRhs().getDefiningOp())
+    if (grad->getBlock() == add->getBlock())
+      add->moveAfter(grad);
+  OpBuilder b(add.getContext());
+  b.setInsertionPointAfter(add);
+  return b;
+}
+
+/// The location a last-micro-batch reduction of `name` is traced under:
+/// what it synchronizes (the update's location would call it "optimizer").
+Location gradSyncLoc(OpBuilder &b, StringRef name, Location at) {
+  return NameLoc::get(b.getStringAttr(name + ".grad_sync"), at);
+}
+
 /// DDP's no_sync (more than one micro-batch): the once-per-step all-reduce
 /// `reduce` of accumulator `name` at the top of an update moves into the
 /// micro-batch function (or pipeline chunk backward) that returns the
@@ -240,19 +260,12 @@ llvm::StringSet<> scatterWhereSliced(
 /// the micro-batch it syncs).
 void reduceInLastMicrobatch(DeferrableSum &sum, AllReduceOp reduce,
                             StringRef name) {
-  AddOp add = sum.accumulation;
-  Value accumulated = add.getResult();
-  // 1. The accumulation right after the gradient it adds.
-  if (Operation *grad = add.getRhs().getDefiningOp())
-    if (grad->getBlock() == add->getBlock())
-      add->moveAfter(grad);
-  // 2. Its sum reduced there, in the last micro-batch only. Named for the
-  //    trace after what it synchronizes (the update's location would call
-  //    it "optimizer").
-  OpBuilder b(add.getContext());
-  b.setInsertionPointAfter(add);
+  Value accumulated = sum.accumulation.getResult();
+  // 1-2. The accumulation right after the gradient it adds, its sum
+  //      reduced there, in the last micro-batch only.
+  OpBuilder b = behindAccumulation(sum);
   auto last = AllReduceOp::create(
-      b, NameLoc::get(b.getStringAttr(name + ".grad_sync"), add.getLoc()),
+      b, gradSyncLoc(b, name, accumulated.getLoc()),
       TypeRange{accumulated.getType()}, ValueRange{accumulated},
       reduce.getMeshAttr(), reduce.getAxesAttr(), reduce.getReductionAttr(),
       /*async=*/UnitAttr(),
@@ -260,10 +273,44 @@ void reduceInLastMicrobatch(DeferrableSum &sum, AllReduceOp reduce,
                              "over the data-parallel ranks once per step, "
                              "in the last micro-batch"),
       /*last_microbatch=*/b.getUnitAttr());
-  add->getBlock()->getTerminator()->setOperand(sum.result, last.getResult());
+  b.getBlock()->getTerminator()->setOperand(sum.result, last.getResult());
   // 3. The update reads the reduced accumulator as it is.
   reduce.getResult().replaceAllUsesWith(reduce.getInput());
   reduce.erase();
+}
+
+/// ZeRO-1's reduce-scatter of an accumulated gradient, `scatter` at the top
+/// of the update (nothing to overlap there), moves into the micro-batch
+/// function (or pipeline chunk backward) that returns the accumulation
+/// `sum`, as an in-place `last_microbatch` reduce-scatter right after it:
+/// skipped in the first M-1 micro-batches, run in the last one while the
+/// rest of its backward computes (`--loom-schedule-comm` launches it). The
+/// accumulator then holds this rank's reduced block (zeros elsewhere), and
+/// the update reads that block with a local slice: no persistent shard
+/// buffer, as Megatron's distributed optimizer reduce-scatters its
+/// gradient buffer in place.
+void scatterInLastMicrobatch(DeferrableSum &sum, ReduceScatterOp scatter,
+                             StringRef name) {
+  Value accumulated = sum.accumulation.getResult();
+  OpBuilder b = behindAccumulation(sum);
+  auto last = ReduceScatterOp::create(
+      b, gradSyncLoc(b, name, accumulated.getLoc()), accumulated.getType(),
+      accumulated, scatter.getMeshAttr(), scatter.getAxesAttr(),
+      scatter.getDimAttr(), scatter.getReductionAttr(),
+      b.getStringAttr(name + ": the micro-batches' local gradients "
+                             "reduce-scattered over the data-parallel ranks "
+                             "once per step, in place in the last "
+                             "micro-batch; this rank updates its block"),
+      /*async=*/UnitAttr(), /*last_microbatch=*/b.getUnitAttr());
+  b.getBlock()->getTerminator()->setOperand(sum.result, last.getResult());
+  OpBuilder u(scatter);
+  auto block = LocalSliceOp::create(
+      u, scatter.getLoc(), scatter.getType(), scatter.getInput(),
+      scatter.getMeshAttr(), scatter.getAxesAttr(), scatter.getDimAttr(),
+      u.getStringAttr(name + ": this rank's block of the gradient the last "
+                             "micro-batch reduce-scattered in place"));
+  scatter.getResult().replaceAllUsesWith(block.getResult());
+  scatter.erase();
 }
 
 /// `local_slice` on dp of (slices on other axes and slice_grad pads of) a
@@ -499,21 +546,25 @@ int64_t mlir::loom::reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
         sharedScattered.insert(name);
     }
   for (int64_t s = 0; s < stages; ++s) {
-    llvm::StringSet<> scattered =
+    llvm::StringMap<ReduceScatterOp> scattered =
         scatterWhereSliced(updates[s], perStageOnce[s], sharedScattered);
-    // 4. What stays a whole all-reduce goes back into the last micro-batch
-    //    of the one backward function that accumulates it (DDP: every
-    //    gradient; ZeRO-1: those whose moments are whole over dp), where it
-    //    overlaps that backward.
-    if (!wholeInLastMicrobatch)
-      continue;
+    // 4. Each once-per-step reduction goes back into the last micro-batch
+    //    of the one backward function that accumulates it, where it
+    //    overlaps that backward: ZeRO-1's reduce-scatters (in place, with
+    //    any number of micro-batches) and, with more than one micro-batch,
+    //    what stays a whole all-reduce (DDP: every gradient; ZeRO-1: those
+    //    whose moments are whole over dp).
     for (auto &[reduce, name] : perStageOnce[s]) {
       // One accumulating function, its sum read by nothing but its return:
       // with several, the last micro-batch of one is not the end of the sum.
       SmallVector<DeferrableSum> &sums = perStage[s][name].sums;
-      if (!scattered.contains(name) && sums.size() == 1 &&
-          isa<func::FuncOp>(sums.front().accumulation->getParentOp()) &&
-          sums.front().accumulation.getResult().hasOneUse())
+      if (sums.size() != 1 ||
+          !isa<func::FuncOp>(sums.front().accumulation->getParentOp()) ||
+          !sums.front().accumulation.getResult().hasOneUse())
+        continue;
+      if (ReduceScatterOp scatter = scattered.lookup(name))
+        scatterInLastMicrobatch(sums.front(), scatter, name);
+      else if (wholeInLastMicrobatch)
         reduceInLastMicrobatch(sums.front(), reduce, name);
     }
   }

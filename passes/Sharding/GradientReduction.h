@@ -7,7 +7,9 @@
 // of sums is the sum: Megatron-LM (finalize_model_grads) and DeepSpeed's
 // PipelineEngine (reduce_grads) accumulate the local gradients over the
 // micro-batches and all-reduce once per step. This moves those
-// all-reduces into the stages' optimizer updates (as reduce-scatters where
+// all-reduces to once per step: into the last micro-batch's backward where
+// one function accumulates the sum, else into the stages' optimizer updates
+// (as reduce-scatters where
 // an update reads only the rank's dp block, ZeRO-1: every tensor whose
 // moments ZeRO-1 splits, the tied wte too, whose stages then sum their dp
 // blocks; a tensor whose moments stay whole over dp, a column-parallel
@@ -51,6 +53,13 @@ namespace mlir::loom {
 /// after the accumulation (moved up to right after its gradient), which the
 /// runtime skips in the other micro-batches (DDP's no_sync; Megatron's
 /// overlapped gradient reduction in a pipeline's last backward).
+///
+/// A reduction that becomes a reduce-scatter (ZeRO-1) and whose accumulator
+/// one backward function accumulates goes there too, whatever the flags:
+/// a `last_microbatch` reduce-scatter in place right after the
+/// accumulation, the update reading the rank's block of the accumulator
+/// with a local slice (Megatron's distributed optimizer, which
+/// reduce-scatters its gradient buffer behind the last backward).
 int64_t reduceGradientsOncePerStep(ArrayRef<func::FuncOp> backward,
                                    ArrayRef<func::FuncOp> updates,
                                    int64_t stages, StringRef pipelineAxis,

@@ -7,7 +7,8 @@
 // them into buckets in the order gradients become ready and launch each
 // bucket as soon as its last gradient exists, so it runs while the rest of
 // the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
-// gradient exists and are accumulated one block later (FSDP). Collectives
+// gradient exists and are accumulated one block later (FSDP); ZeRO-1's
+// in-place ones launch behind the last micro-batch's accumulation. Collectives
 // over a pipeline axis stay blocking (their members run other stages'
 // functions).
 //
@@ -280,6 +281,19 @@ struct LoomScheduleCommPass
                          return pipelineAxes.contains(axis);
                        }))
         continue;
+      // ZeRO-1's in-place reduce-scatter of an accumulated gradient in the
+      // last micro-batch: already right behind its accumulation (the
+      // partitioner put it there); launched there, it completes by the end
+      // of the backward, while the rest of the backward computes.
+      if (scatter.getLastMicrobatch()) {
+        if (overlap) {
+          scatter.setAsync(true);
+          scatter.setReason(
+              (scatter.getReason() ? scatter.getReason()->str() : "scatter") +
+              ", launched after its accumulation");
+        }
+        continue;
+      }
       // Gradients only: a shard added to an accumulator (an argument), or
       // an accumulated gradient (ZeRO-1's, in the update). Sequence
       // parallelism's reduce-scatters feed the very next op: nothing to

@@ -279,6 +279,14 @@ private:
                       const std::vector<uint32_t> &in,
                       const std::vector<uint32_t> &out,
                       const std::vector<uint32_t> &scr);
+  /// A last-micro-batch ReduceScatter, in place: this rank's block of the
+  /// input reduced over the group into scratch[0] (from the packed copy in
+  /// scratch[1] for a non-leading dimension), then written back over the
+  /// input as its block with zeros elsewhere; now, or on completion
+  /// (async_collective).
+  Status runReduceScatterInPlace(const program::Instruction &ins,
+                                 const std::vector<uint32_t> &in,
+                                 const std::vector<uint32_t> &scr);
   /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
   /// writes or uses as scratch), or all of them when `ins` is null.
   Status completeInFlight(const program::Instruction *ins);

@@ -1,11 +1,11 @@
 //===- executor_collectives.cpp - The collectives of Executor ---*- C++ -*-===//
 //
 // AllReduce (one value in place, or a packed bucket; now, or started and
-// left in flight until an instruction touches its bytes), completing the
-// in-flight collectives, and the other collectives of the instruction
-// stream: AllGather and ReduceScatter (possibly in flight), AllToAll, Send and
-// Recv, with non-leading dimensions packed / unpacked around the
-// Communicator call.
+// left in flight until an instruction touches its bytes), ZeRO-1's in-place
+// last-micro-batch ReduceScatter, completing the in-flight collectives, and
+// the other collectives of the instruction stream: AllGather and
+// ReduceScatter (possibly in flight), AllToAll, Send and Recv, with
+// non-leading dimensions packed / unpacked around the Communicator call.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
@@ -72,6 +72,48 @@ Status Executor::runAllReduce(const program::Instruction &ins,
     flight.busy.push_back(byteRange(scr[0]));
     flight.finish = unpack;
   }
+  inFlight.push_back(std::move(flight));
+  return Status::success();
+}
+
+Status Executor::runReduceScatterInPlace(const program::Instruction &ins,
+                                         const std::vector<uint32_t> &in,
+                                         const std::vector<uint32_t> &scr) {
+  std::vector<uint32_t> axes;
+  if (ins.axes())
+    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
+  const int64_t count = bufferNumel(in[0]) / n;
+  const std::vector<int64_t> &shape = shapes[in[0]];
+  const int64_t dim = ins.dim(), extent = shape[dim] / n;
+  void *data = bufferData(in[0]);
+  void *block = bufferData(scr[0]);
+  const void *src = data;
+  if (program::shapeNumelBefore(shape, dim) != 1) {
+    void *packed = bufferData(scr[1]);
+    LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
+    src = packed;
+  }
+  // The block goes back over the input (the rank's block of `dim`, as
+  // LocalSlice reads it; zeros in the others) once the reduction is done.
+  const int64_t offset = comm->groupRank(axes) * extent;
+  auto writeBack = [this, data, block, shape, dim, offset, extent,
+                    eb]() -> Status {
+    return kernels->sliceDimGrad(data, block, shape, dim, offset, extent, eb);
+  };
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(comm->reduceScatter(src, block, count, dt,
+                                             ins.reduction(), axes));
+    return writeBack();
+  }
+  InFlight flight;
+  flight.busy = {byteRange(in[0])};
+  for (uint32_t b : scr)
+    flight.busy.push_back(byteRange(b));
+  flight.finish = writeBack;
+  LOOM_RETURN_IF_ERROR(comm->startReduceScatter(
+      src, block, count, dt, ins.reduction(), axes, flight.ticket));
   inFlight.push_back(std::move(flight));
   return Status::success();
 }

@@ -49,6 +49,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   // bucket, possibly after it completes in flight).
   if (op == Opcode::AllReduce)
     return runAllReduce(ins, in, out, scr);
+  if (op == Opcode::ReduceScatter && ins.last_microbatch_only())
+    return runReduceScatterInPlace(ins, in, scr);
   // 0. Mixed precision: a backend that runs the opcode on bf16 itself gets
   //    the buffers as they are; otherwise every BF16 input and scratch is
   //    widened into an fp32 slot of the staging memory, and the kernel

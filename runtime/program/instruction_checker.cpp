@@ -112,8 +112,10 @@ Status InstructionChecker::check() {
               "only AllReduce, AllGather and ReduceScatter may be "
               "asynchronous, not "
                   << opcodeName(op));
-  INSTR_CHECK(!ins.last_microbatch_only() || op == Opcode::AllReduce,
-              "only AllReduce may run in the last micro-batch only, not "
+  INSTR_CHECK(!ins.last_microbatch_only() || op == Opcode::AllReduce ||
+                  op == Opcode::ReduceScatter,
+              "only AllReduce and ReduceScatter may run in the last "
+              "micro-batch only, not "
                   << opcodeName(op));
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
@@ -338,13 +340,26 @@ Status InstructionChecker::checkCollective() {
   case Opcode::AllGather:
   case Opcode::ReduceScatter:
   case Opcode::AllToAll: {
+    // A last-micro-batch ReduceScatter reduces in place (skipped in the
+    // other micro-batches, its result must be where its input already is):
+    // the output is the input's bytes and shape, the received block in
+    // scratch[0] until it completes.
+    const bool inPlace = ins.last_microbatch_only();
     LOOM_RETURN_IF_ERROR(
-        counts(1, 1, 1, op == Opcode::ReduceScatter ? 1 : 0));
+        counts(1, 1, 1, op == Opcode::ReduceScatter ? 2 : 0));
     const uint32_t in = inputs[0], out = outputs[0];
     LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
-    INSTR_CHECK(!overlaps(in, out), "output buffer "
-                                        << out << " overlaps input buffer "
-                                        << in);
+    if (inPlace)
+      INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
+                      facts.bytes[in] == facts.bytes[out],
+                  "a last-micro-batch ReduceScatter reduces in place, but "
+                  "output buffer "
+                      << out << " is not input buffer " << in
+                      << "'s bytes; recompile the program");
+    else
+      INSTR_CHECK(!overlaps(in, out), "output buffer "
+                                          << out << " overlaps input buffer "
+                                          << in);
     const std::vector<int64_t> &s = shape(in);
     const int64_t dim = ins.dim();
     LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
@@ -360,25 +375,42 @@ Status InstructionChecker::checkCollective() {
       want[dim] = s[dim] / n;
       if (op == Opcode::ReduceScatter) {
         LOOM_RETURN_IF_ERROR(checkReduction(in));
-        // In flight, a non-leading split sends from its packed copy.
-        const bool packs =
-            ins.async_collective() && shapeNumelBefore(s, dim) != 1;
-        INSTR_CHECK(scratch.size() == (packs ? 1u : 0u),
-                    (packs ? "an asynchronous ReduceScatter of non-leading "
-                             "dimension "
-                           : "a ReduceScatter of dimension ")
-                        << dim << " of " << shapeString(s) << " needs "
-                        << (packs ? 1 : 0)
-                        << " scratch buffers to pack its input into, got "
-                        << scratch.size());
-        if (packs) {
-          LOOM_RETURN_IF_ERROR(dtype(scratch[0], facts.dtypes[in], "scratch"));
-          INSTR_CHECK(facts.bytes[scratch[0]] >= facts.bytes[in],
-                      "the ReduceScatter scratch buffer has "
-                          << facts.bytes[scratch[0]]
-                          << " bytes, but its input needs "
-                          << facts.bytes[in]);
-        }
+        // In flight or in place, a non-leading split sends from its packed
+        // copy (after the received block, in place).
+        const bool packs = (ins.async_collective() || inPlace) &&
+                           shapeNumelBefore(s, dim) != 1;
+        const size_t wantScratch = (inPlace ? 1u : 0u) + (packs ? 1u : 0u);
+        const char *roles = inPlace && packs ? " (its received block and "
+                                               "packed input)"
+                            : inPlace ? " (its received block)"
+                            : packs   ? " (its packed input)"
+                                      : "";
+        INSTR_CHECK(scratch.size() == wantScratch,
+                    (inPlace ? "a last-micro-batch (in-place) ReduceScatter "
+                     : packs ? "an asynchronous ReduceScatter "
+                             : "a ReduceScatter ")
+                        << "of dimension " << dim << " of " << shapeString(s)
+                        << " needs " << wantScratch << " scratch buffers"
+                        << roles << ", got " << scratch.size());
+        auto checkScratch = [&](uint32_t b, uint64_t bytes,
+                                const char *what) -> Status {
+          LOOM_RETURN_IF_ERROR(dtype(b, facts.dtypes[in], "scratch"));
+          INSTR_CHECK(facts.bytes[b] >= bytes,
+                      "the ReduceScatter's " << what << " scratch buffer has "
+                                             << facts.bytes[b]
+                                             << " bytes, but needs " << bytes);
+          return Status::success();
+        };
+        if (inPlace)
+          LOOM_RETURN_IF_ERROR(checkScratch(
+              scratch[0], facts.bytes[in] / static_cast<uint64_t>(n),
+              "received-block"));
+        if (packs)
+          LOOM_RETURN_IF_ERROR(
+              checkScratch(scratch.back(), facts.bytes[in], "packed-input"));
+        // In place, the result keeps the input's shape.
+        if (inPlace)
+          want = s;
       }
       if (op == Opcode::AllToAll) {
         const int64_t dim2 = ins.dim2();

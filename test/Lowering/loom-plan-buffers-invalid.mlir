@@ -67,3 +67,16 @@ func.func @last_microbatch_argument(%x: tensor<4xf32>) -> tensor<4xf32>
   %r = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// The same for ZeRO-1's in-place reduce-scatter.
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_scatter_shared_input(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %s = loom.add %x, %x : tensor<4xf32>, tensor<4xf32>
+  // expected-error@+1 {{'loom.reduce_scatter' op reduces input #0 in place (last_microbatch), but it is read by other ops too; reduce a value only this op reads}}
+  %r = loom.reduce_scatter %s on @mesh [dp] dim 0 sum last_microbatch : tensor<4xf32> -> tensor<4xf32>
+  %t = loom.add %s, %r : tensor<4xf32>, tensor<4xf32>
+  return %r, %t : tensor<4xf32>, tensor<4xf32>
+}

@@ -8,6 +8,8 @@
 // RUN: loom-opt --loom-schedule-comm %t/last.mlir | FileCheck %s --check-prefix=LAST
 // RUN: loom-opt --loom-schedule-comm %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER-SYNC
+// RUN: loom-opt --loom-schedule-comm %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1
+// RUN: loom-opt --loom-schedule-comm=overlap=false %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-SYNC
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
 
 // Three 128-byte values ready one after another, reduced (sum) only at the
@@ -156,3 +158,36 @@ func.func @backward(%acc0: tensor<4x4xf32>, %acc1: tensor<2x8xf32>, %x: tensor<4
   return %a0, %a1 : tensor<4x4xf32>, tensor<2x8xf32>
 }
 
+//--- zero1.mlir
+// ZeRO-1: the partitioner puts each accumulated gradient's in-place
+// last-micro-batch reduce-scatter right behind its accumulation; it stays
+// there (no bucket, no move) and is launched asynchronously, so the next
+// block's backward runs while it travels.
+// ZERO1-LABEL: func.func @backward
+// ZERO1: %[[G1:.*]] = loom.block "h.1.grad"
+// ZERO1: %[[A1:.*]] = loom.add %arg1, %[[G1]]
+// ZERO1-NEXT: %[[R1:.*]] = loom.reduce_scatter %[[A1]] on @mesh [dp] dim 0 sum last_microbatch async {reason = "h.1 gradient, launched after its accumulation"} : tensor<4x8xf32> -> tensor<4x8xf32>
+// ZERO1-NEXT: loom.block "h.0.grad"
+// ZERO1: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 1 sum last_microbatch async
+// ZERO1: return %{{.*}}, %[[R1]]
+// Without overlap: the same, synchronous.
+// ZERO1-SYNC-NOT: async
+loom.mesh @mesh <dp = 2>
+func.func @backward(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %g1 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    loom.yield %y : tensor<4x8xf32>
+  }
+  %a1 = loom.add %acc1, %g1 : tensor<4x8xf32>, tensor<4x8xf32>
+  %r1 = loom.reduce_scatter %a1 on @mesh [dp] dim 0 sum last_microbatch {reason = "h.1 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
+  %g0 = loom.block "h.0.grad"(%g1) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    loom.yield %y : tensor<4x8xf32>
+  }
+  %a0 = loom.add %acc0, %g0 : tensor<4x8xf32>, tensor<4x8xf32>
+  %r0 = loom.reduce_scatter %a0 on @mesh [dp] dim 1 sum last_microbatch {reason = "h.0 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
+  return %r0, %r1 : tensor<4x8xf32>, tensor<4x8xf32>
+}

@@ -38,8 +38,9 @@ N_POSITIONS = json.load(open(config))["n_positions"]
 # 3D plans with 1F1B and interleaved 1F1B, with each recomputation, and
 # unpipelined plans with one micro-batch (DDP's all-reduces stay in the
 # backward, bucketed) and with several (whole gradients accumulated and
-# reduced once per step at the start of the update; ZeRO-2/3 reduce-scatter
-# every micro-batch), with and without tensor parallelism.
+# reduced once per step in the last micro-batch: DDP all-reduces, ZeRO-1
+# reduce-scatters in place; ZeRO-2/3 reduce-scatter every micro-batch), with
+# and without tensor parallelism.
 MESHES = [(2, 2, 2, 4, "1f1b", 1, ("none", "selective", "full")),
           (2, 2, 2, 4, "interleaved", 2, ("none",)),
           (4, 1, 2, 2, "gpipe", 1, ("none",)),

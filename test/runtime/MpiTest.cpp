@@ -3,7 +3,8 @@
 // loom-mpi-tests runs under `mpirun -np 4` (CTest entry loom-mpi-tests).
 // Every collective opcode through the executor on the mesh dp=2, tp=2 over
 // the groups {dp}, {tp} and {dp, tp}, with non-zero dims, against
-// expectations computed from the group's inputs; LocalSlice over the same
+// expectations computed from the group's inputs; ZeRO-1's in-place
+// last-micro-batch ReduceScatter likewise; LocalSlice over the same
 // groups and its AllGather round trip; a send / recv ring; the
 // byte counters against the ring formulas; the world-size mismatch error; a
 // data-parallel training program on 2 ranks (each half of the world) giving
@@ -19,6 +20,7 @@
 #include "MpiTestUtil.h"
 #include "ProgramTestUtil.h"
 
+#include "runtime/core/bfloat16.h"
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/communicator.h"
 #include "runtime/core/executor.h"
@@ -216,6 +218,88 @@ TEST_F(Mpi, EveryCollectiveOverEveryGroup) {
       }
     }
   }
+}
+
+TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
+  // ZeRO-1's last-micro-batch ReduceScatter, in place: afterwards the input
+  // buffer holds this rank's block of `dim` (group-rank order, the block
+  // LocalSlice reads) summed over the group, zeros elsewhere, and the
+  // received block (scratch[0]) and packed input (scratch[1], a non-leading
+  // dim) are the program's. Every group and dim, now and in flight, fp32 and
+  // bf16 (the MPI bf16 path: all-to-all + fp32 sums). Small integers, exact
+  // in bf16.
+  using O = fb::Opcode;
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+  const std::vector<int64_t> shape = {4, 4, 8};
+  auto value = [](int r, int64_t i) {
+    return static_cast<float>(4 * r + i % 16);
+  };
+  for (std::vector<uint32_t> axes :
+       {std::vector<uint32_t>{0}, std::vector<uint32_t>{1},
+        std::vector<uint32_t>{0, 1}})
+    for (int64_t dim : {0, 1, 2})
+      for (bool async : {false, true})
+        for (fb::DType dt : {fb::DType::F32, fb::DType::BF16}) {
+          SCOPED_TRACE("axes " + std::to_string(axes.size()) + " first " +
+                       std::to_string(axes[0]) + " dim " +
+                       std::to_string(dim) + (async ? " async" : "") +
+                       (dt == fb::DType::BF16 ? " bf16" : " f32"));
+          const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
+          const int64_t numel = program::shapeNumel(shape);
+          auto p = emptyProgram(2, 4, 16);
+          addMesh(*p, {{"dp", 2}, {"tp", 2}});
+          StageBuilder s(*p->stages[0]);
+          const uint32_t acc = s.buffer("acc", shape, dt);
+          std::vector<uint32_t> scratch = {s.buffer("block", {numel / n}, dt)};
+          if (dim > 0)
+            scratch.push_back(s.buffer("packed", {numel}, dt));
+          auto &rs = s.op(O::ReduceScatter, "rs", {acc}, {acc}, scratch);
+          rs.axes = axes;
+          rs.dim = dim;
+          rs.reduction = fb::Reduction::Sum;
+          rs.async_collective = async;
+          rs.last_microbatch_only = true;
+          // A training stage (the only place last_microbatch_only belongs).
+          makeMinimalTrainingStage(s);
+          program::LoadedProgram loaded;
+          Status st = program::loadProgramBytes(serialize(*p), "rs", loaded);
+          ASSERT_TRUE(st.ok()) << st.toString();
+          std::unique_ptr<Executor> ex;
+          st = Executor::create(loaded, 0, 1, ex, comm.get());
+          ASSERT_TRUE(st.ok()) << st.toString();
+          std::vector<float> in(numel);
+          for (int64_t i = 0; i < numel; ++i)
+            in[i] = value(comm->rank(), i);
+          void *data = ex->bufferData(acc);
+          if (dt == fb::DType::BF16)
+            floatsToBF16(static_cast<uint16_t *>(data), in.data(), numel);
+          else
+            std::copy(in.begin(), in.end(), static_cast<float *>(data));
+          st = ex->run();
+          ASSERT_TRUE(st.ok()) << st.toString();
+          std::vector<float> out(numel);
+          if (dt == fb::DType::BF16)
+            bf16ToFloats(out.data(), static_cast<const uint16_t *>(data),
+                         numel);
+          else
+            std::copy_n(static_cast<const float *>(data), numel, out.begin());
+          // Counted, not asserted element by element: a rank that left
+          // the loop early would leave the others waiting in the next
+          // case's collective.
+          const int64_t extent = shape[dim] / n;
+          int64_t wrong = 0, first = -1;
+          for (int64_t i = 0; i < numel; ++i) {
+            const int64_t at = unflatten(i, shape)[dim];
+            float want = 0;
+            if (at / extent == g)
+              for (int64_t m = 0; m < n; ++m)
+                want += value(comm->groupMember(axes, m), i);
+            if (out[i] != want && wrong++ == 0)
+              first = i;
+          }
+          EXPECT_EQ(wrong, 0) << "first wrong element " << first << " on rank "
+                              << comm->rank();
+        }
 }
 
 TEST_F(Mpi, LocalSliceIsTheInverseOfAllGather) {

@@ -469,6 +469,17 @@ TEST(ProgramVerifier, CollectivesNeedAMesh) {
 }
 
 namespace {
+/// The mesh dp = 2, tp = 2.
+void addDpTpMesh(fb::ProgramT &p) {
+  for (auto [name, size] : {std::pair<const char *, int64_t>{"dp", 2},
+                            {"tp", 2}}) {
+    auto a = std::make_unique<fb::MeshAxisT>();
+    a->name = name;
+    a->size = size;
+    p.mesh.push_back(std::move(a));
+  }
+}
+
 /// miniGpt() on mesh dp=2, tp=2 (tokens hold batch / dp rows) plus one
 /// collective `op` from buffer `in` to a new buffer of shape `outShape`.
 std::unique_ptr<fb::ProgramT> withCollective(fb::Opcode op,
@@ -479,13 +490,7 @@ std::unique_ptr<fb::ProgramT> withCollective(fb::Opcode op,
                                              int64_t dim2 = 0) {
   auto p = miniGpt();
   p->model->batch = 4; // tokens [2, T] = batch / dp
-  for (auto [name, size] : {std::pair<const char *, int64_t>{"dp", 2},
-                            {"tp", 2}}) {
-    auto a = std::make_unique<fb::MeshAxisT>();
-    a->name = name;
-    a->size = size;
-    p->mesh.push_back(std::move(a));
-  }
+  addDpTpMesh(*p);
   StageBuilder s(stage0(*p));
   const uint32_t in = s.buffer("c.in", inShape);
   std::vector<uint32_t> ins = {in}, outs;
@@ -573,16 +578,79 @@ TEST(ProgramVerifier, CollectiveShapes) {
   };
   EXPECT_TRUE(load(*asyncScatter({24})).ok());
   expectError(asyncScatter({}),
-              "an asynchronous ReduceScatter of non-leading dimension 1 of "
-              "[4, 6] needs 1 scratch buffers to pack its input into, got 0");
-  expectError(asyncScatter({12}), "the ReduceScatter scratch buffer has 48 "
-                                  "bytes, but its input needs 96");
+              "an asynchronous ReduceScatter of dimension 1 of [4, 6] needs 1 "
+              "scratch buffers (its packed input), got 0");
+  expectError(asyncScatter({12}), "the ReduceScatter's packed-input scratch "
+                                  "buffer has 48 bytes, but needs 96");
   {
     auto p = withCollective(O::ReduceScatter, {4, 6}, {4, 3}, {0}, 1);
     StageBuilder b(stage0(*p));
     stage0(*p).instructions.back()->scratch = {b.buffer("c.packed", {24})};
     expectError(std::move(p), "a ReduceScatter of dimension 1 of [4, 6] needs "
-                              "0 scratch buffers to pack its input into, got 1");
+                              "0 scratch buffers, got 1");
+  }
+  // In place (ZeRO-1's last-micro-batch reduce-scatter of an accumulator):
+  // output 0 is input 0, scratch[0] the received block, scratch[1] the
+  // packed input of a non-leading dim; only in a training stage.
+  auto inPlaceScatter = [&](int64_t dim, std::vector<std::vector<int64_t>>
+                                             scratchShapes,
+                            bool training = true) {
+    auto p = emptyProgram(2, 4, 16);
+    addDpTpMesh(*p);
+    StageBuilder b(stage0(*p));
+    const uint32_t acc = b.buffer("acc", {4, 6});
+    std::vector<uint32_t> scratch;
+    for (const auto &shape : scratchShapes)
+      scratch.push_back(b.buffer("s", shape));
+    auto &rs = b.op(O::ReduceScatter, "rs", {acc}, {acc}, scratch);
+    rs.axes = {0};
+    rs.dim = dim;
+    rs.last_microbatch_only = true;
+    if (training)
+      makeMinimalTrainingStage(b);
+    return p;
+  };
+  {
+    Status s = load(*inPlaceScatter(0, {{12}}));
+    EXPECT_TRUE(s.ok()) << s.toString();
+    s = load(*inPlaceScatter(1, {{12}, {24}}));
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  expectError(inPlaceScatter(0, {}),
+              "a last-micro-batch (in-place) ReduceScatter of dimension 0 of "
+              "[4, 6] needs 1 scratch buffers (its received block), got 0");
+  expectError(inPlaceScatter(1, {{12}}),
+              "needs 2 scratch buffers (its received block and packed "
+              "input), got 1");
+  expectError(inPlaceScatter(0, {{6}}),
+              "the ReduceScatter's received-block scratch buffer has 24 "
+              "bytes, but needs 48");
+  expectError(inPlaceScatter(0, {{12}}, /*training=*/false),
+              "last_microbatch_only belongs in the instructions of a "
+              "training stage");
+  {
+    auto p = inPlaceScatter(0, {{12}});
+    StageBuilder b(stage0(*p));
+    fb::InstructionT &rs = *stage0(*p).instructions.back();
+    rs.outputs = {b.buffer("other", {4, 6})};
+    expectError(std::move(p), "a last-micro-batch ReduceScatter reduces in "
+                              "place, but output buffer");
+  }
+  {
+    auto p = inPlaceScatter(0, {{12}});
+    StageBuilder b(stage0(*p));
+    fb::InstructionT &rs = *stage0(*p).instructions.back();
+    rs.scratch = {rs.inputs[0]};
+    expectError(std::move(p), "scratch #0 (buffer 0) overlaps input buffer 0");
+  }
+  {
+    auto p = inPlaceScatter(0, {});
+    StageBuilder b(stage0(*p));
+    fb::InstructionT &ag = *stage0(*p).instructions.back();
+    ag.opcode = O::AllGather;
+    ag.outputs = {b.buffer("gathered", {8, 6})};
+    expectError(std::move(p), "only AllReduce and ReduceScatter may run in "
+                              "the last micro-batch only, not AllGather");
   }
   {
     auto p = withCollective(O::AllToAll, {4, 6}, {2, 12}, {1}, 0, 1);
@@ -1368,7 +1436,8 @@ TEST(ProgramVerifier, LastMicrobatchAllReduce) {
       [](fb::ProgramT &p) {
         stage0(p).instructions[0]->last_microbatch_only = true;
       },
-      "only AllReduce may run in the last micro-batch only, not Embedding");
+      "only AllReduce and ReduceScatter may run in the last micro-batch "
+      "only, not Embedding");
   rejected(
       [&](fb::ProgramT &p) {
         auto moved = std::move(stage0(p).instructions.back());

@@ -129,6 +129,18 @@ inline void addTrainingBuffers(StageBuilder &s) {
   }
 }
 
+/// Makes the stage a training stage without parameters: an update that
+/// copies the lr scalar, and the lr and step scalars the runtime sets each
+/// step, so that what only a training step's micro-batch list may hold
+/// (last_microbatch_only) can be tested on its own.
+inline void makeMinimalTrainingStage(StageBuilder &s) {
+  const uint32_t lr = s.buffer("lr", {}), step = s.buffer("step", {}),
+                 copy = s.buffer("lr_copy", {});
+  s.updateOp(fb::Opcode::Copy, "update", {lr}, {copy});
+  s.stage.lr = static_cast<int32_t>(lr);
+  s.stage.step = static_cast<int32_t>(step);
+}
+
 /// Appends the optimizer the compiler emits: one SumSquares over every
 /// gradient and its ClipCoef, then one in-place AdamW per parameter (weight
 /// decay on the parameters marked `decay`); sets Stage.lr / step / grad_norm.

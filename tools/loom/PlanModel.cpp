@@ -576,9 +576,11 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     //    asynchronously as each block's gradients are ready: they run
     //    behind the rest of that backward (2/3 of a micro-batch's compute),
     //    as with one micro-batch.
-    //  * ZeRO-1 reduce-scatters the accumulated gradients at the start of
-    //    the update (with one micro-batch too) and all-gathers the updated
-    //    parameters after the optimizer: both exposed.
+    //  * ZeRO-1 reduce-scatters the accumulated gradients in place in the
+    //    last micro-batch (with one micro-batch too), each launched as its
+    //    accumulation is ready, behind the rest of that backward (Megatron's
+    //    distributed optimizer), and all-gathers the updated parameters
+    //    after the optimizer (exposed).
     //  * ZeRO-2 reduce-scatters every micro-batch (zeroBytes above, behind
     //    the backward) and all-gathers the updated parameters (exposed).
     //  * ZeRO-3 has nothing once per step (gathers and reduce-scatters run
@@ -615,10 +617,17 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
              ag = ringGatherBytes(stageParamBytes, n);
       dpBytes = rs + ag;
       dpTotal = dpBytes / dpBandwidth;
-      dpExposed = dpTotal;
-      reason = "ZeRO-1 reduce-scatters the accumulated gradients at the "
-               "start of the update and all-gathers the updated parameters "
-               "after the optimizer: no compute to hide behind";
+      dpExposed = overlappedTime(rs / dpBandwidth, lastBackward) +
+                  ag / dpBandwidth;
+      reason = std::string(p > 1 ? "ZeRO-1 reduce-scatters the accumulated "
+                                   "gradients in place in each chunk's last "
+                                   "backward, behind the rest of it"
+                                 : "ZeRO-1 reduce-scatters the accumulated "
+                                   "gradients in place in the last "
+                                   "micro-batch, behind the rest of its "
+                                   "backward") +
+               "; the all-gather of the updated parameters after the "
+               "optimizer is exposed";
       break;
     }
     case 2: {

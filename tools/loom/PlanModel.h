@@ -51,11 +51,10 @@
 // exposed ZeRO-2/3 traffic + p2p) times m + (p-1)/v slots, plus the DP
 // traffic of the step that is not hidden and the tied-embedding gradient
 // all-reduce between the first and last stage. The once-per-step DP
-// reductions are placed as the compiled step places them: DDP's and
-// ZeRO-1's at the start of the update, exposed (the runtime runs one
-// instruction list for every micro-batch, so they cannot hide behind the
-// last one's backward), except DDP's bucketed all-reduces of an
-// unpipelined step with one micro-batch, which overlap its backward.
+// reductions are placed as the compiled step places them: DDP's
+// all-reduces and ZeRO-1's reduce-scatters in the last micro-batch's
+// backward (each chunk's, in a pipeline), behind the rest of it; ZeRO-1/2's
+// all-gather of the updated parameters after the optimizer, exposed.
 //
 // The assumptions that are not formulas (GEMM efficiency, overlap, workspace)
 // are the named constants below; docs in README.md (`loom plan`). Not

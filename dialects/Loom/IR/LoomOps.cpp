@@ -616,12 +616,13 @@ static LogicalResult verifyResizedDim(Operation *op, Value input, Value result,
 }
 
 /// Ops that leave each group member one block of `dim` (reduce_scatter,
-/// local_slice): the dimension divides by the group size and the result
-/// has the block's size.
-static LogicalResult verifySplitDim(Operation *op,
-                                    SymbolTableCollection &symbols,
-                                    FlatSymbolRefAttr mesh, ArrayAttr axes,
-                                    Value input, Value result, int64_t dim) {
+/// local_slice): the dimension divides by the group size (the block's
+/// extent is returned) and the result has the block's size.
+static FailureOr<int64_t> verifyBlockExtent(Operation *op,
+                                            SymbolTableCollection &symbols,
+                                            FlatSymbolRefAttr mesh,
+                                            ArrayAttr axes, Value input,
+                                            int64_t dim) {
   FailureOr<int64_t> n = verifyCollectiveAxes(op, symbols, mesh, axes);
   if (failed(n))
     return failure();
@@ -629,7 +630,36 @@ static LogicalResult verifySplitDim(Operation *op,
   if (extent % *n != 0)
     return op->emitOpError() << "dimension " << dim << " of size " << extent
                              << " is not divisible by the group size " << *n;
-  return verifyResizedDim(op, input, result, dim, extent / *n);
+  return extent / *n;
+}
+static LogicalResult verifySplitDim(Operation *op,
+                                    SymbolTableCollection &symbols,
+                                    FlatSymbolRefAttr mesh, ArrayAttr axes,
+                                    Value input, Value result, int64_t dim) {
+  FailureOr<int64_t> block =
+      verifyBlockExtent(op, symbols, mesh, axes, input, dim);
+  if (failed(block))
+    return failure();
+  return verifyResizedDim(op, input, result, dim, *block);
+}
+
+/// A `last_microbatch` reduction: only a micro-batch function (or a
+/// pipeline chunk's backward) runs once per micro-batch; elsewhere "the
+/// last micro-batch" means nothing.
+static LogicalResult verifyInMicrobatchFunction(Operation *op) {
+  Operation *func = op->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
+  auto train =
+      func ? func->getAttrOfType<DictionaryAttr>(LoomDialect::kTrainAttr)
+           : DictionaryAttr();
+  auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
+  if (!phase ||
+      (phase.getValue() != "microbatch" && phase.getValue() != "backward"))
+    return op->emitOpError()
+           << "is last_microbatch outside a training step's micro-batch "
+              "function or pipeline backward (loom.train phase "
+              "\"microbatch\" or \"backward\"); reduce there, or drop "
+              "last_microbatch";
+  return success();
 }
 
 // all_reduce
@@ -654,23 +684,8 @@ LogicalResult AllReduceOp::verify() {
                            << result.getType() << " but input #" << i
                            << " has type " << input.getType()
                            << "; a reduction keeps each value's type";
-  if (getLastMicrobatch()) {
-    // Only a micro-batch function (or a pipeline chunk's backward) runs once
-    // per micro-batch; elsewhere "the last micro-batch" means nothing.
-    Operation *func =
-        getOperation()->getParentWithTrait<OpTrait::IsIsolatedFromAbove>();
-    auto train = func ? func->getAttrOfType<DictionaryAttr>(
-                            LoomDialect::kTrainAttr)
-                      : DictionaryAttr();
-    auto phase = train ? train.getAs<StringAttr>("phase") : StringAttr();
-    if (!phase ||
-        (phase.getValue() != "microbatch" && phase.getValue() != "backward"))
-      return emitOpError()
-             << "is last_microbatch outside a training step's micro-batch "
-                "function or pipeline backward (loom.train phase "
-                "\"microbatch\" or \"backward\"); reduce there, or drop "
-                "last_microbatch";
-  }
+  if (getLastMicrobatch())
+    return verifyInMicrobatchFunction(*this);
   return success();
 }
 LogicalResult AllReduceOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -710,14 +725,27 @@ std::optional<int64_t> LocalSliceOp::getGroupSize() {
 
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
-  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))
+  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())) ||
+      failed(verifySameFloatElementType(*this)))
     return failure();
-  return verifySameFloatElementType(*this);
+  if (!getLastMicrobatch())
+    return success();
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "is last_microbatch, so it reduces in place and "
+                            "its result has the input's type "
+                         << getInput().getType() << ", not "
+                         << getResult().getType()
+                         << "; read the block with local_slice";
+  return verifyInMicrobatchFunction(*this);
 }
 LogicalResult
 ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  return verifySplitDim(*this, symbols, getMeshAttr(), getAxes(), getInput(),
-                        getResult(), getDim());
+  if (!getLastMicrobatch())
+    return verifySplitDim(*this, symbols, getMeshAttr(), getAxes(), getInput(),
+                          getResult(), getDim());
+  // In place: the blocks still divide the dimension.
+  return verifyBlockExtent(*this, symbols, getMeshAttr(), getAxes(),
+                           getInput(), getDim());
 }
 std::optional<int64_t> ReduceScatterOp::getGroupSize() {
   return groupSizeOf(*this);

@@ -607,22 +607,36 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
     ZeRO-2/3's and FSDP's reduce-scatter of a block's gradients while the
     next block's backward computes, placed by `--loom-schedule-comm`.
 
+    With `last_microbatch` (only in a training step's micro-batch function
+    or a pipeline chunk's backward) it runs in the step's last micro-batch
+    alone, is the identity in the others, and reduces in place: the result
+    has the input's type and storage, and holds this rank's block of `dim`
+    reduced over the group (the block `local_slice` on the same axes reads)
+    with zeros in the other blocks. ZeRO-1's accumulated gradients are
+    reduce-scattered this way at the end of the last backward, overlapped
+    with it, and the update reads its block of the accumulator (Megatron's
+    distributed optimizer reduce-scatters its gradient buffer in place).
+
     ```mlir
     %g = loom.reduce_scatter %grad on @mesh [dp] dim 0 sum
         : tensor<768x3072xf32> -> tensor<96x3072xf32>
     %h = loom.reduce_scatter %grad2 on @mesh [dp] dim 0 sum async
         {reason = "zero-2: h.0.mlp.c_fc.weight's gradient"}
         : tensor<768x3072xf32> -> tensor<96x3072xf32>
+    %acc = loom.reduce_scatter %sum on @mesh [dp] dim 0 sum last_microbatch
+        async {reason = "zero-1: wte.weight's accumulated gradient"}
+        : tensor<256x64xf32> -> tensor<256x64xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
                        StrArrayAttr:$axes, I64Attr:$dim,
                        Loom_ReductionKindAttr:$reduction,
-                       OptionalAttr<StrAttr>:$reason, UnitAttr:$async);
+                       OptionalAttr<StrAttr>:$reason, UnitAttr:$async,
+                       UnitAttr:$last_microbatch);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
-    (`async` $async^)? attr-dict
+    (`last_microbatch` $last_microbatch^)? (`async` $async^)? attr-dict
     `:` type($input) `->` type($result)
   }];
   let hasVerifier = 1;

@@ -295,3 +295,32 @@ func.func @last_microbatch_outside_training(%x: tensor<8xf32>) -> tensor<8xf32> 
   %0 = loom.all_reduce %x on @mesh [dp] sum last_microbatch : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// An in-place (last_microbatch) reduce-scatter keeps the input's type: the
+// update reads the rank's block with local_slice.
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_scatter_shrinks(%x: tensor<8x4xf32>) -> tensor<4x4xf32> attributes {loom.train = {phase = "microbatch"}} {
+  // expected-error@+1 {{'loom.reduce_scatter' op is last_microbatch, so it reduces in place and its result has the input's type 'tensor<8x4xf32>', not 'tensor<4x4xf32>'; read the block with local_slice}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32> -> tensor<4x4xf32>
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_scatter_in_update(%x: tensor<8x4xf32>) -> tensor<8x4xf32> attributes {loom.train = {phase = "update"}} {
+  // expected-error@+1 {{'loom.reduce_scatter' op is last_microbatch outside a training step's micro-batch function or pipeline backward}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32> -> tensor<8x4xf32>
+  return %0 : tensor<8x4xf32>
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @last_microbatch_scatter_indivisible(%x: tensor<7x4xf32>) -> tensor<7x4xf32> attributes {loom.train = {phase = "microbatch"}} {
+  // expected-error@+1 {{'loom.reduce_scatter' op dimension 0 of size 7 is not divisible by the group size 2}}
+  %0 = loom.reduce_scatter %x on @mesh [dp] dim 0 sum last_microbatch : tensor<7x4xf32> -> tensor<7x4xf32>
+  return %0 : tensor<7x4xf32>
+}
