@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Where a DDP step with several micro-batches reduces its gradients.
+"""Where a DDP or ZeRO-1 step with several micro-batches reduces its
+gradients.
 
 Reads one rank's Chrome trace of `loom train --trace` and the program dump
 (`loom-translate --loom-program-dump`) of the same step. The program's
-last-micro-batch all-reduces (DDP's no_sync) must run once per step, in
+last-micro-batch all-reduces (DDP's no_sync) or in-place reduce-scatters
+(ZeRO-1's, as Megatron's distributed optimizer) must run once per step, in
 the last micro-batch (after its loss, the last "loss" communication event
 of the step), and the first of them must start while that micro-batch's
 backward still computes (a compute event follows it before the update):
@@ -19,7 +21,8 @@ import sys
 def main():
     trace_path, dump_path, microbatches = sys.argv[1], sys.argv[2], int(sys.argv[3])
     buckets = sum(1 for line in open(dump_path)
-                  if " AllReduce " in line and "last_microbatch_only" in line)
+                  if (" AllReduce " in line or " ReduceScatter " in line)
+                  and "last_microbatch_only" in line)
     events = json.load(open(trace_path))["traceEvents"]
     events.sort(key=lambda e: e["ts"])
     # A step starts where its batch is loaded.
