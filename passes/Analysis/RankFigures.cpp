@@ -152,10 +152,7 @@ RankFigures mlir::loom::measureRankFigures(ArrayRef<func::FuncOp> funcs,
       // A reduction of the last micro-batch alone (DDP's no_sync, ZeRO-1's
       // in-place reduce-scatter) runs once per step, whatever the
       // micro-batch count.
-      auto ar = dyn_cast<AllReduceOp>(op);
-      auto rs = dyn_cast<ReduceScatterOp>(op);
-      const bool lastOnly = (ar && ar.getLastMicrobatch()) ||
-                            (rs && rs.getLastMicrobatch());
+      const bool lastOnly = isLastMicrobatchReduction(op);
       const int64_t times = lastOnly ? 1 : executions;
       RankFigures::PhaseTraffic &phase =
           fig.phases[lastOnly ? "last microbatch" : phaseName];

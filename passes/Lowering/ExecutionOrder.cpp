@@ -17,11 +17,7 @@ std::string mlir::loom::storageKey(func::FuncOp func, BlockArgument arg) {
 bool mlir::loom::isView(Operation *op) { return isa<ReshapeOp>(op); }
 
 bool mlir::loom::reducesInPlace(Operation *op) {
-  if (auto ar = dyn_cast<AllReduceOp>(op))
-    return ar.getLastMicrobatch();
-  if (auto rs = dyn_cast<ReduceScatterOp>(op))
-    return rs.getLastMicrobatch();
-  return false;
+  return isLastMicrobatchReduction(op);
 }
 
 static LogicalResult appendOps(Block &block, ExecutionOrder &order) {

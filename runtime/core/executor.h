@@ -269,6 +269,8 @@ private:
   /// figure, TrainStepResult::stashPeakBytes), and back.
   Status takeSpare(uint64_t bytes, uint8_t *&base, bool countInPeak = true);
   void returnSpare(uint64_t bytes, uint8_t *base);
+  /// The mesh axes an instruction's collective (or LocalSlice) runs over.
+  static std::vector<uint32_t> axesOf(const program::Instruction &ins);
   Status runCollective(const program::Instruction &ins,
                        const std::vector<uint32_t> &in,
                        const std::vector<uint32_t> &out,

@@ -22,13 +22,17 @@ using program::Opcode;
 // Collectives
 //===----------------------------------------------------------------------===//
 
+std::vector<uint32_t> Executor::axesOf(const program::Instruction &ins) {
+  if (!ins.axes())
+    return {};
+  return {ins.axes()->begin(), ins.axes()->end()};
+}
+
 Status Executor::runAllReduce(const program::Instruction &ins,
                               const std::vector<uint32_t> &in,
                               const std::vector<uint32_t> &out,
                               const std::vector<uint32_t> &scr) {
-  std::vector<uint32_t> axes;
-  if (ins.axes())
-    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const std::vector<uint32_t> axes = axesOf(ins);
   const DType dt = bufferDType(in[0]);
   const int64_t eb = program::dtypeBytes(dt);
   // One value reduces in place in its output; a bucket is packed into its
@@ -79,9 +83,7 @@ Status Executor::runAllReduce(const program::Instruction &ins,
 Status Executor::runReduceScatterInPlace(const program::Instruction &ins,
                                          const std::vector<uint32_t> &in,
                                          const std::vector<uint32_t> &scr) {
-  std::vector<uint32_t> axes;
-  if (ins.axes())
-    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const std::vector<uint32_t> axes = axesOf(ins);
   const DType dt = bufferDType(in[0]);
   const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
   const int64_t count = bufferNumel(in[0]) / n;
@@ -156,9 +158,7 @@ Status Executor::runCollective(const program::Instruction &ins,
                                const std::vector<uint32_t> &in,
                                const std::vector<uint32_t> &out,
                                const std::vector<uint32_t> &scr, void *dst) {
-  std::vector<uint32_t> axes;
-  if (ins.axes())
-    axes.assign(ins.axes()->begin(), ins.axes()->end());
+  const std::vector<uint32_t> axes = axesOf(ins);
   const Opcode op = ins.opcode();
   const int64_t n = comm->groupSize(axes);
   auto tempBytes = [&](TempPool &pool, int64_t bytes) {

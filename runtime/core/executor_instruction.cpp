@@ -122,7 +122,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &t = shapes[in[0]];
     if (ins.axes() && ins.axes()->size() > 0) {
       // Vocab-parallel: this rank holds block groupRank(axes) of the rows.
-      std::vector<uint32_t> axes(ins.axes()->begin(), ins.axes()->end());
+      const std::vector<uint32_t> axes = axesOf(ins);
       const int64_t rows = t[0], n = comm->groupSize(axes);
       LOOM_RETURN_IF_ERROR(k.embeddingForwardRows(
           dstF, i32(in[1]), f32(in[0]), bufferNumel(in[1]), rows * n,
@@ -261,9 +261,7 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   case Opcode::LocalSlice: {
     // This rank's block (group-rank order, as AllGather orders blocks); no
     // communication, so nothing is counted.
-    std::vector<uint32_t> axes;
-    if (ins.axes())
-      axes.assign(ins.axes()->begin(), ins.axes()->end());
+    const std::vector<uint32_t> axes = axesOf(ins);
     const int64_t dim = ins.dim(), extent = shapes[o][dim];
     LOOM_RETURN_IF_ERROR(k.sliceDim(dst, bufferData(in[0]), shapes[in[0]], dim,
                                     comm->groupRank(axes) * extent, extent,

@@ -84,6 +84,10 @@ int64_t flatten(const std::vector<int64_t> &idx, const std::vector<int64_t> &s) 
     f = f * s[d] + idx[d];
   return f;
 }
+/// The groups of the mesh dp=2, tp=2 the tests run every collective over:
+/// {dp}, {tp} and {dp, tp}.
+const std::vector<std::vector<uint32_t>> kEveryGroup = {{0}, {1}, {0, 1}};
+
 /// Rank r's input element i.
 float inputValue(int r, int64_t i) { return 100.0f * r + static_cast<float>(i); }
 
@@ -196,9 +200,7 @@ TEST_F(Mpi, MeshGeometry) {
 TEST_F(Mpi, EveryCollectiveOverEveryGroup) {
   using O = fb::Opcode;
   using R = fb::Reduction;
-  for (std::vector<uint32_t> axes :
-       {std::vector<uint32_t>{0}, std::vector<uint32_t>{1},
-        std::vector<uint32_t>{0, 1}}) {
+  for (const std::vector<uint32_t> &axes : kEveryGroup) {
     const int64_t n = axes.size() == 2 ? 4 : 2;
     for (R red : {R::Sum, R::Max, R::Min, R::Avg})
       runCase(*comm, {O::AllReduce, {3, 4}, {3, 4}, axes, 0, 0, red});
@@ -234,9 +236,7 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
   auto value = [](int r, int64_t i) {
     return static_cast<float>(4 * r + i % 16);
   };
-  for (std::vector<uint32_t> axes :
-       {std::vector<uint32_t>{0}, std::vector<uint32_t>{1},
-        std::vector<uint32_t>{0, 1}})
+  for (const std::vector<uint32_t> &axes : kEveryGroup)
     for (int64_t dim : {0, 1, 2})
       for (bool async : {false, true})
         for (fb::DType dt : {fb::DType::F32, fb::DType::BF16}) {
@@ -306,9 +306,7 @@ TEST_F(Mpi, LocalSliceIsTheInverseOfAllGather) {
   // x is the same on every rank; LocalSlice keeps this rank's block (group
   // rank order) without communicating, and AllGather on the same axes / dim
   // rebuilds x.
-  for (std::vector<uint32_t> axes :
-       {std::vector<uint32_t>{0}, std::vector<uint32_t>{1},
-        std::vector<uint32_t>{0, 1}}) {
+  for (const std::vector<uint32_t> &axes : kEveryGroup) {
     for (int64_t dim : {0, 1}) {
       SCOPED_TRACE("axes " + std::to_string(axes.size()) + " first " +
                    std::to_string(axes[0]) + " dim " + std::to_string(dim));

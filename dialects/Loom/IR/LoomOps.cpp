@@ -662,6 +662,14 @@ static LogicalResult verifyInMicrobatchFunction(Operation *op) {
   return success();
 }
 
+bool mlir::loom::isLastMicrobatchReduction(Operation *op) {
+  if (auto ar = dyn_cast<AllReduceOp>(op))
+    return ar.getLastMicrobatch();
+  if (auto rs = dyn_cast<ReduceScatterOp>(op))
+    return rs.getLastMicrobatch();
+  return false;
+}
+
 // all_reduce
 LogicalResult AllReduceOp::inferReturnTypes(
     MLIRContext *, std::optional<Location>, ValueRange operands,

@@ -32,6 +32,11 @@ LogicalResult verifyShardingForType(
     ShardingAttr sharding, Type type, MeshOp meshOp,
     llvm::function_ref<InFlightDiagnostic()> emitError);
 
+/// Whether `op` is a `last_microbatch` reduction (an all-reduce or an
+/// in-place reduce-scatter): run once per step, in the last micro-batch,
+/// its result in its input's storage.
+bool isLastMicrobatchReduction(Operation *op);
+
 } // namespace mlir::loom
 
 #endif // LOOM_DIALECTS_LOOM_IR_LOOMOPS_H
