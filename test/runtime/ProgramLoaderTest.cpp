@@ -629,6 +629,16 @@ TEST(ProgramVerifier, CollectiveShapes) {
               "last_microbatch_only belongs in the instructions of a "
               "training stage");
   {
+    // The received block holds the input's dtype.
+    auto p = inPlaceScatter(0, {{12}});
+    fb::StageT &st = stage0(*p);
+    st.buffers[st.instructions.back()->scratch[0]]->dtype = fb::DType::BF16;
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("scratch"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("BF16"), std::string::npos) << s.message();
+  }
+  {
     auto p = inPlaceScatter(0, {{12}});
     StageBuilder b(stage0(*p));
     fb::InstructionT &rs = *stage0(*p).instructions.back();
