@@ -470,13 +470,23 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     runtime completes it before the first instruction touching its input,
     result or packed copy), and its accumulation moves to right after the
     next block: the reduction travels while that block's backward computes
-    and the whole gradient is freed one block later. ZeRO-1's once-per-step
-    reduce-scatters of the accumulated gradients go out at the top of the
-    update, each waited for by its first reader. Not over a pipeline axis.
+    and the whole gradient is freed one block later. The reduce-scatters
+    launched behind the same op (a backward block's gradients) with the
+    same axes, dim, reduction and element type are bucketed as the
+    all-reduces are (at most `bucket-mb` MiB of input each; a larger
+    tensor alone): one collective per block, as FSDP reduce-scatters a
+    block's flat gradient, not one per tensor (a GPT-2 block has 12).
+    Traffic is unchanged. A bucket's packed copy replaces its inputs while
+    it travels, and this rank's blocks arrive in a buffer of their own
+    (1/N of the bucket), unpacked into the results when it completes.
+    ZeRO-1's once-per-step reduce-scatters of the accumulated gradients go
+    out at the top of the update, each waited for by its first reader. Not
+    over a pipeline axis.
 
     **Options:**
-    * `bucket-mb`: bucket capacity in MiB (default 25, as DDP); 0 keeps
-      one all-reduce per value (still launched early).
+    * `bucket-mb`: bucket capacity in MiB (default 25, as DDP), for the
+      all-reduces and the ZeRO-2/3 reduce-scatters; 0 keeps one collective
+      per value (still launched early).
     * `overlap`: mark the all-reduces and reduce-scatters `async` (default
       true); false places them the same way, blocking.
     * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
@@ -490,7 +500,8 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
-           "Bucket capacity in MiB (0: no coalescing)">,
+           "Bucket capacity in MiB, all-reduces and reduce-scatters (0: no "
+           "coalescing)">,
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "Launch the collectives asynchronously">,
     Option<"prefetch", "prefetch", "bool", /*default=*/"true",

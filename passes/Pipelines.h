@@ -44,7 +44,8 @@ struct CompilePipelineOptions
       llvm::cl::init(128)};
   Option<double> bucketMb{
       *this, "bucket-mb",
-      llvm::cl::desc("All-reduce bucket capacity in MiB (0: one per value)"),
+      llvm::cl::desc("All-reduce and ZeRO-2/3 reduce-scatter bucket "
+                     "capacity in MiB (0: one per value)"),
       llvm::cl::init(25.0)};
   Option<bool> reduceOncePerStep{
       *this, "reduce-once-per-step",

@@ -114,7 +114,8 @@ void countCollectives(BlockOp block, StringRef axis,
     } else if (auto c = dyn_cast<ReduceScatterOp>(op)) {
       if (!onAxis(c.getAxes()))
         return;
-      elements = numElements(c.getInput());
+      for (Value input : c.getInputs())
+        elements += numElements(input);
       into = &other;
     } else {
       return;

@@ -37,9 +37,13 @@ mlir::loom::collectiveSentBytes(Operation *op) {
             ring(2, bytesOf(c.getInput().getType()), group(c))};
   if (auto c = dyn_cast<AllGatherOp>(op))
     return {"all_gather", ring(1, bytesOf(c.getResult().getType()), group(c))};
-  if (auto c = dyn_cast<ReduceScatterOp>(op))
-    return {"reduce_scatter",
-            ring(1, bytesOf(c.getInput().getType()), group(c))};
+  if (auto c = dyn_cast<ReduceScatterOp>(op)) {
+    // A bucket, too, is one ring over the members' total.
+    int64_t total = 0;
+    for (Value input : c.getInputs())
+      total += bytesOf(input.getType());
+    return {"reduce_scatter", ring(1, total, group(c))};
+  }
   if (auto c = dyn_cast<AllToAllOp>(op))
     return {"all_to_all", ring(1, bytesOf(c.getInput().getType()), group(c))};
   if (auto c = dyn_cast<SendOp>(op))

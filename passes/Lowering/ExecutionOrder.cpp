@@ -101,6 +101,18 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return {RankedTensorType::get(
         {elements}, getElementTypeOrSelf(ar.getInputs().front().getType()))};
   }
+  if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && rs.getInputs().size() > 1) {
+    // A bucket: this rank's reduced blocks arrive in one buffer (unpacked
+    // into the results on completion) after every member's blocks were
+    // packed rank by rank into another; the inputs are free once packed.
+    int64_t elements = 0;
+    for (Value input : rs.getInputs())
+      elements += cast<RankedTensorType>(input.getType()).getNumElements();
+    Type element = getElementTypeOrSelf(rs.getInputs().front().getType());
+    return {RankedTensorType::get(
+                {elements / rs.getGroupSize().value_or(1)}, element),
+            RankedTensorType::get({elements}, element)};
+  }
   if (auto rs = dyn_cast<ReduceScatterOp>(op);
       rs && (rs.getAsync() || rs.getLastMicrobatch())) {
     // In flight or in place, a split of a non-leading dimension sends its
@@ -139,6 +151,7 @@ bool mlir::loom::completesLater(Operation *op) {
 }
 
 bool mlir::loom::readsInputsUntilComplete(Operation *op) {
+  // A bucket sends its packed copy; a single value is sent from its input.
   auto rs = dyn_cast<ReduceScatterOp>(op);
-  return rs && rs.getAsync();
+  return rs && rs.getAsync() && rs.getInputs().size() == 1;
 }

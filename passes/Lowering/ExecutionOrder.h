@@ -76,8 +76,9 @@ SmallVector<RankedTensorType> getScratchTypes(Operation *op);
 bool completesLater(Operation *op);
 
 /// Whether an in-flight `op` also reads its inputs until it completes (an
-/// `async` reduce-scatter sends from its input; an all-reduce copies or
-/// packs its inputs when it starts), so they stay allocated until then.
+/// `async` reduce-scatter of one value sends from its input; a bucket's
+/// inputs, and an all-reduce's, are copied or packed when it starts), so
+/// they stay allocated until then.
 bool readsInputsUntilComplete(Operation *op);
 
 } // namespace mlir::loom

@@ -46,7 +46,8 @@ static void collectTree(Value g, const llvm::DenseSet<Operation *> &forward,
     // already summed, sliced) into the dp-sharded accumulator. Both are
     // linear, so a chunk applies them to its own contributions only.
     if (auto rs = dyn_cast<ReduceScatterOp>(def);
-        rs && rs.getReduction() == ReductionKind::Sum) {
+        rs && rs.getReduction() == ReductionKind::Sum &&
+        rs.getInputs().size() == 1) {
       collectTree(rs.getInput(), forward, inner, leaves);
       inner.push_back(def);
       return;

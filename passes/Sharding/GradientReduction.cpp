@@ -305,7 +305,7 @@ void scatterInLastMicrobatch(DeferrableSum &sum, ReduceScatterOp scatter,
   b.getBlock()->getTerminator()->setOperand(sum.result, last.getResult());
   OpBuilder u(scatter);
   auto block = LocalSliceOp::create(
-      u, scatter.getLoc(), scatter.getType(), scatter.getInput(),
+      u, scatter.getLoc(), scatter.getResult().getType(), scatter.getInput(),
       scatter.getMeshAttr(), scatter.getAxesAttr(), scatter.getDimAttr(),
       u.getStringAttr(name + ": this rank's block of the gradient the last "
                              "micro-batch reduce-scattered in place"));

@@ -208,7 +208,7 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
       Value scattered = ReduceScatterOp::create(
           b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
           ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
-          b.getStringAttr(reason));
+          b.getStringAttr(reason)).getResult();
       Layout l = have;
       l.dims[d] = want.dims[d];
       llvm::erase_if(l.partial, [&](StringRef a) {

@@ -7,7 +7,8 @@
 // them into buckets in the order gradients become ready and launch each
 // bucket as soon as its last gradient exists, so it runs while the rest of
 // the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
-// gradient exists and are accumulated one block later (FSDP); ZeRO-1's
+// gradient exists, a block's gradients bucketed (FSDP reduce-scatters a
+// block's flat gradient), and are accumulated one block later; ZeRO-1's
 // in-place ones launch behind the last micro-batch's accumulation. Collectives
 // over a pipeline axis stay blocking (their members run other stages'
 // functions).
@@ -43,6 +44,37 @@ struct Candidate {
   int64_t bytes = 0;
 };
 
+/// Collectives grouped by what lets them share one, groups in the order
+/// their first member appears (deterministic bucket numbering).
+template <typename Key, typename Member>
+using Groups = SmallVector<std::pair<Key, SmallVector<Member>>>;
+
+/// Adds `member` to the group of `key`, a new one at the end if none.
+template <typename Key, typename Member>
+void addToGroup(Groups<Key, Member> &groups, const Key &key,
+                const Member &member) {
+  auto group =
+      llvm::find_if(groups, [&](const auto &g) { return g.first == key; });
+  if (group == groups.end()) {
+    groups.push_back({key, {}});
+    group = std::prev(groups.end());
+  }
+  group->second.push_back(member);
+}
+
+/// The reduce-scatters that may share one collective (besides being
+/// launched behind the same op).
+struct ScatterBucketKey {
+  Operation *launchedAfter;
+  Attribute mesh, axes, dim, reduction;
+  Type elementType;
+  bool operator==(const ScatterBucketKey &o) const {
+    return launchedAfter == o.launchedAfter && mesh == o.mesh &&
+           axes == o.axes && dim == o.dim && reduction == o.reduction &&
+           elementType == o.elementType;
+  }
+};
+
 /// The all-reduces that may share one collective.
 struct BucketKey {
   Attribute mesh, axes, reduction;
@@ -61,6 +93,8 @@ struct LoomScheduleCommPass
 
   /// Mesh axes of the pipeline's sends and receives.
   llvm::StringSet<> pipelineAxes;
+  /// Numbers the reduce-scatter buckets of the module (for their reasons).
+  int scatterBucketIndex = 0;
 
   void scheduleFunction(func::FuncOp func) {
     Block &top = func.getBody().front();
@@ -77,9 +111,7 @@ struct LoomScheduleCommPass
       return position.lookup(user);
     };
 
-    // Groups in the order their first member appears (deterministic
-    // bucket numbering and placement).
-    SmallVector<std::pair<BucketKey, SmallVector<Candidate>>> groups;
+    Groups<BucketKey, Candidate> groups;
     for (auto ar : top.getOps<AllReduceOp>()) {
       if (ar.getAsync())
         continue; // already scheduled
@@ -108,14 +140,7 @@ struct LoomScheduleCommPass
       BucketKey key{ar.getMeshAttr(), ar.getAxes(), ar.getReductionAttr(),
                     getElementTypeOrSelf(ar.getInputs().front().getType()),
                     ar.getLastMicrobatch()};
-      auto group = llvm::find_if(groups, [&](const auto &g) {
-        return g.first == key;
-      });
-      if (group == groups.end()) {
-        groups.push_back({key, {}});
-        group = std::prev(groups.end());
-      }
-      group->second.push_back(c);
+      addToGroup(groups, key, c);
     }
 
     const int64_t capacity =
@@ -261,6 +286,9 @@ struct LoomScheduleCommPass
   void launchReduceScatters(func::FuncOp func) {
     Block &top = func.getBody().front();
     SmallVector<ReduceScatterOp> scatters(top.getOps<ReduceScatterOp>());
+    // The gradient reduce-scatters moved, with the op they follow (null: at
+    // the top), in order.
+    SmallVector<std::pair<ReduceScatterOp, Operation *>> launched;
     // Where the last op moved behind an anchor went, so that several keep
     // their order behind it.
     llvm::DenseMap<Operation *, Operation *> lastBehind;
@@ -275,7 +303,9 @@ struct LoomScheduleCommPass
       last = op;
     };
     for (ReduceScatterOp scatter : scatters) {
-      if (scatter.getAsync() ||
+      // Left as they are: already launched (async), already a bucket, or
+      // over a pipeline axis.
+      if (scatter.getAsync() || scatter.getInputs().size() != 1 ||
           llvm::any_of(scatter.getAxes().getAsValueRange<StringAttr>(),
                        [&](StringRef axis) {
                          return pipelineAxes.contains(axis);
@@ -310,6 +340,7 @@ struct LoomScheduleCommPass
       // 1. Launched as soon as its input exists (at the top for an
       //    argument: ZeRO-1's accumulated gradients in the update).
       moveBehind(scatter, scatter.getInput().getDefiningOp());
+      launched.push_back({scatter, scatter.getInput().getDefiningOp()});
       if (overlap) {
         scatter.setAsync(true);
         Operation *producer = scatter.getInput().getDefiningOp();
@@ -327,6 +358,83 @@ struct LoomScheduleCommPass
           moveBehind(add, op);
           break;
         }
+    }
+    bucketReduceScatters(launched);
+  }
+
+  /// 3. The reduce-scatters launched behind one op (a backward block's
+  ///    gradients) with the same axes, dim, reduction and element type
+  ///    share buckets of at most `bucket-mb` MiB of input (a larger tensor
+  ///    is a bucket of its own): one collective per block, as FSDP
+  ///    reduce-scatters a block's flat gradient, instead of one per tensor
+  ///    (a GPT-2 block has 12). They are already next to each other there,
+  ///    so a bucket takes the first member's place.
+  void bucketReduceScatters(
+      ArrayRef<std::pair<ReduceScatterOp, Operation *>> launched) {
+    const int64_t capacity =
+        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    if (capacity <= 0)
+      return;
+    Groups<ScatterBucketKey, ReduceScatterOp> groups;
+    for (auto [scatter, after] : launched) {
+      ScatterBucketKey key{after,
+                           scatter.getMeshAttr(),
+                           scatter.getAxes(),
+                           scatter.getDimAttr(),
+                           scatter.getReductionAttr(),
+                           getElementTypeOrSelf(scatter.getInput().getType())};
+      addToGroup(groups, key, scatter);
+    }
+    // Numbered in program order (groups behind one op keep theirs).
+    llvm::stable_sort(groups, [](const auto &a, const auto &b) {
+      return a.second.front()->isBeforeInBlock(b.second.front());
+    });
+    for (auto &[key, members] : groups) {
+      SmallVector<ReduceScatterOp> bucket;
+      int64_t bucketBytes = 0;
+      auto flush = [&]() {
+        if (bucket.size() > 1)
+          emitScatterBucket(bucket, bucketBytes, key.launchedAfter);
+        bucket.clear();
+        bucketBytes = 0;
+      };
+      for (ReduceScatterOp scatter : members) {
+        int64_t bytes = bytesOf(scatter.getInput());
+        if (!bucket.empty() && bucketBytes + bytes > capacity)
+          flush();
+        bucket.push_back(scatter);
+        bucketBytes += bytes;
+      }
+      flush();
+    }
+  }
+
+  /// Replaces the bucket's reduce-scatters by one in the first's place.
+  void emitScatterBucket(ArrayRef<ReduceScatterOp> bucket, int64_t bytes,
+                         Operation *launchedAfter) {
+    SmallVector<Value> inputs;
+    SmallVector<Type> types;
+    for (ReduceScatterOp scatter : bucket) {
+      inputs.push_back(scatter.getInput());
+      types.push_back(scatter.getResult().getType());
+    }
+    ReduceScatterOp first = bucket.front();
+    OpBuilder b(first);
+    std::string reason =
+        llvm::formatv("reduce-scatter bucket {0}: {1} gradients, {2} bytes",
+                      scatterBucketIndex++, inputs.size(), bytes)
+            .str();
+    reason += launchedAfter
+                  ? ", launched after " + describeOp(launchedAfter)
+                  : std::string(", launched at the start");
+    auto merged = ReduceScatterOp::create(
+        b, first.getLoc(), types, inputs, first.getMeshAttr(), first.getAxes(),
+        first.getDimAttr(), first.getReductionAttr(), b.getStringAttr(reason),
+        first.getAsyncAttr(), /*last_microbatch=*/UnitAttr());
+    for (auto [member, result] : llvm::zip(bucket, merged.getResults())) {
+      ReduceScatterOp scatter = member;
+      scatter.getResult().replaceAllUsesWith(result);
+      scatter.erase();
     }
   }
 

@@ -275,6 +275,10 @@ private:
                        const std::vector<uint32_t> &in,
                        const std::vector<uint32_t> &out,
                        const std::vector<uint32_t> &scr, void *dst);
+  /// The outputs of a bucket, filled in order from the consecutive values
+  /// at `from` (an all-reduce's or reduce-scatter's received buffer).
+  Status unpackConsecutive(const void *from, const std::vector<uint32_t> &out,
+                           int64_t elemBytes);
   /// AllReduce of one value or a packed bucket, now or (async_collective)
   /// started and left in flight.
   Status runAllReduce(const program::Instruction &ins,
@@ -289,6 +293,14 @@ private:
   Status runReduceScatterInPlace(const program::Instruction &ins,
                                  const std::vector<uint32_t> &in,
                                  const std::vector<uint32_t> &scr);
+  /// A ReduceScatter of several values (ZeRO-2/3's bucket of a block's
+  /// gradients): every member's blocks packed rank by rank into scratch[1],
+  /// reduce-scattered into scratch[0] and unpacked into the outputs; now,
+  /// or on completion (async_collective). The inputs are free once packed.
+  Status runReduceScatterBucket(const program::Instruction &ins,
+                                const std::vector<uint32_t> &in,
+                                const std::vector<uint32_t> &out,
+                                const std::vector<uint32_t> &scr);
   /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
   /// writes or uses as scratch), or all of them when `ins` is null.
   Status completeInFlight(const program::Instruction *ins);

@@ -2,7 +2,9 @@
 //
 // AllReduce (one value in place, or a packed bucket; now, or started and
 // left in flight until an instruction touches its bytes), ZeRO-1's in-place
-// last-micro-batch ReduceScatter, completing the in-flight collectives, and
+// last-micro-batch ReduceScatter, ZeRO-2/3's ReduceScatter buckets (packed
+// rank by rank, unpacked on completion), completing the in-flight
+// collectives, and
 // the other collectives of the instruction stream: AllGather and
 // ReduceScatter (possibly in flight), AllToAll, Send and Recv, with
 // non-leading dimensions packed / unpacked around the Communicator call.
@@ -28,6 +30,18 @@ std::vector<uint32_t> Executor::axesOf(const program::Instruction &ins) {
   return {ins.axes()->begin(), ins.axes()->end()};
 }
 
+Status Executor::unpackConsecutive(const void *from,
+                                   const std::vector<uint32_t> &out,
+                                   int64_t elemBytes) {
+  const uint8_t *at = static_cast<const uint8_t *>(from);
+  for (uint32_t b : out) {
+    const int64_t bytes = bufferNumel(b) * elemBytes;
+    LOOM_RETURN_IF_ERROR(kernels->copy(bufferData(b), at, bytes));
+    at += bytes;
+  }
+  return Status::success();
+}
+
 Status Executor::runAllReduce(const program::Instruction &ins,
                               const std::vector<uint32_t> &in,
                               const std::vector<uint32_t> &out,
@@ -48,13 +62,7 @@ Status Executor::runAllReduce(const program::Instruction &ins,
     count += n;
   }
   auto unpack = [this, buf, eb, out]() -> Status {
-    const uint8_t *from = static_cast<const uint8_t *>(buf);
-    for (uint32_t b : out) {
-      const int64_t bytes = bufferNumel(b) * eb;
-      LOOM_RETURN_IF_ERROR(kernels->copy(bufferData(b), from, bytes));
-      from += bytes;
-    }
-    return Status::success();
+    return unpackConsecutive(buf, out, eb);
   };
   if (ins.members() && ins.members()->size() > 0) {
     // Among some coordinates of one axis (a pipeline's shared parameter).
@@ -116,6 +124,67 @@ Status Executor::runReduceScatterInPlace(const program::Instruction &ins,
   flight.finish = writeBack;
   LOOM_RETURN_IF_ERROR(comm->startReduceScatter(
       src, block, count, dt, ins.reduction(), axes, flight.ticket));
+  inFlight.push_back(std::move(flight));
+  return Status::success();
+}
+
+Status Executor::runReduceScatterBucket(const program::Instruction &ins,
+                                        const std::vector<uint32_t> &in,
+                                        const std::vector<uint32_t> &out,
+                                        const std::vector<uint32_t> &scr) {
+  const std::vector<uint32_t> axes = axesOf(ins);
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
+  const int64_t dim = ins.dim();
+  // 1. Chunk r of the packed buffer holds every member's block r (what
+  //    rank r receives), member after member. With every member split on
+  //    its leading dim, each is [n, numel/n] already and one concatenation
+  //    along the second dim packs them all; otherwise each block is sliced
+  //    out into its place.
+  int64_t total = 0;
+  bool leading = true;
+  for (uint32_t b : in) {
+    total += bufferNumel(b);
+    leading = leading && program::shapeNumelBefore(shapes[b], dim) == 1;
+  }
+  void *received = bufferData(scr[0]), *packed = bufferData(scr[1]);
+  if (leading) {
+    std::vector<const void *> members;
+    std::vector<int64_t> extents;
+    for (uint32_t b : in) {
+      members.push_back(bufferData(b));
+      extents.push_back(bufferNumel(b) / n);
+    }
+    LOOM_RETURN_IF_ERROR(
+        kernels->concatDim(packed, members, extents, {n, total / n}, 1, eb));
+  } else {
+    uint8_t *chunks = static_cast<uint8_t *>(packed);
+    for (uint32_t b : in) {
+      const int64_t extent = shapes[b][dim] / n;
+      for (int64_t r = 0; r < n; ++r)
+        LOOM_RETURN_IF_ERROR(kernels->sliceDim(
+            chunks + r * (total / n) * eb, bufferData(b), shapes[b], dim,
+            r * extent, extent, eb));
+      chunks += bufferNumel(b) / n * eb;
+    }
+  }
+  // 2. This rank's chunk holds its block of each member, in order.
+  auto unpack = [this, received, eb, out]() -> Status {
+    return unpackConsecutive(received, out, eb);
+  };
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(comm->reduceScatter(packed, received, total / n, dt,
+                                             ins.reduction(), axes));
+    return unpack();
+  }
+  InFlight flight;
+  for (uint32_t b : out)
+    flight.busy.push_back(byteRange(b));
+  for (uint32_t b : scr)
+    flight.busy.push_back(byteRange(b));
+  flight.finish = unpack;
+  LOOM_RETURN_IF_ERROR(comm->startReduceScatter(
+      packed, received, total / n, dt, ins.reduction(), axes, flight.ticket));
   inFlight.push_back(std::move(flight));
   return Status::success();
 }

@@ -8,6 +8,11 @@
 // RUN: loom-opt --loom-schedule-comm %t/last.mlir | FileCheck %s --check-prefix=LAST
 // RUN: loom-opt --loom-schedule-comm %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter.mlir | FileCheck %s --check-prefix=SCATTER-SYNC
+// RUN: loom-opt --loom-schedule-comm %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0.0001 %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET-SMALL
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET-NONE
+// RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET-SYNC
+// RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter-bucket.mlir | loom-opt --loom-schedule-comm=overlap=false | FileCheck %s --check-prefix=SBUCKET-SYNC
 // RUN: loom-opt --loom-schedule-comm %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-SYNC
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
@@ -156,6 +161,51 @@ func.func @backward(%acc0: tensor<4x4xf32>, %acc1: tensor<2x8xf32>, %x: tensor<4
   %s1 = loom.reduce_scatter %g1 on @mesh [dp] dim 0 sum {reason = "h.1 gradient"} : tensor<4x8xf32> -> tensor<2x8xf32>
   %a1 = loom.add %acc1, %s1 : tensor<2x8xf32>, tensor<2x8xf32>
   return %a0, %a1 : tensor<4x4xf32>, tensor<2x8xf32>
+}
+
+//--- scatter-bucket.mlir
+// ZeRO-2/3 buckets (FSDP reduce-scatters a block's flat gradient at once):
+// the reduce-scatters launched behind one block with the same axes, dim,
+// reduction and element type become one collective (here w and b, 160
+// bytes; w2 splits dim 1 and goes alone), each accumulation reading its
+// own result behind the next block. bucket-mb bounds a bucket's input bytes
+// (0.0001 MiB = 104 bytes: w alone, then b alone); 0 keeps one per value.
+// SBUCKET-LABEL: func.func @backward
+// SBUCKET: %[[G:.*]]:3 = loom.block "h.1.grad"
+// SBUCKET: %[[S:.*]]:2 = loom.reduce_scatter %[[G]]#0, %[[G]]#1 on @mesh [dp] dim 0 sum async {reason = "reduce-scatter bucket 0: 2 gradients, 160 bytes, launched after h.1.grad"} : tensor<4x8xf32>, tensor<8xf32> -> tensor<2x8xf32>, tensor<4xf32>
+// SBUCKET-NEXT: %[[S2:.*]] = loom.reduce_scatter %[[G]]#2 on @mesh [dp] dim 1 sum async {reason = "w2 gradient, launched after h.1.grad"}
+// SBUCKET-NEXT: loom.block "h.0.grad"
+// SBUCKET: loom.add %arg0, %[[S]]#0
+// SBUCKET-NEXT: loom.add %arg1, %[[S]]#1
+// SBUCKET-NEXT: loom.add %arg2, %[[S2]]
+// SBUCKET-SMALL-COUNT-3: loom.reduce_scatter %{{[^,]*}} on
+// SBUCKET-SMALL-NOT: reduce_scatter
+// SBUCKET-NONE-COUNT-3: loom.reduce_scatter %{{[^,]*}} on
+// SBUCKET-NONE-NOT: reduce_scatter
+// Without overlap: the same bucket, blocking; a second run leaves it.
+// SBUCKET-SYNC: loom.reduce_scatter %{{.*}}#0, %{{.*}}#1 on @mesh [dp] dim 0 sum {reason = "reduce-scatter bucket 0: 2 gradients, 160 bytes, launched after h.1.grad"}
+// SBUCKET-SYNC-NOT: reduce-scatter bucket 1
+loom.mesh @mesh <dp = 2>
+func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor<4x4xf32>, %x: tensor<4x8xf32>) -> (tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x8xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %g:3 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>) {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    %c = loom.fill 1.0 : tensor<8xf32>
+    loom.yield %y, %c, %y : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>
+  }
+  %h = loom.block "h.0.grad"(%g#0) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %y = loom.gelu %a : tensor<4x8xf32>
+    loom.yield %y : tensor<4x8xf32>
+  }
+  %sw = loom.reduce_scatter %g#0 on @mesh [dp] dim 0 sum {reason = "w gradient"} : tensor<4x8xf32> -> tensor<2x8xf32>
+  %aw = loom.add %accw, %sw : tensor<2x8xf32>, tensor<2x8xf32>
+  %sb = loom.reduce_scatter %g#1 on @mesh [dp] dim 0 sum {reason = "b gradient"} : tensor<8xf32> -> tensor<4xf32>
+  %ab = loom.add %accb, %sb : tensor<4xf32>, tensor<4xf32>
+  %sw2 = loom.reduce_scatter %g#2 on @mesh [dp] dim 1 sum {reason = "w2 gradient"} : tensor<4x8xf32> -> tensor<4x4xf32>
+  %aw2 = loom.add %accw2, %sw2 : tensor<4x4xf32>, tensor<4x4xf32>
+  return %aw, %ab, %aw2, %h : tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x8xf32>
 }
 
 //--- zero1.mlir

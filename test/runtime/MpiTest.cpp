@@ -4,7 +4,8 @@
 // Every collective opcode through the executor on the mesh dp=2, tp=2 over
 // the groups {dp}, {tp} and {dp, tp}, with non-zero dims, against
 // expectations computed from the group's inputs; ZeRO-1's in-place
-// last-micro-batch ReduceScatter likewise; LocalSlice over the same
+// last-micro-batch ReduceScatter and ZeRO-2/3's ReduceScatter buckets
+// likewise; LocalSlice over the same
 // groups and its AllGather round trip; a send / recv ring; the
 // byte counters against the ring formulas; the world-size mismatch error; a
 // data-parallel training program on 2 ranks (each half of the world) giving
@@ -68,6 +69,30 @@ std::unique_ptr<fb::ProgramT> oneCollective(fb::Opcode op,
   ins.dim2 = dim2;
   ins.reduction = red;
   return p;
+}
+
+/// Stores `values` in buffer `b` of `ex` as `dt` (bf16 rounded; the tests'
+/// small integers are exact).
+void storeAs(Executor &ex, uint32_t b, const std::vector<float> &values,
+             fb::DType dt) {
+  void *data = ex.bufferData(b);
+  if (dt == fb::DType::BF16)
+    floatsToBF16(static_cast<uint16_t *>(data), values.data(),
+                 static_cast<int64_t>(values.size()));
+  else
+    std::copy(values.begin(), values.end(), static_cast<float *>(data));
+}
+
+/// The first `numel` elements of buffer `b` of `ex`, stored as `dt`.
+std::vector<float> loadAs(Executor &ex, uint32_t b, int64_t numel,
+                          fb::DType dt) {
+  std::vector<float> out(numel);
+  const void *data = ex.bufferData(b);
+  if (dt == fb::DType::BF16)
+    bf16ToFloats(out.data(), static_cast<const uint16_t *>(data), numel);
+  else
+    std::copy_n(static_cast<const float *>(data), numel, out.begin());
+  return out;
 }
 
 std::vector<int64_t> unflatten(int64_t flat, const std::vector<int64_t> &s) {
@@ -270,19 +295,10 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
           std::vector<float> in(numel);
           for (int64_t i = 0; i < numel; ++i)
             in[i] = value(comm->rank(), i);
-          void *data = ex->bufferData(acc);
-          if (dt == fb::DType::BF16)
-            floatsToBF16(static_cast<uint16_t *>(data), in.data(), numel);
-          else
-            std::copy(in.begin(), in.end(), static_cast<float *>(data));
+          storeAs(*ex, acc, in, dt);
           st = ex->run();
           ASSERT_TRUE(st.ok()) << st.toString();
-          std::vector<float> out(numel);
-          if (dt == fb::DType::BF16)
-            bf16ToFloats(out.data(), static_cast<const uint16_t *>(data),
-                         numel);
-          else
-            std::copy_n(static_cast<const float *>(data), numel, out.begin());
+          const std::vector<float> out = loadAs(*ex, acc, numel, dt);
           // Counted, not asserted element by element: a rank that left
           // the loop early would leave the others waiting in the next
           // case's collective.
@@ -298,6 +314,95 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
               first = i;
           }
           EXPECT_EQ(wrong, 0) << "first wrong element " << first << " on rank "
+                              << comm->rank();
+        }
+}
+
+TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
+  // ZeRO-2/3's bucket of a block's gradients: one ReduceScatter of several
+  // values sharing `dim` leaves in output i this rank's block of input i
+  // (group-rank order) summed over the group, however the members' shapes
+  // differ (a non-leading dim packed first). Every group, dims 0 and 1,
+  // now and in flight, fp32 and bf16. Small integers, exact in bf16.
+  using O = fb::Opcode;
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+  auto value = [](int r, int64_t member, int64_t i) {
+    return static_cast<float>(4 * r + 3 * member + i % 11);
+  };
+  const std::vector<std::vector<int64_t>> byDim[2] = {
+      {{4, 4, 8}, {8, 4}, {4}}, {{4, 4, 8}, {8, 4}, {2, 8}}};
+  for (const std::vector<uint32_t> &axes : kEveryGroup)
+    for (int64_t dim : {0, 1})
+      for (bool async : {false, true})
+        for (fb::DType dt : {fb::DType::F32, fb::DType::BF16}) {
+          SCOPED_TRACE("axes " + std::to_string(axes.size()) + " first " +
+                       std::to_string(axes[0]) + " dim " +
+                       std::to_string(dim) + (async ? " async" : "") +
+                       (dt == fb::DType::BF16 ? " bf16" : " f32"));
+          const std::vector<std::vector<int64_t>> &shapes = byDim[dim];
+          const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
+          auto p = emptyProgram(2, 4, 16);
+          addMesh(*p, {{"dp", 2}, {"tp", 2}});
+          StageBuilder s(*p->stages[0]);
+          std::vector<uint32_t> ins, outs;
+          int64_t total = 0;
+          for (size_t m = 0; m < shapes.size(); ++m) {
+            std::vector<int64_t> block = shapes[m];
+            block[dim] /= n;
+            ins.push_back(s.buffer("g" + std::to_string(m), shapes[m], dt));
+            outs.push_back(s.buffer("s" + std::to_string(m), block, dt));
+            total += program::shapeNumel(shapes[m]);
+          }
+          auto &rs = s.op(O::ReduceScatter, "rs", ins, outs,
+                          {s.buffer("received", {total / n}, dt),
+                           s.buffer("packed", {total}, dt)});
+          rs.axes = axes;
+          rs.dim = dim;
+          rs.reduction = fb::Reduction::Sum;
+          rs.async_collective = async;
+          program::LoadedProgram loaded;
+          Status st = program::loadProgramBytes(serialize(*p), "rs", loaded);
+          ASSERT_TRUE(st.ok()) << st.toString();
+          std::unique_ptr<Executor> ex;
+          st = Executor::create(loaded, 0, 1, ex, comm.get());
+          ASSERT_TRUE(st.ok()) << st.toString();
+          for (size_t m = 0; m < shapes.size(); ++m) {
+            const int64_t numel = program::shapeNumel(shapes[m]);
+            std::vector<float> in(numel);
+            for (int64_t i = 0; i < numel; ++i)
+              in[i] = value(comm->rank(), m, i);
+            storeAs(*ex, ins[m], in, dt);
+          }
+          st = ex->run();
+          ASSERT_TRUE(st.ok()) << st.toString();
+          // Counted, not asserted element by element (see above).
+          int64_t wrong = 0, firstMember = -1, first = -1;
+          for (size_t m = 0; m < shapes.size(); ++m) {
+            const std::vector<int64_t> &shape = shapes[m];
+            const int64_t numel = program::shapeNumel(shape);
+            std::vector<int64_t> block = shape;
+            block[dim] /= n;
+            const std::vector<float> out =
+                loadAs(*ex, outs[m], numel / n, dt);
+            for (int64_t i = 0; i < numel; ++i) {
+              std::vector<int64_t> at = unflatten(i, shape);
+              if (at[dim] / block[dim] != g)
+                continue;
+              at[dim] -= g * block[dim];
+              int64_t local = 0;
+              for (size_t d = 0; d < at.size(); ++d)
+                local = local * block[d] + at[d];
+              float want = 0;
+              for (int64_t k = 0; k < n; ++k)
+                want += value(comm->groupMember(axes, k), m, i);
+              if (out[local] != want && wrong++ == 0) {
+                firstMember = static_cast<int64_t>(m);
+                first = local;
+              }
+            }
+          }
+          EXPECT_EQ(wrong, 0) << "first wrong element " << first
+                              << " of member " << firstMember << " on rank "
                               << comm->rank();
         }
 }

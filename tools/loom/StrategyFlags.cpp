@@ -71,7 +71,8 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
   if (flag == "--bucket-mb") {
     if (llvm::StringRef(value).getAsDouble(s.bucketMb) || s.bucketMb < 0)
       error = "--bucket-mb takes a bucket size in MiB >= 0 (0: one "
-              "all-reduce per gradient), got '" + value + "'";
+              "all-reduce or reduce-scatter per gradient), got '" +
+              value + "'";
     return true;
   }
   if (flag == "--microbatches") {

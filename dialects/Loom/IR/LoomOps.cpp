@@ -733,11 +733,25 @@ std::optional<int64_t> LocalSliceOp::getGroupSize() {
 
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
-  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())) ||
-      failed(verifySameFloatElementType(*this)))
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one value to reduce-scatter";
+  if (getInputs().size() != getResults().size())
+    return emitOpError() << "has " << getInputs().size() << " inputs but "
+                         << getResults().size()
+                         << " results; each input has its result";
+  for (Value input : getInputs())
+    if (failed(verifyDimInRange(*this, "dim", getDim(), input)))
+      return failure();
+  // A bucket is packed into one buffer: one element type for all members.
+  if (failed(verifySameFloatElementType(*this)))
     return failure();
   if (!getLastMicrobatch())
     return success();
+  if (getInputs().size() != 1)
+    return emitOpError() << "is last_microbatch, so it reduces in place, "
+                            "one value at a time; it has "
+                         << getInputs().size()
+                         << " inputs (split the bucket)";
   if (getInput().getType() != getResult().getType())
     return emitOpError() << "is last_microbatch, so it reduces in place and "
                             "its result has the input's type "
@@ -748,9 +762,13 @@ LogicalResult ReduceScatterOp::verify() {
 }
 LogicalResult
 ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
-  if (!getLastMicrobatch())
-    return verifySplitDim(*this, symbols, getMeshAttr(), getAxes(), getInput(),
-                          getResult(), getDim());
+  if (!getLastMicrobatch()) {
+    for (auto [input, result] : llvm::zip(getInputs(), getResults()))
+      if (failed(verifySplitDim(*this, symbols, getMeshAttr(), getAxes(),
+                                input, result, getDim())))
+        return failure();
+    return success();
+  }
   // In place: the blocks still divide the dimension.
   return verifyBlockExtent(*this, symbols, getMeshAttr(), getAxes(),
                            getInput(), getDim());

@@ -607,6 +607,14 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
     ZeRO-2/3's and FSDP's reduce-scatter of a block's gradients while the
     next block's backward computes, placed by `--loom-schedule-comm`.
 
+    Several inputs (a gradient bucket, as FSDP's flat parameter of a block
+    or DeepSpeed ZeRO-2's reduce bucket) travel as one collective: result i
+    is this rank's block of input i's `dim` reduced over the group. The
+    members share one element type and `dim`; the runtime packs every
+    member's block for each rank into one buffer (the inputs are free once
+    it is packed), reduce-scatters it and unpacks this rank's blocks into
+    the results. `--loom-schedule-comm` forms these buckets.
+
     With `last_microbatch` (only in a training step's micro-batch function
     or a pipeline chunk's backward) it runs in the step's last micro-batch
     alone, is the identity in the others, and reduces in place: the result
@@ -626,18 +634,39 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
     %acc = loom.reduce_scatter %sum on @mesh [dp] dim 0 sum last_microbatch
         async {reason = "zero-1: wte.weight's accumulated gradient"}
         : tensor<256x64xf32> -> tensor<256x64xf32>
+    %gw, %gb = loom.reduce_scatter %w, %b on @mesh [dp] dim 0 sum async
+        {reason = "reduce-scatter bucket 0: 2 tensors"}
+        : tensor<768x3072xf32>, tensor<3072xf32>
+        -> tensor<96x3072xf32>, tensor<384xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim,
-                       Loom_ReductionKindAttr:$reduction,
+  let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim, Loom_ReductionKindAttr:$reduction,
                        OptionalAttr<StrAttr>:$reason, UnitAttr:$async,
                        UnitAttr:$last_microbatch);
-  let results = (outs Loom_FloatTensor:$result);
+  let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
+    $inputs `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
     (`last_microbatch` $last_microbatch^)? (`async` $async^)? attr-dict
-    `:` type($input) `->` type($result)
+    `:` type($inputs) `->` type($results)
+  }];
+  let builders = [
+    // One value (what the partitioner inserts).
+    OpBuilder<(ins "Type":$result, "Value":$input, "FlatSymbolRefAttr":$mesh,
+                   "ArrayAttr":$axes, "IntegerAttr":$dim,
+                   "ReductionKindAttr":$reduction, "StringAttr":$reason,
+                   CArg<"UnitAttr", "{}">:$async,
+                   CArg<"UnitAttr", "{}">:$last_microbatch), [{
+      build($_builder, $_state, TypeRange{result}, ValueRange{input}, mesh,
+            axes, dim, reduction, reason, async, last_microbatch);
+    }]>
+  ];
+  let extraClassDeclaration = extraCollectiveDeclaration # [{
+    /// The single input / result of a one-value reduce-scatter (every one
+    /// but `--loom-schedule-comm`'s buckets).
+    Value getInput() { return getInputs().front(); }
+    Value getResult() { return getResults().front(); }
   }];
   let hasVerifier = 1;
 }

@@ -143,6 +143,60 @@ func.func @reduce_scatter_mixed_types(%x: tensor<8x4xf32>) {
 
 // -----
 
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_counts(%x: tensor<8x4xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op has 2 inputs but 1 results; each input has its result}}
+  %0 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum : tensor<8x4xf32>, tensor<8xf32> -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_empty() {
+  // expected-error@+1 {{'loom.reduce_scatter' op needs at least one value to reduce-scatter}}
+  "loom.reduce_scatter"() <{axes = ["dp"], dim = 0 : i64, mesh = @mesh, reduction = #loom<reduction sum>}> : () -> ()
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_types(%x: tensor<8x4xf32>, %y: tensor<8xbf16>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op mixes element types 'f32' and 'bf16'}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum : tensor<8x4xf32>, tensor<8xbf16> -> tensor<4x4xf32>, tensor<4xbf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_dim(%x: tensor<8x4xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op dim 1 is out of range for rank 1}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 1 sum : tensor<8x4xf32>, tensor<8xf32> -> tensor<8x2xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_member_shape(%x: tensor<8x4xf32>, %y: tensor<8xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op result shape [8] should be [4]}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum : tensor<8x4xf32>, tensor<8xf32> -> tensor<4x4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_in_place(%x: tensor<8x4xf32>, %y: tensor<8xf32>) attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  // expected-error@+1 {{'loom.reduce_scatter' op is last_microbatch, so it reduces in place, one value at a time; it has 2 inputs (split the bucket)}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32>, tensor<8xf32> -> tensor<8x4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
 loom.mesh @mesh <tp = 4>
 func.func @all_to_all_split_dim(%x: tensor<16x64xf32>) {
   // expected-error@+1 {{'loom.all_to_all' op split dim 2 is out of range for rank 2}}

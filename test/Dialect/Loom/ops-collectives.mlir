@@ -84,6 +84,15 @@ func.func @reduce_scatter(%g: tensor<768x3072xf32>) -> (tensor<384x3072xf32>, te
   return %0, %1, %2 : tensor<384x3072xf32>, tensor<768x384xf32>, tensor<384x3072xf32>
 }
 
+// A bucket: one collective over several values sharing dim and element type.
+// CHECK-LABEL: func.func @reduce_scatter_bucket
+// CHECK-SAME: (%[[W:.*]]: tensor<768x3072xf32>, %[[B:.*]]: tensor<3072xf32>)
+// CHECK: %{{.*}}:2 = loom.reduce_scatter %[[W]], %[[B]] on @mesh [dp] dim 0 sum async {reason = "reduce-scatter bucket 0"} : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<384x3072xf32>, tensor<1536xf32>
+func.func @reduce_scatter_bucket(%w: tensor<768x3072xf32>, %b: tensor<3072xf32>) -> (tensor<384x3072xf32>, tensor<1536xf32>) {
+  %0:2 = loom.reduce_scatter %w, %b on @mesh [dp] dim 0 sum async {reason = "reduce-scatter bucket 0"} : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<384x3072xf32>, tensor<1536xf32>
+  return %0#0, %0#1 : tensor<384x3072xf32>, tensor<1536xf32>
+}
+
 // CHECK-LABEL: func.func @all_to_all
 // CHECK-SAME: (%[[X:.*]]: tensor<16x64xf32>)
 // CHECK: loom.all_to_all %[[X]] on @mesh [tp] split 1 concat 0 : tensor<16x64xf32> -> tensor<64x16xf32>

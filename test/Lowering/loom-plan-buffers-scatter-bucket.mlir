@@ -1,0 +1,31 @@
+// RUN: loom-opt --loom-plan-buffers %s | FileCheck %s
+
+// A reduce-scatter bucket (ZeRO-2/3's reduce-scatter of several gradients,
+// --loom-schedule-comm) sends from its packed copy: the inputs %g1, %g2 (at
+// 320, 384) are free once it starts, and the gelus computed while it is in
+// flight reuse their bytes; its scratch (this rank's received blocks, 64
+// bytes at 448; the packed inputs, 128 at 192) and results stay allocated
+// until the first add reads a result.
+// CHECK-LABEL: func.func @bucket
+// CHECK: loom.gelu %arg2 {loom.offsets = array<i64: 320>}
+// CHECK: loom.gelu %arg2 {loom.offsets = array<i64: 384>}
+// CHECK: loom.reduce_scatter {{.*}} dim 0 sum async {loom.offsets = array<i64: 512, 576>, loom.scratch_offsets = array<i64: 448, 192>}
+// CHECK: loom.gelu %arg2 {loom.offsets = array<i64: 320>}
+// CHECK: loom.gelu {{.*}} {loom.offsets = array<i64: 384>}
+// CHECK: loom.add %arg0, {{.*}} {loom.offsets = array<i64: 0>}
+
+loom.mesh @mesh <dp = 2>
+func.func @bucket(%acc1: tensor<2x4xf32> {loom.name = "w1", loom.role = #loom.role<grad>},
+                  %acc2: tensor<2x4xf32> {loom.name = "w2", loom.role = #loom.role<grad>},
+                  %x: tensor<4x4xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})
+    -> (tensor<2x4xf32> {loom.updates = 0 : i64}, tensor<2x4xf32> {loom.updates = 1 : i64}, tensor<4x4xf32>)
+    attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  %g1 = loom.gelu %x : tensor<4x4xf32>
+  %g2 = loom.gelu %x : tensor<4x4xf32>
+  %s:2 = loom.reduce_scatter %g1, %g2 on @mesh [dp] dim 0 sum async : tensor<4x4xf32>, tensor<4x4xf32> -> tensor<2x4xf32>, tensor<2x4xf32>
+  %h = loom.gelu %x : tensor<4x4xf32>
+  %k = loom.gelu %h : tensor<4x4xf32>
+  %a1 = loom.add %acc1, %s#0 : tensor<2x4xf32>, tensor<2x4xf32>
+  %a2 = loom.add %acc2, %s#1 : tensor<2x4xf32>, tensor<2x4xf32>
+  return %a1, %a2, %k : tensor<2x4xf32>, tensor<2x4xf32>, tensor<4x4xf32>
+}
