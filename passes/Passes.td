@@ -485,8 +485,8 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP), for the
-      all-reduces and the ZeRO-2/3 reduce-scatters; 0 keeps one collective
-      per value (still launched early).
+      all-reduces, the ZeRO-2/3 reduce-scatters and the ZeRO-3 prefetched
+      gathers; 0 keeps one collective per value (still launched early).
     * `overlap`: mark the all-reduces and reduce-scatters `async` (default
       true); false places them the same way, blocking.
     * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
@@ -496,12 +496,19 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       when the previous block takes the same parameter (a block's forward
       just before its own backward gathers it itself), and only parameters
       (function arguments): a sequence-parallel activation shard is
-      gathered in its own block.
+      gathered in its own block. The gathers prefetched before one block
+      with the same axes, dim and element type are bucketed (at most
+      `bucket-mb` MiB gathered each; a larger tensor alone), as FSDP
+      gathers a block's flat parameter with one collective: this rank's
+      shards packed, every rank's received into one buffer, each result
+      unpacked from it when it completes. A block's own gathers (the first
+      block's forward, a backward right after its forward) stay one per
+      parameter.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
-           "Bucket capacity in MiB, all-reduces and reduce-scatters (0: no "
-           "coalescing)">,
+           "Bucket capacity in MiB, all-reduces, reduce-scatters and "
+           "prefetched gathers (0: no coalescing)">,
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "Launch the collectives asynchronously">,
     Option<"prefetch", "prefetch", "bool", /*default=*/"true",

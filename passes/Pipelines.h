@@ -44,8 +44,9 @@ struct CompilePipelineOptions
       llvm::cl::init(128)};
   Option<double> bucketMb{
       *this, "bucket-mb",
-      llvm::cl::desc("All-reduce and ZeRO-2/3 reduce-scatter bucket "
-                     "capacity in MiB (0: one per value)"),
+      llvm::cl::desc("Bucket capacity in MiB of the all-reduces, ZeRO-2/3 "
+                     "reduce-scatters and ZeRO-3 prefetched gathers (0: "
+                     "one per value)"),
       llvm::cl::init(25.0)};
   Option<bool> reduceOncePerStep{
       *this, "reduce-once-per-step",

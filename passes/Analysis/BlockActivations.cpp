@@ -109,7 +109,8 @@ void countCollectives(BlockOp block, StringRef axis,
     } else if (auto c = dyn_cast<AllGatherOp>(op)) {
       if (!onAxis(c.getAxes()))
         return;
-      elements = numElements(c.getResult());
+      for (Value result : c.getResults())
+        elements += numElements(result);
       into = &other;
     } else if (auto c = dyn_cast<ReduceScatterOp>(op)) {
       if (!onAxis(c.getAxes()))

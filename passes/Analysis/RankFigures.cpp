@@ -25,25 +25,22 @@ mlir::loom::collectiveSentBytes(Operation *op) {
   auto ring = [](int64_t factor, int64_t full, int64_t n) -> int64_t {
     return n <= 1 ? 0 : factor * (n - 1) * full / n;
   };
-  if (auto c = dyn_cast<AllReduceOp>(op)) {
-    // A bucket travels as one buffer: one ring over the members' total.
-    int64_t total = 0;
-    for (Value input : c.getInputs())
-      total += bytesOf(input.getType());
-    return {"all_reduce", ring(2, total, group(c))};
-  }
+  // A bucket travels as one buffer: one ring over its members' total.
+  auto total = [](ValueRange values) {
+    int64_t bytes = 0;
+    for (Value v : values)
+      bytes += bytesOf(v.getType());
+    return bytes;
+  };
+  if (auto c = dyn_cast<AllReduceOp>(op))
+    return {"all_reduce", ring(2, total(c.getInputs()), group(c))};
   if (auto c = dyn_cast<GroupAllReduceOp>(op))
     return {"all_reduce",
             ring(2, bytesOf(c.getInput().getType()), group(c))};
   if (auto c = dyn_cast<AllGatherOp>(op))
-    return {"all_gather", ring(1, bytesOf(c.getResult().getType()), group(c))};
-  if (auto c = dyn_cast<ReduceScatterOp>(op)) {
-    // A bucket, too, is one ring over the members' total.
-    int64_t total = 0;
-    for (Value input : c.getInputs())
-      total += bytesOf(input.getType());
-    return {"reduce_scatter", ring(1, total, group(c))};
-  }
+    return {"all_gather", ring(1, total(c.getResults()), group(c))};
+  if (auto c = dyn_cast<ReduceScatterOp>(op))
+    return {"reduce_scatter", ring(1, total(c.getInputs()), group(c))};
   if (auto c = dyn_cast<AllToAllOp>(op))
     return {"all_to_all", ring(1, bytesOf(c.getInput().getType()), group(c))};
   if (auto c = dyn_cast<SendOp>(op))

@@ -101,6 +101,17 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     return {RankedTensorType::get(
         {elements}, getElementTypeOrSelf(ar.getInputs().front().getType()))};
   }
+  if (auto ag = dyn_cast<AllGatherOp>(op); ag && ag.getInputs().size() > 1) {
+    // A bucket: this rank's shards packed into one buffer, every rank's
+    // packed shards gathered into another, each result unpacked from it.
+    int64_t elements = 0;
+    for (Value input : ag.getInputs())
+      elements += cast<RankedTensorType>(input.getType()).getNumElements();
+    Type element = getElementTypeOrSelf(ag.getInputs().front().getType());
+    return {RankedTensorType::get({elements}, element),
+            RankedTensorType::get({elements * ag.getGroupSize().value_or(1)},
+                                  element)};
+  }
   if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && rs.getInputs().size() > 1) {
     // A bucket: this rank's reduced blocks arrive in one buffer (unpacked
     // into the results on completion) after every member's blocks were
@@ -147,6 +158,10 @@ bool mlir::loom::completesLater(Operation *op) {
     return ar.getAsync();
   if (auto rs = dyn_cast<ReduceScatterOp>(op))
     return rs.getAsync();
+  // A gather of one value writes its result in flight (allocated from the
+  // gather on); a bucket also sends and receives through its scratch.
+  if (auto ag = dyn_cast<AllGatherOp>(op))
+    return ag.getAsync() && ag.getInputs().size() > 1;
   return false;
 }
 

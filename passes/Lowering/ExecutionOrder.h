@@ -70,9 +70,9 @@ bool reducesInPlace(Operation *op);
 /// expects.
 SmallVector<RankedTensorType> getScratchTypes(Operation *op);
 
-/// Whether `op` is still in flight after it starts (an `async` all-reduce
-/// or reduce-scatter): its scratch stays in use until the first instruction
-/// that reads one of its results.
+/// Whether `op` is still in flight after it starts (an `async` all-reduce,
+/// reduce-scatter or all-gather bucket): its scratch stays in use until the
+/// first instruction that reads one of its results.
 bool completesLater(Operation *op);
 
 /// Whether an in-flight `op` also reads its inputs until it completes (an

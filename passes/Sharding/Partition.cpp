@@ -281,7 +281,8 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
         gathered = AllGatherOp::create(
             b, value.getLoc(), value.getType(), value, meshRef,
             axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
-            /*async=*/UnitAttr(), b.getStringAttr(reason));
+            /*async=*/UnitAttr(), b.getStringAttr(reason))
+                       .getResult();
         Layout l = have;
         l.dims[d].clear();
         record(gathered, l);

@@ -9,7 +9,9 @@
 // the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
 // gradient exists, a block's gradients bucketed (FSDP reduce-scatters a
 // block's flat gradient), and are accumulated one block later; ZeRO-1's
-// in-place ones launch behind the last micro-batch's accumulation. Collectives
+// in-place ones launch behind the last micro-batch's accumulation. ZeRO-3's
+// gathers of a block's parameters are prefetched during the previous block,
+// bucketed (FSDP gathers a block's flat parameter at once). Collectives
 // over a pipeline axis stay blocking (their members run other stages'
 // functions).
 //
@@ -62,6 +64,53 @@ void addToGroup(Groups<Key, Member> &groups, const Key &key,
   group->second.push_back(member);
 }
 
+/// Splits one group's `members`, in order, into buckets of at most
+/// `capacity` bytes (a larger member alone) and hands each bucket of two or
+/// more to `emit` with its bytes.
+template <typename Op>
+void emitBuckets(ArrayRef<Op> members, int64_t capacity,
+                 llvm::function_ref<int64_t(Op)> bytesOfMember,
+                 llvm::function_ref<void(ArrayRef<Op>, int64_t)> emit) {
+  SmallVector<Op> bucket;
+  int64_t bucketBytes = 0;
+  auto flush = [&]() {
+    if (bucket.size() > 1)
+      emit(bucket, bucketBytes);
+    bucket.clear();
+    bucketBytes = 0;
+  };
+  for (Op member : members) {
+    int64_t bytes = bytesOfMember(member);
+    if (!bucket.empty() && bucketBytes + bytes > capacity)
+      flush();
+    bucket.push_back(member);
+    bucketBytes += bytes;
+  }
+  flush();
+}
+
+/// The members' inputs and result types, in order: the operands and result
+/// types of the one collective replacing a bucket of one-value ones.
+template <typename Op>
+std::pair<SmallVector<Value>, SmallVector<Type>>
+bucketSignature(ArrayRef<Op> bucket) {
+  std::pair<SmallVector<Value>, SmallVector<Type>> signature;
+  for (Op member : bucket) {
+    signature.first.push_back(member.getInput());
+    signature.second.push_back(member.getResult().getType());
+  }
+  return signature;
+}
+
+/// Hands each member's uses to its result of `merged` and erases it.
+template <typename Op> void replaceBucket(ArrayRef<Op> bucket, Op merged) {
+  for (auto [member, result] : llvm::zip(bucket, merged.getResults())) {
+    Op op = member;
+    op.getResult().replaceAllUsesWith(result);
+    op.erase();
+  }
+}
+
 /// The reduce-scatters that may share one collective (besides being
 /// launched behind the same op).
 struct ScatterBucketKey {
@@ -71,6 +120,17 @@ struct ScatterBucketKey {
   bool operator==(const ScatterBucketKey &o) const {
     return launchedAfter == o.launchedAfter && mesh == o.mesh &&
            axes == o.axes && dim == o.dim && reduction == o.reduction &&
+           elementType == o.elementType;
+  }
+};
+
+/// The prefetched gathers that may share one collective (besides going
+/// out before the same block).
+struct GatherBucketKey {
+  Attribute mesh, axes, dim;
+  Type elementType;
+  bool operator==(const GatherBucketKey &o) const {
+    return mesh == o.mesh && axes == o.axes && dim == o.dim &&
            elementType == o.elementType;
   }
 };
@@ -93,8 +153,9 @@ struct LoomScheduleCommPass
 
   /// Mesh axes of the pipeline's sends and receives.
   llvm::StringSet<> pipelineAxes;
-  /// Numbers the reduce-scatter buckets of the module (for their reasons).
-  int scatterBucketIndex = 0;
+  /// Number the reduce-scatter and all-gather buckets of the module (for
+  /// their reasons).
+  int scatterBucketIndex = 0, gatherBucketIndex = 0;
 
   void scheduleFunction(func::FuncOp func) {
     Block &top = func.getBody().front();
@@ -253,6 +314,7 @@ struct LoomScheduleCommPass
             isFunctionArgument(block.getInputs()[arg.getArgNumber()]))
           gathers.push_back(gather);
       }
+      SmallVector<AllGatherOp> prefetched;
       for (AllGatherOp gather : gathers) {
         Value shard = block.getInputs()[cast<BlockArgument>(gather.getInput())
                                             .getArgNumber()];
@@ -269,8 +331,55 @@ struct LoomScheduleCommPass
             body.addArgument(early.getResult().getType(), gather.getLoc());
         gather.getResult().replaceAllUsesWith(whole);
         gather.erase();
+        prefetched.push_back(early);
       }
+      bucketGathers(prefetched, previous);
     }
+  }
+
+  /// FSDP gathers a block's parameters with one collective: the gathers
+  /// prefetched before one block with the same axes, dim and element type
+  /// share buckets of at most `bucket-mb` MiB of gathered bytes (a larger
+  /// tensor alone), right before that block (their inputs are the
+  /// function's arguments: there anywhere).
+  void bucketGathers(ArrayRef<AllGatherOp> prefetched, Operation *before) {
+    const int64_t capacity =
+        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    if (capacity <= 0)
+      return;
+    Groups<GatherBucketKey, AllGatherOp> groups;
+    for (AllGatherOp gather : prefetched)
+      addToGroup(groups,
+                 GatherBucketKey{gather.getMeshAttr(), gather.getAxes(),
+                                 gather.getDimAttr(),
+                                 getElementTypeOrSelf(gather.getInput())},
+                 gather);
+    for (auto &[key, members] : groups)
+      emitBuckets<AllGatherOp>(
+          members, capacity,
+          [](AllGatherOp gather) { return bytesOf(gather.getResult()); },
+          [&](ArrayRef<AllGatherOp> bucket, int64_t bytes) {
+            emitGatherBucket(bucket, bytes, before);
+          });
+  }
+
+  /// Replaces the bucket's gathers by one, right before `before`.
+  void emitGatherBucket(ArrayRef<AllGatherOp> bucket, int64_t bytes,
+                        Operation *before) {
+    auto [inputs, types] = bucketSignature(bucket);
+    AllGatherOp first = bucket.front();
+    OpBuilder b(before);
+    std::string reason =
+        llvm::formatv("all-gather bucket {0}: {1} parameters, {2} bytes, "
+                      "prefetched during ",
+                      gatherBucketIndex++, inputs.size(), bytes)
+            .str() +
+        cast<BlockOp>(before).getLabel().str();
+    auto merged = AllGatherOp::create(
+        b, first.getLoc(), types, inputs, first.getMeshAttr(),
+        first.getAxes(), first.getDimAttr(), first.getAsyncAttr(),
+        b.getStringAttr(reason));
+    replaceBucket(bucket, merged);
   }
 
   /// ZeRO-2/3's (FSDP's) gradient reduce-scatters: the partitioner places
@@ -390,34 +499,20 @@ struct LoomScheduleCommPass
       return a.second.front()->isBeforeInBlock(b.second.front());
     });
     for (auto &[key, members] : groups) {
-      SmallVector<ReduceScatterOp> bucket;
-      int64_t bucketBytes = 0;
-      auto flush = [&]() {
-        if (bucket.size() > 1)
-          emitScatterBucket(bucket, bucketBytes, key.launchedAfter);
-        bucket.clear();
-        bucketBytes = 0;
-      };
-      for (ReduceScatterOp scatter : members) {
-        int64_t bytes = bytesOf(scatter.getInput());
-        if (!bucket.empty() && bucketBytes + bytes > capacity)
-          flush();
-        bucket.push_back(scatter);
-        bucketBytes += bytes;
-      }
-      flush();
+      Operation *after = key.launchedAfter;
+      emitBuckets<ReduceScatterOp>(
+          members, capacity,
+          [](ReduceScatterOp scatter) { return bytesOf(scatter.getInput()); },
+          [&](ArrayRef<ReduceScatterOp> bucket, int64_t bytes) {
+            emitScatterBucket(bucket, bytes, after);
+          });
     }
   }
 
   /// Replaces the bucket's reduce-scatters by one in the first's place.
   void emitScatterBucket(ArrayRef<ReduceScatterOp> bucket, int64_t bytes,
                          Operation *launchedAfter) {
-    SmallVector<Value> inputs;
-    SmallVector<Type> types;
-    for (ReduceScatterOp scatter : bucket) {
-      inputs.push_back(scatter.getInput());
-      types.push_back(scatter.getResult().getType());
-    }
+    auto [inputs, types] = bucketSignature(bucket);
     ReduceScatterOp first = bucket.front();
     OpBuilder b(first);
     std::string reason =
@@ -431,11 +526,7 @@ struct LoomScheduleCommPass
         b, first.getLoc(), types, inputs, first.getMeshAttr(), first.getAxes(),
         first.getDimAttr(), first.getReductionAttr(), b.getStringAttr(reason),
         first.getAsyncAttr(), /*last_microbatch=*/UnitAttr());
-    for (auto [member, result] : llvm::zip(bucket, merged.getResults())) {
-      ReduceScatterOp scatter = member;
-      scatter.getResult().replaceAllUsesWith(result);
-      scatter.erase();
-    }
+    replaceBucket(bucket, merged);
   }
 
   void runOnOperation() override {

@@ -301,6 +301,14 @@ private:
                                 const std::vector<uint32_t> &in,
                                 const std::vector<uint32_t> &out,
                                 const std::vector<uint32_t> &scr);
+  /// An AllGather of several values (ZeRO-3's bucket of a block's
+  /// parameters): this rank's shards packed into scratch[0], every rank's
+  /// gathered into scratch[1] and each output assembled from its member's
+  /// shards; now, or on completion (async_collective).
+  Status runAllGatherBucket(const program::Instruction &ins,
+                            const std::vector<uint32_t> &in,
+                            const std::vector<uint32_t> &out,
+                            const std::vector<uint32_t> &scr);
   /// Completes the in-flight all-reduces whose bytes `ins` touches (reads,
   /// writes or uses as scratch), or all of them when `ins` is null.
   Status completeInFlight(const program::Instruction *ins);
@@ -373,6 +381,11 @@ private:
   /// Bytes of buffer `b` (program::bufferRange: a stash buffer's after the
   /// arena's), to tell which buffers share bytes.
   program::BufferRange byteRange(uint32_t b) const;
+  /// A bucket's collective about to start: its outputs and scratch busy,
+  /// `unpack` on completion.
+  InFlight bucketInFlight(const std::vector<uint32_t> &out,
+                          const std::vector<uint32_t> &scr,
+                          std::function<Status()> unpack) const;
   std::vector<InFlight> inFlight;
   /// Spare buffer-memory temporaries by size (takeSpare / returnSpare) and
   /// the bytes allocated for them.

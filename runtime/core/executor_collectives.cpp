@@ -2,9 +2,9 @@
 //
 // AllReduce (one value in place, or a packed bucket; now, or started and
 // left in flight until an instruction touches its bytes), ZeRO-1's in-place
-// last-micro-batch ReduceScatter, ZeRO-2/3's ReduceScatter buckets (packed
-// rank by rank, unpacked on completion), completing the in-flight
-// collectives, and
+// last-micro-batch ReduceScatter, ZeRO-2/3's ReduceScatter buckets and
+// ZeRO-3's AllGather buckets (packed, unpacked on completion), completing
+// the in-flight collectives, and
 // the other collectives of the instruction stream: AllGather and
 // ReduceScatter (possibly in flight), AllToAll, Send and Recv, with
 // non-leading dimensions packed / unpacked around the Communicator call.
@@ -128,6 +128,20 @@ Status Executor::runReduceScatterInPlace(const program::Instruction &ins,
   return Status::success();
 }
 
+Executor::InFlight
+Executor::bucketInFlight(const std::vector<uint32_t> &out,
+                         const std::vector<uint32_t> &scr,
+                         std::function<Status()> unpack) const {
+  // The inputs were packed at the start; the outputs are written, and the
+  // scratch read and written, until the collective completes.
+  InFlight flight;
+  for (const std::vector<uint32_t> *list : {&out, &scr})
+    for (uint32_t b : *list)
+      flight.busy.push_back(byteRange(b));
+  flight.finish = std::move(unpack);
+  return flight;
+}
+
 Status Executor::runReduceScatterBucket(const program::Instruction &ins,
                                         const std::vector<uint32_t> &in,
                                         const std::vector<uint32_t> &out,
@@ -177,14 +191,62 @@ Status Executor::runReduceScatterBucket(const program::Instruction &ins,
                                              ins.reduction(), axes));
     return unpack();
   }
-  InFlight flight;
-  for (uint32_t b : out)
-    flight.busy.push_back(byteRange(b));
-  for (uint32_t b : scr)
-    flight.busy.push_back(byteRange(b));
-  flight.finish = unpack;
+  InFlight flight = bucketInFlight(out, scr, unpack);
   LOOM_RETURN_IF_ERROR(comm->startReduceScatter(
       packed, received, total / n, dt, ins.reduction(), axes, flight.ticket));
+  inFlight.push_back(std::move(flight));
+  return Status::success();
+}
+
+Status Executor::runAllGatherBucket(const program::Instruction &ins,
+                                    const std::vector<uint32_t> &in,
+                                    const std::vector<uint32_t> &out,
+                                    const std::vector<uint32_t> &scr) {
+  const std::vector<uint32_t> axes = axesOf(ins);
+  const DType dt = bufferDType(in[0]);
+  const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
+  const int64_t dim = ins.dim();
+  // 1. This rank's shards side by side: what it contributes.
+  std::vector<const void *> shards;
+  std::vector<int64_t> counts;
+  int64_t count = 0;
+  for (uint32_t b : in) {
+    shards.push_back(bufferData(b));
+    counts.push_back(bufferNumel(b));
+    count += bufferNumel(b);
+  }
+  void *packed = bufferData(scr[0]), *gathered = bufferData(scr[1]);
+  LOOM_RETURN_IF_ERROR(kernels->concatDim(packed, shards, counts, {count}, 0, eb));
+  // 2. Chunk r of the gathered buffer is rank r's contribution; result i
+  //    is its member's shard of every rank, concatenated along `dim`.
+  std::vector<std::vector<int64_t>> shardShapes, wholeShapes;
+  for (size_t i = 0; i < in.size(); ++i) {
+    shardShapes.push_back(shapes[in[i]]);
+    wholeShapes.push_back(shapes[out[i]]);
+  }
+  auto unpack = [this, gathered, count, counts, shardShapes, wholeShapes, eb,
+                 n, dim, out]() -> Status {
+    const uint8_t *chunks = static_cast<const uint8_t *>(gathered);
+    int64_t at = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::vector<const void *> ranks;
+      for (int64_t r = 0; r < n; ++r)
+        ranks.push_back(chunks + (r * count + at) * eb);
+      LOOM_RETURN_IF_ERROR(kernels->concatDim(
+          bufferData(out[i]), ranks,
+          std::vector<int64_t>(n, shardShapes[i][dim]), wholeShapes[i], dim,
+          eb));
+      at += counts[i];
+    }
+    return Status::success();
+  };
+  if (!ins.async_collective()) {
+    LOOM_RETURN_IF_ERROR(comm->allGather(packed, gathered, count, dt, axes));
+    return unpack();
+  }
+  InFlight flight = bucketInFlight(out, scr, unpack);
+  LOOM_RETURN_IF_ERROR(
+      comm->startAllGather(packed, gathered, count, dt, axes, flight.ticket));
   inFlight.push_back(std::move(flight));
   return Status::success();
 }

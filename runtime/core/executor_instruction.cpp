@@ -53,6 +53,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     return runReduceScatterInPlace(ins, in, scr);
   if (op == Opcode::ReduceScatter && in.size() > 1)
     return runReduceScatterBucket(ins, in, out, scr);
+  if (op == Opcode::AllGather && in.size() > 1)
+    return runAllGatherBucket(ins, in, out, scr);
   // 0. Mixed precision: a backend that runs the opcode on bf16 itself gets
   //    the buffers as they are; otherwise every BF16 input and scratch is
   //    widened into an fp32 slot of the staging memory, and the kernel

@@ -270,6 +270,72 @@ Status InstructionChecker::checkCollective() {
                                 << b);
     return Status::success();
   };
+  // A ReduceScatter or AllGather of several values (a bucket, members
+  // sharing dtype and `dim`): one collective through two scratch buffers. A
+  // ReduceScatter packs every member's block r into chunk r of scratch[1]
+  // and receives this rank's chunk in scratch[0]; an AllGather packs this
+  // rank's shards into scratch[0] and gathers every rank's into scratch[1].
+  // Each output is unpacked from them.
+  auto checkBucket = [&]() -> Status {
+    const bool scatter = op == Opcode::ReduceScatter;
+    const std::string name = opcodeName(op);
+    const size_t k = inputs.size();
+    INSTR_CHECK(!ins.last_microbatch_only(),
+                "a " << name << " of " << k
+                     << " values cannot run in the last micro-batch only (it "
+                        "reduces in place, one value at a time); recompile "
+                        "the program");
+    LOOM_RETURN_IF_ERROR(counts(k, k, k, 2));
+    INSTR_CHECK(scratch.size() == 2,
+                "a " << name << " of " << k << " values needs 2 scratch buffers"
+                     << (scatter ? " (its received blocks and packed inputs)"
+                                 : " (its packed shards and gathered shards)")
+                     << ", got " << scratch.size());
+    const int64_t dim = ins.dim();
+    uint64_t total = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const uint32_t in = inputs[j], out = outputs[j];
+      LOOM_RETURN_IF_ERROR(dtype(in, facts.dtypes[inputs[0]], "bucket input"));
+      LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
+      if (scatter)
+        LOOM_RETURN_IF_ERROR(checkReduction(in));
+      const std::vector<int64_t> &s = shape(in);
+      LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
+      std::vector<int64_t> want = s;
+      if (scatter) {
+        INSTR_CHECK(s[dim] % n == 0, "input #" << j << "'s dimension " << dim
+                                               << " of " << shapeString(s)
+                                               << " is not divisible by the "
+                                                  "group size "
+                                               << n);
+        want[dim] = s[dim] / n;
+      } else {
+        want[dim] = s[dim] * n;
+      }
+      LOOM_RETURN_IF_ERROR(sameShape(out, want, "result"));
+      for (uint32_t other : {in, scratch[0], scratch[1]})
+        INSTR_CHECK(!overlaps(out, other), "output buffer "
+                                               << out << " of the " << name
+                                               << " bucket overlaps buffer "
+                                               << other);
+      total += facts.bytes[in];
+    }
+    for (uint32_t b : scratch)
+      LOOM_RETURN_IF_ERROR(dtype(b, facts.dtypes[inputs[0]], "scratch"));
+    INSTR_CHECK(!overlaps(scratch[0], scratch[1]),
+                "the " << name << " bucket's two scratch buffers overlap");
+    const uint64_t groupSize = static_cast<uint64_t>(n);
+    const uint64_t need[2] = {scatter ? total / groupSize : total,
+                              scatter ? total : total * groupSize};
+    const char *role[2] = {scatter ? "received-blocks" : "packed-shards",
+                           scatter ? "packed-inputs" : "gathered-shards"};
+    for (size_t m = 0; m < 2; ++m)
+      INSTR_CHECK(facts.bytes[scratch[m]] >= need[m],
+                  "the " << name << " bucket's " << role[m]
+                         << " scratch buffer has " << facts.bytes[scratch[m]]
+                         << " bytes, but needs " << need[m]);
+    return Status::success();
+  };
   switch (op) {
   case Opcode::AllReduce: {
     // One value, or a bucket: k inputs packed into scratch[0], k outputs.
@@ -338,67 +404,10 @@ Status InstructionChecker::checkCollective() {
     return Status::success();
   }
   case Opcode::ReduceScatter:
-    if (inputs.size() > 1) {
-      // A bucket: every member's blocks packed rank by rank into
-      // scratch[1], this rank's reduced blocks received into scratch[0] and
-      // unpacked into the outputs, member after member.
-      const size_t k = inputs.size();
-      INSTR_CHECK(!ins.last_microbatch_only(),
-                  "a ReduceScatter of " << k
-                                        << " values cannot run in the last "
-                                           "micro-batch only (it reduces in "
-                                           "place, one value at a time); "
-                                           "recompile the program");
-      LOOM_RETURN_IF_ERROR(counts(k, k, k, 2));
-      INSTR_CHECK(scratch.size() == 2,
-                  "a ReduceScatter of "
-                      << k
-                      << " values needs 2 scratch buffers (its received "
-                         "blocks and packed inputs), got "
-                      << scratch.size());
-      const int64_t dim = ins.dim();
-      uint64_t total = 0;
-      for (size_t j = 0; j < k; ++j) {
-        const uint32_t in = inputs[j], out = outputs[j];
-        LOOM_RETURN_IF_ERROR(
-            dtype(in, facts.dtypes[inputs[0]], "bucket input"));
-        LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
-        LOOM_RETURN_IF_ERROR(checkReduction(in));
-        const std::vector<int64_t> &s = shape(in);
-        LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
-        INSTR_CHECK(s[dim] % n == 0, "input #" << j << "'s dimension " << dim
-                                               << " of " << shapeString(s)
-                                               << " is not divisible by the "
-                                                  "group size "
-                                               << n);
-        std::vector<int64_t> want = s;
-        want[dim] = s[dim] / n;
-        LOOM_RETURN_IF_ERROR(sameShape(out, want, "result"));
-        for (uint32_t other : {in, scratch[0], scratch[1]})
-          INSTR_CHECK(!overlaps(out, other),
-                      "output buffer " << out << " of the ReduceScatter "
-                                       << "bucket overlaps buffer " << other);
-        total += facts.bytes[in];
-      }
-      for (size_t m = 0; m < 2; ++m)
-        LOOM_RETURN_IF_ERROR(
-            dtype(scratch[m], facts.dtypes[inputs[0]], "scratch"));
-      INSTR_CHECK(!overlaps(scratch[0], scratch[1]),
-                  "the ReduceScatter bucket's two scratch buffers overlap");
-      INSTR_CHECK(facts.bytes[scratch[0]] >= total / static_cast<uint64_t>(n),
-                  "the ReduceScatter bucket's received-blocks scratch buffer "
-                  "has "
-                      << facts.bytes[scratch[0]] << " bytes, but needs "
-                      << total / static_cast<uint64_t>(n));
-      INSTR_CHECK(facts.bytes[scratch[1]] >= total,
-                  "the ReduceScatter bucket's packed-inputs scratch buffer "
-                  "has "
-                      << facts.bytes[scratch[1]] << " bytes, but needs "
-                      << total);
-      return Status::success();
-    }
-    [[fallthrough]];
   case Opcode::AllGather:
+    if (inputs.size() > 1)
+      return checkBucket();
+    [[fallthrough]];
   case Opcode::AllToAll: {
     // A last-micro-batch ReduceScatter reduces in place (skipped in the
     // other micro-batches, its result must be where its input already is):

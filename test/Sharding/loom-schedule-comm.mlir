@@ -13,6 +13,9 @@
 // RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET-NONE
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter-bucket.mlir | FileCheck %s --check-prefix=SBUCKET-SYNC
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/scatter-bucket.mlir | loom-opt --loom-schedule-comm=overlap=false | FileCheck %s --check-prefix=SBUCKET-SYNC
+// RUN: loom-opt --loom-schedule-comm %t/gather-bucket.mlir | FileCheck %s --check-prefix=GBUCKET
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/gather-bucket.mlir | FileCheck %s --check-prefix=GBUCKET-NONE
+// RUN: loom-opt --loom-schedule-comm=prefetch=false %t/gather-bucket.mlir | FileCheck %s --check-prefix=GBUCKET-NOPREFETCH
 // RUN: loom-opt --loom-schedule-comm %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-SYNC
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
@@ -206,6 +209,42 @@ func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor
   %sw2 = loom.reduce_scatter %g#2 on @mesh [dp] dim 1 sum {reason = "w2 gradient"} : tensor<4x8xf32> -> tensor<4x4xf32>
   %aw2 = loom.add %accw2, %sw2 : tensor<4x4xf32>, tensor<4x4xf32>
   return %aw, %ab, %aw2, %h : tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x8xf32>
+}
+
+//--- gather-bucket.mlir
+// ZeRO-3 prefetch buckets (FSDP gathers a block's flat parameter at once):
+// h.1's gathers of its parameters move before h.0, asynchronous, and those
+// with the same axes, dim and element type become one collective (w and b,
+// 96 gathered bytes); w2, gathered on dim 1, goes alone. With bucket-mb 0
+// each goes alone; without prefetch they stay in h.1.
+// GBUCKET-LABEL: func.func @forward
+// GBUCKET: loom.all_gather %arg2 on @mesh [dp] dim 1 async {reason = "w2, prefetched during h.0"} : tensor<4x2xf32> -> tensor<4x4xf32>
+// GBUCKET-NEXT: %[[G:.*]]:2 = loom.all_gather %arg0, %arg1 on @mesh [dp] dim 0 async {reason = "all-gather bucket 0: 2 parameters, 96 bytes, prefetched during h.0"} : tensor<2x4xf32>, tensor<4xf32> -> tensor<4x4xf32>, tensor<8xf32>
+// GBUCKET-NEXT: loom.block "h.0"
+// GBUCKET: loom.block "h.1"({{.*}}%[[G]]#0, %[[G]]#1, %{{[0-9]+}})
+// GBUCKET-NOT: loom.all_gather
+// GBUCKET-NONE-COUNT-3: loom.all_gather %{{[^,]*}} on
+// GBUCKET-NONE-NEXT: loom.block "h.0"
+// GBUCKET-NONE-NOT: loom.all_gather
+// GBUCKET-NOPREFETCH: loom.block "h.0"
+// GBUCKET-NOPREFETCH-COUNT-3: loom.all_gather %{{[^,]*}} on
+loom.mesh @mesh <dp = 2>
+func.func @forward(%w: tensor<2x4xf32>, %b: tensor<4xf32>, %w2: tensor<4x2xf32>, %x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<8xf32>) {
+  %h0 = loom.block "h.0"(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32> {
+  ^bb0(%a: tensor<4x4xf32>):
+    %y = loom.gelu %a : tensor<4x4xf32>
+    loom.yield %y : tensor<4x4xf32>
+  }
+  %h1:2 = loom.block "h.1"(%h0, %w, %b, %w2) : (tensor<4x4xf32>, tensor<2x4xf32>, tensor<4xf32>, tensor<4x2xf32>) -> (tensor<4x4xf32>, tensor<8xf32>) {
+  ^bb0(%a: tensor<4x4xf32>, %sw: tensor<2x4xf32>, %sb: tensor<4xf32>, %sw2: tensor<4x2xf32>):
+    %fw = loom.all_gather %sw on @mesh [dp] dim 0 {reason = "w"} : tensor<2x4xf32> -> tensor<4x4xf32>
+    %fb = loom.all_gather %sb on @mesh [dp] dim 0 {reason = "b"} : tensor<4xf32> -> tensor<8xf32>
+    %fw2 = loom.all_gather %sw2 on @mesh [dp] dim 1 {reason = "w2"} : tensor<4x2xf32> -> tensor<4x4xf32>
+    %y = loom.add %a, %fw : tensor<4x4xf32>, tensor<4x4xf32>
+    %z = loom.add %y, %fw2 : tensor<4x4xf32>, tensor<4x4xf32>
+    loom.yield %z, %fb : tensor<4x4xf32>, tensor<8xf32>
+  }
+  return %h1#0, %h1#1 : tensor<4x4xf32>, tensor<8xf32>
 }
 
 //--- zero1.mlir

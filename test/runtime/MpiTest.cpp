@@ -4,8 +4,8 @@
 // Every collective opcode through the executor on the mesh dp=2, tp=2 over
 // the groups {dp}, {tp} and {dp, tp}, with non-zero dims, against
 // expectations computed from the group's inputs; ZeRO-1's in-place
-// last-micro-batch ReduceScatter and ZeRO-2/3's ReduceScatter buckets
-// likewise; LocalSlice over the same
+// last-micro-batch ReduceScatter, ZeRO-2/3's ReduceScatter buckets and
+// ZeRO-3's AllGather buckets likewise; LocalSlice over the same
 // groups and its AllGather round trip; a send / recv ring; the
 // byte counters against the ring formulas; the world-size mismatch error; a
 // data-parallel training program on 2 ranks (each half of the world) giving
@@ -34,6 +34,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <unistd.h>
 
 using namespace loom;
@@ -318,19 +319,72 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
         }
 }
 
-TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
-  // ZeRO-2/3's bucket of a block's gradients: one ReduceScatter of several
-  // values sharing `dim` leaves in output i this rank's block of input i
-  // (group-rank order) summed over the group, however the members' shapes
-  // differ (a non-leading dim packed first). Every group, dims 0 and 1,
-  // now and in flight, fp32 and bf16. Small integers, exact in bf16.
-  using O = fb::Opcode;
-  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
-  auto value = [](int r, int64_t member, int64_t i) {
-    return static_cast<float>(4 * r + 3 * member + i % 11);
-  };
-  const std::vector<std::vector<int64_t>> byDim[2] = {
-      {{4, 4, 8}, {8, 4}, {4}}, {{4, 4, 8}, {8, 4}, {2, 8}}};
+namespace {
+
+/// Runs one bucket instruction `op` (ReduceScatter or AllGather) on
+/// `comm` over `axes`, `dim`: inputs of `inShapes` (element i of input m
+/// is `input(m, i)`), outputs `inShapes` with `dim` divided (scatter) or
+/// multiplied (gather) by the group size, and the two scratch buffers the
+/// verifier asks for. Returns each output as floats; none when the program
+/// does not load or run (a test failure).
+std::vector<std::vector<float>>
+runBucket(Communicator &comm, fb::Opcode op,
+          const std::vector<uint32_t> &axes, int64_t dim, bool async,
+          fb::DType dt, const std::vector<std::vector<int64_t>> &inShapes,
+          const std::function<float(int64_t, int64_t)> &input) {
+  const bool scatter = op == fb::Opcode::ReduceScatter;
+  const int64_t n = comm.groupSize(axes);
+  auto p = emptyProgram(2, 4, 16);
+  addMesh(*p, {{"dp", 2}, {"tp", 2}});
+  StageBuilder s(*p->stages[0]);
+  std::vector<uint32_t> ins, outs;
+  int64_t total = 0;
+  for (size_t m = 0; m < inShapes.size(); ++m) {
+    std::vector<int64_t> out = inShapes[m];
+    out[dim] = scatter ? out[dim] / n : out[dim] * n;
+    ins.push_back(s.buffer("in" + std::to_string(m), inShapes[m], dt));
+    outs.push_back(s.buffer("out" + std::to_string(m), out, dt));
+    total += program::shapeNumel(inShapes[m]);
+  }
+  // ReduceScatter: [received blocks, packed inputs]; AllGather: [packed
+  // shards, gathered shards].
+  auto &i = s.op(op, "bucket", ins, outs,
+                 {s.buffer("scratch0", {scatter ? total / n : total}, dt),
+                  s.buffer("scratch1", {scatter ? total : total * n}, dt)});
+  i.axes = axes;
+  i.dim = dim;
+  i.reduction = fb::Reduction::Sum;
+  i.async_collective = async;
+  program::LoadedProgram loaded;
+  Status st = program::loadProgramBytes(serialize(*p), "bucket", loaded);
+  std::unique_ptr<Executor> ex;
+  if (st.ok())
+    st = Executor::create(loaded, 0, 1, ex, &comm);
+  for (size_t m = 0; st.ok() && m < inShapes.size(); ++m) {
+    std::vector<float> values(program::shapeNumel(inShapes[m]));
+    for (size_t k = 0; k < values.size(); ++k)
+      values[k] = input(static_cast<int64_t>(m), static_cast<int64_t>(k));
+    storeAs(*ex, ins[m], values, dt);
+  }
+  if (st.ok())
+    st = ex->run();
+  std::vector<std::vector<float>> results;
+  if (!st.ok()) {
+    ADD_FAILURE() << st.toString();
+    return results;
+  }
+  for (uint32_t b : outs)
+    results.push_back(loadAs(*ex, b, program::shapeNumel(
+                                         p->stages[0]->buffers[b]->shape),
+                             dt));
+  return results;
+}
+
+/// Calls `body` for every group, dim 0 and 1, now and in flight, fp32 and
+/// bf16 (the cases the bucket tests cover), under a trace naming it.
+void forEveryBucketCase(
+    const std::function<void(const std::vector<uint32_t> &, int64_t, bool,
+                             fb::DType)> &body) {
   for (const std::vector<uint32_t> &axes : kEveryGroup)
     for (int64_t dim : {0, 1})
       for (bool async : {false, true})
@@ -339,72 +393,102 @@ TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
                        std::to_string(axes[0]) + " dim " +
                        std::to_string(dim) + (async ? " async" : "") +
                        (dt == fb::DType::BF16 ? " bf16" : " f32"));
-          const std::vector<std::vector<int64_t>> &shapes = byDim[dim];
-          const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
-          auto p = emptyProgram(2, 4, 16);
-          addMesh(*p, {{"dp", 2}, {"tp", 2}});
-          StageBuilder s(*p->stages[0]);
-          std::vector<uint32_t> ins, outs;
-          int64_t total = 0;
-          for (size_t m = 0; m < shapes.size(); ++m) {
-            std::vector<int64_t> block = shapes[m];
-            block[dim] /= n;
-            ins.push_back(s.buffer("g" + std::to_string(m), shapes[m], dt));
-            outs.push_back(s.buffer("s" + std::to_string(m), block, dt));
-            total += program::shapeNumel(shapes[m]);
-          }
-          auto &rs = s.op(O::ReduceScatter, "rs", ins, outs,
-                          {s.buffer("received", {total / n}, dt),
-                           s.buffer("packed", {total}, dt)});
-          rs.axes = axes;
-          rs.dim = dim;
-          rs.reduction = fb::Reduction::Sum;
-          rs.async_collective = async;
-          program::LoadedProgram loaded;
-          Status st = program::loadProgramBytes(serialize(*p), "rs", loaded);
-          ASSERT_TRUE(st.ok()) << st.toString();
-          std::unique_ptr<Executor> ex;
-          st = Executor::create(loaded, 0, 1, ex, comm.get());
-          ASSERT_TRUE(st.ok()) << st.toString();
-          for (size_t m = 0; m < shapes.size(); ++m) {
-            const int64_t numel = program::shapeNumel(shapes[m]);
-            std::vector<float> in(numel);
-            for (int64_t i = 0; i < numel; ++i)
-              in[i] = value(comm->rank(), m, i);
-            storeAs(*ex, ins[m], in, dt);
-          }
-          st = ex->run();
-          ASSERT_TRUE(st.ok()) << st.toString();
-          // Counted, not asserted element by element (see above).
-          int64_t wrong = 0, firstMember = -1, first = -1;
-          for (size_t m = 0; m < shapes.size(); ++m) {
-            const std::vector<int64_t> &shape = shapes[m];
-            const int64_t numel = program::shapeNumel(shape);
-            std::vector<int64_t> block = shape;
-            block[dim] /= n;
-            const std::vector<float> out =
-                loadAs(*ex, outs[m], numel / n, dt);
-            for (int64_t i = 0; i < numel; ++i) {
-              std::vector<int64_t> at = unflatten(i, shape);
-              if (at[dim] / block[dim] != g)
-                continue;
-              at[dim] -= g * block[dim];
-              int64_t local = 0;
-              for (size_t d = 0; d < at.size(); ++d)
-                local = local * block[d] + at[d];
-              float want = 0;
-              for (int64_t k = 0; k < n; ++k)
-                want += value(comm->groupMember(axes, k), m, i);
-              if (out[local] != want && wrong++ == 0) {
-                firstMember = static_cast<int64_t>(m);
-                first = local;
-              }
-            }
-          }
-          EXPECT_EQ(wrong, 0) << "first wrong element " << first
-                              << " of member " << firstMember << " on rank "
-                              << comm->rank();
+          body(axes, dim, async, dt);
         }
+}
+
+/// The flat index in `inner` (the shape of one block along `dim`) of
+/// element `at` of the whole, and the block it falls in.
+std::pair<int64_t, int64_t> blockIndex(std::vector<int64_t> at,
+                                       const std::vector<int64_t> &inner,
+                                       int64_t dim) {
+  const int64_t block = at[dim] / inner[dim];
+  at[dim] %= inner[dim];
+  int64_t local = 0;
+  for (size_t d = 0; d < at.size(); ++d)
+    local = local * inner[d] + at[d];
+  return {block, local};
+}
+
+} // namespace
+
+TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
+  // ZeRO-2/3's bucket of a block's gradients: one ReduceScatter of several
+  // values sharing `dim` leaves in output i this rank's block of input i
+  // (group-rank order) summed over the group, however the members' shapes
+  // differ (a non-leading dim packed first). Small integers, exact in
+  // bf16.
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+  auto value = [](int r, int64_t member, int64_t i) {
+    return static_cast<float>(4 * r + 3 * member + i % 11);
+  };
+  const std::vector<std::vector<int64_t>> byDim[2] = {
+      {{4, 4, 8}, {8, 4}, {4}}, {{4, 4, 8}, {8, 4}, {2, 8}}};
+  forEveryBucketCase([&](const std::vector<uint32_t> &axes, int64_t dim,
+                         bool async, fb::DType dt) {
+    const std::vector<std::vector<int64_t>> &shapes = byDim[dim];
+    const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
+    const auto outs = runBucket(
+        *comm, fb::Opcode::ReduceScatter, axes, dim, async, dt, shapes,
+        [&](int64_t m, int64_t i) { return value(comm->rank(), m, i); });
+    // Counted, not asserted element by element (see above).
+    int64_t wrong = 0, firstMember = -1, first = -1;
+    for (size_t m = 0; m < outs.size(); ++m) {
+      std::vector<int64_t> block = shapes[m];
+      block[dim] /= n;
+      for (int64_t i = 0; i < program::shapeNumel(shapes[m]); ++i) {
+        auto [owner, local] = blockIndex(unflatten(i, shapes[m]), block, dim);
+        if (owner != g)
+          continue;
+        float want = 0;
+        for (int64_t k = 0; k < n; ++k)
+          want += value(comm->groupMember(axes, k), m, i);
+        if (outs[m][local] != want && wrong++ == 0) {
+          firstMember = static_cast<int64_t>(m);
+          first = local;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "first wrong element " << first << " of member "
+                        << firstMember << " on rank " << comm->rank();
+  });
+}
+
+TEST_F(Mpi, AllGatherBucketAssemblesEachMember) {
+  // ZeRO-3's bucket of a block's parameters: one AllGather of several
+  // shards sharing `dim` leaves in output i input i of every group member
+  // concatenated along `dim` in group-rank order, however the members'
+  // shapes differ (dim 1: a non-leading dim). Small integers, exact in
+  // bf16.
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+  auto value = [](int r, int64_t member, int64_t i) {
+    return static_cast<float>(5 * r + 3 * member + i % 7);
+  };
+  const std::vector<std::vector<int64_t>> byDim[2] = {
+      {{2, 4, 8}, {3, 4}, {1}}, {{4, 2, 8}, {8, 1}, {2, 3}}};
+  forEveryBucketCase([&](const std::vector<uint32_t> &axes, int64_t dim,
+                         bool async, fb::DType dt) {
+    const std::vector<std::vector<int64_t>> &shards = byDim[dim];
+    const int64_t n = comm->groupSize(axes);
+    const auto outs = runBucket(
+        *comm, fb::Opcode::AllGather, axes, dim, async, dt, shards,
+        [&](int64_t m, int64_t i) { return value(comm->rank(), m, i); });
+    int64_t wrong = 0, firstMember = -1, first = -1;
+    for (size_t m = 0; m < outs.size(); ++m) {
+      std::vector<int64_t> whole = shards[m];
+      whole[dim] *= n;
+      for (int64_t i = 0; i < program::shapeNumel(whole); ++i) {
+        auto [from, local] = blockIndex(unflatten(i, whole), shards[m], dim);
+        if (outs[m][i] != value(comm->groupMember(axes, from), m, local) &&
+            wrong++ == 0) {
+          firstMember = static_cast<int64_t>(m);
+          first = i;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "first wrong element " << first << " of member "
+                        << firstMember << " on rank " << comm->rank();
+  });
 }
 
 TEST_F(Mpi, LocalSliceIsTheInverseOfAllGather) {

@@ -670,34 +670,43 @@ TEST(ProgramVerifier, CollectiveShapes) {
   }
 }
 
-TEST(ProgramVerifier, ReduceScatterBucket) {
-  // ZeRO-2/3's bucket: inputs [4, 6] and [6] over dp (2) on dim 0, outputs
-  // [2, 6] and [3], scratch[0] this rank's received blocks (15 floats),
-  // scratch[1] the packed inputs (30).
+TEST(ProgramVerifier, CollectiveBuckets) {
+  // ZeRO-2/3's buckets over dp (2) on dim 0. A ReduceScatter of [4, 6] and
+  // [6] into [2, 6] and [3], scratch[0] this rank's received blocks (15
+  // floats), scratch[1] the packed inputs (30); an AllGather of [2, 6] and
+  // [3] into [4, 6] and [6], scratch[0] this rank's packed shards (15),
+  // scratch[1] every rank's (30).
   using O = fb::Opcode;
   struct Case {
-    std::vector<std::vector<int64_t>> outs = {{2, 6}, {3}};
+    O op = O::ReduceScatter;
+    std::vector<std::vector<int64_t>> outs;
     std::vector<std::vector<int64_t>> scratch = {{15}, {30}};
     fb::DType secondDType = fb::DType::F32;
     bool lastMicrobatch = false;
   };
   auto bucket = [](const Case &c) {
+    const bool scatter = c.op == O::ReduceScatter;
+    const std::vector<std::vector<int64_t>> big = {{4, 6}, {6}},
+                                            small = {{2, 6}, {3}};
+    const auto &inShapes = scatter ? big : small;
+    const auto &outShapes = c.outs.empty() ? (scatter ? small : big) : c.outs;
     auto p = emptyProgram(2, 4, 16);
     addDpTpMesh(*p);
     StageBuilder b(stage0(*p));
-    std::vector<uint32_t> ins = {b.buffer("w", {4, 6}),
-                                 b.buffer("b", {6}, c.secondDType)};
-    std::vector<uint32_t> outs, scratch;
-    for (size_t k = 0; k < c.outs.size(); ++k)
-      outs.push_back(b.buffer("s" + std::to_string(k), c.outs[k],
+    std::vector<uint32_t> ins, outs, scratch;
+    for (size_t k = 0; k < inShapes.size(); ++k)
+      ins.push_back(b.buffer("in", inShapes[k],
+                             k == 1 ? c.secondDType : fb::DType::F32));
+    for (size_t k = 0; k < outShapes.size(); ++k)
+      outs.push_back(b.buffer("out", outShapes[k],
                               k == 1 ? c.secondDType : fb::DType::F32));
     for (const auto &shape : c.scratch)
       scratch.push_back(b.buffer("scratch", shape));
-    auto &rs = b.op(O::ReduceScatter, "rs", ins, outs, scratch);
-    rs.axes = {0};
-    rs.dim = 0;
-    rs.async_collective = true;
-    rs.last_microbatch_only = c.lastMicrobatch;
+    auto &i = b.op(c.op, "bucket", ins, outs, scratch);
+    i.axes = {0};
+    i.dim = 0;
+    i.async_collective = true;
+    i.last_microbatch_only = c.lastMicrobatch;
     if (c.lastMicrobatch)
       makeMinimalTrainingStage(b);
     return p;
@@ -707,51 +716,68 @@ TEST(ProgramVerifier, ReduceScatterBucket) {
     ASSERT_FALSE(s.ok()) << needle;
     EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
   };
-  {
-    Status s = load(*bucket({}));
-    EXPECT_TRUE(s.ok()) << s.toString();
+  for (O op : {O::ReduceScatter, O::AllGather}) {
+    const bool scatter = op == O::ReduceScatter;
+    const std::string name = scatter ? "ReduceScatter" : "AllGather";
+    SCOPED_TRACE(name);
+    {
+      Case ok;
+      ok.op = op;
+      Status s = load(*bucket(ok));
+      EXPECT_TRUE(s.ok()) << s.toString();
+    }
+    Case c;
+    c.op = op;
+    c.scratch = {{15}};
+    expectError(c, "a " + name + " of 2 values needs 2 scratch buffers (its " +
+                       (scatter ? "received blocks and packed inputs"
+                                : "packed shards and gathered shards") +
+                       "), got 1");
+    c.scratch = {{14}, {30}};
+    expectError(c, "the " + name + " bucket's " +
+                       (scatter ? "received-blocks" : "packed-shards") +
+                       " scratch buffer has 56 bytes, but needs 60");
+    c.scratch = {{15}, {29}};
+    expectError(c, "the " + name + " bucket's " +
+                       (scatter ? "packed-inputs" : "gathered-shards") +
+                       " scratch buffer has 116 bytes, but needs 120");
+    c = {};
+    c.op = op;
+    c.outs = {{scatter ? 2 : 4, 6}, {scatter ? 6 : 3}};
+    expectError(c, "result (buffer");
+    c = {};
+    c.op = op;
+    c.secondDType = fb::DType::BF16;
+    expectError(c, "bucket input");
+    c = {};
+    c.op = op;
+    c.outs = {{scatter ? 2 : 4, 6}};
+    expectError(c, name + " has 2 output(s), got 1");
+    {
+      // An output on a scratch buffer's bytes, and the two scratch buffers
+      // on the same bytes, would unpack what is still arriving.
+      Case ok;
+      ok.op = op;
+      auto p = bucket(ok);
+      fb::InstructionT &i = *stage0(*p).instructions.back();
+      i.outputs[1] = i.scratch[0];
+      Status s = load(*p);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("overlaps"), std::string::npos)
+          << s.message();
+      p = bucket(ok);
+      fb::InstructionT &i2 = *stage0(*p).instructions.back();
+      i2.scratch[1] = i2.scratch[0];
+      s = load(*p);
+      ASSERT_FALSE(s.ok());
+      EXPECT_NE(s.message().find("overlap"), std::string::npos)
+          << s.message();
+    }
   }
   Case c;
-  c.scratch = {{15}};
-  expectError(c, "a ReduceScatter of 2 values needs 2 scratch buffers (its "
-                 "received blocks and packed inputs), got 1");
-  c = {};
-  c.scratch = {{14}, {30}};
-  expectError(c, "the ReduceScatter bucket's received-blocks scratch buffer "
-                 "has 56 bytes, but needs 60");
-  c = {};
-  c.scratch = {{15}, {29}};
-  expectError(c, "the ReduceScatter bucket's packed-inputs scratch buffer has "
-                 "116 bytes, but needs 120");
-  c = {};
-  c.outs = {{2, 6}, {6}};
-  expectError(c, "result (buffer");
-  c = {};
-  c.secondDType = fb::DType::BF16;
-  expectError(c, "bucket input");
-  c = {};
-  c.outs = {{2, 6}};
-  expectError(c, "ReduceScatter has 2 output(s), got 1");
-  c = {};
   c.lastMicrobatch = true;
   expectError(c, "a ReduceScatter of 2 values cannot run in the last "
                  "micro-batch only");
-  {
-    // An output on a scratch buffer's bytes, and the two scratch buffers on
-    // the same bytes, would unpack what is still arriving.
-    auto p = bucket({});
-    fb::InstructionT &rs = *stage0(*p).instructions.back();
-    rs.outputs[1] = rs.scratch[0];
-    Status s = load(*p);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("overlaps"), std::string::npos) << s.message();
-    p = bucket({});
-    fb::InstructionT &rs2 = *stage0(*p).instructions.back();
-    rs2.scratch[1] = rs2.scratch[0];
-    s = load(*p);
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.message();
-  }
   {
     // Not divisible: a [5] member over 2 ranks.
     auto p = bucket({});

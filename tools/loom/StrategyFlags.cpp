@@ -71,7 +71,7 @@ bool loom::cli::parseStrategyFlag(const std::string &flag,
   if (flag == "--bucket-mb") {
     if (llvm::StringRef(value).getAsDouble(s.bucketMb) || s.bucketMb < 0)
       error = "--bucket-mb takes a bucket size in MiB >= 0 (0: one "
-              "all-reduce or reduce-scatter per gradient), got '" +
+              "collective per gradient or parameter), got '" +
               value + "'";
     return true;
   }

@@ -662,6 +662,18 @@ static LogicalResult verifyInMicrobatchFunction(Operation *op) {
   return success();
 }
 
+/// A collective of one value or a bucket: at least one input, one result
+/// per input.
+static LogicalResult verifyBucketCounts(Operation *op, StringRef verb) {
+  if (op->getNumOperands() == 0)
+    return op->emitOpError() << "needs at least one value to " << verb;
+  if (op->getNumOperands() != op->getNumResults())
+    return op->emitOpError()
+           << "has " << op->getNumOperands() << " inputs but "
+           << op->getNumResults() << " results; each input has its result";
+  return success();
+}
+
 bool mlir::loom::isLastMicrobatchReduction(Operation *op) {
   if (auto ar = dyn_cast<AllReduceOp>(op))
     return ar.getLastMicrobatch();
@@ -680,12 +692,8 @@ LogicalResult AllReduceOp::inferReturnTypes(
   return success();
 }
 LogicalResult AllReduceOp::verify() {
-  if (getInputs().empty())
-    return emitOpError() << "needs at least one value to reduce";
-  if (getInputs().size() != getResults().size())
-    return emitOpError() << "has " << getInputs().size() << " inputs but "
-                         << getResults().size()
-                         << " results; each input has its result";
+  if (failed(verifyBucketCounts(*this, "reduce")))
+    return failure();
   for (auto [i, input, result] : llvm::enumerate(getInputs(), getResults()))
     if (input.getType() != result.getType())
       return emitOpError() << "result #" << i << " has type "
@@ -703,8 +711,12 @@ std::optional<int64_t> AllReduceOp::getGroupSize() { return groupSizeOf(*this); 
 
 // all_gather
 LogicalResult AllGatherOp::verify() {
-  if (failed(verifyDimInRange(*this, "dim", getDim(), getInput())))
+  if (failed(verifyBucketCounts(*this, "gather")))
     return failure();
+  for (Value input : getInputs())
+    if (failed(verifyDimInRange(*this, "dim", getDim(), input)))
+      return failure();
+  // A bucket is packed into one buffer: one element type for all members.
   return verifySameFloatElementType(*this);
 }
 LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
@@ -712,8 +724,11 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
       verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
   if (failed(n))
     return failure();
-  return verifyResizedDim(*this, getInput(), getResult(), getDim(),
-                          shapeOf(getInput())[getDim()] * *n);
+  for (auto [input, result] : llvm::zip(getInputs(), getResults()))
+    if (failed(verifyResizedDim(*this, input, result, getDim(),
+                                shapeOf(input)[getDim()] * *n)))
+      return failure();
+  return success();
 }
 std::optional<int64_t> AllGatherOp::getGroupSize() { return groupSizeOf(*this); }
 
@@ -733,12 +748,8 @@ std::optional<int64_t> LocalSliceOp::getGroupSize() {
 
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
-  if (getInputs().empty())
-    return emitOpError() << "needs at least one value to reduce-scatter";
-  if (getInputs().size() != getResults().size())
-    return emitOpError() << "has " << getInputs().size() << " inputs but "
-                         << getResults().size()
-                         << " results; each input has its result";
+  if (failed(verifyBucketCounts(*this, "reduce-scatter")))
+    return failure();
   for (Value input : getInputs())
     if (failed(verifyDimInRange(*this, "dim", getDim(), input)))
       return failure();

@@ -579,19 +579,46 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
     first instruction that touches its input or result (ZeRO-3's prefetch
     of the next block's parameters, placed by `--loom-schedule-comm`).
 
+    Several inputs (a bucket: FSDP gathers a block's parameters with one
+    collective) travel as one: result i is input i gathered. The members
+    share one element type and `dim`; the runtime packs the shards into one
+    buffer, gathers every member's shards at once and unpacks each result
+    from them. `--loom-schedule-comm` forms these buckets from ZeRO-3's
+    prefetched gathers.
+
     ```mlir
     %w = loom.all_gather %shard on @mesh [dp] dim 0
         {reason = "zero-3: gather h.0.mlp.c_fc.weight for forward"}
         : tensor<96x3072xf32> -> tensor<768x3072xf32>
+    %fw, %fb = loom.all_gather %w8, %b8 on @mesh [dp] dim 0 async
+        {reason = "all-gather bucket 0: 2 parameters"}
+        : tensor<96x3072xf32>, tensor<384xf32>
+        -> tensor<768x3072xf32>, tensor<3072xf32>
     ```
   }];
-  let arguments = (ins Loom_FloatTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrArrayAttr:$axes, I64Attr:$dim, UnitAttr:$async,
+  let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
+                       FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim, UnitAttr:$async,
                        OptionalAttr<StrAttr>:$reason);
-  let results = (outs Loom_FloatTensor:$result);
+  let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
-    $input `on` $mesh custom<MeshAxes>($axes) `dim` $dim
-    (`async` $async^)? attr-dict `:` type($input) `->` type($result)
+    $inputs `on` $mesh custom<MeshAxes>($axes) `dim` $dim
+    (`async` $async^)? attr-dict `:` type($inputs) `->` type($results)
+  }];
+  let builders = [
+    // One value (what the partitioner inserts).
+    OpBuilder<(ins "Type":$result, "Value":$input, "FlatSymbolRefAttr":$mesh,
+                   "ArrayAttr":$axes, "IntegerAttr":$dim, "UnitAttr":$async,
+                   "StringAttr":$reason), [{
+      build($_builder, $_state, TypeRange{result}, ValueRange{input}, mesh,
+            axes, dim, async, reason);
+    }]>
+  ];
+  let extraClassDeclaration = extraCollectiveDeclaration # [{
+    /// The single input / result of a one-value gather (every one but
+    /// `--loom-schedule-comm`'s buckets).
+    Value getInput() { return getInputs().front(); }
+    Value getResult() { return getResults().front(); }
   }];
   let hasVerifier = 1;
 }

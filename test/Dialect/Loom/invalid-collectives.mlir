@@ -144,6 +144,51 @@ func.func @reduce_scatter_mixed_types(%x: tensor<8x4xf32>) {
 // -----
 
 loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_counts(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op has 2 inputs but 1 results; each input has its result}}
+  %0 = loom.all_gather %x, %y on @mesh [dp] dim 0 : tensor<4x4xf32>, tensor<4xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_empty() {
+  // expected-error@+1 {{'loom.all_gather' op needs at least one value to gather}}
+  "loom.all_gather"() <{axes = ["dp"], dim = 0 : i64, mesh = @mesh}> : () -> ()
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_types(%x: tensor<4x4xf32>, %y: tensor<4xbf16>) {
+  // expected-error@+1 {{'loom.all_gather' op mixes element types 'f32' and 'bf16'}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dim 0 : tensor<4x4xf32>, tensor<4xbf16> -> tensor<8x4xf32>, tensor<8xbf16>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_dim(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op dim 1 is out of range for rank 1}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dim 1 : tensor<4x4xf32>, tensor<4xf32> -> tensor<4x8xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_member_shape(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op result shape [4] should be [8]}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dim 0 : tensor<4x4xf32>, tensor<4xf32> -> tensor<8x4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
 func.func @reduce_scatter_bucket_counts(%x: tensor<8x4xf32>, %y: tensor<8xf32>) {
   // expected-error@+1 {{'loom.reduce_scatter' op has 2 inputs but 1 results; each input has its result}}
   %0 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum : tensor<8x4xf32>, tensor<8xf32> -> tensor<4x4xf32>

@@ -84,6 +84,14 @@ func.func @reduce_scatter(%g: tensor<768x3072xf32>) -> (tensor<384x3072xf32>, te
   return %0, %1, %2 : tensor<384x3072xf32>, tensor<768x384xf32>, tensor<384x3072xf32>
 }
 
+// CHECK-LABEL: func.func @all_gather_bucket
+// CHECK-SAME: (%[[W:.*]]: tensor<96x3072xf32>, %[[B:.*]]: tensor<384xf32>)
+// CHECK: %{{.*}}:2 = loom.all_gather %[[W]], %[[B]] on @mesh [dp] dim 0 async {reason = "all-gather bucket 0"} : tensor<96x3072xf32>, tensor<384xf32> -> tensor<192x3072xf32>, tensor<768xf32>
+func.func @all_gather_bucket(%w: tensor<96x3072xf32>, %b: tensor<384xf32>) -> (tensor<192x3072xf32>, tensor<768xf32>) {
+  %0:2 = loom.all_gather %w, %b on @mesh [dp] dim 0 async {reason = "all-gather bucket 0"} : tensor<96x3072xf32>, tensor<384xf32> -> tensor<192x3072xf32>, tensor<768xf32>
+  return %0#0, %0#1 : tensor<192x3072xf32>, tensor<768xf32>
+}
+
 // A bucket: one collective over several values sharing dim and element type.
 // CHECK-LABEL: func.func @reduce_scatter_bucket
 // CHECK-SAME: (%[[W:.*]]: tensor<768x3072xf32>, %[[B:.*]]: tensor<3072xf32>)

@@ -1,4 +1,4 @@
-// RUN: loom-opt --loom-plan-buffers %s | FileCheck %s
+// RUN: loom-opt --loom-plan-buffers -split-input-file %s | FileCheck %s
 
 // A reduce-scatter bucket (ZeRO-2/3's reduce-scatter of several gradients,
 // --loom-schedule-comm) sends from its packed copy: the inputs %g1, %g2 (at
@@ -28,4 +28,30 @@ func.func @bucket(%acc1: tensor<2x4xf32> {loom.name = "w1", loom.role = #loom.ro
   %a1 = loom.add %acc1, %s#0 : tensor<2x4xf32>, tensor<2x4xf32>
   %a2 = loom.add %acc2, %s#1 : tensor<2x4xf32>, tensor<2x4xf32>
   return %a1, %a2, %k : tensor<2x4xf32>, tensor<2x4xf32>, tensor<4x4xf32>
+}
+
+// -----
+
+// An all-gather bucket (ZeRO-3's prefetch of a block's parameters) sends
+// this rank's shards packed (64 bytes at 448) and receives every rank's (128
+// at 192): both, and the results, stay allocated while the gelus run,
+// until the first add reads a result; then the second add reuses the
+// gathered shards' bytes.
+// CHECK-LABEL: func.func @gather_bucket
+// CHECK: loom.all_gather {{.*}} async {loom.offsets = array<i64: 320, 384>, loom.scratch_offsets = array<i64: 448, 192>}
+// CHECK: loom.gelu %arg2 {loom.offsets = array<i64: 512>}
+// CHECK: loom.gelu {{.*}} {loom.offsets = array<i64: 576>}
+// CHECK: loom.add {{.*}} {loom.offsets = array<i64: 512>}
+// CHECK: loom.add {{.*}} {loom.offsets = array<i64: 192>}
+loom.mesh @mesh <dp = 2>
+func.func @gather_bucket(%w: tensor<2x4xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                         %b: tensor<2x4xf32> {loom.name = "b", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                         %x: tensor<4x4xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})
+    -> tensor<4x4xf32> {
+  %g:2 = loom.all_gather %w, %b on @mesh [dp] dim 0 async : tensor<2x4xf32>, tensor<2x4xf32> -> tensor<4x4xf32>, tensor<4x4xf32>
+  %h = loom.gelu %x : tensor<4x4xf32>
+  %k = loom.gelu %h : tensor<4x4xf32>
+  %a = loom.add %k, %g#0 : tensor<4x4xf32>, tensor<4x4xf32>
+  %c = loom.add %a, %g#1 : tensor<4x4xf32>, tensor<4x4xf32>
+  return %c : tensor<4x4xf32>
 }
