@@ -479,9 +479,13 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     Traffic is unchanged. A bucket's packed copy replaces its inputs while
     it travels, and this rank's blocks arrive in a buffer of their own
     (1/N of the bucket), unpacked into the results when it completes.
-    ZeRO-1's once-per-step reduce-scatters of the accumulated gradients go
-    out at the top of the update, each waited for by its first reader. Not
-    over a pipeline axis.
+    ZeRO-1's in-place last-micro-batch reduce-scatters are launched where
+    the partitioner put them, right after their accumulation; nothing reads
+    their results before the update, so a `loom.wait` on them after the
+    next block completes them there (their received-block scratch free from
+    then on, not kept to the end of the backward). Once-per-step
+    reduce-scatters of accumulated gradients in an update go out at its
+    top, each waited for by its first reader. Not over a pipeline axis.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP), for the

@@ -147,6 +147,7 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<SliceOp>([](auto) { return fb::Opcode::Slice; })
       .Case<ConcatOp>([](auto) { return fb::Opcode::Concat; })
       .Case<CastOp>([](auto) { return fb::Opcode::Cast; })
+      .Case<WaitOp>([](auto) { return fb::Opcode::Wait; })
       .Case<AllReduceOp, GroupAllReduceOp>(
           [](auto) { return fb::Opcode::AllReduce; })
       .Case<AllGatherOp>([](auto) { return fb::Opcode::AllGather; })
@@ -352,6 +353,10 @@ StageEmitter::emitInstruction(Operation *op) {
           })
           .Case([&](ConcatOp c) {
             dim = c.getDim();
+            return success();
+          })
+          .Case([&](WaitOp w) {
+            reason = w.getReason().value_or("");
             return success();
           })
           .Case([&](AllReduceOp c) {

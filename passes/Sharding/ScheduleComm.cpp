@@ -9,7 +9,8 @@
 // the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
 // gradient exists, a block's gradients bucketed (FSDP reduce-scatters a
 // block's flat gradient), and are accumulated one block later; ZeRO-1's
-// in-place ones launch behind the last micro-batch's accumulation. ZeRO-3's
+// in-place ones launch behind the last micro-batch's accumulation and
+// complete at a loom.wait after the next block. ZeRO-3's
 // gathers of a block's parameters are prefetched during the previous block,
 // bucketed (FSDP gathers a block's flat parameter at once). Collectives
 // over a pipeline axis stay blocking (their members run other stages'
@@ -398,6 +399,8 @@ struct LoomScheduleCommPass
     // The gradient reduce-scatters moved, with the op they follow (null: at
     // the top), in order.
     SmallVector<std::pair<ReduceScatterOp, Operation *>> launched;
+    // ZeRO-1's in-place reduce-scatters left in flight, in order.
+    SmallVector<ReduceScatterOp> inPlace;
     // Where the last op moved behind an anchor went, so that several keep
     // their order behind it.
     llvm::DenseMap<Operation *, Operation *> lastBehind;
@@ -430,6 +433,7 @@ struct LoomScheduleCommPass
           scatter.setReason(
               (scatter.getReason() ? scatter.getReason()->str() : "scatter") +
               ", launched after its accumulation");
+          inPlace.push_back(scatter);
         }
         continue;
       }
@@ -469,6 +473,39 @@ struct LoomScheduleCommPass
         }
     }
     bucketReduceScatters(launched);
+    waitAfterNextBlock(inPlace);
+  }
+
+  /// ZeRO-1's in-place reduce-scatters: nothing reads their results before
+  /// the update, so the runtime would complete them at the end of the
+  /// backward and the planner keep their scratch (this rank's received
+  /// block, 1/N of each gradient) allocated until then, all of them at
+  /// once. A `loom.wait` on them after the block that follows each (the
+  /// next layer's backward, while which it travels) completes them there,
+  /// as ZeRO-2/3's accumulations one block later do theirs. After the last
+  /// block they complete at the end, as before.
+  void waitAfterNextBlock(ArrayRef<ReduceScatterOp> inPlace) {
+    Groups<BlockOp, Value> waits;
+    for (ReduceScatterOp scatter : inPlace) {
+      BlockOp next;
+      for (Operation *op = scatter->getNextNode(); op && !next;
+           op = op->getNextNode())
+        next = dyn_cast<BlockOp>(op);
+      if (next)
+        addToGroup(waits, next, scatter.getResult());
+    }
+    for (auto &[block, values] : waits) {
+      OpBuilder b(block->getContext());
+      b.setInsertionPointAfter(block);
+      WaitOp::create(
+          b, block.getLoc(), values,
+          b.getStringAttr(llvm::formatv("{0} in-place reduce-scatter{1} "
+                                        "complete after {2}",
+                                        values.size(),
+                                        values.size() == 1 ? "" : "s",
+                                        block.getLabel())
+                              .str()));
+    }
   }
 
   /// 3. The reduce-scatters launched behind one op (a backward block's

@@ -72,6 +72,7 @@ std::string cudaGap(const Instruction &ins) {
   case Opcode::Send:
   case Opcode::Recv:
   case Opcode::Cast: // convert.cu (also the bf16 staging of every opcode)
+  case Opcode::Wait: // no kernel: the executor completes collectives
     return {};
   }
   // A value outside the enum cannot pass the verifier; name it anyway.

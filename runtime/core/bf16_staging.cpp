@@ -30,6 +30,7 @@ bool stagesBF16Operands(Opcode op) {
   case Opcode::SliceGrad:
   case Opcode::LocalSlice:
   case Opcode::Cast:
+  case Opcode::Wait:
     return false;
   default:
     return !program::isCollective(op);

@@ -131,13 +131,15 @@ Status InstructionChecker::check() {
     return checkCollective();
   if (op == Opcode::Cast)
     return checkCast();
+  if (op == Opcode::Wait)
+    return checkWait();
   const char *schemaName = EnumNameOpcode(op);
   INSTR_CHECK(!(schemaName && *schemaName),
               "program uses " << schemaName
                               << ", which this runtime cannot run yet (it "
                                  "executes compute, data movement, gradient, "
-                                 "optimizer, collective and cast opcodes "
-                                 "0-39)");
+                                 "optimizer, collective, cast and wait "
+                                 "opcodes 0-40)");
   INSTR_CHECK(false, "unknown opcode " << static_cast<unsigned>(op)
                                        << " (not in this runtime's schema); "
                                           "update the runtime or recompile");
@@ -527,6 +529,13 @@ Status InstructionChecker::checkCollective() {
   default:
     break;
   }
+  return Status::success();
+}
+
+Status InstructionChecker::checkWait() {
+  // Only a point the in-flight collectives of its inputs complete at: it
+  // writes nothing.
+  LOOM_RETURN_IF_ERROR(counts(1, SIZE_MAX, 0, 0));
   return Status::success();
 }
 

@@ -98,6 +98,7 @@ private:
   Status checkVocabParallelLoss();
   Status checkCollective();
   Status checkCast();
+  Status checkWait();
   /// `axes` of an op reading a vocabulary shard (Embedding, the vocab-
   /// parallel loss): none, or distinct axes of a non-empty mesh.
   Status checkShardAxes();

@@ -251,16 +251,25 @@ func.func @forward(%w: tensor<2x4xf32>, %b: tensor<4xf32>, %w2: tensor<4x2xf32>,
 // ZeRO-1: the partitioner puts each accumulated gradient's in-place
 // last-micro-batch reduce-scatter right behind its accumulation; it stays
 // there (no bucket, no move) and is launched asynchronously, so the next
-// block's backward runs while it travels.
+// block's backward runs while it travels, and a loom.wait after that block
+// completes it there (its scratch free from then on, not kept to the end
+// of the backward). The last one, with no block after it, completes at
+// the end.
 // ZERO1-LABEL: func.func @backward
 // ZERO1: %[[G1:.*]] = loom.block "h.1.grad"
 // ZERO1: %[[A1:.*]] = loom.add %arg1, %[[G1]]
 // ZERO1-NEXT: %[[R1:.*]] = loom.reduce_scatter %[[A1]] on @mesh [dp] dim 0 sum last_microbatch async {reason = "h.1 gradient, launched after its accumulation"} : tensor<4x8xf32> -> tensor<4x8xf32>
 // ZERO1-NEXT: loom.block "h.0.grad"
+// ZERO1: loom.yield
+// ZERO1-NEXT: }
+// ZERO1-NEXT: loom.wait %[[R1]] {reason = "1 in-place reduce-scatter complete after h.0.grad"} : tensor<4x8xf32>
 // ZERO1: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 1 sum last_microbatch async
+// ZERO1-NOT: loom.wait
 // ZERO1: return %{{.*}}, %[[R1]]
-// Without overlap: the same, synchronous.
+// Without overlap: the same, synchronous (complete where they start: no
+// wait).
 // ZERO1-SYNC-NOT: async
+// ZERO1-SYNC-NOT: loom.wait
 loom.mesh @mesh <dp = 2>
 func.func @backward(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
     attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {

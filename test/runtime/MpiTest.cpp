@@ -253,9 +253,9 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
   // buffer holds this rank's block of `dim` (group-rank order, the block
   // LocalSlice reads) summed over the group, zeros elsewhere, and the
   // received block (scratch[0]) and packed input (scratch[1], a non-leading
-  // dim) are the program's. Every group and dim, now and in flight, fp32 and
-  // bf16 (the MPI bf16 path: all-to-all + fp32 sums). Small integers, exact
-  // in bf16.
+  // dim) are the program's. Every group and dim, now and in flight
+  // (completed by a Wait), fp32 and bf16 (the MPI bf16 path: all-to-all +
+  // fp32 sums). Small integers, exact in bf16.
   using O = fb::Opcode;
   ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
   const std::vector<int64_t> shape = {4, 4, 8};
@@ -285,6 +285,10 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
           rs.reduction = fb::Reduction::Sum;
           rs.async_collective = async;
           rs.last_microbatch_only = true;
+          // In flight, completed by a Wait on the accumulator (as
+          // --loom-schedule-comm places one after the next block).
+          if (async)
+            s.op(O::Wait, "wait", {acc}, {});
           // A training stage (the only place last_microbatch_only belongs).
           makeMinimalTrainingStage(s);
           program::LoadedProgram loaded;

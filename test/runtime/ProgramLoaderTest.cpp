@@ -791,6 +791,38 @@ TEST(ProgramVerifier, CollectiveBuckets) {
   }
 }
 
+TEST(ProgramVerifier, Wait) {
+  // A point where the collectives in flight on its inputs complete: one or
+  // more inputs, nothing written.
+  using O = fb::Opcode;
+  auto waitOn = [](size_t inputs, size_t outputs, size_t scratch) {
+    auto p = emptyProgram(2, 4, 16);
+    StageBuilder b(stage0(*p));
+    std::vector<uint32_t> ins, outs, scr;
+    for (size_t k = 0; k < inputs; ++k)
+      ins.push_back(b.buffer("in", {4}));
+    for (size_t k = 0; k < outputs; ++k)
+      outs.push_back(b.buffer("out", {4}));
+    for (size_t k = 0; k < scratch; ++k)
+      scr.push_back(b.buffer("scratch", {4}));
+    b.op(O::Wait, "wait", ins, outs, scr);
+    return p;
+  };
+  for (size_t n : {1, 3}) {
+    Status s = load(*waitOn(n, 0, 0));
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  auto expectError = [](std::unique_ptr<fb::ProgramT> p,
+                        const std::string &needle) {
+    Status s = load(*p);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expectError(waitOn(0, 0, 0), "Wait takes 1 or more inputs, got 0");
+  expectError(waitOn(1, 1, 0), "Wait has 0 output(s), got 1");
+  expectError(waitOn(1, 0, 1), "Wait takes at most 0 scratch buffers, got 1");
+}
+
 TEST(ProgramVerifier, LocalSliceShapes) {
   using O = fb::Opcode;
   EXPECT_FALSE(fb::isCollective(O::LocalSlice));

@@ -746,6 +746,14 @@ std::optional<int64_t> LocalSliceOp::getGroupSize() {
   return groupSizeOf(*this);
 }
 
+// wait
+LogicalResult WaitOp::verify() {
+  if (getValues().empty())
+    return emitOpError() << "waits for no value; name the values whose "
+                            "collectives complete here";
+  return success();
+}
+
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
   if (failed(verifyBucketCounts(*this, "reduce-scatter")))

@@ -720,6 +720,30 @@ def Loom_AllToAllOp : Loom_CollectiveOp<"all_to_all", [Pure]> {
   let hasVerifier = 1;
 }
 
+def Loom_WaitOp : Loom_Op<"wait", [MemoryEffects<[MemRead]>]> {
+  let summary = "Complete the in-flight collectives of some values here";
+  let description = [{
+    Reads its operands and does nothing else: an `async` collective that
+    produced one (or reads or writes its bytes) completes before it, so the
+    collective's scratch is free from here on. `--loom-schedule-comm` puts
+    one after the block following ZeRO-1's in-place reduce-scatters, whose
+    results nothing else reads before the optimizer update: the reduction
+    travels while that block computes, and its received-block scratch does
+    not stay allocated to the end of the backward.
+
+    ```mlir
+    loom.wait %acc1, %acc2 {reason = "h.1's reduce-scatters complete"}
+        : tensor<768x3072xf32>, tensor<3072xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Loom_FloatTensor>:$values,
+                       OptionalAttr<StrAttr>:$reason);
+  let assemblyFormat = [{
+    $values attr-dict `:` type($values)
+  }];
+  let hasVerifier = 1;
+}
+
 def Loom_LocalSliceOp : Loom_CollectiveOp<"local_slice", [Pure]> {
   let summary = "This rank's block of a replicated value (no communication)";
   let description = [{

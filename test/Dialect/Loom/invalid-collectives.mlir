@@ -143,6 +143,14 @@ func.func @reduce_scatter_mixed_types(%x: tensor<8x4xf32>) {
 
 // -----
 
+func.func @wait_for_nothing() {
+  // expected-error@+1 {{'loom.wait' op waits for no value; name the values whose collectives complete here}}
+  "loom.wait"() : () -> ()
+  return
+}
+
+// -----
+
 loom.mesh @mesh <dp = 2>
 func.func @all_gather_bucket_counts(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
   // expected-error@+1 {{'loom.all_gather' op has 2 inputs but 1 results; each input has its result}}

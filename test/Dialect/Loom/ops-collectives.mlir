@@ -92,6 +92,13 @@ func.func @all_gather_bucket(%w: tensor<96x3072xf32>, %b: tensor<384xf32>) -> (t
   return %0#0, %0#1 : tensor<192x3072xf32>, tensor<768xf32>
 }
 
+// CHECK-LABEL: func.func @wait
+// CHECK: loom.wait %{{.*}}, %{{.*}} {reason = "complete"} : tensor<8xf32>, tensor<4x4xf32>
+func.func @wait(%a: tensor<8xf32>, %b: tensor<4x4xf32>) {
+  loom.wait %a, %b {reason = "complete"} : tensor<8xf32>, tensor<4x4xf32>
+  return
+}
+
 // A bucket: one collective over several values sharing dim and element type.
 // CHECK-LABEL: func.func @reduce_scatter_bucket
 // CHECK-SAME: (%[[W:.*]]: tensor<768x3072xf32>, %[[B:.*]]: tensor<3072xf32>)
