@@ -505,9 +505,10 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       `bucket-mb` MiB gathered each; a larger tensor alone), as FSDP
       gathers a block's flat parameter with one collective: this rank's
       shards packed, every rank's received into one buffer, each result
-      unpacked from it when it completes. A block's own gathers (the first
-      block's forward, a backward right after its forward) stay one per
-      parameter.
+      unpacked from it when it completes. A block's own gathers of its
+      parameters (the first block's forward, a backward right after its
+      forward; every block without prefetch) move to the block's start and
+      are bucketed the same way, blocking (its first ops need them).
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",

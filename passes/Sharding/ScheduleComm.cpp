@@ -157,6 +157,8 @@ struct LoomScheduleCommPass
   /// Number the reduce-scatter and all-gather buckets of the module (for
   /// their reasons).
   int scatterBucketIndex = 0, gatherBucketIndex = 0;
+  /// The gather buckets this run formed, still to be numbered.
+  llvm::DenseSet<Operation *> newGatherBuckets;
 
   void scheduleFunction(func::FuncOp func) {
     Block &top = func.getBody().front();
@@ -334,7 +336,42 @@ struct LoomScheduleCommPass
         gather.erase();
         prefetched.push_back(early);
       }
-      bucketGathers(prefetched, previous);
+      bucketGathers(prefetched, previous,
+                    "prefetched during " + previous.getLabel().str());
+    }
+  }
+
+  /// The gathers a block still makes of its own parameters (the first
+  /// block's forward; a backward right after its forward, or every block
+  /// without prefetch) are bucketed too: they move to the top of the
+  /// block, where their shards (block arguments) already are, and share
+  /// buckets as the prefetched ones do. The bucket is needed by the
+  /// block's first ops, so it stays blocking.
+  void bucketOwnGathers(func::FuncOp func) {
+    if (bucketMb <= 0)
+      return;
+    Block &top = func.getBody().front();
+    for (BlockOp block : top.getOps<BlockOp>()) {
+      Block &body = block.getBody().front();
+      SmallVector<AllGatherOp> own;
+      for (auto gather : body.getOps<AllGatherOp>()) {
+        auto arg = dyn_cast<BlockArgument>(gather.getInput());
+        auto outer = arg && arg.getOwner() == &body
+                         ? dyn_cast<BlockArgument>(
+                               block.getInputs()[arg.getArgNumber()])
+                         : BlockArgument();
+        if (!gather.getAsync() && gather.getInputs().size() == 1 && outer &&
+            outer.getOwner() == &top)
+          own.push_back(gather);
+      }
+      if (own.size() < 2)
+        continue;
+      for (AllGatherOp gather : llvm::reverse(own))
+        gather->moveBefore(&body.front());
+      // The first op after them (the terminator at worst) stays: the
+      // buckets go before it.
+      bucketGathers(own, own.back()->getNextNode(),
+                    "at the start of " + block.getLabel().str());
     }
   }
 
@@ -343,7 +380,8 @@ struct LoomScheduleCommPass
   /// share buckets of at most `bucket-mb` MiB of gathered bytes (a larger
   /// tensor alone), right before that block (their inputs are the
   /// function's arguments: there anywhere).
-  void bucketGathers(ArrayRef<AllGatherOp> prefetched, Operation *before) {
+  void bucketGathers(ArrayRef<AllGatherOp> prefetched, Operation *before,
+                     StringRef where) {
     const int64_t capacity =
         static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
     if (capacity <= 0)
@@ -360,26 +398,38 @@ struct LoomScheduleCommPass
           members, capacity,
           [](AllGatherOp gather) { return bytesOf(gather.getResult()); },
           [&](ArrayRef<AllGatherOp> bucket, int64_t bytes) {
-            emitGatherBucket(bucket, bytes, before);
+            emitGatherBucket(bucket, bytes, before, where);
           });
   }
 
-  /// Replaces the bucket's gathers by one, right before `before`.
+  /// Names the function's gather buckets "all-gather bucket N" in program
+  /// order (prefetched ones are formed first, a block's own after).
+  void numberGatherBuckets(func::FuncOp func) {
+    func.walk([&](AllGatherOp gather) {
+      if (newGatherBuckets.erase(gather))
+        gather.setReason(("all-gather bucket " + Twine(gatherBucketIndex++) +
+                          ": " + *gather.getReason())
+                             .str());
+    });
+  }
+
+  /// Replaces the bucket's gathers by one, right before `before`; `where`
+  /// completes its reason.
   void emitGatherBucket(ArrayRef<AllGatherOp> bucket, int64_t bytes,
-                        Operation *before) {
+                        Operation *before, StringRef where) {
     auto [inputs, types] = bucketSignature(bucket);
     AllGatherOp first = bucket.front();
     OpBuilder b(before);
+    // Numbered afterwards, in program order (numberGatherBuckets).
     std::string reason =
-        llvm::formatv("all-gather bucket {0}: {1} parameters, {2} bytes, "
-                      "prefetched during ",
-                      gatherBucketIndex++, inputs.size(), bytes)
-            .str() +
-        cast<BlockOp>(before).getLabel().str();
+        llvm::formatv("{0} parameters, {1} bytes, {2}", inputs.size(), bytes,
+                      where)
+            .str();
     auto merged = AllGatherOp::create(
         b, first.getLoc(), types, inputs, first.getMeshAttr(),
         first.getAxes(), first.getDimAttr(), first.getAsyncAttr(),
         b.getStringAttr(reason));
+    newGatherBuckets.insert(merged);
     replaceBucket(bucket, merged);
   }
 
@@ -588,6 +638,8 @@ struct LoomScheduleCommPass
       launchReduceScatters(func);
       if (prefetch)
         prefetchGathers(func);
+      bucketOwnGathers(func);
+      numberGatherBuckets(func);
     }
   }
 };

@@ -216,7 +216,8 @@ func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor
 // h.1's gathers of its parameters move before h.0, asynchronous, and those
 // with the same axes, dim and element type become one collective (w and b,
 // 96 gathered bytes); w2, gathered on dim 1, goes alone. With bucket-mb 0
-// each goes alone; without prefetch they stay in h.1.
+// each goes alone; without prefetch they stay in h.1, bucketed the same at
+// its start (blocking: its first ops need them).
 // GBUCKET-LABEL: func.func @forward
 // GBUCKET: loom.all_gather %arg2 on @mesh [dp] dim 1 async {reason = "w2, prefetched during h.0"} : tensor<4x2xf32> -> tensor<4x4xf32>
 // GBUCKET-NEXT: %[[G:.*]]:2 = loom.all_gather %arg0, %arg1 on @mesh [dp] dim 0 async {reason = "all-gather bucket 0: 2 parameters, 96 bytes, prefetched during h.0"} : tensor<2x4xf32>, tensor<4xf32> -> tensor<4x4xf32>, tensor<8xf32>
@@ -227,7 +228,11 @@ func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor
 // GBUCKET-NONE-NEXT: loom.block "h.0"
 // GBUCKET-NONE-NOT: loom.all_gather
 // GBUCKET-NOPREFETCH: loom.block "h.0"
-// GBUCKET-NOPREFETCH-COUNT-3: loom.all_gather %{{[^,]*}} on
+// GBUCKET-NOPREFETCH: loom.block "h.1"
+// GBUCKET-NOPREFETCH-NEXT: ^bb0
+// GBUCKET-NOPREFETCH-NEXT: loom.all_gather %{{.*}} on @mesh [dp] dim 1 {reason = "w2"}
+// GBUCKET-NOPREFETCH-NEXT: loom.all_gather %{{.*}}, %{{.*}} on @mesh [dp] dim 0 {reason = "all-gather bucket 0: 2 parameters, 96 bytes, at the start of h.1"}
+// GBUCKET-NOPREFETCH-NEXT: loom.add
 loom.mesh @mesh <dp = 2>
 func.func @forward(%w: tensor<2x4xf32>, %b: tensor<4xf32>, %w2: tensor<4x2xf32>, %x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<8xf32>) {
   %h0 = loom.block "h.0"(%x) : (tensor<4x4xf32>) -> tensor<4x4xf32> {
