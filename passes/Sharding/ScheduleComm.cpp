@@ -154,6 +154,11 @@ struct LoomScheduleCommPass
 
   /// Mesh axes of the pipeline's sends and receives.
   llvm::StringSet<> pipelineAxes;
+  /// A bucket's capacity (`bucket-mb`) in bytes; 0: no buckets.
+  int64_t bucketCapacityBytes() const {
+    return static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+  }
+
   /// Number the reduce-scatter and all-gather buckets of the module (for
   /// their reasons).
   int scatterBucketIndex = 0, gatherBucketIndex = 0;
@@ -207,8 +212,7 @@ struct LoomScheduleCommPass
       addToGroup(groups, key, c);
     }
 
-    const int64_t capacity =
-        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    const int64_t capacity = bucketCapacityBytes();
     int bucketIndex = 0;
     for (auto &[key, candidates] : groups) {
       llvm::stable_sort(candidates, [&](const Candidate &a,
@@ -348,7 +352,7 @@ struct LoomScheduleCommPass
   /// buckets as the prefetched ones do. The bucket is needed by the
   /// block's first ops, so it stays blocking.
   void bucketOwnGathers(func::FuncOp func) {
-    if (bucketMb <= 0)
+    if (bucketCapacityBytes() <= 0)
       return;
     Block &top = func.getBody().front();
     for (BlockOp block : top.getOps<BlockOp>()) {
@@ -375,19 +379,19 @@ struct LoomScheduleCommPass
     }
   }
 
-  /// FSDP gathers a block's parameters with one collective: the gathers
-  /// prefetched before one block with the same axes, dim and element type
-  /// share buckets of at most `bucket-mb` MiB of gathered bytes (a larger
-  /// tensor alone), right before that block (their inputs are the
-  /// function's arguments: there anywhere).
-  void bucketGathers(ArrayRef<AllGatherOp> prefetched, Operation *before,
+  /// FSDP gathers a block's parameters with one collective: `gathers`
+  /// (prefetched before one block, or at the start of one) with the same
+  /// axes, dim and element type share buckets of at most `bucket-mb` MiB
+  /// of gathered bytes (a larger tensor alone), right before `before`
+  /// (their inputs are the function's arguments or the block's: there
+  /// already); `where` ends each bucket's reason.
+  void bucketGathers(ArrayRef<AllGatherOp> gathers, Operation *before,
                      StringRef where) {
-    const int64_t capacity =
-        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    const int64_t capacity = bucketCapacityBytes();
     if (capacity <= 0)
       return;
     Groups<GatherBucketKey, AllGatherOp> groups;
-    for (AllGatherOp gather : prefetched)
+    for (AllGatherOp gather : gathers)
       addToGroup(groups,
                  GatherBucketKey{gather.getMeshAttr(), gather.getAxes(),
                                  gather.getDimAttr(),
@@ -567,8 +571,7 @@ struct LoomScheduleCommPass
   ///    so a bucket takes the first member's place.
   void bucketReduceScatters(
       ArrayRef<std::pair<ReduceScatterOp, Operation *>> launched) {
-    const int64_t capacity =
-        static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
+    const int64_t capacity = bucketCapacityBytes();
     if (capacity <= 0)
       return;
     Groups<ScatterBucketKey, ReduceScatterOp> groups;
