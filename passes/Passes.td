@@ -472,10 +472,11 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     next block: the reduction travels while that block's backward computes
     and the whole gradient is freed one block later. The reduce-scatters
     launched behind the same op (a backward block's gradients) with the
-    same axes, dim, reduction and element type are bucketed as the
-    all-reduces are (at most `bucket-mb` MiB of input each; a larger
-    tensor alone): one collective per block, as FSDP reduce-scatters a
-    block's flat gradient, not one per tensor (a GPT-2 block has 12).
+    same axes, reduction and element type are bucketed as the all-reduces
+    are (at most `bucket-mb` MiB of input each; a larger tensor alone),
+    each member split on its own dimension (`dims [...]`): one collective
+    per block, as FSDP reduce-scatters a block's flat gradient, not one per
+    tensor (a GPT-2 block has 12, its c_attn.bias split on dim 1).
     Traffic is unchanged. A bucket's packed copy replaces its inputs while
     it travels, and this rank's blocks arrive in a buffer of their own
     (1/N of the bucket), unpacked into the results when it completes.
@@ -501,7 +502,8 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       just before its own backward gathers it itself), and only parameters
       (function arguments): a sequence-parallel activation shard is
       gathered in its own block. The gathers prefetched before one block
-      with the same axes, dim and element type are bucketed (at most
+      with the same axes and element type (whatever dimension each
+      gathers) are bucketed (at most
       `bucket-mb` MiB gathered each; a larger tensor alone), as FSDP
       gathers a block's flat parameter with one collective: this rank's
       shards packed, every rank's received into one buffer, each result

@@ -265,10 +265,17 @@ StageEmitter::emitInstruction(Operation *op) {
          adamEps = 0.0, weightDecay = 0.0;
   int64_t numHeads = 0, dim = 0, dim2 = 0, offset = 0, peer = 0, tag = 0;
   bool transposeRhs = false, async = false, lastMicrobatchOnly = false;
-  std::vector<int64_t> permutation, members;
+  std::vector<int64_t> permutation, members, memberDims;
   std::vector<uint32_t> axes;
   fb::Reduction reduction = fb::Reduction::Sum;
   StringRef reason;
+  // A bucket's split dimensions: `dim` when the members share one,
+  // member_dims as well when they differ.
+  auto splitDims = [&](ArrayRef<int64_t> dims) {
+    dim = dims.front();
+    if (!llvm::all_equal(dims))
+      memberDims.assign(dims.begin(), dims.end());
+  };
   auto collective = [&](ArrayAttr axesAttr, std::optional<StringRef> why)
       -> LogicalResult {
     FailureOr<std::vector<uint32_t>> indices = meshAxes(op, axesAttr);
@@ -371,12 +378,12 @@ StageEmitter::emitInstruction(Operation *op) {
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](AllGatherOp c) {
-            dim = c.getDim();
+            splitDims(c.getDims());
             async = c.getAsync();
             return collective(c.getAxes(), c.getReason());
           })
           .Case([&](ReduceScatterOp c) {
-            dim = c.getDim();
+            splitDims(c.getDims());
             reduction = reductionOf(c.getReduction());
             async = c.getAsync();
             lastMicrobatchOnly = c.getLastMicrobatch();
@@ -412,7 +419,8 @@ StageEmitter::emitInstruction(Operation *op) {
       axes.empty() ? nullptr : &axes, reduction, peer, tag,
       reason.empty() ? nullptr : reason.str().c_str(), value, maxNorm, beta1,
       beta2, adamEps, weightDecay, async,
-      members.empty() ? nullptr : &members, lastMicrobatchOnly);
+      members.empty() ? nullptr : &members, lastMicrobatchOnly,
+      memberDims.empty() ? nullptr : &memberDims);
 }
 
 LogicalResult StageEmitter::addArguments(func::FuncOp func) {
@@ -944,6 +952,10 @@ static void printInstructions(
     if (inst->members() && inst->members()->size()) {
       os << " members=";
       printList(os, inst->members());
+    }
+    if (inst->member_dims() && inst->member_dims()->size()) {
+      os << " member_dims=";
+      printList(os, inst->member_dims());
     }
     if (inst->async_collective())
       os << " async";

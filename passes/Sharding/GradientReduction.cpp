@@ -167,7 +167,7 @@ llvm::StringMap<ReduceScatterOp> scatterWhereSliced(
     Value acc = reduce.getInputs().front();
     auto scatter = ReduceScatterOp::create(
         b, reduce.getLoc(), reads.slices.front().getResult().getType(), acc,
-        mesh, dpAxes, b.getI64IntegerAttr(reads.slices.front().getDim()),
+        mesh, dpAxes, reads.slices.front().getDim(),
         ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
         b.getStringAttr(name + ": the micro-batches' local gradients "
                                "reduce-scattered over the data-parallel ranks "
@@ -296,7 +296,7 @@ void scatterInLastMicrobatch(DeferrableSum &sum, ReduceScatterOp scatter,
   auto last = ReduceScatterOp::create(
       b, gradSyncLoc(b, name, accumulated.getLoc()), accumulated.getType(),
       accumulated, scatter.getMeshAttr(), scatter.getAxesAttr(),
-      scatter.getDimAttr(), scatter.getReductionAttr(),
+      scatter.getDim(), scatter.getReductionAttr(),
       b.getStringAttr(name + ": the micro-batches' local gradients "
                              "reduce-scattered over the data-parallel ranks "
                              "once per step, in place in the last "
@@ -306,7 +306,8 @@ void scatterInLastMicrobatch(DeferrableSum &sum, ReduceScatterOp scatter,
   OpBuilder u(scatter);
   auto block = LocalSliceOp::create(
       u, scatter.getLoc(), scatter.getResult().getType(), scatter.getInput(),
-      scatter.getMeshAttr(), scatter.getAxesAttr(), scatter.getDimAttr(),
+      scatter.getMeshAttr(), scatter.getAxesAttr(),
+      u.getI64IntegerAttr(scatter.getDim()),
       u.getStringAttr(name + ": this rank's block of the gradient the last "
                              "micro-batch reduce-scattered in place"));
   scatter.getResult().replaceAllUsesWith(block.getResult());
@@ -375,7 +376,7 @@ int64_t scatterSlicedSums(func::FuncOp func) {
     OpBuilder b(slice);
     auto scatter = ReduceScatterOp::create(
         b, slice.getLoc(), slice.getResult().getType(), slice.getInput(),
-        slice.getMeshAttr(), axes, slice.getDimAttr(),
+        slice.getMeshAttr(), axes, slice.getDim(),
         ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
         b.getStringAttr(reason + ", reduce-scattered to this rank's block"));
     slice.getResult().replaceAllUsesWith(scatter.getResult());

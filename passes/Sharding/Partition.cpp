@@ -206,7 +206,8 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
       // Typed globally like everything else here; localization below
       // shrinks the split dimension.
       Value scattered = ReduceScatterOp::create(
-          b, value.getLoc(), value.getType(), value, meshRef, axesAttr(b, want.dims[d]), b.getI64IntegerAttr(d),
+          b, value.getLoc(), value.getType(), value, meshRef,
+          axesAttr(b, want.dims[d]), static_cast<int64_t>(d),
           ReductionKindAttr::get(b.getContext(), ReductionKind::Sum),
           b.getStringAttr(reason)).getResult();
       Layout l = have;
@@ -280,7 +281,7 @@ LogicalResult Partitioner::reshard(OpOperand &operand, const Layout &want) {
                              nameOf(value) + " for " + nameOf(user);
         gathered = AllGatherOp::create(
             b, value.getLoc(), value.getType(), value, meshRef,
-            axesAttr(b, have.dims[d]), b.getI64IntegerAttr(d),
+            axesAttr(b, have.dims[d]), static_cast<int64_t>(d),
             /*async=*/UnitAttr(), b.getStringAttr(reason))
                        .getResult();
         Layout l = have;

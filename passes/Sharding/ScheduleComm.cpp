@@ -90,15 +90,20 @@ void emitBuckets(ArrayRef<Op> members, int64_t capacity,
   flush();
 }
 
-/// The members' inputs and result types, in order: the operands and result
-/// types of the one collective replacing a bucket of one-value ones.
-template <typename Op>
-std::pair<SmallVector<Value>, SmallVector<Type>>
-bucketSignature(ArrayRef<Op> bucket) {
-  std::pair<SmallVector<Value>, SmallVector<Type>> signature;
+/// The operands, result types and split dimensions of the one collective
+/// replacing a bucket of one-value all_gathers or reduce_scatters: the
+/// members', in order.
+struct BucketSignature {
+  SmallVector<Value> inputs;
+  SmallVector<Type> types;
+  SmallVector<int64_t> dims;
+};
+template <typename Op> BucketSignature bucketSignature(ArrayRef<Op> bucket) {
+  BucketSignature signature;
   for (Op member : bucket) {
-    signature.first.push_back(member.getInput());
-    signature.second.push_back(member.getResult().getType());
+    signature.inputs.push_back(member.getInput());
+    signature.types.push_back(member.getResult().getType());
+    signature.dims.push_back(member.getDim());
   }
   return signature;
 }
@@ -113,26 +118,26 @@ template <typename Op> void replaceBucket(ArrayRef<Op> bucket, Op merged) {
 }
 
 /// The reduce-scatters that may share one collective (besides being
-/// launched behind the same op).
+/// launched behind the same op). Each member keeps its own split
+/// dimension (the bucket's `dims`).
 struct ScatterBucketKey {
   Operation *launchedAfter;
-  Attribute mesh, axes, dim, reduction;
+  Attribute mesh, axes, reduction;
   Type elementType;
   bool operator==(const ScatterBucketKey &o) const {
     return launchedAfter == o.launchedAfter && mesh == o.mesh &&
-           axes == o.axes && dim == o.dim && reduction == o.reduction &&
+           axes == o.axes && reduction == o.reduction &&
            elementType == o.elementType;
   }
 };
 
 /// The prefetched gathers that may share one collective (besides going
-/// out before the same block).
+/// out before the same block), each member along its own dimension.
 struct GatherBucketKey {
-  Attribute mesh, axes, dim;
+  Attribute mesh, axes;
   Type elementType;
   bool operator==(const GatherBucketKey &o) const {
-    return mesh == o.mesh && axes == o.axes && dim == o.dim &&
-           elementType == o.elementType;
+    return mesh == o.mesh && axes == o.axes && elementType == o.elementType;
   }
 };
 
@@ -331,7 +336,7 @@ struct LoomScheduleCommPass
             ", prefetched during " + previous.getLabel().str();
         auto early = AllGatherOp::create(
             b, gather.getLoc(), gather.getResult().getType(), shard,
-            gather.getMeshAttr(), gather.getAxes(), gather.getDimAttr(),
+            gather.getMeshAttr(), gather.getAxes(), gather.getDim(),
             overlap ? b.getUnitAttr() : UnitAttr(), b.getStringAttr(reason));
         block->insertOperands(block->getNumOperands(), early.getResult());
         BlockArgument whole =
@@ -381,7 +386,7 @@ struct LoomScheduleCommPass
 
   /// FSDP gathers a block's parameters with one collective: `gathers`
   /// (prefetched before one block, or at the start of one) with the same
-  /// axes, dim and element type share buckets of at most `bucket-mb` MiB
+  /// axes and element type (whatever dimension each gathers) share buckets of at most `bucket-mb` MiB
   /// of gathered bytes (a larger tensor alone), right before `before`
   /// (their inputs are the function's arguments or the block's: there
   /// already); `where` ends each bucket's reason.
@@ -394,7 +399,6 @@ struct LoomScheduleCommPass
     for (AllGatherOp gather : gathers)
       addToGroup(groups,
                  GatherBucketKey{gather.getMeshAttr(), gather.getAxes(),
-                                 gather.getDimAttr(),
                                  getElementTypeOrSelf(gather.getInput())},
                  gather);
     for (auto &[key, members] : groups)
@@ -421,17 +425,18 @@ struct LoomScheduleCommPass
   /// completes its reason.
   void emitGatherBucket(ArrayRef<AllGatherOp> bucket, int64_t bytes,
                         Operation *before, StringRef where) {
-    auto [inputs, types] = bucketSignature(bucket);
+    BucketSignature signature = bucketSignature(bucket);
     AllGatherOp first = bucket.front();
     OpBuilder b(before);
     // Numbered afterwards, in program order (numberGatherBuckets).
     std::string reason =
-        llvm::formatv("{0} parameters, {1} bytes, {2}", inputs.size(), bytes,
-                      where)
+        llvm::formatv("{0} parameters, {1} bytes, {2}",
+                      signature.inputs.size(), bytes, where)
             .str();
     auto merged = AllGatherOp::create(
-        b, first.getLoc(), types, inputs, first.getMeshAttr(),
-        first.getAxes(), first.getDimAttr(), first.getAsyncAttr(),
+        b, first.getLoc(), signature.types, signature.inputs,
+        first.getMeshAttr(), first.getAxes(),
+        b.getDenseI64ArrayAttr(signature.dims), first.getAsyncAttr(),
         b.getStringAttr(reason));
     newGatherBuckets.insert(merged);
     replaceBucket(bucket, merged);
@@ -563,8 +568,8 @@ struct LoomScheduleCommPass
   }
 
   /// 3. The reduce-scatters launched behind one op (a backward block's
-  ///    gradients) with the same axes, dim, reduction and element type
-  ///    share buckets of at most `bucket-mb` MiB of input (a larger tensor
+  ///    gradients) with the same axes, reduction and element type (each
+  ///    split on its own dimension) share buckets of at most `bucket-mb` MiB of input (a larger tensor
   ///    is a bucket of its own): one collective per block, as FSDP
   ///    reduce-scatters a block's flat gradient, instead of one per tensor
   ///    (a GPT-2 block has 12). They are already next to each other there,
@@ -579,7 +584,6 @@ struct LoomScheduleCommPass
       ScatterBucketKey key{after,
                            scatter.getMeshAttr(),
                            scatter.getAxes(),
-                           scatter.getDimAttr(),
                            scatter.getReductionAttr(),
                            getElementTypeOrSelf(scatter.getInput().getType())};
       addToGroup(groups, key, scatter);
@@ -602,20 +606,22 @@ struct LoomScheduleCommPass
   /// Replaces the bucket's reduce-scatters by one in the first's place.
   void emitScatterBucket(ArrayRef<ReduceScatterOp> bucket, int64_t bytes,
                          Operation *launchedAfter) {
-    auto [inputs, types] = bucketSignature(bucket);
+    BucketSignature signature = bucketSignature(bucket);
     ReduceScatterOp first = bucket.front();
     OpBuilder b(first);
     std::string reason =
         llvm::formatv("reduce-scatter bucket {0}: {1} gradients, {2} bytes",
-                      scatterBucketIndex++, inputs.size(), bytes)
+                      scatterBucketIndex++, signature.inputs.size(), bytes)
             .str();
     reason += launchedAfter
                   ? ", launched after " + describeOp(launchedAfter)
                   : std::string(", launched at the start");
     auto merged = ReduceScatterOp::create(
-        b, first.getLoc(), types, inputs, first.getMeshAttr(), first.getAxes(),
-        first.getDimAttr(), first.getReductionAttr(), b.getStringAttr(reason),
-        first.getAsyncAttr(), /*last_microbatch=*/UnitAttr());
+        b, first.getLoc(), signature.types, signature.inputs,
+        first.getMeshAttr(), first.getAxes(),
+        b.getDenseI64ArrayAttr(signature.dims), first.getReductionAttr(),
+        b.getStringAttr(reason), first.getAsyncAttr(),
+        /*last_microbatch=*/UnitAttr());
     replaceBucket(bucket, merged);
   }
 

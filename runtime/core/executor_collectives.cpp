@@ -24,6 +24,46 @@ using program::Opcode;
 // Collectives
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// Moves one bucket member's blocks between the member and the bucket's
+/// chunks (rank r's chunk `chunkBytes` apart from `chunks`), into the
+/// chunks (a ReduceScatter's pack) or out of them (an AllGather's unpack).
+/// The member, of `wholeShape` split at `dim` into n blocks, is [outer, n,
+/// run bytes]; chunk r holds its block r as [outer, run] from byte `at`.
+/// One 2-D copy per outer row or per rank, whichever is fewer: one in all
+/// for a leading dimension.
+Status moveMemberBlocks(KernelBackend &kernels, bool intoChunks, void *chunks,
+                        int64_t chunkBytes, int64_t at, void *member,
+                        const std::vector<int64_t> &wholeShape, int64_t dim,
+                        int64_t n, int64_t elemBytes) {
+  const int64_t outer = program::shapeNumelBefore(wholeShape, dim);
+  const int64_t run = program::shapeNumel(wholeShape) / (outer * n) * elemBytes;
+  uint8_t *chunk = static_cast<uint8_t *>(chunks) + at;
+  uint8_t *whole = static_cast<uint8_t *>(member);
+  auto copy = [&](uint8_t *inChunks, int64_t chunkPitch, uint8_t *inMember,
+                  int64_t memberPitch, int64_t rows) {
+    return intoChunks ? kernels.copy2D(inChunks, chunkPitch, inMember,
+                                       memberPitch, run, rows)
+                      : kernels.copy2D(inMember, memberPitch, inChunks,
+                                       chunkPitch, run, rows);
+  };
+  if (outer <= n) {
+    // Outer row o: its n blocks, one per chunk.
+    for (int64_t o = 0; o < outer; ++o)
+      LOOM_RETURN_IF_ERROR(
+          copy(chunk + o * run, chunkBytes, whole + o * n * run, run, n));
+  } else {
+    // Chunk r: block r of every outer row.
+    for (int64_t r = 0; r < n; ++r)
+      LOOM_RETURN_IF_ERROR(
+          copy(chunk + r * chunkBytes, run, whole + r * run, n * run, outer));
+  }
+  return Status::success();
+}
+
+} // namespace
+
 std::vector<uint32_t> Executor::axesOf(const program::Instruction &ins) {
   if (!ins.axes())
     return {};
@@ -149,38 +189,19 @@ Status Executor::runReduceScatterBucket(const program::Instruction &ins,
   const std::vector<uint32_t> axes = axesOf(ins);
   const DType dt = bufferDType(in[0]);
   const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
-  const int64_t dim = ins.dim();
   // 1. Chunk r of the packed buffer holds every member's block r (what
-  //    rank r receives), member after member. With every member split on
-  //    its leading dim, each is [n, numel/n] already and one concatenation
-  //    along the second dim packs them all; otherwise each block is sliced
-  //    out into its place.
+  //    rank r receives), member after member, each split on its own
+  //    dimension.
   int64_t total = 0;
-  bool leading = true;
-  for (uint32_t b : in) {
+  for (uint32_t b : in)
     total += bufferNumel(b);
-    leading = leading && program::shapeNumelBefore(shapes[b], dim) == 1;
-  }
   void *received = bufferData(scr[0]), *packed = bufferData(scr[1]);
-  if (leading) {
-    std::vector<const void *> members;
-    std::vector<int64_t> extents;
-    for (uint32_t b : in) {
-      members.push_back(bufferData(b));
-      extents.push_back(bufferNumel(b) / n);
-    }
-    LOOM_RETURN_IF_ERROR(
-        kernels->concatDim(packed, members, extents, {n, total / n}, 1, eb));
-  } else {
-    uint8_t *chunks = static_cast<uint8_t *>(packed);
-    for (uint32_t b : in) {
-      const int64_t extent = shapes[b][dim] / n;
-      for (int64_t r = 0; r < n; ++r)
-        LOOM_RETURN_IF_ERROR(kernels->sliceDim(
-            chunks + r * (total / n) * eb, bufferData(b), shapes[b], dim,
-            r * extent, extent, eb));
-      chunks += bufferNumel(b) / n * eb;
-    }
+  int64_t at = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    LOOM_RETURN_IF_ERROR(moveMemberBlocks(
+        *kernels, /*intoChunks=*/true, packed, total / n * eb, at,
+        bufferData(in[i]), shapes[in[i]], program::memberDim(ins, i), n, eb));
+    at += bufferNumel(in[i]) / n * eb;
   }
   // 2. This rank's chunk holds its block of each member, in order.
   auto unpack = [this, received, eb, out]() -> Status {
@@ -205,7 +226,6 @@ Status Executor::runAllGatherBucket(const program::Instruction &ins,
   const std::vector<uint32_t> axes = axesOf(ins);
   const DType dt = bufferDType(in[0]);
   const int64_t eb = program::dtypeBytes(dt), n = comm->groupSize(axes);
-  const int64_t dim = ins.dim();
   // 1. This rank's shards side by side: what it contributes.
   std::vector<const void *> shards;
   std::vector<int64_t> counts;
@@ -218,25 +238,22 @@ Status Executor::runAllGatherBucket(const program::Instruction &ins,
   void *packed = bufferData(scr[0]), *gathered = bufferData(scr[1]);
   LOOM_RETURN_IF_ERROR(kernels->concatDim(packed, shards, counts, {count}, 0, eb));
   // 2. Chunk r of the gathered buffer is rank r's contribution; result i
-  //    is its member's shard of every rank, concatenated along `dim`.
-  std::vector<std::vector<int64_t>> shardShapes, wholeShapes;
+  //    is its member's shard of every rank, concatenated along the
+  //    member's dimension.
+  std::vector<std::vector<int64_t>> wholeShapes;
+  std::vector<int64_t> dims;
   for (size_t i = 0; i < in.size(); ++i) {
-    shardShapes.push_back(shapes[in[i]]);
     wholeShapes.push_back(shapes[out[i]]);
+    dims.push_back(program::memberDim(ins, i));
   }
-  auto unpack = [this, gathered, count, counts, shardShapes, wholeShapes, eb,
-                 n, dim, out]() -> Status {
-    const uint8_t *chunks = static_cast<const uint8_t *>(gathered);
+  auto unpack = [this, gathered, count, counts, wholeShapes, dims, eb, n,
+                 out]() -> Status {
     int64_t at = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<const void *> ranks;
-      for (int64_t r = 0; r < n; ++r)
-        ranks.push_back(chunks + (r * count + at) * eb);
-      LOOM_RETURN_IF_ERROR(kernels->concatDim(
-          bufferData(out[i]), ranks,
-          std::vector<int64_t>(n, shardShapes[i][dim]), wholeShapes[i], dim,
-          eb));
-      at += counts[i];
+      LOOM_RETURN_IF_ERROR(moveMemberBlocks(
+          *kernels, /*intoChunks=*/false, gathered, count * eb, at,
+          bufferData(out[i]), wholeShapes[i], dims[i], n, eb));
+      at += counts[i] * eb;
     }
     return Status::success();
   };

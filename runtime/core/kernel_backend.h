@@ -212,6 +212,12 @@ public:
                            const std::vector<int64_t> &extents,
                            const std::vector<int64_t> &outShape, int64_t dim,
                            int64_t elemBytes) = 0;
+  /// `rows` rows of `rowBytes` bytes from `src` (rows `srcPitch` bytes
+  /// apart) to `dst` (rows `dstPitch` bytes apart), the two disjoint
+  /// (cudaMemcpy2D's contract; pitches >= rowBytes). A collective bucket's
+  /// member blocks move between the member and the bucket's chunks so.
+  virtual Status copy2D(void *dst, int64_t dstPitch, const void *src,
+                        int64_t srcPitch, int64_t rowBytes, int64_t rows) = 0;
   /// A collective's blocks made contiguous: `src` viewed as [outer, n,
   /// inner] (`shape` split at `dim` into n blocks) to dense `dst` [n, outer,
   /// inner] (communicator.h's packBlocks, on buffer memory).

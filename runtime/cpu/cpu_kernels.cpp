@@ -271,6 +271,12 @@ Status CpuKernels::concatDim(void *out, const std::vector<const void *> &inputs,
   return Status::success();
 }
 
+Status CpuKernels::copy2D(void *dst, int64_t dstPitch, const void *src,
+                          int64_t srcPitch, int64_t rowBytes, int64_t rows) {
+  cpu::copy2D(dst, dstPitch, src, srcPitch, rowBytes, rows);
+  return Status::success();
+}
+
 Status CpuKernels::packBlocks(void *dst, const void *src,
                               const std::vector<int64_t> &shape, int64_t dim,
                               int64_t n, int64_t elemBytes) {

@@ -130,4 +130,12 @@ void concatDim(void *out, const std::vector<const void *> &inputs,
   }
 }
 
+void copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
+            int64_t rowBytes, int64_t rows) {
+  auto *to = static_cast<char *>(dst);
+  const auto *from = static_cast<const char *>(src);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(to + r * dstPitch, from + r * srcPitch, rowBytes);
+}
+
 } // namespace loom::cpu

@@ -42,6 +42,11 @@ void concatDim(void *out, const std::vector<const void *> &inputs,
                const std::vector<int64_t> &outShape, int64_t dim,
                int64_t elemBytes);
 
+/// `rows` rows of `rowBytes` bytes from `src` (pitch srcPitch) to `dst`
+/// (pitch dstPitch); the two must not overlap.
+void copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
+            int64_t rowBytes, int64_t rows);
+
 } // namespace loom::cpu
 
 #endif // LOOM_RUNTIME_CPU_TENSOR_MOVEMENT_H

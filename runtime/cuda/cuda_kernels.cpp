@@ -382,6 +382,12 @@ Status CudaKernels::concatDim(void *out,
                          computeStream);
 }
 
+Status CudaKernels::copy2D(void *dst, int64_t dstPitch, const void *src,
+                           int64_t srcPitch, int64_t rowBytes, int64_t rows) {
+  return cuda::copy2D(dst, dstPitch, src, srcPitch, rowBytes, rows,
+                      computeStream);
+}
+
 Status CudaKernels::packBlocks(void *dst, const void *src,
                                const std::vector<int64_t> &shape, int64_t dim,
                                int64_t n, int64_t elemBytes) {

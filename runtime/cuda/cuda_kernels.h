@@ -148,6 +148,8 @@ public:
                    const std::vector<int64_t> &extents,
                    const std::vector<int64_t> &outShape, int64_t dim,
                    int64_t elemBytes) override;
+  Status copy2D(void *dst, int64_t dstPitch, const void *src,
+                int64_t srcPitch, int64_t rowBytes, int64_t rows) override;
   Status packBlocks(void *dst, const void *src,
                     const std::vector<int64_t> &shape, int64_t dim, int64_t n,
                     int64_t elemBytes) override;

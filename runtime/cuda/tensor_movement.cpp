@@ -18,7 +18,8 @@ void split(const std::vector<int64_t> &shape, int64_t dim, int64_t &outer,
     inner *= shape[d];
 }
 
-/// `rows` rows of `width` bytes from src (pitch srcPitch) to dst (dstPitch).
+} // namespace
+
 Status copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
               int64_t width, int64_t rows, cudaStream_t stream) {
   if (width == 0 || rows == 0)
@@ -27,8 +28,6 @@ Status copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
                                     cudaMemcpyDeviceToDevice, stream));
   return Status::success();
 }
-
-} // namespace
 
 Status sliceDim(void *out, const void *in, const std::vector<int64_t> &inShape,
                 int64_t dim, int64_t offset, int64_t outExtent,

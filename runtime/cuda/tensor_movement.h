@@ -30,6 +30,10 @@ Status concatDim(void *out, const std::vector<const void *> &inputs,
                  const std::vector<int64_t> &extents,
                  const std::vector<int64_t> &outShape, int64_t dim,
                  int64_t elemBytes, cudaStream_t stream);
+/// `rows` rows of `width` bytes from src (pitch srcPitch) to dst (pitch
+/// dstPitch), device to device on `stream` (cpu::copy2D's contract).
+Status copy2D(void *dst, int64_t dstPitch, const void *src, int64_t srcPitch,
+              int64_t width, int64_t rows, cudaStream_t stream);
 /// packBlocks / unpackBlocks of runtime/core/communicator.h on device.
 Status packBlocks(void *dst, const void *src, const std::vector<int64_t> &shape,
                   int64_t dim, int64_t n, int64_t elemBytes,

@@ -117,6 +117,16 @@ Status InstructionChecker::check() {
               "only AllReduce and ReduceScatter may run in the last "
               "micro-batch only, not "
                   << opcodeName(op));
+  const auto *memberDims = ins.member_dims();
+  const size_t inputCount = ins.inputs() ? ins.inputs()->size() : 0;
+  INSTR_CHECK(!memberDims || memberDims->size() == 0 ||
+                  ((op == Opcode::AllGather || op == Opcode::ReduceScatter) &&
+                   inputCount > 1 && memberDims->size() == inputCount),
+              "member_dims (" << (memberDims ? memberDims->size() : 0)
+                              << " dimensions) belong to an AllGather or "
+                                 "ReduceScatter bucket, one per input; this "
+                              << opcodeName(op) << " has " << inputCount
+                              << " inputs; recompile the program");
   if (op >= Opcode::Copy && op <= Opcode::Concat)
     return checkMovement();
   if (op <= Opcode::CrossEntropy)
@@ -273,7 +283,8 @@ Status InstructionChecker::checkCollective() {
     return Status::success();
   };
   // A ReduceScatter or AllGather of several values (a bucket, members
-  // sharing dtype and `dim`): one collective through two scratch buffers. A
+  // sharing dtype, each split on its own dimension): one collective
+  // through two scratch buffers. A
   // ReduceScatter packs every member's block r into chunk r of scratch[1]
   // and receives this rank's chunk in scratch[0]; an AllGather packs this
   // rank's shards into scratch[0] and gathers every rank's into scratch[1].
@@ -293,10 +304,10 @@ Status InstructionChecker::checkCollective() {
                      << (scatter ? " (its received blocks and packed inputs)"
                                  : " (its packed shards and gathered shards)")
                      << ", got " << scratch.size());
-    const int64_t dim = ins.dim();
     uint64_t total = 0;
     for (size_t j = 0; j < k; ++j) {
       const uint32_t in = inputs[j], out = outputs[j];
+      const int64_t dim = memberDim(ins, j);
       LOOM_RETURN_IF_ERROR(dtype(in, facts.dtypes[inputs[0]], "bucket input"));
       LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
       if (scatter)

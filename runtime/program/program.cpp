@@ -68,6 +68,13 @@ int64_t shapeNumelBefore(const std::vector<int64_t> &shape, int64_t dim) {
   return n;
 }
 
+int64_t memberDim(const Instruction &ins, size_t member) {
+  const auto *dims = ins.member_dims();
+  return dims && dims->size() > 0
+             ? dims->Get(static_cast<flatbuffers::uoffset_t>(member))
+             : ins.dim();
+}
+
 std::vector<int64_t> bufferShape(const Stage &stage, uint32_t index) {
   return toVector(stage.buffers()->Get(index)->shape());
 }

@@ -119,6 +119,12 @@ int64_t shapeNumel(const std::vector<int64_t> &shape);
 /// the blocks must be packed.
 int64_t shapeNumelBefore(const std::vector<int64_t> &shape, int64_t dim);
 
+/// The dimension input `member` of an AllGather / ReduceScatter splits:
+/// member_dims[member] in a bucket whose members differ, `dim` otherwise.
+/// The instruction must have been verified (member_dims empty or one per
+/// input).
+int64_t memberDim(const Instruction &ins, size_t member);
+
 /// Shape as "[4, 64, 768]", for messages.
 std::string shapeString(const std::vector<int64_t> &shape);
 

@@ -44,7 +44,10 @@ constexpr size_t kProgramHeaderBytes = 32;
 /// 5: Instruction.last_microbatch_only (a DDP step's gradient all-reduces
 /// run in its last micro-batch alone); a version-4 runtime would reduce the
 /// accumulated gradients in every micro-batch and sum them M times over.
-constexpr uint32_t kFormatVersion = 5;
+/// 6: Instruction.member_dims (a collective bucket's members split on
+/// different dimensions); a version-5 runtime would check every member
+/// against `dim` and refuse the bucket with a shape error.
+constexpr uint32_t kFormatVersion = 6;
 
 /// FNV-1a 64-bit hash of `size` bytes at `data` (the payload checksum).
 inline uint64_t programChecksum(const uint8_t *data, size_t size) {

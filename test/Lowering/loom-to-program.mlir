@@ -2,7 +2,7 @@
 
 // The program holds the buffer plan, the parameter table and the
 // instruction stream; names come from the ops' locations.
-// CHECK: loom program v5 by loom-translate
+// CHECK: loom program v6 by loom-translate
 // CHECK: model: n_layer=1 n_head=2 n_embd=8 vocab_size=16 n_positions=4 batch=2 seq=4
 // CHECK: mesh: dp=2 tp=1
 // CHECK: stage 0: arena {{[0-9]+}} bytes, {{[0-9]+}} buffers, 2 params, 5 instructions

@@ -168,34 +168,38 @@ func.func @backward(%acc0: tensor<4x4xf32>, %acc1: tensor<2x8xf32>, %x: tensor<4
 
 //--- scatter-bucket.mlir
 // ZeRO-2/3 buckets (FSDP reduce-scatters a block's flat gradient at once):
-// the reduce-scatters launched behind one block with the same axes, dim,
-// reduction and element type become one collective (here w and b, 160
-// bytes; w2 splits dim 1 and goes alone), each accumulation reading its
-// own result behind the next block. bucket-mb bounds a bucket's input bytes
-// (0.0001 MiB = 104 bytes: w alone, then b alone); 0 keeps one per value.
+// the reduce-scatters launched behind one block with the same axes,
+// reduction and element type become one collective, each member split on
+// its own dimension (here w and b on dim 0, w2 on dim 1, as GPT-2's
+// c_attn.bias is: dims [0, 0, 1], 288 bytes); w3, a bf16 gradient, goes
+// alone. Each accumulation reads its own result behind the next block.
+// bucket-mb bounds a bucket's input bytes (0.0001 MiB = 104 bytes: each
+// alone); 0 keeps one per value.
 // SBUCKET-LABEL: func.func @backward
-// SBUCKET: %[[G:.*]]:3 = loom.block "h.1.grad"
-// SBUCKET: %[[S:.*]]:2 = loom.reduce_scatter %[[G]]#0, %[[G]]#1 on @mesh [dp] dim 0 sum async {reason = "reduce-scatter bucket 0: 2 gradients, 160 bytes, launched after h.1.grad"} : tensor<4x8xf32>, tensor<8xf32> -> tensor<2x8xf32>, tensor<4xf32>
-// SBUCKET-NEXT: %[[S2:.*]] = loom.reduce_scatter %[[G]]#2 on @mesh [dp] dim 1 sum async {reason = "w2 gradient, launched after h.1.grad"}
+// SBUCKET: %[[G:.*]]:4 = loom.block "h.1.grad"
+// SBUCKET: %[[S:.*]]:3 = loom.reduce_scatter %[[G]]#0, %[[G]]#1, %[[G]]#2 on @mesh [dp] dims [0, 0, 1] sum async {reason = "reduce-scatter bucket 0: 3 gradients, 288 bytes, launched after h.1.grad"} : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32> -> tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>
+// SBUCKET-NEXT: %[[S3:.*]] = loom.reduce_scatter %[[G]]#3 on @mesh [dp] dim 1 sum async {reason = "w3 gradient, launched after h.1.grad"}
 // SBUCKET-NEXT: loom.block "h.0.grad"
 // SBUCKET: loom.add %arg0, %[[S]]#0
 // SBUCKET-NEXT: loom.add %arg1, %[[S]]#1
-// SBUCKET-NEXT: loom.add %arg2, %[[S2]]
-// SBUCKET-SMALL-COUNT-3: loom.reduce_scatter %{{[^,]*}} on
+// SBUCKET-NEXT: loom.add %arg2, %[[S]]#2
+// SBUCKET-NEXT: loom.add %arg3, %[[S3]]
+// SBUCKET-SMALL-COUNT-4: loom.reduce_scatter %{{[^,]*}} on
 // SBUCKET-SMALL-NOT: reduce_scatter
-// SBUCKET-NONE-COUNT-3: loom.reduce_scatter %{{[^,]*}} on
+// SBUCKET-NONE-COUNT-4: loom.reduce_scatter %{{[^,]*}} on
 // SBUCKET-NONE-NOT: reduce_scatter
 // Without overlap: the same bucket, blocking; a second run leaves it.
-// SBUCKET-SYNC: loom.reduce_scatter %{{.*}}#0, %{{.*}}#1 on @mesh [dp] dim 0 sum {reason = "reduce-scatter bucket 0: 2 gradients, 160 bytes, launched after h.1.grad"}
+// SBUCKET-SYNC: loom.reduce_scatter %{{.*}}#0, %{{.*}}#1, %{{.*}}#2 on @mesh [dp] dims [0, 0, 1] sum {reason = "reduce-scatter bucket 0: 3 gradients, 288 bytes, launched after h.1.grad"}
 // SBUCKET-SYNC-NOT: reduce-scatter bucket 1
 loom.mesh @mesh <dp = 2>
-func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor<4x4xf32>, %x: tensor<4x8xf32>) -> (tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x8xf32>)
+func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor<4x4xf32>, %accw3: tensor<4x4xbf16>, %x: tensor<4x8xf32>) -> (tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x4xbf16>, tensor<4x8xf32>)
     attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
-  %g:3 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>) {
+  %g:4 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xbf16>) {
   ^bb0(%a: tensor<4x8xf32>):
     %y = loom.gelu %a : tensor<4x8xf32>
     %c = loom.fill 1.0 : tensor<8xf32>
-    loom.yield %y, %c, %y : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>
+    %h = loom.cast %y : tensor<4x8xf32> -> tensor<4x8xbf16>
+    loom.yield %y, %c, %y, %h : tensor<4x8xf32>, tensor<8xf32>, tensor<4x8xf32>, tensor<4x8xbf16>
   }
   %h = loom.block "h.0.grad"(%g#0) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
   ^bb0(%a: tensor<4x8xf32>):
@@ -208,21 +212,23 @@ func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor
   %ab = loom.add %accb, %sb : tensor<4xf32>, tensor<4xf32>
   %sw2 = loom.reduce_scatter %g#2 on @mesh [dp] dim 1 sum {reason = "w2 gradient"} : tensor<4x8xf32> -> tensor<4x4xf32>
   %aw2 = loom.add %accw2, %sw2 : tensor<4x4xf32>, tensor<4x4xf32>
-  return %aw, %ab, %aw2, %h : tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x8xf32>
+  %sw3 = loom.reduce_scatter %g#3 on @mesh [dp] dim 1 sum {reason = "w3 gradient"} : tensor<4x8xbf16> -> tensor<4x4xbf16>
+  %aw3 = loom.add %accw3, %sw3 : tensor<4x4xbf16>, tensor<4x4xbf16>
+  return %aw, %ab, %aw2, %aw3, %h : tensor<2x8xf32>, tensor<4xf32>, tensor<4x4xf32>, tensor<4x4xbf16>, tensor<4x8xf32>
 }
 
 //--- gather-bucket.mlir
 // ZeRO-3 prefetch buckets (FSDP gathers a block's flat parameter at once):
 // h.1's gathers of its parameters move before h.0, asynchronous, and those
-// with the same axes, dim and element type become one collective (w and b,
-// 96 gathered bytes); w2, gathered on dim 1, goes alone. With bucket-mb 0
-// each goes alone; without prefetch they stay in h.1, bucketed the same at
-// its start (blocking: its first ops need them).
+// with the same axes and element type become one collective, each along
+// its own dimension (w and b on dim 0, w2 on dim 1: dims [0, 0, 1], 160
+// gathered bytes). With bucket-mb 0 each goes alone; without prefetch they
+// stay in h.1, bucketed the same at its start (blocking: its first ops
+// need them).
 // GBUCKET-LABEL: func.func @forward
-// GBUCKET: loom.all_gather %arg2 on @mesh [dp] dim 1 async {reason = "w2, prefetched during h.0"} : tensor<4x2xf32> -> tensor<4x4xf32>
-// GBUCKET-NEXT: %[[G:.*]]:2 = loom.all_gather %arg0, %arg1 on @mesh [dp] dim 0 async {reason = "all-gather bucket 0: 2 parameters, 96 bytes, prefetched during h.0"} : tensor<2x4xf32>, tensor<4xf32> -> tensor<4x4xf32>, tensor<8xf32>
+// GBUCKET: %[[G:.*]]:3 = loom.all_gather %arg0, %arg1, %arg2 on @mesh [dp] dims [0, 0, 1] async {reason = "all-gather bucket 0: 3 parameters, 160 bytes, prefetched during h.0"} : tensor<2x4xf32>, tensor<4xf32>, tensor<4x2xf32> -> tensor<4x4xf32>, tensor<8xf32>, tensor<4x4xf32>
 // GBUCKET-NEXT: loom.block "h.0"
-// GBUCKET: loom.block "h.1"({{.*}}%[[G]]#0, %[[G]]#1, %{{[0-9]+}})
+// GBUCKET: loom.block "h.1"({{.*}}%[[G]]#0, %[[G]]#1, %[[G]]#2)
 // GBUCKET-NOT: loom.all_gather
 // GBUCKET-NONE-COUNT-3: loom.all_gather %{{[^,]*}} on
 // GBUCKET-NONE-NEXT: loom.block "h.0"
@@ -230,8 +236,7 @@ func.func @backward(%accw: tensor<2x8xf32>, %accb: tensor<4xf32>, %accw2: tensor
 // GBUCKET-NOPREFETCH: loom.block "h.0"
 // GBUCKET-NOPREFETCH: loom.block "h.1"
 // GBUCKET-NOPREFETCH-NEXT: ^bb0
-// GBUCKET-NOPREFETCH-NEXT: loom.all_gather %{{.*}} on @mesh [dp] dim 1 {reason = "w2"}
-// GBUCKET-NOPREFETCH-NEXT: loom.all_gather %{{.*}}, %{{.*}} on @mesh [dp] dim 0 {reason = "all-gather bucket 0: 2 parameters, 96 bytes, at the start of h.1"}
+// GBUCKET-NOPREFETCH-NEXT: loom.all_gather %{{.*}}, %{{.*}}, %{{.*}} on @mesh [dp] dims [0, 0, 1] {reason = "all-gather bucket 0: 3 parameters, 160 bytes, at the start of h.1"}
 // GBUCKET-NOPREFETCH-NEXT: loom.add
 loom.mesh @mesh <dp = 2>
 func.func @forward(%w: tensor<2x4xf32>, %b: tensor<4xf32>, %w2: tensor<4x2xf32>, %x: tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<8xf32>) {

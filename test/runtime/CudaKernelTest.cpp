@@ -90,6 +90,17 @@ TEST_F(CudaKernelTest, SliceConcatAndBlockPacking) {
   expectClose(gc.host(), cat, 0, 0, "concat");
   expectClose(gp.host(), packed, 0, 0, "pack blocks");
   expectClose(gu.host(), x, 0, 0, "unpack blocks");
+  // A pitched 2-D copy (how a collective bucket's member blocks move):
+  // three rows of 6 floats, 20 floats apart from x[12], into rows 7 floats
+  // apart.
+  std::vector<float> rows(3 * 7, 0.0f);
+  cpu::copy2D(rows.data(), 7 * eb, x.data() + 12, 20 * eb, 6 * eb, 3);
+  DeviceVector<float> gr(std::vector<float>(rows.size(), 0.0f));
+  ASSERT_TRUE(cuda::copy2D(gr.get(), 7 * eb, dx.get() + 12, 20 * eb, 6 * eb,
+                           3, stream)
+                  .ok());
+  expectClose(gr.host(), rows, 0, 0, "copy 2-D");
+  EXPECT_EQ(rows[7], x[32]);
 }
 
 TEST_F(CudaKernelTest, AddBroadcastAndBackward) {

@@ -32,6 +32,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -326,15 +327,17 @@ TEST_F(Mpi, InPlaceReduceScatterLeavesTheRanksBlock) {
 namespace {
 
 /// Runs one bucket instruction `op` (ReduceScatter or AllGather) on
-/// `comm` over `axes`, `dim`: inputs of `inShapes` (element i of input m
-/// is `input(m, i)`), outputs `inShapes` with `dim` divided (scatter) or
-/// multiplied (gather) by the group size, and the two scratch buffers the
-/// verifier asks for. Returns each output as floats; none when the program
-/// does not load or run (a test failure).
+/// `comm` over `axes`, input m split on `dims[m]`: inputs of `inShapes`
+/// (element i of input m is `input(m, i)`), outputs `inShapes` with their
+/// dimension divided (scatter) or multiplied (gather) by the group size,
+/// and the two scratch buffers the verifier asks for; member_dims when the
+/// dims differ. Returns each output as floats; none when the program does
+/// not load or run (a test failure).
 std::vector<std::vector<float>>
 runBucket(Communicator &comm, fb::Opcode op,
-          const std::vector<uint32_t> &axes, int64_t dim, bool async,
-          fb::DType dt, const std::vector<std::vector<int64_t>> &inShapes,
+          const std::vector<uint32_t> &axes, const std::vector<int64_t> &dims,
+          bool async, fb::DType dt,
+          const std::vector<std::vector<int64_t>> &inShapes,
           const std::function<float(int64_t, int64_t)> &input) {
   const bool scatter = op == fb::Opcode::ReduceScatter;
   const int64_t n = comm.groupSize(axes);
@@ -345,6 +348,7 @@ runBucket(Communicator &comm, fb::Opcode op,
   int64_t total = 0;
   for (size_t m = 0; m < inShapes.size(); ++m) {
     std::vector<int64_t> out = inShapes[m];
+    const int64_t dim = dims[m];
     out[dim] = scatter ? out[dim] / n : out[dim] * n;
     ins.push_back(s.buffer("in" + std::to_string(m), inShapes[m], dt));
     outs.push_back(s.buffer("out" + std::to_string(m), out, dt));
@@ -356,7 +360,10 @@ runBucket(Communicator &comm, fb::Opcode op,
                  {s.buffer("scratch0", {scatter ? total / n : total}, dt),
                   s.buffer("scratch1", {scatter ? total : total * n}, dt)});
   i.axes = axes;
-  i.dim = dim;
+  i.dim = dims[0];
+  if (std::adjacent_find(dims.begin(), dims.end(), std::not_equal_to<>()) !=
+      dims.end())
+    i.member_dims = dims;
   i.reduction = fb::Reduction::Sum;
   i.async_collective = async;
   program::LoadedProgram loaded;
@@ -384,20 +391,32 @@ runBucket(Communicator &comm, fb::Opcode op,
   return results;
 }
 
-/// Calls `body` for every group, dim 0 and 1, now and in flight, fp32 and
-/// bf16 (the cases the bucket tests cover), under a trace naming it.
+/// The members' split dimensions a bucket test case uses: every member on
+/// dim 0, every member on dim 1, or each on its own (member_dims).
+enum class BucketDims { Leading, Second, Mixed };
+
+/// One bucket's members: their shapes (inputs) and split dimensions.
+struct BucketMembers {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> dims;
+};
+
+/// Calls `body` for every group, each BucketDims, now and in flight, fp32
+/// and bf16 (the cases the bucket tests cover), under a trace naming it.
 void forEveryBucketCase(
-    const std::function<void(const std::vector<uint32_t> &, int64_t, bool,
+    const std::function<void(const std::vector<uint32_t> &, BucketDims, bool,
                              fb::DType)> &body) {
   for (const std::vector<uint32_t> &axes : kEveryGroup)
-    for (int64_t dim : {0, 1})
+    for (BucketDims dims :
+         {BucketDims::Leading, BucketDims::Second, BucketDims::Mixed})
       for (bool async : {false, true})
         for (fb::DType dt : {fb::DType::F32, fb::DType::BF16}) {
           SCOPED_TRACE("axes " + std::to_string(axes.size()) + " first " +
-                       std::to_string(axes[0]) + " dim " +
-                       std::to_string(dim) + (async ? " async" : "") +
+                       std::to_string(axes[0]) + " dims " +
+                       std::to_string(static_cast<int>(dims)) +
+                       (async ? " async" : "") +
                        (dt == fb::DType::BF16 ? " bf16" : " f32"));
-          body(axes, dim, async, dt);
+          body(axes, dims, async, dt);
         }
 }
 
@@ -418,26 +437,31 @@ std::pair<int64_t, int64_t> blockIndex(std::vector<int64_t> at,
 
 TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
   // ZeRO-2/3's bucket of a block's gradients: one ReduceScatter of several
-  // values sharing `dim` leaves in output i this rank's block of input i
-  // (group-rank order) summed over the group, however the members' shapes
-  // differ (a non-leading dim packed first). Small integers, exact in
-  // bf16.
+  // values leaves in output i this rank's block of input i's split
+  // dimension (group-rank order) summed over the group, however the
+  // members' shapes and dimensions differ (a non-leading dim packed per
+  // outer row or per rank: [3, 8] and [3, 4, 8] have fewer, and more, outer
+  // rows than ranks). Small integers, exact in bf16.
   ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
   auto value = [](int r, int64_t member, int64_t i) {
     return static_cast<float>(4 * r + 3 * member + i % 11);
   };
-  const std::vector<std::vector<int64_t>> byDim[2] = {
-      {{4, 4, 8}, {8, 4}, {4}}, {{4, 4, 8}, {8, 4}, {2, 8}}};
-  forEveryBucketCase([&](const std::vector<uint32_t> &axes, int64_t dim,
+  const BucketMembers cases[3] = {
+      {{{4, 4, 8}, {8, 4}, {4}}, {0, 0, 0}},
+      {{{4, 4, 8}, {8, 4}, {2, 8}}, {1, 1, 1}},
+      {{{4, 4, 8}, {3, 8}, {4}, {3, 4, 8}, {8, 4}}, {0, 1, 0, 2, 1}}};
+  forEveryBucketCase([&](const std::vector<uint32_t> &axes, BucketDims which,
                          bool async, fb::DType dt) {
-    const std::vector<std::vector<int64_t>> &shapes = byDim[dim];
+    const BucketMembers &c = cases[static_cast<int>(which)];
+    const std::vector<std::vector<int64_t>> &shapes = c.shapes;
     const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
     const auto outs = runBucket(
-        *comm, fb::Opcode::ReduceScatter, axes, dim, async, dt, shapes,
+        *comm, fb::Opcode::ReduceScatter, axes, c.dims, async, dt, shapes,
         [&](int64_t m, int64_t i) { return value(comm->rank(), m, i); });
     // Counted, not asserted element by element (see above).
     int64_t wrong = 0, firstMember = -1, first = -1;
     for (size_t m = 0; m < outs.size(); ++m) {
+      const int64_t dim = c.dims[m];
       std::vector<int64_t> block = shapes[m];
       block[dim] /= n;
       for (int64_t i = 0; i < program::shapeNumel(shapes[m]); ++i) {
@@ -460,25 +484,29 @@ TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
 
 TEST_F(Mpi, AllGatherBucketAssemblesEachMember) {
   // ZeRO-3's bucket of a block's parameters: one AllGather of several
-  // shards sharing `dim` leaves in output i input i of every group member
-  // concatenated along `dim` in group-rank order, however the members'
-  // shapes differ (dim 1: a non-leading dim). Small integers, exact in
-  // bf16.
+  // shards leaves in output i input i of every group member concatenated
+  // along its dimension in group-rank order, however the members' shapes
+  // and dimensions differ (non-leading dims unpacked per outer row or per
+  // rank). Small integers, exact in bf16.
   ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
   auto value = [](int r, int64_t member, int64_t i) {
     return static_cast<float>(5 * r + 3 * member + i % 7);
   };
-  const std::vector<std::vector<int64_t>> byDim[2] = {
-      {{2, 4, 8}, {3, 4}, {1}}, {{4, 2, 8}, {8, 1}, {2, 3}}};
-  forEveryBucketCase([&](const std::vector<uint32_t> &axes, int64_t dim,
+  const BucketMembers cases[3] = {
+      {{{2, 4, 8}, {3, 4}, {1}}, {0, 0, 0}},
+      {{{4, 2, 8}, {8, 1}, {2, 3}}, {1, 1, 1}},
+      {{{2, 4, 8}, {3, 2}, {1}, {3, 4, 2}, {8, 1}}, {0, 1, 0, 2, 1}}};
+  forEveryBucketCase([&](const std::vector<uint32_t> &axes, BucketDims which,
                          bool async, fb::DType dt) {
-    const std::vector<std::vector<int64_t>> &shards = byDim[dim];
+    const BucketMembers &c = cases[static_cast<int>(which)];
+    const std::vector<std::vector<int64_t>> &shards = c.shapes;
     const int64_t n = comm->groupSize(axes);
     const auto outs = runBucket(
-        *comm, fb::Opcode::AllGather, axes, dim, async, dt, shards,
+        *comm, fb::Opcode::AllGather, axes, c.dims, async, dt, shards,
         [&](int64_t m, int64_t i) { return value(comm->rank(), m, i); });
     int64_t wrong = 0, firstMember = -1, first = -1;
     for (size_t m = 0; m < outs.size(); ++m) {
+      const int64_t dim = c.dims[m];
       std::vector<int64_t> whole = shards[m];
       whole[dim] *= n;
       for (int64_t i = 0; i < program::shapeNumel(whole); ++i) {

@@ -324,6 +324,11 @@ public:
     LOOM_GUARD(concatDim, (out),
                concatDim(out, inputs, extents, outShape, dim, elemBytes));
   }
+  Status copy2D(void *dst, int64_t dstPitch, const void *src,
+                int64_t srcPitch, int64_t rowBytes, int64_t rows) override {
+    LOOM_GUARD(copy2D, (dst, src),
+               copy2D(dst, dstPitch, src, srcPitch, rowBytes, rows));
+  }
   Status packBlocks(void *dst, const void *src,
                     const std::vector<int64_t> &shape, int64_t dim, int64_t n,
                     int64_t elemBytes) override {

@@ -93,7 +93,7 @@ TEST(ProgramEnvelope, ClearErrors) {
     std::string file = good;
     file[8] = old;
     EXPECT_NE(error(file).find("version " + std::to_string(old) +
-                               " unsupported (this runtime reads version 5)"),
+                               " unsupported (this runtime reads version 6)"),
               std::string::npos)
         << error(file);
   }
@@ -789,6 +789,84 @@ TEST(ProgramVerifier, CollectiveBuckets) {
               std::string::npos)
         << s.message();
   }
+}
+
+TEST(ProgramVerifier, CollectiveBucketMemberDims) {
+  // A bucket whose members split different dimensions over dp (2), as
+  // GPT-2's c_attn.bias beside the block's weights: member_dims {1, 0}.
+  // A ReduceScatter of [4, 6] (dim 1) and [6] (dim 0) into [4, 3] and [3];
+  // an AllGather of those back. Each member's shape is checked against its
+  // own dimension; member_dims belongs to buckets alone, one per input.
+  using O = fb::Opcode;
+  auto bucket = [](O op, std::vector<int64_t> memberDims,
+                   std::vector<std::vector<int64_t>> outs = {}) {
+    const bool scatter = op == O::ReduceScatter;
+    const std::vector<std::vector<int64_t>> big = {{4, 6}, {6}},
+                                            small = {{4, 3}, {3}};
+    const auto &inShapes = scatter ? big : small;
+    const auto &outShapes = outs.empty() ? (scatter ? small : big) : outs;
+    auto p = emptyProgram(2, 4, 16);
+    addDpTpMesh(*p);
+    StageBuilder b(stage0(*p));
+    std::vector<uint32_t> ins, outBuffers;
+    for (const auto &shape : inShapes)
+      ins.push_back(b.buffer("in", shape));
+    for (const auto &shape : outShapes)
+      outBuffers.push_back(b.buffer("out", shape));
+    auto &i = b.op(op, "bucket", ins, outBuffers,
+                   {b.buffer("scratch", {15}), b.buffer("scratch", {30})});
+    i.axes = {0};
+    i.dim = memberDims.empty() ? 0 : memberDims[0];
+    i.member_dims = std::move(memberDims);
+    return p;
+  };
+  auto expectError = [](const fb::ProgramT &p, const std::string &needle) {
+    Status s = load(p);
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  for (O op : {O::ReduceScatter, O::AllGather}) {
+    const bool scatter = op == O::ReduceScatter;
+    SCOPED_TRACE(scatter ? "ReduceScatter" : "AllGather");
+    Status s = load(*bucket(op, {1, 0}));
+    EXPECT_TRUE(s.ok()) << s.toString();
+    // Without member_dims every member splits `dim` (1): [6] has no dim 1.
+    expectError(*bucket(op, {}), "result (buffer");
+    expectError(*bucket(op, {2, 0}), "dim 2 is out of range for rank 2");
+    // The results of dim-0 splits under member_dims {1, 0}.
+    expectError(*bucket(op, {1, 0},
+                        scatter ? std::vector<std::vector<int64_t>>{{2, 6}, {3}}
+                                : std::vector<std::vector<int64_t>>{{8, 3},
+                                                                    {6}}),
+                "result (buffer");
+    expectError(*bucket(op, {1}),
+                "member_dims (1 dimensions) belong to an AllGather or "
+                "ReduceScatter bucket, one per input; this " +
+                    std::string(scatter ? "ReduceScatter" : "AllGather") +
+                    " has 2 inputs");
+  }
+  // Not on a single value, nor on another collective.
+  auto single = emptyProgram(2, 4, 16);
+  addDpTpMesh(*single);
+  {
+    StageBuilder b(stage0(*single));
+    auto &i = b.op(O::AllGather, "gather", {b.buffer("in", {2, 6})},
+                   {b.buffer("out", {4, 6})});
+    i.axes = {0};
+    i.member_dims = {0};
+  }
+  expectError(*single, "this AllGather has 1 inputs");
+  auto reduce = emptyProgram(2, 4, 16);
+  addDpTpMesh(*reduce);
+  {
+    StageBuilder b(stage0(*reduce));
+    uint32_t x = b.buffer("x", {4}), y = b.buffer("y", {4});
+    auto &i = b.op(O::AllReduce, "reduce", {x, y}, {x, y},
+                   {b.buffer("scratch", {8})});
+    i.axes = {0};
+    i.member_dims = {0, 0};
+  }
+  expectError(*reduce, "this AllReduce has 2 inputs");
 }
 
 TEST(ProgramVerifier, Wait) {

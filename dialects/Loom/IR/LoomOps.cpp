@@ -548,6 +548,49 @@ static void printReduction(OpAsmPrinter &printer, Operation *,
   printer << stringifyReductionKind(reduction.getValue());
 }
 
+/// The split dimension of each member of an all_gather / reduce_scatter:
+/// `dim d` when every member's is d (one value, or a bucket split alike),
+/// `dims [d0, d1, ...]` (one per input) when a bucket's members differ.
+static ParseResult
+parseMemberDims(OpAsmParser &parser,
+                ArrayRef<OpAsmParser::UnresolvedOperand> inputs,
+                DenseI64ArrayAttr &dims) {
+  SmallVector<int64_t> values;
+  if (succeeded(parser.parseOptionalKeyword("dims"))) {
+    SMLoc loc = parser.getCurrentLocation();
+    if (parser.parseCommaSeparatedList(
+            OpAsmParser::Delimiter::Square, [&]() -> ParseResult {
+              return parser.parseInteger(values.emplace_back());
+            }))
+      return failure();
+    if (values.size() != inputs.size())
+      return parser.emitError(loc)
+             << "dims lists " << values.size() << " dimensions for "
+             << inputs.size() << " inputs; give one per input (or `dim d` "
+                                 "for all)";
+  } else {
+    int64_t dim = 0;
+    if (parser.parseKeyword("dim", "or 'dims [...]'") ||
+        parser.parseInteger(dim))
+      return failure();
+    values.assign(inputs.size(), dim);
+  }
+  dims = parser.getBuilder().getDenseI64ArrayAttr(values);
+  return success();
+}
+
+static void printMemberDims(OpAsmPrinter &printer, Operation *,
+                            OperandRange, DenseI64ArrayAttr dims) {
+  ArrayRef<int64_t> values = dims.asArrayRef();
+  if (!values.empty() && llvm::all_equal(values)) {
+    printer << "dim " << values.front();
+    return;
+  }
+  printer << "dims [";
+  llvm::interleaveComma(values, printer);
+  printer << "]";
+}
+
 /// Resolves the mesh and checks the axes of a collective; returns the
 /// group size (product of the axis sizes) or failure after a diagnostic.
 static FailureOr<int64_t> verifyCollectiveAxes(Operation *op,
@@ -674,6 +717,19 @@ static LogicalResult verifyBucketCounts(Operation *op, StringRef verb) {
   return success();
 }
 
+/// An all_gather / reduce_scatter names each member's split dimension (in
+/// range for its input): one per input.
+static LogicalResult verifyMemberDims(Operation *op, ArrayRef<int64_t> dims) {
+  if (dims.size() != op->getNumOperands())
+    return op->emitOpError()
+           << "has " << dims.size() << " split dimensions for "
+           << op->getNumOperands() << " inputs; give one per input";
+  for (auto [i, input] : llvm::enumerate(op->getOperands()))
+    if (failed(verifyDimInRange(op, "dim", dims[i], input)))
+      return failure();
+  return success();
+}
+
 bool mlir::loom::isLastMicrobatchReduction(Operation *op) {
   if (auto ar = dyn_cast<AllReduceOp>(op))
     return ar.getLastMicrobatch();
@@ -711,11 +767,9 @@ std::optional<int64_t> AllReduceOp::getGroupSize() { return groupSizeOf(*this); 
 
 // all_gather
 LogicalResult AllGatherOp::verify() {
-  if (failed(verifyBucketCounts(*this, "gather")))
+  if (failed(verifyBucketCounts(*this, "gather")) ||
+      failed(verifyMemberDims(*this, getDims())))
     return failure();
-  for (Value input : getInputs())
-    if (failed(verifyDimInRange(*this, "dim", getDim(), input)))
-      return failure();
   // A bucket is packed into one buffer: one element type for all members.
   return verifySameFloatElementType(*this);
 }
@@ -724,9 +778,10 @@ LogicalResult AllGatherOp::verifySymbolUses(SymbolTableCollection &symbols) {
       verifyCollectiveAxes(*this, symbols, getMeshAttr(), getAxes());
   if (failed(n))
     return failure();
-  for (auto [input, result] : llvm::zip(getInputs(), getResults()))
-    if (failed(verifyResizedDim(*this, input, result, getDim(),
-                                shapeOf(input)[getDim()] * *n)))
+  for (auto [input, result, dim] :
+       llvm::zip(getInputs(), getResults(), getDims()))
+    if (failed(verifyResizedDim(*this, input, result, dim,
+                                shapeOf(input)[dim] * *n)))
       return failure();
   return success();
 }
@@ -756,11 +811,9 @@ LogicalResult WaitOp::verify() {
 
 // reduce_scatter
 LogicalResult ReduceScatterOp::verify() {
-  if (failed(verifyBucketCounts(*this, "reduce-scatter")))
+  if (failed(verifyBucketCounts(*this, "reduce-scatter")) ||
+      failed(verifyMemberDims(*this, getDims())))
     return failure();
-  for (Value input : getInputs())
-    if (failed(verifyDimInRange(*this, "dim", getDim(), input)))
-      return failure();
   // A bucket is packed into one buffer: one element type for all members.
   if (failed(verifySameFloatElementType(*this)))
     return failure();
@@ -782,9 +835,10 @@ LogicalResult ReduceScatterOp::verify() {
 LogicalResult
 ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
   if (!getLastMicrobatch()) {
-    for (auto [input, result] : llvm::zip(getInputs(), getResults()))
+    for (auto [input, result, dim] :
+         llvm::zip(getInputs(), getResults(), getDims()))
       if (failed(verifySplitDim(*this, symbols, getMeshAttr(), getAxes(),
-                                input, result, getDim())))
+                                input, result, dim)))
         return failure();
     return success();
   }

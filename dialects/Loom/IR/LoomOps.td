@@ -580,11 +580,14 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
     of the next block's parameters, placed by `--loom-schedule-comm`).
 
     Several inputs (a bucket: FSDP gathers a block's parameters with one
-    collective) travel as one: result i is input i gathered. The members
-    share one element type and `dim`; the runtime packs the shards into one
-    buffer, gathers every member's shards at once and unpacks each result
-    from them. `--loom-schedule-comm` forms these buckets from ZeRO-3's
-    prefetched gathers.
+    collective) travel as one: result i is input i gathered along its own
+    dimension (`dim d` when every member's is d, `dims [d0, d1, ...]`
+    otherwise). The members share one element type; the runtime packs the
+    shards into one buffer, gathers every member's shards at once and
+    unpacks each result from them. `--loom-schedule-comm` forms these
+    buckets from ZeRO-3's gathers of a block's parameters (GPT-2's
+    `c_attn.bias`, `[3, C]`, is split on dim 1, the rest on dim 0: one
+    bucket still holds them all, as FSDP's flat parameter does).
 
     ```mlir
     %w = loom.all_gather %shard on @mesh [dp] dim 0
@@ -594,31 +597,35 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
         {reason = "all-gather bucket 0: 2 parameters"}
         : tensor<96x3072xf32>, tensor<384xf32>
         -> tensor<768x3072xf32>, tensor<3072xf32>
+    %pw, %qb = loom.all_gather %w8, %qkv8 on @mesh [dp] dims [0, 1]
+        : tensor<96x3072xf32>, tensor<3x96xf32>
+        -> tensor<768x3072xf32>, tensor<3x768xf32>
     ```
   }];
   let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       I64Attr:$dim, UnitAttr:$async,
+                       DenseI64ArrayAttr:$dims, UnitAttr:$async,
                        OptionalAttr<StrAttr>:$reason);
   let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
-    $inputs `on` $mesh custom<MeshAxes>($axes) `dim` $dim
+    $inputs `on` $mesh custom<MeshAxes>($axes) custom<MemberDims>(ref($inputs), $dims)
     (`async` $async^)? attr-dict `:` type($inputs) `->` type($results)
   }];
   let builders = [
     // One value (what the partitioner inserts).
     OpBuilder<(ins "Type":$result, "Value":$input, "FlatSymbolRefAttr":$mesh,
-                   "ArrayAttr":$axes, "IntegerAttr":$dim, "UnitAttr":$async,
+                   "ArrayAttr":$axes, "int64_t":$dim, "UnitAttr":$async,
                    "StringAttr":$reason), [{
       build($_builder, $_state, TypeRange{result}, ValueRange{input}, mesh,
-            axes, dim, async, reason);
+            axes, $_builder.getDenseI64ArrayAttr({dim}), async, reason);
     }]>
   ];
   let extraClassDeclaration = extraCollectiveDeclaration # [{
-    /// The single input / result of a one-value gather (every one but
-    /// `--loom-schedule-comm`'s buckets).
+    /// The single input / result / dimension of a one-value gather (every
+    /// one but `--loom-schedule-comm`'s buckets).
     Value getInput() { return getInputs().front(); }
     Value getResult() { return getResults().front(); }
+    int64_t getDim() { return getDims().front(); }
   }];
   let hasVerifier = 1;
 }
@@ -636,8 +643,9 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
 
     Several inputs (a gradient bucket, as FSDP's flat parameter of a block
     or DeepSpeed ZeRO-2's reduce bucket) travel as one collective: result i
-    is this rank's block of input i's `dim` reduced over the group. The
-    members share one element type and `dim`; the runtime packs every
+    is this rank's block of input i's dimension (`dim d` when every
+    member's is d, `dims [d0, d1, ...]` otherwise) reduced over the group.
+    The members share one element type; the runtime packs every
     member's block for each rank into one buffer (the inputs are free once
     it is packed), reduce-scatters it and unpacks this rank's blocks into
     the results. `--loom-schedule-comm` forms these buckets.
@@ -665,35 +673,41 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
         {reason = "reduce-scatter bucket 0: 2 tensors"}
         : tensor<768x3072xf32>, tensor<3072xf32>
         -> tensor<96x3072xf32>, tensor<384xf32>
+    %gp, %gq = loom.reduce_scatter %w, %qkv on @mesh [dp] dims [0, 1] sum
+        : tensor<768x3072xf32>, tensor<3x768xf32>
+        -> tensor<96x3072xf32>, tensor<3x96xf32>
     ```
   }];
   let arguments = (ins Variadic<Loom_FloatTensor>:$inputs,
                        FlatSymbolRefAttr:$mesh, StrArrayAttr:$axes,
-                       I64Attr:$dim, Loom_ReductionKindAttr:$reduction,
+                       DenseI64ArrayAttr:$dims, Loom_ReductionKindAttr:$reduction,
                        OptionalAttr<StrAttr>:$reason, UnitAttr:$async,
                        UnitAttr:$last_microbatch);
   let results = (outs Variadic<Loom_FloatTensor>:$results);
   let assemblyFormat = [{
-    $inputs `on` $mesh custom<MeshAxes>($axes) `dim` $dim custom<Reduction>($reduction)
+    $inputs `on` $mesh custom<MeshAxes>($axes) custom<MemberDims>(ref($inputs), $dims)
+    custom<Reduction>($reduction)
     (`last_microbatch` $last_microbatch^)? (`async` $async^)? attr-dict
     `:` type($inputs) `->` type($results)
   }];
   let builders = [
     // One value (what the partitioner inserts).
     OpBuilder<(ins "Type":$result, "Value":$input, "FlatSymbolRefAttr":$mesh,
-                   "ArrayAttr":$axes, "IntegerAttr":$dim,
+                   "ArrayAttr":$axes, "int64_t":$dim,
                    "ReductionKindAttr":$reduction, "StringAttr":$reason,
                    CArg<"UnitAttr", "{}">:$async,
                    CArg<"UnitAttr", "{}">:$last_microbatch), [{
       build($_builder, $_state, TypeRange{result}, ValueRange{input}, mesh,
-            axes, dim, reduction, reason, async, last_microbatch);
+            axes, $_builder.getDenseI64ArrayAttr({dim}), reduction, reason,
+            async, last_microbatch);
     }]>
   ];
   let extraClassDeclaration = extraCollectiveDeclaration # [{
-    /// The single input / result of a one-value reduce-scatter (every one
-    /// but `--loom-schedule-comm`'s buckets).
+    /// The single input / result / dimension of a one-value reduce-scatter
+    /// (every one but `--loom-schedule-comm`'s buckets).
     Value getInput() { return getInputs().front(); }
     Value getResult() { return getResults().front(); }
+    int64_t getDim() { return getDims().front(); }
   }];
   let hasVerifier = 1;
 }

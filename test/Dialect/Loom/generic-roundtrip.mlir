@@ -59,8 +59,8 @@ func.func @graph(%wte: tensor<16x8xf32> {loom.name = "wte.weight", loom.role = #
 // GENERIC: "loom.concat"(%{{.*}}, %{{.*}}) <{dim = 0 : i64}>
 // GENERIC: "loom.gelu"
 // GENERIC: "loom.softmax"
-// GENERIC: "loom.all_gather"(%{{.*}}) <{axes = ["tp"], dim = 1 : i64, mesh = @mesh}>
-// GENERIC: "loom.reduce_scatter"(%{{.*}}) <{axes = ["dp", "tp"], dim = 0 : i64, mesh = @mesh, reduction = #loom<reduction max>}>
+// GENERIC: "loom.all_gather"(%{{.*}}) <{axes = ["tp"], dims = array<i64: 1>, mesh = @mesh}>
+// GENERIC: "loom.reduce_scatter"(%{{.*}}) <{axes = ["dp", "tp"], dims = array<i64: 0>, mesh = @mesh, reduction = #loom<reduction max>}>
 // GENERIC: "loom.all_to_all"(%{{.*}}) <{axes = ["tp"], concat_dim = 0 : i64, mesh = @mesh, split_dim = 1 : i64}>
 // GENERIC: "loom.send"(%{{.*}}) <{axes = ["dp"], mesh = @mesh, peer = 1 : i64, tag = 7 : i64}> : (tensor<8x4xf32>) -> ()
 // GENERIC: "loom.recv"() <{axes = ["dp"], mesh = @mesh, peer = 0 : i64, tag = 7 : i64}> : () -> tensor<8x4xf32>

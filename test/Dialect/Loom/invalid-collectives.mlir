@@ -163,7 +163,7 @@ func.func @all_gather_bucket_counts(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
 loom.mesh @mesh <dp = 2>
 func.func @all_gather_empty() {
   // expected-error@+1 {{'loom.all_gather' op needs at least one value to gather}}
-  "loom.all_gather"() <{axes = ["dp"], dim = 0 : i64, mesh = @mesh}> : () -> ()
+  "loom.all_gather"() <{axes = ["dp"], dims = array<i64>, mesh = @mesh}> : () -> ()
   return
 }
 
@@ -208,7 +208,7 @@ func.func @reduce_scatter_bucket_counts(%x: tensor<8x4xf32>, %y: tensor<8xf32>) 
 loom.mesh @mesh <dp = 2>
 func.func @reduce_scatter_empty() {
   // expected-error@+1 {{'loom.reduce_scatter' op needs at least one value to reduce-scatter}}
-  "loom.reduce_scatter"() <{axes = ["dp"], dim = 0 : i64, mesh = @mesh, reduction = #loom<reduction sum>}> : () -> ()
+  "loom.reduce_scatter"() <{axes = ["dp"], dims = array<i64>, mesh = @mesh, reduction = #loom<reduction sum>}> : () -> ()
   return
 }
 
@@ -236,6 +236,72 @@ loom.mesh @mesh <dp = 2>
 func.func @reduce_scatter_bucket_member_shape(%x: tensor<8x4xf32>, %y: tensor<8xf32>) {
   // expected-error@+1 {{'loom.reduce_scatter' op result shape [8] should be [4]}}
   %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum : tensor<8x4xf32>, tensor<8xf32> -> tensor<4x4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_dims_count(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{dims lists 1 dimensions for 2 inputs; give one per input (or `dim d` for all)}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dims [0] : tensor<4x4xf32>, tensor<4xf32> -> tensor<8x4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_generic_dims_count(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op has 3 split dimensions for 2 inputs; give one per input}}
+  %0:2 = "loom.all_gather"(%x, %y) <{axes = ["dp"], dims = array<i64: 0, 0, 0>, mesh = @mesh}> : (tensor<4x4xf32>, tensor<4xf32>) -> (tensor<8x4xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_member_dim(%x: tensor<4x4xf32>, %y: tensor<4xf32>) {
+  // expected-error@+1 {{'loom.all_gather' op dim 1 is out of range for rank 1}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dims [0, 1] : tensor<4x4xf32>, tensor<4xf32> -> tensor<8x4xf32>, tensor<8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @all_gather_bucket_member_dim_shape(%x: tensor<4x4xf32>, %y: tensor<3x4xf32>) {
+  // The second member gathers dim 1: [3, 8], not [6, 4].
+  // expected-error@+1 {{'loom.all_gather' op result shape [6, 4] should be [3, 8]}}
+  %0:2 = loom.all_gather %x, %y on @mesh [dp] dims [0, 1] : tensor<4x4xf32>, tensor<3x4xf32> -> tensor<8x4xf32>, tensor<6x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_generic_dims_count(%x: tensor<8x4xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op has 2 split dimensions for 1 inputs; give one per input}}
+  %0 = "loom.reduce_scatter"(%x) <{axes = ["dp"], dims = array<i64: 0, 1>, mesh = @mesh, reduction = #loom<reduction sum>}> : (tensor<8x4xf32>) -> tensor<4x4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_member_dim(%x: tensor<8x4xf32>, %y: tensor<3x8xf32>) {
+  // The second member's dim 1 (8) is split: [3, 4]; its dim 0 (3) is not
+  // divisible by 2.
+  // expected-error@+1 {{'loom.reduce_scatter' op result shape [3, 8] should be [3, 4]}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dims [0, 1] sum : tensor<8x4xf32>, tensor<3x8xf32> -> tensor<4x4xf32>, tensor<3x8xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_member_dim_divisible(%x: tensor<8x4xf32>, %y: tensor<8x3xf32>) {
+  // expected-error@+1 {{'loom.reduce_scatter' op dimension 1 of size 3 is not divisible by the group size 2}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dims [0, 1] sum : tensor<8x4xf32>, tensor<8x3xf32> -> tensor<4x4xf32>, tensor<8x1xf32>
   return
 }
 

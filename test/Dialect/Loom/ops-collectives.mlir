@@ -92,6 +92,21 @@ func.func @all_gather_bucket(%w: tensor<96x3072xf32>, %b: tensor<384xf32>) -> (t
   return %0#0, %0#1 : tensor<192x3072xf32>, tensor<768xf32>
 }
 
+// A bucket whose members split different dimensions (GPT-2's c_attn.bias,
+// [3, C], on dim 1 beside dim-0 weights): `dims`, one per input. Equal
+// dims written as a list print as `dim`.
+// CHECK-LABEL: func.func @all_gather_bucket_dims
+// CHECK-SAME: (%[[W:.*]]: tensor<96x3072xf32>, %[[Q:.*]]: tensor<3x384xf32>)
+// CHECK: %{{.*}}:2 = loom.all_gather %[[W]], %[[Q]] on @mesh [dp] dims [0, 1] async : tensor<96x3072xf32>, tensor<3x384xf32> -> tensor<192x3072xf32>, tensor<3x768xf32>
+// CHECK: %{{.*}}:2 = loom.all_gather %[[W]], %[[W]] on @mesh [dp] dim 0 : tensor<96x3072xf32>, tensor<96x3072xf32> -> tensor<192x3072xf32>, tensor<192x3072xf32>
+// CHECK: %{{.*}}:2 = loom.reduce_scatter %{{.*}}#0, %{{.*}}#1 on @mesh [dp] dims [0, 1] sum : tensor<192x3072xf32>, tensor<3x768xf32> -> tensor<96x3072xf32>, tensor<3x384xf32>
+func.func @all_gather_bucket_dims(%w: tensor<96x3072xf32>, %q: tensor<3x384xf32>) -> (tensor<96x3072xf32>, tensor<3x384xf32>) {
+  %0:2 = loom.all_gather %w, %q on @mesh [dp] dims [0, 1] async : tensor<96x3072xf32>, tensor<3x384xf32> -> tensor<192x3072xf32>, tensor<3x768xf32>
+  %1:2 = loom.all_gather %w, %w on @mesh [dp] dims [0, 0] : tensor<96x3072xf32>, tensor<96x3072xf32> -> tensor<192x3072xf32>, tensor<192x3072xf32>
+  %2:2 = loom.reduce_scatter %0#0, %0#1 on @mesh [dp] dims [0, 1] sum : tensor<192x3072xf32>, tensor<3x768xf32> -> tensor<96x3072xf32>, tensor<3x384xf32>
+  return %2#0, %2#1 : tensor<96x3072xf32>, tensor<3x384xf32>
+}
+
 // CHECK-LABEL: func.func @wait
 // CHECK: loom.wait %{{.*}}, %{{.*}} {reason = "complete"} : tensor<8xf32>, tensor<4x4xf32>
 func.func @wait(%a: tensor<8xf32>, %b: tensor<4x4xf32>) {
@@ -99,7 +114,7 @@ func.func @wait(%a: tensor<8xf32>, %b: tensor<4x4xf32>) {
   return
 }
 
-// A bucket: one collective over several values sharing dim and element type.
+// A bucket: one collective over several values sharing an element type.
 // CHECK-LABEL: func.func @reduce_scatter_bucket
 // CHECK-SAME: (%[[W:.*]]: tensor<768x3072xf32>, %[[B:.*]]: tensor<3072xf32>)
 // CHECK: %{{.*}}:2 = loom.reduce_scatter %[[W]], %[[B]] on @mesh [dp] dim 0 sum async {reason = "reduce-scatter bucket 0"} : tensor<768x3072xf32>, tensor<3072xf32> -> tensor<384x3072xf32>, tensor<1536xf32>
