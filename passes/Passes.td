@@ -490,8 +490,9 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP), for the
-      all-reduces, the ZeRO-2/3 reduce-scatters and the ZeRO-3 prefetched
-      gathers; 0 keeps one collective per value (still launched early).
+      all-reduces, the ZeRO-2/3 reduce-scatters, the ZeRO-3 gathers and
+      the ZeRO-1/2 gathers of the updated parameters; 0 keeps one
+      collective per value (still launched early).
     * `overlap`: mark the all-reduces and reduce-scatters `async` (default
       true); false places them the same way, blocking.
     * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers
@@ -511,11 +512,25 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
       parameters (the first block's forward, a backward right after its
       forward; every block without prefetch) move to the block's start and
       are bucketed the same way, blocking (its first ops need them).
+
+    ZeRO-1/2's gathers of the updated parameters (DeepSpeed's all-gather of
+    the updated partitions, Megatron's distributed optimizer's parameter
+    all-gather): the partitioner places them before the update's return,
+    after every AdamW step, one blocking collective per tensor. A gather
+    whose result only updates an argument in place (`loom.updates`: the
+    parameter's own storage, so moving it costs no memory) moves to right
+    after the shard it gathers is computed, `async`, and those with the
+    same axes and element type share buckets of at most `bucket-mb` MiB
+    gathered, each launched behind its last member; a `loom.wait` behind
+    the next bucket completes each (the last completes at the end), so the
+    gathers travel while the remaining AdamW steps compute and at most two
+    buckets' buffers are live (GPT-2 124M at dp=8: 148 gathers per step in
+    17 buckets, same bytes and planned peak).
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", /*default=*/"25.0",
            "Bucket capacity in MiB, all-reduces, reduce-scatters and "
-           "prefetched gathers (0: no coalescing)">,
+           "gathers (0: no coalescing)">,
     Option<"overlap", "overlap", "bool", /*default=*/"true",
            "Launch the collectives asynchronously">,
     Option<"prefetch", "prefetch", "bool", /*default=*/"true",

@@ -12,9 +12,11 @@
 // in-place ones launch behind the last micro-batch's accumulation and
 // complete at a loom.wait after the next block. ZeRO-3's
 // gathers of a block's parameters are prefetched during the previous block,
-// bucketed (FSDP gathers a block's flat parameter at once). Collectives
-// over a pipeline axis stay blocking (their members run other stages'
-// functions).
+// bucketed (FSDP gathers a block's flat parameter at once). ZeRO-1/2's
+// gathers of the updated parameters go out in buckets during the update,
+// as the AdamW steps produce them (DeepSpeed's bucketed all-gather of the
+// updated partitions). Collectives over a pipeline axis stay blocking
+// (their members run other stages' functions).
 //
 //===----------------------------------------------------------------------===//
 
@@ -421,10 +423,10 @@ struct LoomScheduleCommPass
     });
   }
 
-  /// Replaces the bucket's gathers by one, right before `before`; `where`
-  /// completes its reason.
-  void emitGatherBucket(ArrayRef<AllGatherOp> bucket, int64_t bytes,
-                        Operation *before, StringRef where) {
+  /// Replaces the bucket's gathers by one, right before `before`, and
+  /// returns it; `where` completes its reason.
+  AllGatherOp emitGatherBucket(ArrayRef<AllGatherOp> bucket, int64_t bytes,
+                               Operation *before, StringRef where) {
     BucketSignature signature = bucketSignature(bucket);
     AllGatherOp first = bucket.front();
     OpBuilder b(before);
@@ -440,6 +442,95 @@ struct LoomScheduleCommPass
         b.getStringAttr(reason));
     newGatherBuckets.insert(merged);
     replaceBucket(bucket, merged);
+    return merged;
+  }
+
+  /// ZeRO-1/2's gathers of the updated parameters (DeepSpeed's all-gather
+  /// of the updated partitions, Megatron's distributed optimizer's
+  /// parameter all-gather): the partitioner places each right before the
+  /// return, after every AdamW step, one blocking collective per tensor
+  /// (148 for GPT-2). A gather whose result only updates an argument in
+  /// place (its storage is the parameter's, so moving it costs no memory)
+  /// moves to right after the shard it gathers is computed, `async`; those
+  /// with the same axes and element type share buckets of at most
+  /// `bucket-mb` MiB gathered, each launched behind its last member and
+  /// completed at a loom.wait behind the next bucket: the gathers travel
+  /// while the remaining AdamW steps compute, and at most two buckets'
+  /// buffers are live at once.
+  void launchParameterGathers(func::FuncOp func) {
+    Block &top = func.getBody().front();
+    Operation *ret = top.getTerminator();
+    auto updatesArgument = [&](OpOperand &use) {
+      return use.getOwner() == ret &&
+             func.getResultAttr(use.getOperandNumber(),
+                                LoomDialect::kUpdatesAttr);
+    };
+    SmallVector<AllGatherOp> gathers;
+    for (auto gather : top.getOps<AllGatherOp>()) {
+      Operation *producer = gather.getInputs().size() == 1
+                                ? gather.getInput().getDefiningOp()
+                                : nullptr;
+      if (gather.getAsync() || !producer || producer->getBlock() != &top ||
+          gather.getResult().use_empty() ||
+          !llvm::all_of(gather.getResult().getUses(), updatesArgument) ||
+          llvm::any_of(gather.getAxes().getAsValueRange<StringAttr>(),
+                       [&](StringRef axis) {
+                         return pipelineAxes.contains(axis);
+                       }))
+        continue;
+      gathers.push_back(gather);
+    }
+    // 1. Each right behind its shard's producer, in flight while the next
+    //    AdamW steps compute.
+    for (AllGatherOp gather : gathers) {
+      Operation *producer = gather.getInput().getDefiningOp();
+      gather->moveAfter(producer);
+      gather.setReason((gather.getReason() ? gather.getReason()->str()
+                                           : std::string("gather")) +
+                       ", launched after " + describeOp(producer));
+      if (overlap)
+        gather.setAsync(true);
+    }
+    // 2. Buckets, each where its last member went (its members' shards
+    //    all exist there).
+    const int64_t capacity = bucketCapacityBytes();
+    if (capacity <= 0)
+      return;
+    Groups<GatherBucketKey, AllGatherOp> groups;
+    for (AllGatherOp gather : gathers)
+      addToGroup(groups,
+                 GatherBucketKey{gather.getMeshAttr(), gather.getAxes(),
+                                 getElementTypeOrSelf(gather.getInput())},
+                 gather);
+    SmallVector<AllGatherOp> buckets;
+    for (auto &[key, members] : groups)
+      emitBuckets<AllGatherOp>(
+          members, capacity,
+          [](AllGatherOp gather) { return bytesOf(gather.getResult()); },
+          [&](ArrayRef<AllGatherOp> bucket, int64_t bytes) {
+            AllGatherOp last = *llvm::max_element(
+                bucket, [](AllGatherOp a, AllGatherOp b) {
+                  return a->isBeforeInBlock(b);
+                });
+            Operation *producer = last.getInput().getDefiningOp();
+            buckets.push_back(emitGatherBucket(
+                bucket, bytes, last->getNextNode(),
+                "updated, launched after " + describeOp(producer)));
+          });
+    // 3. Bucket k completes behind bucket k + 1 (the last at the end).
+    if (!overlap)
+      return;
+    llvm::sort(buckets, [](AllGatherOp a, AllGatherOp b) {
+      return a->isBeforeInBlock(b);
+    });
+    for (size_t k = 0; k + 1 < buckets.size(); ++k) {
+      OpBuilder b(func.getContext());
+      b.setInsertionPointAfter(buckets[k + 1]);
+      WaitOp::create(b, buckets[k].getLoc(), buckets[k].getResults(),
+                     b.getStringAttr("updated parameters gathered by the "
+                                     "previous bucket, complete after the "
+                                     "next is launched"));
+    }
   }
 
   /// ZeRO-2/3's (FSDP's) gradient reduce-scatters: the partitioner places
@@ -648,6 +739,7 @@ struct LoomScheduleCommPass
       if (prefetch)
         prefetchGathers(func);
       bucketOwnGathers(func);
+      launchParameterGathers(func);
       numberGatherBuckets(func);
     }
   }

@@ -18,6 +18,9 @@
 // RUN: loom-opt --loom-schedule-comm=prefetch=false %t/gather-bucket.mlir | FileCheck %s --check-prefix=GBUCKET-NOPREFETCH
 // RUN: loom-opt --loom-schedule-comm %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-SYNC
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0.0003 %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS-NONE
+// RUN: loom-opt --loom-schedule-comm="bucket-mb=0.0003 overlap=false" %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS-SYNC
 // RUN: not loom-opt --loom-schedule-comm=bucket-mb=-1 %t/buckets.mlir 2>&1 | FileCheck %s --check-prefix=NEG
 
 // Three 128-byte values ready one after another, reduced (sum) only at the
@@ -298,4 +301,61 @@ func.func @backward(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %x: tensor<4
   %a0 = loom.add %acc0, %g0 : tensor<4x8xf32>, tensor<4x8xf32>
   %r0 = loom.reduce_scatter %a0 on @mesh [dp] dim 1 sum last_microbatch {reason = "h.0 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
   return %r0, %r1 : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+//--- param-gathers.mlir
+// ZeRO-1/2's update: each rank steps its shard of every parameter, and the
+// partitioner gathers the updated shards before the return, one blocking
+// collective each. Those whose result updates an argument in place
+// (loom.updates: the parameter's storage) move right behind their shard's
+// producer, async, and share buckets (bucket-mb 0.0003 MiB = 314 bytes:
+// two 128-byte parameters each, p2 along dim 1 beside p1 along dim 0),
+// each launched behind its last member; a loom.wait behind the second
+// bucket completes the first (at most two in flight); the last completes
+// at the end. %g4 updates nothing in place and stays where it was.
+// PARAMS-LABEL: func.func @update
+// PARAMS: loom.local_slice %arg1
+// PARAMS-NEXT: %[[N1:.*]] = loom.gelu
+// PARAMS-NEXT: %[[B0:.*]]:2 = loom.all_gather %{{.*}}, %[[N1]] on @mesh [dp] dim 0 async {reason = "all-gather bucket 0: 2 parameters, 256 bytes, updated, launched after loom.gelu"} : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<4x8xf32>, tensor<4x8xf32>
+// PARAMS: loom.local_slice %arg3
+// PARAMS-NEXT: %[[N3:.*]] = loom.gelu
+// PARAMS-NEXT: %[[B1:.*]]:2 = loom.all_gather %{{.*}}, %[[N3]] on @mesh [dp] dims [1, 0] async {reason = "all-gather bucket 1: 2 parameters, 256 bytes, updated, launched after loom.gelu"} : tensor<8x2xf32>, tensor<2x8xf32> -> tensor<8x4xf32>, tensor<4x8xf32>
+// PARAMS-NEXT: loom.wait %[[B0]]#0, %[[B0]]#1 {reason = "updated parameters gathered by the previous bucket, complete after the next is launched"}
+// PARAMS-NEXT: loom.local_slice %arg4
+// PARAMS-NEXT: loom.gelu
+// PARAMS-NEXT: %[[G4:.*]] = loom.all_gather %{{.*}} on @mesh [dp] dim 0 {reason = "p4"}
+// PARAMS-NEXT: return %[[B0]]#0, %[[B0]]#1, %[[B1]]#0, %[[B1]]#1, %[[G4]]
+// With bucket-mb 0: each moved behind its producer, async, alone; no wait.
+// PARAMS-NONE-LABEL: func.func @update
+// PARAMS-NONE: loom.local_slice %arg0
+// PARAMS-NONE-NEXT: loom.gelu
+// PARAMS-NONE-NEXT: loom.all_gather %{{.*}} on @mesh [dp] dim 0 async {reason = "p0, launched after loom.gelu"}
+// PARAMS-NONE-NEXT: loom.local_slice %arg1
+// PARAMS-NONE-COUNT-3: loom.all_gather %{{[^,]*}} on @mesh [dp] dim{{.*}} async
+// PARAMS-NONE-NOT: loom.wait
+// PARAMS-NONE: loom.all_gather %{{.*}} {reason = "p4"}
+// Without overlap: the same buckets, blocking, nothing to wait for.
+// PARAMS-SYNC: loom.all_gather %{{.*}}, %{{.*}} on @mesh [dp] dim 0 {reason = "all-gather bucket 0: 2 parameters
+// PARAMS-SYNC: loom.all_gather %{{.*}}, %{{.*}} on @mesh [dp] dims [1, 0] {reason = "all-gather bucket 1: 2 parameters
+// PARAMS-SYNC-NOT: loom.wait
+loom.mesh @mesh <dp = 2>
+func.func @update(%p0: tensor<4x8xf32>, %p1: tensor<4x8xf32>, %p2: tensor<8x4xf32>, %p3: tensor<4x8xf32>, %p4: tensor<4x8xf32>)
+    -> (tensor<4x8xf32> {loom.updates = 0 : i64}, tensor<4x8xf32> {loom.updates = 1 : i64}, tensor<8x4xf32> {loom.updates = 2 : i64}, tensor<4x8xf32> {loom.updates = 3 : i64}, tensor<4x8xf32>)
+    attributes {loom.train = {phase = "update"}} {
+  %s0 = loom.local_slice %p0 on @mesh [dp] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
+  %n0 = loom.gelu %s0 : tensor<2x8xf32>
+  %s1 = loom.local_slice %p1 on @mesh [dp] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
+  %n1 = loom.gelu %s1 : tensor<2x8xf32>
+  %s2 = loom.local_slice %p2 on @mesh [dp] dim 1 : tensor<8x4xf32> -> tensor<8x2xf32>
+  %n2 = loom.gelu %s2 : tensor<8x2xf32>
+  %s3 = loom.local_slice %p3 on @mesh [dp] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
+  %n3 = loom.gelu %s3 : tensor<2x8xf32>
+  %s4 = loom.local_slice %p4 on @mesh [dp] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
+  %n4 = loom.gelu %s4 : tensor<2x8xf32>
+  %g0 = loom.all_gather %n0 on @mesh [dp] dim 0 {reason = "p0"} : tensor<2x8xf32> -> tensor<4x8xf32>
+  %g1 = loom.all_gather %n1 on @mesh [dp] dim 0 {reason = "p1"} : tensor<2x8xf32> -> tensor<4x8xf32>
+  %g2 = loom.all_gather %n2 on @mesh [dp] dim 1 {reason = "p2"} : tensor<8x2xf32> -> tensor<8x4xf32>
+  %g3 = loom.all_gather %n3 on @mesh [dp] dim 0 {reason = "p3"} : tensor<2x8xf32> -> tensor<4x8xf32>
+  %g4 = loom.all_gather %n4 on @mesh [dp] dim 0 {reason = "p4"} : tensor<2x8xf32> -> tensor<4x8xf32>
+  return %g0, %g1, %g2, %g3, %g4 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8x4xf32>, tensor<4x8xf32>, tensor<4x8xf32>
 }
