@@ -161,6 +161,15 @@ struct LoomScheduleCommPass
 
   /// Mesh axes of the pipeline's sends and receives.
   llvm::StringSet<> pipelineAxes;
+  /// Whether a collective over `axes` spans pipeline stages: its members
+  /// run other stages' functions, where the matching collective may stay
+  /// blocking, so it stays as it is.
+  bool overPipelineAxis(ArrayAttr axes) const {
+    return llvm::any_of(axes.getAsValueRange<StringAttr>(),
+                        [&](StringRef axis) {
+                          return pipelineAxes.contains(axis);
+                        });
+  }
   /// A bucket's capacity (`bucket-mb`) in bytes; 0: no buckets.
   int64_t bucketCapacityBytes() const {
     return static_cast<int64_t>(bucketMb * 1024.0 * 1024.0);
@@ -194,10 +203,7 @@ struct LoomScheduleCommPass
       // Over the pipeline axis the other members run another stage's
       // function, where the matching all-reduce may stay blocking; MPI does
       // not match a nonblocking collective with a blocking one.
-      if (llvm::any_of(ar.getAxes().getAsValueRange<StringAttr>(),
-                       [&](StringRef axis) {
-                         return pipelineAxes.contains(axis);
-                       }))
+      if (overPipelineAxis(ar.getAxes()))
         continue;
       // A value reduced twice stays where it is (its producer would move).
       if (llvm::any_of(ar.getInputs(), [](Value v) {
@@ -347,8 +353,10 @@ struct LoomScheduleCommPass
         gather.erase();
         prefetched.push_back(early);
       }
-      bucketGathers(prefetched, previous,
-                    "prefetched during " + previous.getLabel().str());
+      bucketGathers(prefetched, [&](ArrayRef<AllGatherOp>) {
+        return GatherBucketPlace{
+            previous, "prefetched during " + previous.getLabel().str()};
+      });
     }
   }
 
@@ -381,22 +389,34 @@ struct LoomScheduleCommPass
         gather->moveBefore(&body.front());
       // The first op after them (the terminator at worst) stays: the
       // buckets go before it.
-      bucketGathers(own, own.back()->getNextNode(),
-                    "at the start of " + block.getLabel().str());
+      Operation *first = own.back()->getNextNode();
+      bucketGathers(own, [&](ArrayRef<AllGatherOp>) {
+        return GatherBucketPlace{first,
+                                 "at the start of " + block.getLabel().str()};
+      });
     }
   }
 
+  /// Where a gather bucket goes: right before `before`, its reason ending
+  /// in `where`.
+  struct GatherBucketPlace {
+    Operation *before;
+    std::string where;
+  };
+
   /// FSDP gathers a block's parameters with one collective: `gathers`
-  /// (prefetched before one block, or at the start of one) with the same
-  /// axes and element type (whatever dimension each gathers) share buckets of at most `bucket-mb` MiB
-  /// of gathered bytes (a larger tensor alone), right before `before`
-  /// (their inputs are the function's arguments or the block's: there
-  /// already); `where` ends each bucket's reason.
-  void bucketGathers(ArrayRef<AllGatherOp> gathers, Operation *before,
-                     StringRef where) {
+  /// (prefetched before one block, at the start of one, or the update's)
+  /// with the same axes and element type, whatever dimension each gathers,
+  /// share buckets of at most `bucket-mb` MiB of gathered bytes (a larger
+  /// tensor alone), each placed where `place` says (where its members'
+  /// inputs all exist). Returns the buckets formed.
+  SmallVector<AllGatherOp> bucketGathers(
+      ArrayRef<AllGatherOp> gathers,
+      llvm::function_ref<GatherBucketPlace(ArrayRef<AllGatherOp>)> place) {
+    SmallVector<AllGatherOp> buckets;
     const int64_t capacity = bucketCapacityBytes();
     if (capacity <= 0)
-      return;
+      return buckets;
     Groups<GatherBucketKey, AllGatherOp> groups;
     for (AllGatherOp gather : gathers)
       addToGroup(groups,
@@ -408,8 +428,11 @@ struct LoomScheduleCommPass
           members, capacity,
           [](AllGatherOp gather) { return bytesOf(gather.getResult()); },
           [&](ArrayRef<AllGatherOp> bucket, int64_t bytes) {
-            emitGatherBucket(bucket, bytes, before, where);
+            GatherBucketPlace at = place(bucket);
+            buckets.push_back(
+                emitGatherBucket(bucket, bytes, at.before, at.where));
           });
+    return buckets;
   }
 
   /// Names the function's gather buckets "all-gather bucket N" in program
@@ -473,10 +496,7 @@ struct LoomScheduleCommPass
       if (gather.getAsync() || !producer || producer->getBlock() != &top ||
           gather.getResult().use_empty() ||
           !llvm::all_of(gather.getResult().getUses(), updatesArgument) ||
-          llvm::any_of(gather.getAxes().getAsValueRange<StringAttr>(),
-                       [&](StringRef axis) {
-                         return pipelineAxes.contains(axis);
-                       }))
+          overPipelineAxis(gather.getAxes()))
         continue;
       gathers.push_back(gather);
     }
@@ -493,30 +513,17 @@ struct LoomScheduleCommPass
     }
     // 2. Buckets, each where its last member went (its members' shards
     //    all exist there).
-    const int64_t capacity = bucketCapacityBytes();
-    if (capacity <= 0)
-      return;
-    Groups<GatherBucketKey, AllGatherOp> groups;
-    for (AllGatherOp gather : gathers)
-      addToGroup(groups,
-                 GatherBucketKey{gather.getMeshAttr(), gather.getAxes(),
-                                 getElementTypeOrSelf(gather.getInput())},
-                 gather);
-    SmallVector<AllGatherOp> buckets;
-    for (auto &[key, members] : groups)
-      emitBuckets<AllGatherOp>(
-          members, capacity,
-          [](AllGatherOp gather) { return bytesOf(gather.getResult()); },
-          [&](ArrayRef<AllGatherOp> bucket, int64_t bytes) {
-            AllGatherOp last = *llvm::max_element(
-                bucket, [](AllGatherOp a, AllGatherOp b) {
-                  return a->isBeforeInBlock(b);
-                });
-            Operation *producer = last.getInput().getDefiningOp();
-            buckets.push_back(emitGatherBucket(
-                bucket, bytes, last->getNextNode(),
-                "updated, launched after " + describeOp(producer)));
-          });
+    SmallVector<AllGatherOp> buckets =
+        bucketGathers(gathers, [](ArrayRef<AllGatherOp> bucket) {
+          AllGatherOp last = *llvm::max_element(
+              bucket, [](AllGatherOp a, AllGatherOp b) {
+                return a->isBeforeInBlock(b);
+              });
+          return GatherBucketPlace{
+              last->getNextNode(),
+              "updated, launched after " +
+                  describeOp(last.getInput().getDefiningOp())};
+        });
     // 3. Bucket k completes behind bucket k + 1 (the last at the end).
     if (!overlap)
       return;
@@ -568,10 +575,7 @@ struct LoomScheduleCommPass
       // Left as they are: already launched (async), already a bucket, or
       // over a pipeline axis.
       if (scatter.getAsync() || scatter.getInputs().size() != 1 ||
-          llvm::any_of(scatter.getAxes().getAsValueRange<StringAttr>(),
-                       [&](StringRef axis) {
-                         return pipelineAxes.contains(axis);
-                       }))
+          overPipelineAxis(scatter.getAxes()))
         continue;
       // ZeRO-1's in-place reduce-scatter of an accumulated gradient in the
       // last micro-batch: already right behind its accumulation (the
