@@ -481,18 +481,23 @@ def LoomScheduleComm : Pass<"loom-schedule-comm", "::mlir::ModuleOp"> {
     it travels, and this rank's blocks arrive in a buffer of their own
     (1/N of the bucket), unpacked into the results when it completes.
     ZeRO-1's in-place last-micro-batch reduce-scatters are launched where
-    the partitioner put them, right after their accumulation; nothing reads
+    the partitioner put them, right after their accumulation, those that
+    complete after the same block with the same axes, reduction and element
+    type bucketed (at most `bucket-mb` MiB of input; Megatron's distributed
+    optimizer reduce-scatters its gradient buffer a bucket at a time) in
+    the last member's place, each member reduced in place; nothing reads
     their results before the update, so a `loom.wait` on them after the
-    next block completes them there (their received-block scratch free from
-    then on, not kept to the end of the backward). Once-per-step
+    next block completes them there (their scratch free from then on, not
+    kept to the end of the backward). Once-per-step
     reduce-scatters of accumulated gradients in an update go out at its
     top, each waited for by its first reader. Not over a pipeline axis.
 
     **Options:**
     * `bucket-mb`: bucket capacity in MiB (default 25, as DDP), for the
-      all-reduces, the ZeRO-2/3 reduce-scatters, the ZeRO-3 gathers and
-      the ZeRO-1/2 gathers of the updated parameters; 0 keeps one
-      collective per value (still launched early).
+      all-reduces, the reduce-scatters (ZeRO-1's in place, ZeRO-2/3's),
+      the ZeRO-3 gathers and the ZeRO-1/2 gathers of the updated
+      parameters; 0 keeps one collective per value (still launched
+      early).
     * `overlap`: mark the all-reduces and reduce-scatters `async` (default
       true); false places them the same way, blocking.
     * `prefetch`: ZeRO-3 / FSDP prefetch (default true): a block's gathers

@@ -9,8 +9,8 @@
 // the backward pass computes. ZeRO-2/3's reduce-scatters launch as their
 // gradient exists, a block's gradients bucketed (FSDP reduce-scatters a
 // block's flat gradient), and are accumulated one block later; ZeRO-1's
-// in-place ones launch behind the last micro-batch's accumulation and
-// complete at a loom.wait after the next block. ZeRO-3's
+// in-place ones launch behind the last micro-batch's accumulations,
+// bucketed, and complete at a loom.wait after the next block. ZeRO-3's
 // gathers of a block's parameters are prefetched during the previous block,
 // bucketed (FSDP gathers a block's flat parameter at once). ZeRO-1/2's
 // gathers of the updated parameters go out in buckets during the update,
@@ -119,17 +119,17 @@ template <typename Op> void replaceBucket(ArrayRef<Op> bucket, Op merged) {
   }
 }
 
-/// The reduce-scatters that may share one collective (besides being
-/// launched behind the same op). Each member keeps its own split
-/// dimension (the bucket's `dims`).
+/// The reduce-scatters that may share one collective: launched behind the
+/// same op (ZeRO-2/3's) or completed behind the same block (ZeRO-1's in
+/// place), the `anchor`, with the same axes, reduction and element type.
+/// Each member keeps its own split dimension (the bucket's `dims`).
 struct ScatterBucketKey {
-  Operation *launchedAfter;
+  Operation *anchor;
   Attribute mesh, axes, reduction;
   Type elementType;
   bool operator==(const ScatterBucketKey &o) const {
-    return launchedAfter == o.launchedAfter && mesh == o.mesh &&
-           axes == o.axes && reduction == o.reduction &&
-           elementType == o.elementType;
+    return anchor == o.anchor && mesh == o.mesh && axes == o.axes &&
+           reduction == o.reduction && elementType == o.elementType;
   }
 };
 
@@ -587,8 +587,8 @@ struct LoomScheduleCommPass
           scatter.setReason(
               (scatter.getReason() ? scatter.getReason()->str() : "scatter") +
               ", launched after its accumulation");
-          inPlace.push_back(scatter);
         }
+        inPlace.push_back(scatter);
         continue;
       }
       // Gradients only: a shard added to an accumulator (an argument), or
@@ -627,7 +627,67 @@ struct LoomScheduleCommPass
         }
     }
     bucketReduceScatters(launched);
-    waitAfterNextBlock(inPlace);
+    SmallVector<ReduceScatterOp> inFlight = bucketInPlaceScatters(inPlace);
+    if (overlap)
+      waitAfterNextBlock(inFlight);
+  }
+
+  /// The block after `op` in its function (null when none follows): where
+  /// ZeRO-1's in-place reduce-scatters launched behind `op` complete.
+  static BlockOp nextBlock(Operation *op) {
+    for (Operation *next = op->getNextNode(); next; next = next->getNextNode())
+      if (auto block = dyn_cast<BlockOp>(next))
+        return block;
+    return BlockOp();
+  }
+
+  /// ZeRO-1's in-place reduce-scatters (right behind each accumulation in
+  /// the last micro-batch's backward, one per tensor) that complete after
+  /// the same block, with the same axes, reduction and element type, share
+  /// buckets of at most `bucket-mb` MiB of input (Megatron's distributed
+  /// optimizer reduce-scatters its gradient buffer a bucket at a time),
+  /// each in its last member's place, where every member's accumulation
+  /// exists; the bucket reduces each member in place. Returns the
+  /// reduce-scatters left, buckets and lone ones, in program order.
+  SmallVector<ReduceScatterOp>
+  bucketInPlaceScatters(ArrayRef<ReduceScatterOp> inPlace) {
+    const int64_t capacity = bucketCapacityBytes();
+    if (capacity <= 0 || inPlace.empty())
+      return SmallVector<ReduceScatterOp>(inPlace);
+    Groups<ScatterBucketKey, ReduceScatterOp> groups;
+    for (ReduceScatterOp scatter : inPlace)
+      addToGroup(groups,
+                 ScatterBucketKey{nextBlock(scatter), scatter.getMeshAttr(),
+                                  scatter.getAxes(),
+                                  scatter.getReductionAttr(),
+                                  getElementTypeOrSelf(
+                                      scatter.getInput().getType())},
+                 scatter);
+    llvm::DenseSet<Operation *> merged;
+    SmallVector<ReduceScatterOp> left;
+    for (auto &[key, members] : groups)
+      emitBuckets<ReduceScatterOp>(
+          members, capacity,
+          [](ReduceScatterOp scatter) { return bytesOf(scatter.getInput()); },
+          [&](ArrayRef<ReduceScatterOp> bucket, int64_t bytes) {
+            ReduceScatterOp last = *llvm::max_element(
+                bucket, [](ReduceScatterOp a, ReduceScatterOp b) {
+                  return a->isBeforeInBlock(b);
+                });
+            for (ReduceScatterOp member : bucket)
+              merged.insert(member);
+            left.push_back(emitScatterBucket(
+                bucket, bytes, last->getNextNode(),
+                ", in place in the last micro-batch, launched after " +
+                    describeOp(last.getInput().getDefiningOp())));
+          });
+    for (ReduceScatterOp scatter : inPlace)
+      if (!merged.contains(scatter))
+        left.push_back(scatter);
+    llvm::sort(left, [](ReduceScatterOp a, ReduceScatterOp b) {
+      return a->isBeforeInBlock(b);
+    });
+    return left;
   }
 
   /// ZeRO-1's in-place reduce-scatters: nothing reads their results before
@@ -640,21 +700,17 @@ struct LoomScheduleCommPass
   /// block they complete at the end, as before.
   void waitAfterNextBlock(ArrayRef<ReduceScatterOp> inPlace) {
     Groups<BlockOp, Value> waits;
-    for (ReduceScatterOp scatter : inPlace) {
-      BlockOp next;
-      for (Operation *op = scatter->getNextNode(); op && !next;
-           op = op->getNextNode())
-        next = dyn_cast<BlockOp>(op);
-      if (next)
-        addToGroup(waits, next, scatter.getResult());
-    }
+    for (ReduceScatterOp scatter : inPlace)
+      if (BlockOp next = nextBlock(scatter))
+        for (Value result : scatter.getResults())
+          addToGroup(waits, next, result);
     for (auto &[block, values] : waits) {
       OpBuilder b(block->getContext());
       b.setInsertionPointAfter(block);
       WaitOp::create(
           b, block.getLoc(), values,
-          b.getStringAttr(llvm::formatv("{0} in-place reduce-scatter{1} "
-                                        "complete after {2}",
+          b.getStringAttr(llvm::formatv("{0} gradient{1} reduce-scattered "
+                                        "in place, complete after {2}",
                                         values.size(),
                                         values.size() == 1 ? "" : "s",
                                         block.getLabel())
@@ -688,36 +744,40 @@ struct LoomScheduleCommPass
       return a.second.front()->isBeforeInBlock(b.second.front());
     });
     for (auto &[key, members] : groups) {
-      Operation *after = key.launchedAfter;
+      Operation *after = key.anchor;
       emitBuckets<ReduceScatterOp>(
           members, capacity,
           [](ReduceScatterOp scatter) { return bytesOf(scatter.getInput()); },
           [&](ArrayRef<ReduceScatterOp> bucket, int64_t bytes) {
-            emitScatterBucket(bucket, bytes, after);
+            emitScatterBucket(bucket, bytes, bucket.front(),
+                              after ? ", launched after " + describeOp(after)
+                                    : std::string(", launched at the start"));
           });
     }
   }
 
-  /// Replaces the bucket's reduce-scatters by one in the first's place.
-  void emitScatterBucket(ArrayRef<ReduceScatterOp> bucket, int64_t bytes,
-                         Operation *launchedAfter) {
+  /// Replaces the bucket's reduce-scatters by one right before `before`
+  /// (which their inputs dominate), in place in the last micro-batch when
+  /// they are; `where` ends its reason.
+  ReduceScatterOp emitScatterBucket(ArrayRef<ReduceScatterOp> bucket,
+                                    int64_t bytes, Operation *before,
+                                    StringRef where) {
     BucketSignature signature = bucketSignature(bucket);
     ReduceScatterOp first = bucket.front();
-    OpBuilder b(first);
+    OpBuilder b(before);
     std::string reason =
-        llvm::formatv("reduce-scatter bucket {0}: {1} gradients, {2} bytes",
-                      scatterBucketIndex++, signature.inputs.size(), bytes)
+        llvm::formatv("reduce-scatter bucket {0}: {1} gradients, {2} bytes{3}",
+                      scatterBucketIndex++, signature.inputs.size(), bytes,
+                      where)
             .str();
-    reason += launchedAfter
-                  ? ", launched after " + describeOp(launchedAfter)
-                  : std::string(", launched at the start");
     auto merged = ReduceScatterOp::create(
         b, first.getLoc(), signature.types, signature.inputs,
         first.getMeshAttr(), first.getAxes(),
         b.getDenseI64ArrayAttr(signature.dims), first.getReductionAttr(),
         b.getStringAttr(reason), first.getAsyncAttr(),
-        /*last_microbatch=*/UnitAttr());
+        first.getLastMicrobatchAttr());
     replaceBucket(bucket, merged);
+    return merged;
   }
 
   void runOnOperation() override {

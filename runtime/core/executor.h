@@ -297,6 +297,9 @@ private:
   /// gradients): every member's blocks packed rank by rank into scratch[1],
   /// reduce-scattered into scratch[0] and unpacked into the outputs; now,
   /// or on completion (async_collective). The inputs are free once packed.
+  /// In the last micro-batch only (ZeRO-1's accumulators, in place), each
+  /// member's block is written back over its input instead, zeros in the
+  /// other blocks, as runReduceScatterInPlace does for one.
   Status runReduceScatterBucket(const program::Instruction &ins,
                                 const std::vector<uint32_t> &in,
                                 const std::vector<uint32_t> &out,

@@ -2,10 +2,11 @@
 //
 // AllReduce (one value in place, or a packed bucket; now, or started and
 // left in flight until an instruction touches its bytes), ZeRO-1's in-place
-// last-micro-batch ReduceScatter, ZeRO-2/3's ReduceScatter buckets and
-// ZeRO-3's AllGather buckets (packed, unpacked on completion), completing
-// the in-flight collectives, and
-// the other collectives of the instruction stream: AllGather and
+// last-micro-batch ReduceScatter (one value, or a bucket), ZeRO-2/3's
+// ReduceScatter buckets and the AllGather buckets (packed, unpacked on
+// completion; a bucket's members each split on their own dimension),
+// completing the in-flight collectives, and the other collectives of the
+// instruction stream: AllGather and
 // ReduceScatter (possibly in flight), AllToAll, Send and Recv, with
 // non-leading dimensions packed / unpacked around the Communicator call.
 //
@@ -203,10 +204,34 @@ Status Executor::runReduceScatterBucket(const program::Instruction &ins,
         bufferData(in[i]), shapes[in[i]], program::memberDim(ins, i), n, eb));
     at += bufferNumel(in[i]) / n * eb;
   }
-  // 2. This rank's chunk holds its block of each member, in order.
-  auto unpack = [this, received, eb, out]() -> Status {
+  // 2. This rank's chunk holds its block of each member, in order: copied
+  //    into the results, or (in place, ZeRO-1's accumulators in the last
+  //    micro-batch) written back over each input as its block of the
+  //    member's dimension (group-rank order, as LocalSlice reads it), zeros
+  //    in the others.
+  std::function<Status()> unpack = [this, received, eb, out]() -> Status {
     return unpackConsecutive(received, out, eb);
   };
+  if (ins.last_microbatch_only()) {
+    std::vector<std::vector<int64_t>> wholeShapes;
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < in.size(); ++i) {
+      wholeShapes.push_back(shapes[in[i]]);
+      dims.push_back(program::memberDim(ins, i));
+    }
+    const int64_t g = comm->groupRank(axes);
+    unpack = [this, received, eb, n, g, in, wholeShapes, dims]() -> Status {
+      const uint8_t *block = static_cast<const uint8_t *>(received);
+      for (size_t i = 0; i < in.size(); ++i) {
+        const int64_t extent = wholeShapes[i][dims[i]] / n;
+        LOOM_RETURN_IF_ERROR(kernels->sliceDimGrad(bufferData(in[i]), block,
+                                                   wholeShapes[i], dims[i],
+                                                   g * extent, extent, eb));
+        block += program::shapeNumel(wholeShapes[i]) / n * eb;
+      }
+      return Status::success();
+    };
+  }
   if (!ins.async_collective()) {
     LOOM_RETURN_IF_ERROR(comm->reduceScatter(packed, received, total / n, dt,
                                              ins.reduction(), axes));

@@ -49,10 +49,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
   // bucket, possibly after it completes in flight).
   if (op == Opcode::AllReduce)
     return runAllReduce(ins, in, out, scr);
-  if (op == Opcode::ReduceScatter && ins.last_microbatch_only())
-    return runReduceScatterInPlace(ins, in, scr);
   if (op == Opcode::ReduceScatter && in.size() > 1)
     return runReduceScatterBucket(ins, in, out, scr);
+  if (op == Opcode::ReduceScatter && ins.last_microbatch_only())
+    return runReduceScatterInPlace(ins, in, scr);
   if (op == Opcode::AllGather && in.size() > 1)
     return runAllGatherBucket(ins, in, out, scr);
   // A Wait's work, completing the collectives in flight on its inputs, was

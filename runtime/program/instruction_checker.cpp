@@ -284,20 +284,17 @@ Status InstructionChecker::checkCollective() {
   };
   // A ReduceScatter or AllGather of several values (a bucket, members
   // sharing dtype, each split on its own dimension): one collective
-  // through two scratch buffers. A
-  // ReduceScatter packs every member's block r into chunk r of scratch[1]
-  // and receives this rank's chunk in scratch[0]; an AllGather packs this
-  // rank's shards into scratch[0] and gathers every rank's into scratch[1].
-  // Each output is unpacked from them.
+  // through two scratch buffers. A ReduceScatter packs every member's
+  // block r into chunk r of scratch[1] and receives this rank's chunk in
+  // scratch[0]; an AllGather packs this rank's shards into scratch[0] and
+  // gathers every rank's into scratch[1]. Each output is unpacked from
+  // them; in the last micro-batch only (a ReduceScatter of ZeRO-1's
+  // accumulators) each output is its input's bytes, written back in place.
   auto checkBucket = [&]() -> Status {
     const bool scatter = op == Opcode::ReduceScatter;
+    const bool inPlace = ins.last_microbatch_only();
     const std::string name = opcodeName(op);
     const size_t k = inputs.size();
-    INSTR_CHECK(!ins.last_microbatch_only(),
-                "a " << name << " of " << k
-                     << " values cannot run in the last micro-batch only (it "
-                        "reduces in place, one value at a time); recompile "
-                        "the program");
     LOOM_RETURN_IF_ERROR(counts(k, k, k, 2));
     INSTR_CHECK(scratch.size() == 2,
                 "a " << name << " of " << k << " values needs 2 scratch buffers"
@@ -321,16 +318,23 @@ Status InstructionChecker::checkCollective() {
                                                << " is not divisible by the "
                                                   "group size "
                                                << n);
-        want[dim] = s[dim] / n;
+        if (!inPlace)
+          want[dim] = s[dim] / n;
       } else {
         want[dim] = s[dim] * n;
       }
       LOOM_RETURN_IF_ERROR(sameShape(out, want, "result"));
+      if (inPlace)
+        INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
+                        facts.bytes[in] == facts.bytes[out],
+                    "a last-micro-batch ReduceScatter bucket reduces in "
+                    "place, but output buffer "
+                        << out << " is not input buffer " << in
+                        << "'s bytes; recompile the program");
       for (uint32_t other : {in, scratch[0], scratch[1]})
-        INSTR_CHECK(!overlaps(out, other), "output buffer "
-                                               << out << " of the " << name
-                                               << " bucket overlaps buffer "
-                                               << other);
+        INSTR_CHECK((inPlace && other == in) || !overlaps(out, other),
+                    "output buffer " << out << " of the " << name
+                                     << " bucket overlaps buffer " << other);
       total += facts.bytes[in];
     }
     for (uint32_t b : scratch)

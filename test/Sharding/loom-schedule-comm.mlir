@@ -18,6 +18,7 @@
 // RUN: loom-opt --loom-schedule-comm=prefetch=false %t/gather-bucket.mlir | FileCheck %s --check-prefix=GBUCKET-NOPREFETCH
 // RUN: loom-opt --loom-schedule-comm %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1
 // RUN: loom-opt --loom-schedule-comm=overlap=false %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-SYNC
+// RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/zero1.mlir | FileCheck %s --check-prefix=ZERO1-NONE
 // RUN: loom-opt --loom-schedule-comm=bucket-mb=0.0003 %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS
 // RUN: loom-opt --loom-schedule-comm=bucket-mb=0 %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS-NONE
 // RUN: loom-opt --loom-schedule-comm="bucket-mb=0.0003 overlap=false" %t/param-gathers.mlir | FileCheck %s --check-prefix=PARAMS-SYNC
@@ -262,45 +263,54 @@ func.func @forward(%w: tensor<2x4xf32>, %b: tensor<4xf32>, %w2: tensor<4x2xf32>,
 
 //--- zero1.mlir
 // ZeRO-1: the partitioner puts each accumulated gradient's in-place
-// last-micro-batch reduce-scatter right behind its accumulation; it stays
-// there (no bucket, no move) and is launched asynchronously, so the next
-// block's backward runs while it travels, and a loom.wait after that block
+// last-micro-batch reduce-scatter right behind its accumulation. Those
+// completing after the same block share a bucket (Megatron's distributed
+// optimizer reduce-scatters its gradient buffer a bucket at a time; here
+// h.1's two, split on dims 1 and 0), in its last member's place, reducing
+// each member in place; it is launched asynchronously, so the next block's
+// backward runs while it travels, and a loom.wait after that block
 // completes it there (its scratch free from then on, not kept to the end
 // of the backward). The last one, with no block after it, completes at
-// the end.
+// the end. bucket-mb 0 keeps one per gradient.
 // ZERO1-LABEL: func.func @backward
-// ZERO1: %[[G1:.*]] = loom.block "h.1.grad"
-// ZERO1: %[[A1:.*]] = loom.add %arg1, %[[G1]]
-// ZERO1-NEXT: %[[R1:.*]] = loom.reduce_scatter %[[A1]] on @mesh [dp] dim 0 sum last_microbatch async {reason = "h.1 gradient, launched after its accumulation"} : tensor<4x8xf32> -> tensor<4x8xf32>
+// ZERO1: %[[G1:.*]]:2 = loom.block "h.1.grad"
+// ZERO1: %[[A1:.*]] = loom.add %arg1, %[[G1]]#0
+// ZERO1-NEXT: %[[B1:.*]] = loom.add %arg2, %[[G1]]#1
+// ZERO1-NEXT: %[[R1:.*]]:2 = loom.reduce_scatter %[[A1]], %[[B1]] on @mesh [dp] dims [1, 0] sum last_microbatch async {reason = "reduce-scatter bucket 0: 2 gradients, 160 bytes, in place in the last micro-batch, launched after loom.add"} : tensor<4x8xf32>, tensor<8xf32> -> tensor<4x8xf32>, tensor<8xf32>
 // ZERO1-NEXT: loom.block "h.0.grad"
 // ZERO1: loom.yield
 // ZERO1-NEXT: }
-// ZERO1-NEXT: loom.wait %[[R1]] {reason = "1 in-place reduce-scatter complete after h.0.grad"} : tensor<4x8xf32>
-// ZERO1: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 1 sum last_microbatch async
+// ZERO1-NEXT: loom.wait %[[R1]]#0, %[[R1]]#1 {reason = "2 gradients reduce-scattered in place, complete after h.0.grad"} : tensor<4x8xf32>, tensor<8xf32>
+// ZERO1: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 1 sum last_microbatch async {reason = "h.0 gradient, launched after its accumulation"}
 // ZERO1-NOT: loom.wait
-// ZERO1: return %{{.*}}, %[[R1]]
-// Without overlap: the same, synchronous (complete where they start: no
-// wait).
+// ZERO1: return %{{.*}}, %[[R1]]#0, %[[R1]]#1
+// Without overlap: the same bucket, synchronous (complete where it
+// starts: no wait).
+// ZERO1-SYNC: loom.reduce_scatter %{{.*}}, %{{.*}} on @mesh [dp] dims [1, 0] sum last_microbatch {reason = "reduce-scatter bucket 0: 2 gradients
 // ZERO1-SYNC-NOT: async
 // ZERO1-SYNC-NOT: loom.wait
+// ZERO1-NONE-COUNT-3: loom.reduce_scatter %{{[^,]*}} on @mesh [dp] dim {{[01]}} sum last_microbatch async {reason = "h.
 loom.mesh @mesh <dp = 2>
-func.func @backward(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+func.func @backward(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %acc1b: tensor<8xf32>, %x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>)
     attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
-  %g1 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %g1:2 = loom.block "h.1.grad"(%x) : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>) {
   ^bb0(%a: tensor<4x8xf32>):
     %y = loom.gelu %a : tensor<4x8xf32>
-    loom.yield %y : tensor<4x8xf32>
+    %c = loom.fill 1.0 : tensor<8xf32>
+    loom.yield %y, %c : tensor<4x8xf32>, tensor<8xf32>
   }
-  %a1 = loom.add %acc1, %g1 : tensor<4x8xf32>, tensor<4x8xf32>
-  %r1 = loom.reduce_scatter %a1 on @mesh [dp] dim 0 sum last_microbatch {reason = "h.1 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
-  %g0 = loom.block "h.0.grad"(%g1) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %a1 = loom.add %acc1, %g1#0 : tensor<4x8xf32>, tensor<4x8xf32>
+  %r1 = loom.reduce_scatter %a1 on @mesh [dp] dim 1 sum last_microbatch {reason = "h.1 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
+  %b1 = loom.add %acc1b, %g1#1 : tensor<8xf32>, tensor<8xf32>
+  %r1b = loom.reduce_scatter %b1 on @mesh [dp] dim 0 sum last_microbatch {reason = "h.1 bias gradient"} : tensor<8xf32> -> tensor<8xf32>
+  %g0 = loom.block "h.0.grad"(%g1#0) : (tensor<4x8xf32>) -> tensor<4x8xf32> {
   ^bb0(%a: tensor<4x8xf32>):
     %y = loom.gelu %a : tensor<4x8xf32>
     loom.yield %y : tensor<4x8xf32>
   }
   %a0 = loom.add %acc0, %g0 : tensor<4x8xf32>, tensor<4x8xf32>
   %r0 = loom.reduce_scatter %a0 on @mesh [dp] dim 1 sum last_microbatch {reason = "h.0 gradient"} : tensor<4x8xf32> -> tensor<4x8xf32>
-  return %r0, %r1 : tensor<4x8xf32>, tensor<4x8xf32>
+  return %r0, %r1, %r1b : tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>
 }
 
 //--- param-gathers.mlir

@@ -331,14 +331,17 @@ namespace {
 /// (element i of input m is `input(m, i)`), outputs `inShapes` with their
 /// dimension divided (scatter) or multiplied (gather) by the group size,
 /// and the two scratch buffers the verifier asks for; member_dims when the
-/// dims differ. Returns each output as floats; none when the program does
+/// dims differ. `inPlace` (a ReduceScatter): ZeRO-1's last-micro-batch
+/// bucket, each output its input, in a training stage, completed by a Wait
+/// when async. Returns each output as floats; none when the program does
 /// not load or run (a test failure).
 std::vector<std::vector<float>>
 runBucket(Communicator &comm, fb::Opcode op,
           const std::vector<uint32_t> &axes, const std::vector<int64_t> &dims,
           bool async, fb::DType dt,
           const std::vector<std::vector<int64_t>> &inShapes,
-          const std::function<float(int64_t, int64_t)> &input) {
+          const std::function<float(int64_t, int64_t)> &input,
+          bool inPlace = false) {
   const bool scatter = op == fb::Opcode::ReduceScatter;
   const int64_t n = comm.groupSize(axes);
   auto p = emptyProgram(2, 4, 16);
@@ -351,7 +354,8 @@ runBucket(Communicator &comm, fb::Opcode op,
     const int64_t dim = dims[m];
     out[dim] = scatter ? out[dim] / n : out[dim] * n;
     ins.push_back(s.buffer("in" + std::to_string(m), inShapes[m], dt));
-    outs.push_back(s.buffer("out" + std::to_string(m), out, dt));
+    outs.push_back(inPlace ? ins.back()
+                           : s.buffer("out" + std::to_string(m), out, dt));
     total += program::shapeNumel(inShapes[m]);
   }
   // ReduceScatter: [received blocks, packed inputs]; AllGather: [packed
@@ -366,6 +370,12 @@ runBucket(Communicator &comm, fb::Opcode op,
     i.member_dims = dims;
   i.reduction = fb::Reduction::Sum;
   i.async_collective = async;
+  if (inPlace) {
+    i.last_microbatch_only = true;
+    if (async)
+      s.op(fb::Opcode::Wait, "wait", ins, {});
+    makeMinimalTrainingStage(s);
+  }
   program::LoadedProgram loaded;
   Status st = program::loadProgramBytes(serialize(*p), "bucket", loaded);
   std::unique_ptr<Executor> ex;
@@ -433,53 +443,73 @@ std::pair<int64_t, int64_t> blockIndex(std::vector<int64_t> at,
   return {block, local};
 }
 
+/// The reduce-scatter bucket tests' members, by BucketDims (a non-leading
+/// dim packed per outer row or per rank: [3, 8] and [3, 4, 8] have fewer,
+/// and more, outer rows than ranks).
+const BucketMembers kScatterBucketCases[3] = {
+    {{{4, 4, 8}, {8, 4}, {4}}, {0, 0, 0}},
+    {{{4, 4, 8}, {8, 4}, {2, 8}}, {1, 1, 1}},
+    {{{4, 4, 8}, {3, 8}, {4}, {3, 4, 8}, {8, 4}}, {0, 1, 0, 2, 1}}};
+
+/// Runs every reduce-scatter bucket case (in place: ZeRO-1's) on `comm`
+/// and counts the elements that differ from this rank's block of each
+/// member's split dimension (group-rank order) summed over the group: the
+/// output (in place: the input, zeros in the other blocks). Counted, not
+/// asserted element by element (see above). Small integers, exact in bf16.
+void expectScatterBucketBlocks(Communicator &comm, bool inPlace) {
+  auto value = [](int r, int64_t member, int64_t i) {
+    return static_cast<float>(4 * r + 3 * member + i % 11);
+  };
+  forEveryBucketCase([&](const std::vector<uint32_t> &axes, BucketDims which,
+                         bool async, fb::DType dt) {
+    const BucketMembers &c = kScatterBucketCases[static_cast<int>(which)];
+    const int64_t n = comm.groupSize(axes), g = comm.groupRank(axes);
+    const auto outs = runBucket(
+        comm, fb::Opcode::ReduceScatter, axes, c.dims, async, dt, c.shapes,
+        [&](int64_t m, int64_t i) { return value(comm.rank(), m, i); },
+        inPlace);
+    int64_t wrong = 0, firstMember = -1, first = -1;
+    for (size_t m = 0; m < outs.size(); ++m) {
+      const int64_t dim = c.dims[m];
+      std::vector<int64_t> block = c.shapes[m];
+      block[dim] /= n;
+      for (int64_t i = 0; i < program::shapeNumel(c.shapes[m]); ++i) {
+        auto [owner, local] = blockIndex(unflatten(i, c.shapes[m]), block, dim);
+        if (owner != g && !inPlace)
+          continue;
+        float want = 0;
+        for (int64_t k = 0; owner == g && k < n; ++k)
+          want += value(comm.groupMember(axes, k), m, i);
+        const int64_t at = inPlace ? i : local;
+        if (outs[m][at] != want && wrong++ == 0) {
+          firstMember = static_cast<int64_t>(m);
+          first = at;
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "first wrong element " << first << " of member "
+                        << firstMember << " on rank " << comm.rank();
+  });
+}
+
 } // namespace
 
 TEST_F(Mpi, ReduceScatterBucketLeavesEachMembersBlock) {
   // ZeRO-2/3's bucket of a block's gradients: one ReduceScatter of several
   // values leaves in output i this rank's block of input i's split
   // dimension (group-rank order) summed over the group, however the
-  // members' shapes and dimensions differ (a non-leading dim packed per
-  // outer row or per rank: [3, 8] and [3, 4, 8] have fewer, and more, outer
-  // rows than ranks). Small integers, exact in bf16.
+  // members' shapes and dimensions differ.
   ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
-  auto value = [](int r, int64_t member, int64_t i) {
-    return static_cast<float>(4 * r + 3 * member + i % 11);
-  };
-  const BucketMembers cases[3] = {
-      {{{4, 4, 8}, {8, 4}, {4}}, {0, 0, 0}},
-      {{{4, 4, 8}, {8, 4}, {2, 8}}, {1, 1, 1}},
-      {{{4, 4, 8}, {3, 8}, {4}, {3, 4, 8}, {8, 4}}, {0, 1, 0, 2, 1}}};
-  forEveryBucketCase([&](const std::vector<uint32_t> &axes, BucketDims which,
-                         bool async, fb::DType dt) {
-    const BucketMembers &c = cases[static_cast<int>(which)];
-    const std::vector<std::vector<int64_t>> &shapes = c.shapes;
-    const int64_t n = comm->groupSize(axes), g = comm->groupRank(axes);
-    const auto outs = runBucket(
-        *comm, fb::Opcode::ReduceScatter, axes, c.dims, async, dt, shapes,
-        [&](int64_t m, int64_t i) { return value(comm->rank(), m, i); });
-    // Counted, not asserted element by element (see above).
-    int64_t wrong = 0, firstMember = -1, first = -1;
-    for (size_t m = 0; m < outs.size(); ++m) {
-      const int64_t dim = c.dims[m];
-      std::vector<int64_t> block = shapes[m];
-      block[dim] /= n;
-      for (int64_t i = 0; i < program::shapeNumel(shapes[m]); ++i) {
-        auto [owner, local] = blockIndex(unflatten(i, shapes[m]), block, dim);
-        if (owner != g)
-          continue;
-        float want = 0;
-        for (int64_t k = 0; k < n; ++k)
-          want += value(comm->groupMember(axes, k), m, i);
-        if (outs[m][local] != want && wrong++ == 0) {
-          firstMember = static_cast<int64_t>(m);
-          first = local;
-        }
-      }
-    }
-    EXPECT_EQ(wrong, 0) << "first wrong element " << first << " of member "
-                        << firstMember << " on rank " << comm->rank();
-  });
+  expectScatterBucketBlocks(*comm, /*inPlace=*/false);
+}
+
+TEST_F(Mpi, InPlaceReduceScatterBucketLeavesEachMembersBlock) {
+  // ZeRO-1's last-micro-batch bucket of a block's accumulators, in place:
+  // afterwards input i holds this rank's block of its split dimension
+  // (the block LocalSlice reads) summed over the group, zeros in the other
+  // blocks; in flight it completes at a Wait.
+  ASSERT_TRUE(comm->setMesh({{"dp", 2}, {"tp", 2}}).ok());
+  expectScatterBucketBlocks(*comm, /*inPlace=*/true);
 }
 
 TEST_F(Mpi, AllGatherBucketAssemblesEachMember) {

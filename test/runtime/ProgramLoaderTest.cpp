@@ -774,10 +774,40 @@ TEST(ProgramVerifier, CollectiveBuckets) {
           << s.message();
     }
   }
+  {
+    // ZeRO-1's bucket in the last micro-batch reduces in place: each output
+    // is its input ([4, 6] and [6] again), the same two scratch buffers.
+    auto inPlace = [](bool sameBuffers) {
+      auto p = emptyProgram(2, 4, 16);
+      addDpTpMesh(*p);
+      StageBuilder b(stage0(*p));
+      std::vector<uint32_t> ins = {b.buffer("acc0", {4, 6}),
+                                   b.buffer("acc1", {6})};
+      std::vector<uint32_t> outs =
+          sameBuffers ? ins
+                      : std::vector<uint32_t>{b.buffer("out0", {4, 6}),
+                                              b.buffer("out1", {6})};
+      auto &i = b.op(O::ReduceScatter, "bucket", ins, outs,
+                     {b.buffer("scratch", {15}), b.buffer("scratch", {30})});
+      i.axes = {0};
+      i.async_collective = true;
+      i.last_microbatch_only = true;
+      makeMinimalTrainingStage(b);
+      return p;
+    };
+    Status s = load(*inPlace(true));
+    EXPECT_TRUE(s.ok()) << s.toString();
+    s = load(*inPlace(false));
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("a last-micro-batch ReduceScatter bucket "
+                               "reduces in place, but output buffer"),
+              std::string::npos)
+        << s.message();
+  }
   Case c;
   c.lastMicrobatch = true;
-  expectError(c, "a ReduceScatter of 2 values cannot run in the last "
-                 "micro-batch only");
+  // Results of the reduced shape: not in place.
+  expectError(c, "result (buffer");
   {
     // Not divisible: a [5] member over 2 ranks.
     auto p = bucket({});

@@ -819,17 +819,18 @@ LogicalResult ReduceScatterOp::verify() {
     return failure();
   if (!getLastMicrobatch())
     return success();
-  if (getInputs().size() != 1)
-    return emitOpError() << "is last_microbatch, so it reduces in place, "
-                            "one value at a time; it has "
-                         << getInputs().size()
-                         << " inputs (split the bucket)";
-  if (getInput().getType() != getResult().getType())
-    return emitOpError() << "is last_microbatch, so it reduces in place and "
-                            "its result has the input's type "
-                         << getInput().getType() << ", not "
-                         << getResult().getType()
-                         << "; read the block with local_slice";
+  for (auto [i, input, result] :
+       llvm::enumerate(getInputs(), getResults()))
+    if (input.getType() != result.getType()) {
+      InFlightDiagnostic diag =
+          emitOpError() << "is last_microbatch, so it reduces in place and ";
+      if (getInputs().size() == 1)
+        diag << "its result has the input's type ";
+      else
+        diag << "result #" << i << " has input #" << i << "'s type ";
+      return diag << input.getType() << ", not " << result.getType()
+                  << "; read the block with local_slice";
+    }
   return verifyInMicrobatchFunction(*this);
 }
 LogicalResult
@@ -842,9 +843,12 @@ ReduceScatterOp::verifySymbolUses(SymbolTableCollection &symbols) {
         return failure();
     return success();
   }
-  // In place: the blocks still divide the dimension.
-  return verifyBlockExtent(*this, symbols, getMeshAttr(), getAxes(),
-                           getInput(), getDim());
+  // In place: the blocks still divide each member's dimension.
+  for (auto [input, dim] : llvm::zip(getInputs(), getDims()))
+    if (failed(verifyBlockExtent(*this, symbols, getMeshAttr(), getAxes(),
+                                 input, dim)))
+      return failure();
+  return success();
 }
 std::optional<int64_t> ReduceScatterOp::getGroupSize() {
   return groupSizeOf(*this);

@@ -652,13 +652,14 @@ def Loom_ReduceScatterOp : Loom_CollectiveOp<"reduce_scatter", [Pure]> {
 
     With `last_microbatch` (only in a training step's micro-batch function
     or a pipeline chunk's backward) it runs in the step's last micro-batch
-    alone, is the identity in the others, and reduces in place: the result
-    has the input's type and storage, and holds this rank's block of `dim`
-    reduced over the group (the block `local_slice` on the same axes reads)
-    with zeros in the other blocks. ZeRO-1's accumulated gradients are
-    reduce-scattered this way at the end of the last backward, overlapped
-    with it, and the update reads its block of the accumulator (Megatron's
-    distributed optimizer reduce-scatters its gradient buffer in place).
+    alone, is the identity in the others, and reduces in place: each result
+    has its input's type and storage, and holds this rank's block of its
+    dimension reduced over the group (the block `local_slice` on the same
+    axes reads) with zeros in the other blocks. ZeRO-1's accumulated
+    gradients are reduce-scattered this way at the end of the last
+    backward, overlapped with it, a block's in one bucket, and the update
+    reads its block of each accumulator (Megatron's distributed optimizer
+    reduce-scatters its gradient buffer in place, a bucket at a time).
 
     ```mlir
     %g = loom.reduce_scatter %grad on @mesh [dp] dim 0 sum

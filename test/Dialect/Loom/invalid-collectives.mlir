@@ -309,8 +309,19 @@ func.func @reduce_scatter_bucket_member_dim_divisible(%x: tensor<8x4xf32>, %y: t
 
 loom.mesh @mesh <dp = 2>
 func.func @reduce_scatter_bucket_in_place(%x: tensor<8x4xf32>, %y: tensor<8xf32>) attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
-  // expected-error@+1 {{'loom.reduce_scatter' op is last_microbatch, so it reduces in place, one value at a time; it has 2 inputs (split the bucket)}}
-  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32>, tensor<8xf32> -> tensor<8x4xf32>, tensor<8xf32>
+  // A bucket in place: every member keeps its shape.
+  // expected-error@+1 {{'loom.reduce_scatter' op is last_microbatch, so it reduces in place and result #1 has input #1's type 'tensor<8xf32>', not 'tensor<4xf32>'; read the block with local_slice}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32>, tensor<8xf32> -> tensor<8x4xf32>, tensor<4xf32>
+  return
+}
+
+// -----
+
+loom.mesh @mesh <dp = 2>
+func.func @reduce_scatter_bucket_in_place_dims(%x: tensor<8x4xf32>, %y: tensor<3x8xf32>) attributes {loom.train = {phase = "microbatch", microbatches = 2 : i64}} {
+  // In place, the blocks still divide each member's dimension.
+  // expected-error@+1 {{'loom.reduce_scatter' op dimension 0 of size 3 is not divisible by the group size 2}}
+  %0:2 = loom.reduce_scatter %x, %y on @mesh [dp] dim 0 sum last_microbatch : tensor<8x4xf32>, tensor<3x8xf32> -> tensor<8x4xf32>, tensor<3x8xf32>
   return
 }
 

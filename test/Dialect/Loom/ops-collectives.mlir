@@ -47,16 +47,21 @@ func.func @all_reduce_last_microbatch(%acc: tensor<64xf32>, %g: tensor<64xf32>, 
 }
 
 // ZeRO-1: the accumulated gradient reduce-scattered in place in the last
-// micro-batch (the result keeps the input's type; a non-leading dim too).
+// micro-batch (the result keeps the input's type; a non-leading dim too;
+// a bucket of them, each member in place).
 // CHECK-LABEL: func.func @reduce_scatter_last_microbatch
 // CHECK: loom.reduce_scatter %{{.*}} on @mesh [dp] dim 0 sum last_microbatch async {reason = "w: once per step"} : tensor<64x8xf32> -> tensor<64x8xf32>
 // CHECK: loom.reduce_scatter %{{.*}} on @mesh [dp, tp] dim 1 sum last_microbatch : tensor<64x8xf32> -> tensor<64x8xf32>
-func.func @reduce_scatter_last_microbatch(%acc: tensor<64x8xf32>, %g: tensor<64x8xf32>) -> (tensor<64x8xf32>, tensor<64x8xf32>) attributes {loom.train = {phase = "backward"}} {
+// CHECK: loom.reduce_scatter %{{.*}}, %{{.*}} on @mesh [dp] dims [0, 1] sum last_microbatch async : tensor<64x8xf32>, tensor<3x8xf32> -> tensor<64x8xf32>, tensor<3x8xf32>
+func.func @reduce_scatter_last_microbatch(%acc: tensor<64x8xf32>, %g: tensor<64x8xf32>, %b: tensor<3x8xf32>) -> (tensor<64x8xf32>, tensor<64x8xf32>, tensor<64x8xf32>, tensor<3x8xf32>) attributes {loom.train = {phase = "backward"}} {
   %sum = loom.add %acc, %g : tensor<64x8xf32>, tensor<64x8xf32>
   %0 = loom.reduce_scatter %sum on @mesh [dp] dim 0 sum last_microbatch async {reason = "w: once per step"} : tensor<64x8xf32> -> tensor<64x8xf32>
   %sum2 = loom.add %acc, %g : tensor<64x8xf32>, tensor<64x8xf32>
   %1 = loom.reduce_scatter %sum2 on @mesh [dp, tp] dim 1 sum last_microbatch : tensor<64x8xf32> -> tensor<64x8xf32>
-  return %0, %1 : tensor<64x8xf32>, tensor<64x8xf32>
+  %sum3 = loom.add %acc, %g : tensor<64x8xf32>, tensor<64x8xf32>
+  %sum4 = loom.add %b, %b : tensor<3x8xf32>, tensor<3x8xf32>
+  %2:2 = loom.reduce_scatter %sum3, %sum4 on @mesh [dp] dims [0, 1] sum last_microbatch async : tensor<64x8xf32>, tensor<3x8xf32> -> tensor<64x8xf32>, tensor<3x8xf32>
+  return %0, %1, %2#0, %2#1 : tensor<64x8xf32>, tensor<64x8xf32>, tensor<64x8xf32>, tensor<3x8xf32>
 }
 
 // The gathered dimension grows by the group size: 96 * 2 (dp) and 96 * 8 (dp, tp).
