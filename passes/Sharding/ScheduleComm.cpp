@@ -92,6 +92,16 @@ void emitBuckets(ArrayRef<Op> members, int64_t capacity,
   flush();
 }
 
+/// Whether `a` comes before `b` in their (shared) block.
+template <typename Op> bool beforeInBlock(Op a, Op b) {
+  return a->isBeforeInBlock(b);
+}
+
+/// The member of `ops` (ops of one block) that comes last.
+template <typename Op> Op lastInBlock(ArrayRef<Op> ops) {
+  return *llvm::max_element(ops, beforeInBlock<Op>);
+}
+
 /// The operands, result types and split dimensions of the one collective
 /// replacing a bucket of one-value all_gathers or reduce_scatters: the
 /// members', in order.
@@ -515,10 +525,7 @@ struct LoomScheduleCommPass
     //    all exist there).
     SmallVector<AllGatherOp> buckets =
         bucketGathers(gathers, [](ArrayRef<AllGatherOp> bucket) {
-          AllGatherOp last = *llvm::max_element(
-              bucket, [](AllGatherOp a, AllGatherOp b) {
-                return a->isBeforeInBlock(b);
-              });
+          AllGatherOp last = lastInBlock(bucket);
           return GatherBucketPlace{
               last->getNextNode(),
               "updated, launched after " +
@@ -527,9 +534,7 @@ struct LoomScheduleCommPass
     // 3. Bucket k completes behind bucket k + 1 (the last at the end).
     if (!overlap)
       return;
-    llvm::sort(buckets, [](AllGatherOp a, AllGatherOp b) {
-      return a->isBeforeInBlock(b);
-    });
+    llvm::sort(buckets, beforeInBlock<AllGatherOp>);
     for (size_t k = 0; k + 1 < buckets.size(); ++k) {
       OpBuilder b(func.getContext());
       b.setInsertionPointAfter(buckets[k + 1]);
@@ -670,10 +675,7 @@ struct LoomScheduleCommPass
           members, capacity,
           [](ReduceScatterOp scatter) { return bytesOf(scatter.getInput()); },
           [&](ArrayRef<ReduceScatterOp> bucket, int64_t bytes) {
-            ReduceScatterOp last = *llvm::max_element(
-                bucket, [](ReduceScatterOp a, ReduceScatterOp b) {
-                  return a->isBeforeInBlock(b);
-                });
+            ReduceScatterOp last = lastInBlock(bucket);
             for (ReduceScatterOp member : bucket)
               merged.insert(member);
             left.push_back(emitScatterBucket(
@@ -684,9 +686,7 @@ struct LoomScheduleCommPass
     for (ReduceScatterOp scatter : inPlace)
       if (!merged.contains(scatter))
         left.push_back(scatter);
-    llvm::sort(left, [](ReduceScatterOp a, ReduceScatterOp b) {
-      return a->isBeforeInBlock(b);
-    });
+    llvm::sort(left, beforeInBlock<ReduceScatterOp>);
     return left;
   }
 

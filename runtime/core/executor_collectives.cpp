@@ -194,14 +194,17 @@ Status Executor::runReduceScatterBucket(const program::Instruction &ins,
   //    rank r receives), member after member, each split on its own
   //    dimension.
   int64_t total = 0;
-  for (uint32_t b : in)
-    total += bufferNumel(b);
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < in.size(); ++i) {
+    total += bufferNumel(in[i]);
+    dims.push_back(program::memberDim(ins, i));
+  }
   void *received = bufferData(scr[0]), *packed = bufferData(scr[1]);
   int64_t at = 0;
   for (size_t i = 0; i < in.size(); ++i) {
-    LOOM_RETURN_IF_ERROR(moveMemberBlocks(
-        *kernels, /*intoChunks=*/true, packed, total / n * eb, at,
-        bufferData(in[i]), shapes[in[i]], program::memberDim(ins, i), n, eb));
+    LOOM_RETURN_IF_ERROR(moveMemberBlocks(*kernels, /*intoChunks=*/true, packed,
+                                          total / n * eb, at, bufferData(in[i]),
+                                          shapes[in[i]], dims[i], n, eb));
     at += bufferNumel(in[i]) / n * eb;
   }
   // 2. This rank's chunk holds its block of each member, in order: copied
@@ -214,11 +217,8 @@ Status Executor::runReduceScatterBucket(const program::Instruction &ins,
   };
   if (ins.last_microbatch_only()) {
     std::vector<std::vector<int64_t>> wholeShapes;
-    std::vector<int64_t> dims;
-    for (size_t i = 0; i < in.size(); ++i) {
-      wholeShapes.push_back(shapes[in[i]]);
-      dims.push_back(program::memberDim(ins, i));
-    }
+    for (uint32_t b : in)
+      wholeShapes.push_back(shapes[b]);
     const int64_t g = comm->groupRank(axes);
     unpack = [this, received, eb, n, g, in, wholeShapes, dims]() -> Status {
       const uint8_t *block = static_cast<const uint8_t *>(received);

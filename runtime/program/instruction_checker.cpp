@@ -282,6 +282,19 @@ Status InstructionChecker::checkCollective() {
                                 << b);
     return Status::success();
   };
+  // A last-micro-batch reduction runs in place (skipped in the other
+  // micro-batches, its result must be where its input already is): the
+  // output is the input's bytes. `what` names the instruction.
+  auto inPlaceOutput = [&](uint32_t in, uint32_t out,
+                           const char *what) -> Status {
+    INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
+                    facts.bytes[in] == facts.bytes[out],
+                "a last-micro-batch " << what
+                                      << " reduces in place, but output buffer "
+                                      << out << " is not input buffer " << in
+                                      << "'s bytes; recompile the program");
+    return Status::success();
+  };
   // A ReduceScatter or AllGather of several values (a bucket, members
   // sharing dtype, each split on its own dimension): one collective
   // through two scratch buffers. A ReduceScatter packs every member's
@@ -325,12 +338,8 @@ Status InstructionChecker::checkCollective() {
       }
       LOOM_RETURN_IF_ERROR(sameShape(out, want, "result"));
       if (inPlace)
-        INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
-                        facts.bytes[in] == facts.bytes[out],
-                    "a last-micro-batch ReduceScatter bucket reduces in "
-                    "place, but output buffer "
-                        << out << " is not input buffer " << in
-                        << "'s bytes; recompile the program");
+        LOOM_RETURN_IF_ERROR(
+            inPlaceOutput(in, out, "ReduceScatter bucket"));
       for (uint32_t other : {in, scratch[0], scratch[1]})
         INSTR_CHECK((inPlace && other == in) || !overlaps(out, other),
                     "output buffer " << out << " of the " << name
@@ -370,14 +379,8 @@ Status InstructionChecker::checkCollective() {
       LOOM_RETURN_IF_ERROR(sameShape(out, shape(in), "result"));
       LOOM_RETURN_IF_ERROR(checkReduction(in));
       LOOM_RETURN_IF_ERROR(inPlaceOrDisjoint(in, out));
-      // Skipped in the other micro-batches, it must leave each result
-      // where its input already is.
-      INSTR_CHECK(!ins.last_microbatch_only() ||
-                      facts.offsets[in] == facts.offsets[out],
-                  "a last-micro-batch AllReduce reduces in place, but output "
-                  "buffer "
-                      << out << " is not input buffer " << in
-                      << "'s bytes; recompile the program");
+      if (ins.last_microbatch_only())
+        LOOM_RETURN_IF_ERROR(inPlaceOutput(in, out, "AllReduce"));
       packed += facts.bytes[in];
     }
     INSTR_CHECK(!ins.last_microbatch_only() || !ins.members() ||
@@ -436,12 +439,7 @@ Status InstructionChecker::checkCollective() {
     const uint32_t in = inputs[0], out = outputs[0];
     LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
     if (inPlace)
-      INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
-                      facts.bytes[in] == facts.bytes[out],
-                  "a last-micro-batch ReduceScatter reduces in place, but "
-                  "output buffer "
-                      << out << " is not input buffer " << in
-                      << "'s bytes; recompile the program");
+      LOOM_RETURN_IF_ERROR(inPlaceOutput(in, out, "ReduceScatter"));
     else
       INSTR_CHECK(!overlaps(in, out), "output buffer "
                                           << out << " overlaps input buffer "
