@@ -178,6 +178,23 @@ public:
   Status evaluate(const int32_t *inputs, const int32_t *targets, float &loss,
                   std::vector<InstructionTiming> *timings = nullptr);
 
+  /// The loss of the weights as they are now on one batch (`inputs` /
+  /// `targets` as for trainStep), whatever the program: an evaluation
+  /// program's step (evaluate / evaluatePipelined); for a training program
+  /// its forward alone, as Megatron's forward_only evaluation runs the
+  /// training model: each micro-batch's instructions up to the last that
+  /// writes Stage.loss (in program order every value the loss depends on
+  /// comes before it; collectives still in flight complete there), or a
+  /// pipeline stage's forward actions, each micro-batch's stash slot given
+  /// back right after its forward. The mean over the micro-batches (and,
+  /// pipelined, all-reduced over `pp`), as trainStep reports it. Nothing the
+  /// next step reads survives it: the micro-batch instructions never write
+  /// weights, master weights or moments (the update does) and trainStep
+  /// zeroes the gradient accumulators first. No timings (validation is not
+  /// part of a step's trace).
+  Status evaluateLoss(const int32_t *inputs, const int32_t *targets,
+                      float &loss);
+
   /// Rows of the global batch this rank reads: model.batch / (size of the
   /// mesh axis named "dp", 1 if none).
   int64_t localBatch() const;
@@ -240,13 +257,20 @@ private:
               *list,
           bool update, uint32_t microbatch,
           std::vector<InstructionTiming> *timings, int32_t chunk = -1,
-          bool backward = false, bool flush = true);
+          bool backward = false, bool flush = true, uint32_t end = UINT32_MAX);
+  /// How many leading instructions of a training stage's micro-batch list
+  /// compute its loss: one past the last writing Stage.loss (evaluateLoss).
+  Status forwardInstructionCount(uint32_t &count) const;
   /// The tokens / targets buffers (when this stage has them) hold one
   /// micro-batch of `rows` x `T` ids.
   Status checkMicrobatchBuffers(int64_t rows, int64_t T) const;
+  /// A pipeline stage's actions on one batch; with `forwardOnly` its
+  /// forward actions alone, each stash slot given back after its forward
+  /// (an evaluation, or evaluateLoss of a training stage).
   Status trainStepPipelined(const int32_t *inputs, const int32_t *targets,
                             TrainStepResult &result,
-                            std::vector<InstructionTiming> *timings);
+                            std::vector<InstructionTiming> *timings,
+                            bool forwardOnly = false);
   Status runInstruction(const program::Instruction &ins);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.

@@ -25,7 +25,8 @@ bool Executor::isPipelined() const { return stageTable->pipeline() != nullptr; }
 Status Executor::trainStepPipelined(const int32_t *inputs,
                                     const int32_t *targets,
                                     TrainStepResult &result,
-                                    std::vector<InstructionTiming> *timings) {
+                                    std::vector<InstructionTiming> *timings,
+                                    bool forwardOnly) {
   const program::Pipeline &pipe = *stageTable->pipeline();
   const int64_t M = stageTable->microbatches();
   const int64_t rows = localBatch() / M;
@@ -58,6 +59,8 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
   const int64_t start = steadyNowNs();
   recvWaitNs = 0;
   for (const program::PipelineAction *a : *pipe.actions()) {
+    if (forwardOnly && a->backward())
+      continue;
     const program::PipelineChunk &chunk = *pipe.chunks()->Get(a->chunk());
     const uint32_t mb = a->microbatch();
     // 1. The micro-batch's tokens and targets, when this stage reads them.
@@ -86,6 +89,13 @@ Status Executor::trainStepPipelined(const int32_t *inputs,
         ++lossCount;
       }
       stashSlot = nullptr;
+      if (forwardOnly) {
+        // No backward reads the slot: it is free for the next forward.
+        // (Sends were copied when started, so nothing refers to it.)
+        stashBytes -= static_cast<int64_t>(slot.bytes);
+        returnSpare(slot.bytes, slot.data);
+        slots.erase(key);
+      }
       continue;
     }
     // 3. Backward, on the micro-batch's stash slot; then the slot is free.

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/executor.h"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <new>
@@ -33,10 +34,11 @@ Status Executor::run(std::vector<InstructionTiming> *timings) {
 Status Executor::runList(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> *list,
     bool update, uint32_t microbatch, std::vector<InstructionTiming> *timings,
-    int32_t chunk, bool backward, bool flush) {
+    int32_t chunk, bool backward, bool flush, uint32_t end) {
   if (!list)
     return Status::success();
-  for (uint32_t i = 0; i < list->size(); ++i) {
+  end = std::min(end, list->size());
+  for (uint32_t i = 0; i < end; ++i) {
     const program::Instruction *ins = list->Get(i);
     // DDP's no_sync: the step's gradient reductions run in its last
     // micro-batch; before it, each rank's gradients accumulate locally (the
@@ -171,6 +173,60 @@ Status Executor::trainStep(const int32_t *inputs, const int32_t *targets,
 //===----------------------------------------------------------------------===//
 // Evaluation
 //===----------------------------------------------------------------------===//
+
+Status Executor::forwardInstructionCount(uint32_t &count) const {
+  const auto *list = stageTable->instructions();
+  const int32_t lossBuffer = stageTable->loss();
+  count = 0;
+  for (uint32_t i = 0; list && lossBuffer >= 0 && i < list->size(); ++i)
+    for (uint32_t o : *list->Get(i)->outputs())
+      if (o == static_cast<uint32_t>(lossBuffer))
+        count = i + 1;
+  LOOM_CHECK(count > 0, "stage "
+                            << stageTable->index()
+                            << ": no instruction writes the loss buffer"
+                            << (lossBuffer < 0 ? " (the stage has none)" : "")
+                            << "; the forward alone cannot be evaluated");
+  return Status::success();
+}
+
+Status Executor::evaluateLoss(const int32_t *inputs, const int32_t *targets,
+                              float &loss) {
+  TrainStepResult result;
+  if (!isTraining()) {
+    if (!isPipelined())
+      return evaluate(inputs, targets, loss);
+    LOOM_RETURN_IF_ERROR(evaluatePipelined(inputs, targets, result));
+    loss = result.loss;
+    return Status::success();
+  }
+  const int64_t M = stageTable->microbatches();
+  const int64_t rows = localBatch() / M, T = modelInfo->seq();
+  LOOM_RETURN_IF_ERROR(checkMicrobatchBuffers(rows, T));
+  if (isPipelined()) {
+    LOOM_RETURN_IF_ERROR(trainStepPipelined(inputs, targets, result, nullptr,
+                                            /*forwardOnly=*/true));
+    loss = result.loss;
+    return Status::success();
+  }
+  uint32_t forwardEnd = 0;
+  LOOM_RETURN_IF_ERROR(forwardInstructionCount(forwardEnd));
+  for (int64_t i = 0; i < M; ++i) {
+    LOOM_RETURN_IF_ERROR(copyMicrobatchIn(inputs, targets, i * rows, rows));
+    LOOM_RETURN_IF_ERROR(runList(stageTable->instructions(), false,
+                                 static_cast<uint32_t>(i), nullptr, -1, false,
+                                 true, forwardEnd));
+    float *slot = nullptr;
+    LOOM_RETURN_IF_ERROR(lossSlot(i, M, slot));
+    LOOM_RETURN_IF_ERROR(memory->copy(
+        slot, bufferData(static_cast<uint32_t>(stageTable->loss())),
+        sizeof(float)));
+  }
+  double lossSum = 0;
+  LOOM_RETURN_IF_ERROR(sumLossSlots(M, lossSum));
+  loss = static_cast<float>(lossSum / static_cast<double>(M));
+  return Status::success();
+}
 
 Status Executor::evaluate(const int32_t *inputs, const int32_t *targets,
                           float &loss,

@@ -23,7 +23,8 @@ const char *const kLoomRunUsage =
     "  --seed S                parameter init seed (default 1337)\n"
     "  --stage K               pipeline stage to run (default 0)\n"
     "  --load-checkpoint F     load parameters from a safetensors file\n"
-    "  --save-checkpoint F     save parameters after the last step\n"
+    "  --save-checkpoint F     save parameters after the last step (a\n"
+    "                          \"{step}\" in F becomes the step count)\n"
     "  --log-json F            one JSON object per step, then a summary\n"
     "  --trace F.json          Chrome / Perfetto trace of every instruction\n"
     "  --backend cpu|cuda      where the kernels run (default cpu); cuda\n"
@@ -36,6 +37,15 @@ const char *const kLoomRunUsage =
     "  --lr-schedule K         constant | cosine (default cosine)\n"
     "  --schedule-steps N      steps the cosine spans (default: the start\n"
     "                          step + --steps)\n"
+    "  --save-every N          also save --save-checkpoint after every N\n"
+    "                          steps (\"{step}\" in its path: one file per\n"
+    "                          save; else the file is replaced atomically)\n"
+    "  --val-data F            validation: the mean loss of the weights on\n"
+    "                          --eval-steps batches of F (the training\n"
+    "                          program's forward), after the last step and\n"
+    "  --eval-every N          after every N steps (default: the last only)\n"
+    "  --eval-steps K          batches per validation (default: F's batches\n"
+    "                          for this batch and seq, at most 100)\n"
     "Sampling (evaluation programs; no --data / --steps):\n"
     "  --sample N              generate N tokens greedily after the prompt\n"
     "                          and print the text (tokens are bytes)\n"
@@ -116,7 +126,11 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--schedule-steps",
                                     "--sample",
                                     "--prompt",
-                                    "--backend"};
+                                    "--backend",
+                                    "--save-every",
+                                    "--val-data",
+                                    "--eval-every",
+                                    "--eval-steps"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -174,6 +188,16 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                                                    << "'");
       opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
                                           : LrSchedule::Kind::Cosine;
+    } else if (flag == "--val-data") {
+      opts.valData = value;
+    } else if (flag == "--save-every" || flag == "--eval-every" ||
+               flag == "--eval-steps") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      LOOM_CHECK(n >= 1,
+                 flag << " expects a step count >= 1, got '" << value << "'");
+      (flag == "--save-every"   ? opts.saveEvery
+       : flag == "--eval-every" ? opts.evalEvery
+                                : opts.evalSteps) = static_cast<int64_t>(n);
     } else if (flag == "--stage") {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, UINT32_MAX, n));
       opts.stage = static_cast<uint32_t>(n);
@@ -194,15 +218,33 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                         : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
                         : !opts.logJson.empty()        ? "--log-json"
                         : !opts.trace.empty()          ? "--trace"
-                        : opts.trainingFlags ? "the learning-rate flags"
-                                             : nullptr;
+                        : opts.trainingFlags    ? "the learning-rate flags"
+                        : opts.saveEvery >= 0   ? "--save-every"
+                        : !opts.valData.empty() ? "--val-data"
+                                                : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");
     return Status::success();
   }
   LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
   LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
+  LOOM_CHECK(opts.saveEvery < 0 || !opts.saveCheckpoint.empty(),
+             "--save-every needs --save-checkpoint F (where to save)");
+  LOOM_CHECK((opts.evalEvery < 0 && opts.evalSteps < 0) ||
+                 !opts.valData.empty(),
+             (opts.evalEvery >= 0 ? "--eval-every" : "--eval-steps")
+                 << " needs --val-data F (the validation token file)");
   return Status::success();
+}
+
+std::string checkpointPathAt(const std::string &path, int64_t step) {
+  static const std::string kStep = "{step}";
+  std::string out;
+  size_t from = 0;
+  for (size_t at; (at = path.find(kStep, from)) != std::string::npos;
+       from = at + kStep.size())
+    out += path.substr(from, at - from) + std::to_string(step);
+  return out + path.substr(from);
 }
 
 } // namespace loom

@@ -36,7 +36,20 @@ struct RunOptions {
   uint32_t stage = 0;
   bool quiet = false;
   std::string backend = "cpu";
+  /// Validation during training (--val-data F): the mean loss over
+  /// --eval-steps batches of F (default: the file's batches, at most 100)
+  /// after every --eval-every steps (default: only after the last).
+  std::string valData;
+  int64_t evalEvery = -1;
+  int64_t evalSteps = -1;
+  /// --save-every N: the checkpoint also after every N steps.
+  int64_t saveEvery = -1;
 };
+
+/// The --save-checkpoint path of a save after `step` completed steps: each
+/// "{step}" in `path` replaced by the number (one file per save), else
+/// `path` itself (overwritten, atomically, each time).
+std::string checkpointPathAt(const std::string &path, int64_t step);
 
 /// Parses argv (argv[0] is the program name). `help` is set for --help /
 /// -h (then nothing else is checked). Errors name the flag and the fix; the

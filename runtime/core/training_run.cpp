@@ -151,6 +151,25 @@ Status runSample(const RunOptions &opts,
 
 namespace {
 
+/// What `after` counted beyond `before`, and the sum of two counts (what
+/// checkpoints and validations send between steps is not a step's).
+CommStats statsSince(const CommStats &before, const CommStats &after) {
+  CommStats d;
+  for (int k = 0; k < kNumCommKinds; ++k) {
+    d.sentBytes[k] = after.sentBytes[k] - before.sentBytes[k];
+    d.calls[k] = after.calls[k] - before.calls[k];
+  }
+  d.commNs = after.commNs - before.commNs;
+  return d;
+}
+void addStats(CommStats &to, const CommStats &d) {
+  for (int k = 0; k < kNumCommKinds; ++k) {
+    to.sentBytes[k] += d.sentBytes[k];
+    to.calls[k] += d.calls[k];
+  }
+  to.commNs += d.commNs;
+}
+
 /// "F.json" -> "F.rank<r>.json" ("F" -> "F.rank<r>").
 std::string rankPath(const std::string &path, int rank) {
   const std::string tag = ".rank" + std::to_string(rank);
@@ -205,6 +224,13 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                      << " does not hold batch" << (localB != B ? " / dp" : "")
                      << (M > 1 ? " / microbatches" : "")
                      << " x seq = " << localB / M << " x " << T << " tokens");
+  LOOM_CHECK(training || (opts.saveEvery < 0 && opts.valData.empty()),
+             "program '" << opts.program << "' is an evaluation program: "
+                         << (opts.saveEvery >= 0
+                                 ? "--save-every saves a training run's "
+                                   "progress (its weights do not change)"
+                                 : "--val-data validates a training run "
+                                   "(evaluate --data itself instead)"));
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -231,6 +257,18 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   std::vector<int32_t> hostInputs(static_cast<size_t>(localB * T)),
       hostTargets(static_cast<size_t>(localB * T));
   int32_t *inputs = hostInputs.data(), *targets = hostTargets.data();
+  // Validation (--val-data): the same rows of the same batches each time,
+  // so the figures of successive validations compare.
+  std::unique_ptr<TokenDataLoader> valData;
+  int64_t valSteps = 0;
+  if (!opts.valData.empty()) {
+    LOOM_RETURN_IF_ERROR(
+        TokenDataLoader::open(opts.valData, dataConfig, valData)
+            .withContext("--val-data"));
+    valSteps = opts.evalSteps > 0
+                   ? opts.evalSteps
+                   : std::min<int64_t>(valData->numBatches(), 100);
+  }
 
   // 3. Outputs.
   JsonLog log;
@@ -286,10 +324,43 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   }
 
   // 4. Steps (numbered from the checkpoint's step count when resuming).
+  const int64_t lastStep = startStep + opts.steps;
+  // Counted between steps (periodic checkpoints gather sharded tensors,
+  // validations run forwards): not a training step's traffic.
+  CommStats betweenSteps;
+  double lastValLoss = std::nan("");
+  // The mean loss over valSteps validation batches of the weights after
+  // `done` steps, logged and printed.
+  auto validate = [&](int64_t done) -> Status {
+    const int64_t v0 = steadyNowNs();
+    double sum = 0;
+    for (int64_t k = 0; k < valSteps; ++k) {
+      LOOM_RETURN_IF_ERROR(valData->loadBatch(k, inputs, targets));
+      float loss = 0;
+      LOOM_RETURN_IF_ERROR(
+          ex->evaluateLoss(inputs, targets, loss)
+              .withContext("validation after step " + std::to_string(done)));
+      sum += loss;
+    }
+    const double ms = (steadyNowNs() - v0) * 1e-6;
+    lastValLoss = sum / static_cast<double>(valSteps);
+    JsonValue line = JsonValue::object();
+    line.set("step", JsonValue::integer(done));
+    line.set("val_loss", JsonValue::number(lastValLoss));
+    line.set("val_batches", JsonValue::integer(valSteps));
+    line.set("val_ms", JsonValue::number(ms));
+    LOOM_RETURN_IF_ERROR(log.write(line));
+    if (!opts.quiet) {
+      std::printf("validation after step %" PRId64 " | val loss %.9g | %" PRId64
+                  " batches of %s | %.0f ms\n",
+                  done, lastValLoss, valSteps, opts.valData.c_str(), ms);
+      std::fflush(stdout);
+    }
+    return Status::success();
+  };
   double lossSum = 0;
   int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
   int64_t stashPeakBytes = 0; // ... and the activations it stashed at most
-  const int64_t lastStep = startStep + opts.steps;
   comm.resetStats();
   for (int64_t s = startStep; s < lastStep; ++s) {
     const int64_t t0 = steadyNowNs();
@@ -371,12 +442,29 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                     formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
       std::fflush(stdout);
     }
+    // After every --save-every / --eval-every steps (counted from the
+    // start of training, as Megatron's --save-interval): the checkpoint
+    // first, so a failing validation cannot lose the progress. The last
+    // step is validated here too; its save comes after the summary.
+    const int64_t done = s + 1;
+    const CommStats before = comm.stats();
+    if (training && done < lastStep) {
+      if (opts.saveEvery > 0 && done % opts.saveEvery == 0)
+        LOOM_RETURN_IF_ERROR(saveCheckpoint(
+            *ex, checkpointPathAt(opts.saveCheckpoint, done), done));
+      if (valData && opts.evalEvery > 0 && done % opts.evalEvery == 0)
+        LOOM_RETURN_IF_ERROR(validate(done));
+    }
+    if (training && valData && done == lastStep)
+      LOOM_RETURN_IF_ERROR(validate(done));
+    addStats(betweenSteps, statsSince(before, comm.stats()));
   }
 
   // 5. Summary (every rank's numbers gathered to all, rank 0 writes),
   //    checkpoint, trace.
   const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
-  const CommStats stepStats = comm.stats(); // before the gather below
+  // Before the gather below; without what was sent between steps.
+  const CommStats stepStats = statsSince(betweenSteps, comm.stats());
   const int64_t steps = std::max<int64_t>(opts.steps, 1);
   // One row of int64 per rank: the fixed fields, then per communication
   // kind the bytes sent, then (when the program carries the compiler's
@@ -530,10 +618,13 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   summary.set("ranks", JsonValue::array(rankEntries));
   summary.set("steps", JsonValue::integer(opts.steps));
   summary.set("mean_loss", JsonValue::number(meanLoss));
+  if (valData && opts.steps > 0)
+    summary.set("val_loss", JsonValue::number(lastValLoss));
   LOOM_RETURN_IF_ERROR(log.write(summary));
   LOOM_RETURN_IF_ERROR(log.close());
   if (!opts.saveCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(saveCheckpoint(*ex, opts.saveCheckpoint, lastStep));
+    LOOM_RETURN_IF_ERROR(saveCheckpoint(
+        *ex, checkpointPathAt(opts.saveCheckpoint, lastStep), lastStep));
   if (!opts.trace.empty())
     LOOM_RETURN_IF_ERROR(
         trace.write(multi ? rankPath(opts.trace, comm.rank()) : opts.trace));

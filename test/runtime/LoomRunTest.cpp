@@ -12,6 +12,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
+#include "runtime/core/run_options.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/core/sampler.h"
 #include "runtime/core/token_data.h"
@@ -421,6 +422,113 @@ TEST_F(LoomRun, TrainingLogsScheduleAndResumesBitwise) {
   ASSERT_TRUE(writeSafetensors(w, partial).ok());
   expectError(train + " --data " + data + " --steps 1 --load-checkpoint " + w,
               "incomplete");
+}
+
+TEST_F(LoomRun, ValidatesAndSavesPeriodically) {
+  MiniGptTrainOptions o;
+  o.microbatches = 2;
+  const std::string train = tempPath("train.loom");
+  writeText(train, serialize(*miniGptTrain({}, o)));
+  const std::string l1 = tempPath("l1.jsonl"), l2 = tempPath("l2.jsonl");
+  const std::string saves = tempPath("{step}.safetensors");
+  std::string out, err;
+  // 5 steps, validated (2 batches) after steps 2, 4 and 5, saved after 2,
+  // 4 and 5 (one file each); the same 5 steps without either.
+  ASSERT_EQ(runLoomRun(train + " --data " + data + " --steps 5 --seed 3 " +
+                           "--lr 1e-2 --val-data " + data +
+                           " --eval-every 2 --eval-steps 2 --save-every 2 " +
+                           "--save-checkpoint " + saves + " --log-json " + l1,
+                       &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("validation after step 2 | val loss "), std::string::npos)
+      << out;
+  ASSERT_EQ(runLoomRun(train + " --data " + data +
+                           " --steps 5 --seed 3 --lr 1e-2 --quiet --log-json " +
+                           l2,
+                       &out, &err),
+            0)
+      << err;
+  const auto log1 = readLog(l1), log2 = readLog(l2);
+  std::vector<std::pair<int64_t, double>> validations;
+  std::vector<double> losses1, losses2;
+  for (const JsonValue &line : log1)
+    if (const JsonValue *v = line.find("val_loss");
+        v && !line.find("summary")) {
+      validations.push_back({line.find("step")->asInt(), v->asDouble()});
+      EXPECT_EQ(line.find("val_batches")->asInt(), 2);
+    } else if (const JsonValue *l = line.find("loss"))
+      losses1.push_back(l->asDouble());
+  for (const JsonValue &line : log2)
+    if (const JsonValue *l = line.find("loss"))
+      losses2.push_back(l->asDouble());
+  // Validating changes nothing in the training.
+  EXPECT_EQ(losses1, losses2);
+  ASSERT_EQ(validations.size(), 3u);
+  EXPECT_EQ(validations[0].first, 2);
+  EXPECT_EQ(validations[1].first, 4);
+  EXPECT_EQ(validations[2].first, 5);
+  EXPECT_EQ(log1.back().find("val_loss")->asDouble(), validations[2].second);
+
+  // In process: each saved state's forward loss on validation batches 0
+  // and 1 is the logged figure, and evaluating leaves the weights and
+  // moments as they were.
+  fb::LoadedProgram loaded;
+  ASSERT_TRUE(fb::loadProgramFile(train, loaded).ok());
+  TokenDataConfig cfg;
+  cfg.batchSize = 2;
+  cfg.seqLen = 8;
+  cfg.vocabSize = 50;
+  std::unique_ptr<TokenDataLoader> loader;
+  ASSERT_TRUE(TokenDataLoader::open(data, cfg, loader).ok());
+  std::vector<int32_t> in(16), tg(16);
+  for (const auto &[step, valLoss] : validations) {
+    const std::string ckpt = checkpointPathAt(saves, step);
+    std::unique_ptr<Executor> ex;
+    ASSERT_TRUE(Executor::create(loaded, 0, 3, ex).ok());
+    int64_t loadedStep = 0;
+    ASSERT_TRUE(loadCheckpoint(*ex, ckpt, &loadedStep).ok()) << ckpt;
+    EXPECT_EQ(loadedStep, step);
+    // The model state: every parameter's weights and AdamW moments.
+    auto modelState = [&] {
+      std::vector<std::vector<uint8_t>> state;
+      for (const ParamView &p : ex->params())
+        for (int32_t b : {static_cast<int32_t>(p.buffer), p.mBuffer, p.vBuffer})
+          if (b >= 0) {
+            const uint32_t index = static_cast<uint32_t>(b);
+            state.emplace_back(ex->bufferBytes(index));
+            EXPECT_TRUE(ex->copyFromBuffer(index, state.back().data(),
+                                           state.back().size())
+                            .ok());
+          }
+      return state;
+    };
+    const auto before = modelState();
+    double sum = 0;
+    for (int64_t k = 0; k < 2; ++k) {
+      ASSERT_TRUE(loader->loadBatch(k, in.data(), tg.data()).ok());
+      float loss = 0;
+      ASSERT_TRUE(ex->evaluateLoss(in.data(), tg.data(), loss).ok());
+      sum += loss;
+    }
+    EXPECT_EQ(sum / 2, valLoss) << "after step " << step;
+    EXPECT_TRUE(modelState() == before) << "after step " << step;
+    std::remove(ckpt.c_str());
+  }
+  expectError(train + " --data " + data + " --steps 1 --eval-every 1",
+              "--eval-every needs --val-data F", true);
+  expectError(train + " --data " + data + " --steps 1 --eval-steps 1",
+              "--eval-steps needs --val-data F", true);
+  expectError(train + " --data " + data + " --steps 1 --save-every 1",
+              "--save-every needs --save-checkpoint F", true);
+  expectError(train + " --data " + data + " --steps 1 --val-data " + data +
+                  " --eval-steps 0",
+              "--eval-steps expects a step count >= 1", true);
+  expectError(train + " --data " + data + " --steps 1 --val-data " +
+                  tempPath("absent.bin"),
+              "--val-data: cannot open token file");
+  expectError(program + " --sample 3 --prompt ' ' --val-data " + data,
+              "--sample runs no steps; drop --val-data", true);
 }
 
 TEST_F(LoomRun, SummaryReportsModelStateAndTheProgramsPredictions) {

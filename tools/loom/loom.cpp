@@ -47,7 +47,8 @@ using namespace ::loom::cli;
 
 namespace {
 
-const char *kUsage = R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
+const char *kUsage =
+    R"(usage:   (--config CFG.json may be replaced by --model FILE.mlir)
   loom compile --config CFG.json [--batch B] [--seq T] [strategy flags] -o OUT.loom
                [--emit-ir OUT.mlir] [--report [--gpus-per-node K]] [--timing]
                [--schedule-svg F.svg]
@@ -78,6 +79,11 @@ optimizer flags (train):
   --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
+  --save-every N also saves --save-checkpoint F after every N steps ("{step}"
+    in F: one file per save, e.g. ckpt-{step}.safetensors; else F is replaced).
+  --val-data F [--eval-every N] [--eval-steps K]: validation loss of the
+    weights on K batches of F (default: F's batches, at most 100) after every
+    N steps and after the last, logged as {"step", "val_loss"}.
   With --mesh pp=P, eval runs forward-only through the pipeline stages and
   --microbatches M splits each evaluated batch into M pipelined micro-batches.
 strategy flags:
@@ -504,8 +510,11 @@ int runProgram(const char *argv0, const std::string &command,
   // Optimizer flags: compiled into the program, or passed to the runtime.
   const std::vector<std::string> compiledFlags{"--wd", "--clip", "--beta1",
                                                "--beta2", "--eps"};
+  // ... and the run's: the schedule, periodic checkpoints and validation.
   const std::vector<std::string> scheduleFlags{
-      "--lr", "--min-lr", "--warmup", "--lr-schedule", "--schedule-steps"};
+      "--lr",          "--min-lr",         "--warmup",
+      "--lr-schedule", "--schedule-steps", "--save-every",
+      "--val-data",    "--eval-every",     "--eval-steps"};
   if (train) {
     valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
