@@ -91,6 +91,16 @@ std::string formatBytes(uint64_t bytes) {
   return buf;
 }
 
+/// `v` as printed in the progress lines ("nan", "inf" without a sign bit's
+/// "-nan").
+std::string formatNumber(double v) {
+  if (std::isnan(v))
+    return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
 uint64_t rssPeakBytes() {
   struct rusage ru;
   if (::getrusage(RUSAGE_SELF, &ru) != 0)
@@ -442,6 +452,23 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                     formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
       std::fflush(stdout);
     }
+    // A diverged run stops here rather than training (and saving) garbage,
+    // as Megatron's --check-for-nan-in-loss-and-grad does. Every rank
+    // decides alike: the loss and the norm are the same on all of them
+    // (all-reduced in the step).
+    const bool gradNormKnown = training && stage.grad_norm() >= 0;
+    LOOM_CHECK(!training ||
+                   (std::isfinite(loss) &&
+                    (!gradNormKnown || std::isfinite(result.gradNorm))),
+               "step " << s + 1 << ": the loss is " << formatNumber(loss)
+                       << (gradNormKnown ? " and the gradient norm " +
+                                               formatNumber(result.gradNorm)
+                                         : std::string())
+                       << ": training diverged, and the weights after this "
+                          "step's update cannot be trusted, so the run stops "
+                          "without saving them. Lower --lr, lengthen --warmup "
+                          "or clip harder (--clip), then resume from the last "
+                          "good checkpoint (--save-every N keeps one)");
     // After every --save-every / --eval-every steps (counted from the
     // start of training, as Megatron's --save-interval): the checkpoint
     // first, so a failing validation cannot lose the progress. The last
