@@ -37,6 +37,9 @@ const char *const kLoomRunUsage =
     "  --lr-schedule K         constant | cosine (default cosine)\n"
     "  --schedule-steps N      steps the cosine spans (default: the start\n"
     "                          step + --steps)\n"
+    "  --shuffle               read the --data file's sequences in a new\n"
+    "                          order each epoch (seeded by --seed; every\n"
+    "                          sequence once per epoch) instead of in order\n"
     "  --save-every N          also save --save-checkpoint after every N\n"
     "                          steps (\"{step}\" in its path: one file per\n"
     "                          save; else the file is replaced atomically)\n"
@@ -94,6 +97,10 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
     }
     if (arg == "--quiet") {
       opts.quiet = true;
+      continue;
+    }
+    if (arg == "--shuffle") {
+      opts.shuffle = true;
       continue;
     }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
@@ -221,6 +228,7 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                         : opts.trainingFlags    ? "the learning-rate flags"
                         : opts.saveEvery >= 0   ? "--save-every"
                         : !opts.valData.empty() ? "--val-data"
+                        : opts.shuffle          ? "--shuffle"
                                                 : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");

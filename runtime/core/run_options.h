@@ -44,6 +44,9 @@ struct RunOptions {
   int64_t evalSteps = -1;
   /// --save-every N: the checkpoint also after every N steps.
   int64_t saveEvery = -1;
+  /// --shuffle: training reads the file's sequences in a new order each
+  /// epoch, seeded by --seed (TokenDataConfig::shuffle).
+  bool shuffle = false;
 };
 
 /// The --save-checkpoint path of a save after `step` completed steps: each

@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/token_data.h"
 
+#include "runtime/core/sample_permutation.h"
+
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
@@ -136,6 +138,7 @@ Status TokenDataLoader::open(const std::string &path,
                                "or more data");
   loader->count = count;
   loader->batches = (count - 1) / (B * T);
+  loader->sequences = (count - 1) / T;
   loader->buffer.resize(static_cast<size_t>(loader->localRows() * T + 1));
   out = std::move(loader);
   return Status::success();
@@ -146,22 +149,13 @@ TokenDataLoader::~TokenDataLoader() {
     std::fclose(file);
 }
 
-Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
-                                  int32_t *targets) {
-  LOOM_CHECK(step >= 0, "token data '" << path << "': negative step " << step);
-  const int64_t T = cfg.seqLen;
-  const int64_t rows = localRows();
-  const int64_t batchOffset = (step % batches) * cfg.batchSize * T;
-  // This rank's rows are contiguous in the file, plus one token for the last
-  // target.
-  const int64_t first = batchOffset + firstRow() * T;
-  const int64_t n = rows * T + 1;
+Status TokenDataLoader::readTokens(int64_t first, int64_t n, int64_t at) {
   const int64_t headerBytes = kTokenFileHeaderInts * sizeof(int32_t);
   LOOM_CHECK(std::fseek(file, static_cast<long>(headerBytes + first * 2),
                         SEEK_SET) == 0,
              "cannot seek to token " << first << " in '" << path << "'");
-  size_t got =
-      std::fread(buffer.data(), sizeof(uint16_t), static_cast<size_t>(n), file);
+  uint16_t *to = buffer.data() + at;
+  size_t got = std::fread(to, sizeof(uint16_t), static_cast<size_t>(n), file);
   LOOM_CHECK(got == static_cast<size_t>(n),
              "short read in token file '"
                  << path << "': wanted " << n << " tokens at position " << first
@@ -169,17 +163,51 @@ Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
                  << "training?");
   if (cfg.vocabSize > 0) {
     for (int64_t i = 0; i < n; ++i)
-      LOOM_CHECK(buffer[i] < cfg.vocabSize,
-                 "token file '" << path << "': token id " << buffer[i]
+      LOOM_CHECK(to[i] < cfg.vocabSize,
+                 "token file '" << path << "': token id " << to[i]
                                 << " at position " << first + i
                                 << " is >= vocab_size " << cfg.vocabSize
                                 << "; the data was tokenized for a different "
                                    "vocabulary (check the tokenizer / model "
                                    "config)");
   }
-  for (int64_t i = 0; i < rows * T; ++i) {
-    inputs[i] = buffer[i];
-    targets[i] = buffer[i + 1];
+  return Status::success();
+}
+
+Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
+                                  int32_t *targets) {
+  LOOM_CHECK(step >= 0, "token data '" << path << "': negative step " << step);
+  const int64_t T = cfg.seqLen;
+  const int64_t rows = localRows();
+  if (!cfg.shuffle) {
+    // This rank's rows are contiguous in the file, plus one token for the
+    // last target.
+    const int64_t batchOffset = (step % batches) * cfg.batchSize * T;
+    LOOM_RETURN_IF_ERROR(
+        readTokens(batchOffset + firstRow() * T, rows * T + 1, 0));
+    for (int64_t i = 0; i < rows * T; ++i) {
+      inputs[i] = buffer[i];
+      targets[i] = buffer[i + 1];
+    }
+    return Status::success();
+  }
+  // Shuffled: each row is a sequence of its own (T + 1 tokens), in the
+  // order of its epoch's permutation; the permutation is rebuilt only when
+  // a batch crosses into the next epoch.
+  int64_t epoch = -1;
+  SamplePermutation perm(sequences, cfg.shuffleSeed, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t position = step * cfg.batchSize + firstRow() + r;
+    if (position / sequences != epoch) {
+      epoch = position / sequences;
+      perm = SamplePermutation(sequences, cfg.shuffleSeed, epoch);
+    }
+    const int64_t sequence = perm(position % sequences);
+    LOOM_RETURN_IF_ERROR(readTokens(sequence * T, T + 1, 0));
+    for (int64_t t = 0; t < T; ++t) {
+      inputs[r * T + t] = buffer[t];
+      targets[r * T + t] = buffer[t + 1];
+    }
   }
   return Status::success();
 }

@@ -47,6 +47,13 @@ struct TokenDataConfig {
   /// This rank's position on the data-parallel axis, and the axis size.
   int64_t dpRank = 0;
   int64_t dpSize = 1;
+  /// --shuffle: row r of batch s is sequence perm_e(p mod ns) of the file,
+  /// p = s * batchSize + r, e = p / ns, ns = (count - 1) / seqLen
+  /// sequences of seqLen tokens (+1 for the last target) at multiples of
+  /// seqLen, perm_e the SamplePermutation of epoch e under shuffleSeed:
+  /// every sequence once per epoch, a new order each epoch.
+  bool shuffle = false;
+  uint64_t shuffleSeed = 0;
 };
 
 /// Reads batches of an llm.c token file for one data-parallel rank. Only the
@@ -67,13 +74,16 @@ public:
   int64_t tokenCount() const { return count; }
   /// Number of distinct global batches before the reader wraps around.
   int64_t numBatches() const { return batches; }
+  /// Number of sequences a shuffled epoch orders: (count - 1) / seqLen.
+  int64_t numSequences() const { return sequences; }
   /// Rows this rank receives per batch (batchSize / dpSize).
   int64_t localRows() const { return cfg.batchSize / cfg.dpSize; }
   /// First global row owned by this rank.
   int64_t firstRow() const { return cfg.dpRank * localRows(); }
 
-  /// Reads global batch `step` (taken modulo numBatches()) and writes this
-  /// rank's localRows() x seqLen inputs and targets (row-major int32).
+  /// Reads global batch `step` (taken modulo numBatches(); shuffled: the
+  /// rows of TokenDataConfig::shuffle) and writes this rank's localRows() x
+  /// seqLen inputs and targets (row-major int32).
   /// Errors on a read failure or a token >= vocabSize (naming its position).
   Status loadBatch(int64_t step, int32_t *inputs, int32_t *targets);
 
@@ -85,7 +95,11 @@ private:
   std::FILE *file = nullptr;
   int64_t count = 0;
   int64_t batches = 0;
+  int64_t sequences = 0;
   std::vector<uint16_t> buffer;
+  /// Reads `n` tokens from token `first` into buffer[at...] and checks them
+  /// against the vocabulary.
+  Status readTokens(int64_t first, int64_t n, int64_t at);
 };
 
 } // namespace loom

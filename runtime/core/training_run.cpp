@@ -234,13 +234,17 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                      << " does not hold batch" << (localB != B ? " / dp" : "")
                      << (M > 1 ? " / microbatches" : "")
                      << " x seq = " << localB / M << " x " << T << " tokens");
-  LOOM_CHECK(training || (opts.saveEvery < 0 && opts.valData.empty()),
-             "program '" << opts.program << "' is an evaluation program: "
-                         << (opts.saveEvery >= 0
-                                 ? "--save-every saves a training run's "
-                                   "progress (its weights do not change)"
-                                 : "--val-data validates a training run "
-                                   "(evaluate --data itself instead)"));
+  LOOM_CHECK(
+      training || (opts.saveEvery < 0 && opts.valData.empty() && !opts.shuffle),
+      "program '" << opts.program << "' is an evaluation program: "
+                  << (opts.saveEvery >= 0
+                          ? "--save-every saves a training run's "
+                            "progress (its weights do not change)"
+                      : opts.shuffle ? "--shuffle orders a training run's "
+                                       "samples (an evaluation reads --data's "
+                                       "batches in order)"
+                                     : "--val-data validates a training run "
+                                       "(evaluate --data itself instead)"));
   int64_t startStep = 0; // completed steps of a resumed training run
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
@@ -262,8 +266,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   dataConfig.vocabSize = model.vocab_size();
   dataConfig.dpRank = comm.coordOn("dp");
   dataConfig.dpSize = comm.axisSize("dp");
+  TokenDataConfig trainConfig = dataConfig;
+  trainConfig.shuffle = opts.shuffle;
+  trainConfig.shuffleSeed = opts.seed;
   std::unique_ptr<TokenDataLoader> data;
-  LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, dataConfig, data));
+  LOOM_RETURN_IF_ERROR(TokenDataLoader::open(opts.data, trainConfig, data));
   std::vector<int32_t> hostInputs(static_cast<size_t>(localB * T)),
       hostTargets(static_cast<size_t>(localB * T));
   int32_t *inputs = hostInputs.data(), *targets = hostTargets.data();

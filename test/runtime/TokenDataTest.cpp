@@ -1,8 +1,10 @@
 //===- TokenDataTest.cpp - llm.c token file tests --------------*- C++ -*-===//
+#include "runtime/core/sample_permutation.h"
 #include "runtime/core/token_data.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -86,6 +88,112 @@ TEST(TokenData, DataParallelRanksTakeContiguousRows) {
       EXPECT_EQ(rtg[i], tg[d * 2 * T + i]);
     }
   }
+  std::remove(path.c_str());
+}
+
+TEST(SamplePermutation, IsABijectionThatDependsOnSeedAndEpoch) {
+  for (int64_t n : {1, 2, 3, 5, 64, 1000, 4097}) {
+    SamplePermutation p(n, 7, 0);
+    std::vector<int64_t> seen(n, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = p(i);
+      ASSERT_GE(j, 0) << n;
+      ASSERT_LT(j, n) << n;
+      ++seen[j];
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n) << n;
+  }
+  auto order = [](uint64_t seed, int64_t epoch) {
+    SamplePermutation p(1000, seed, epoch);
+    std::vector<int64_t> o;
+    for (int64_t i = 0; i < 1000; ++i)
+      o.push_back(p(i));
+    return o;
+  };
+  EXPECT_EQ(order(7, 3), order(7, 3));
+  EXPECT_NE(order(7, 3), order(7, 4));
+  EXPECT_NE(order(7, 3), order(8, 3));
+  std::vector<int64_t> identity(1000);
+  for (int64_t i = 0; i < 1000; ++i)
+    identity[i] = i;
+  EXPECT_NE(order(7, 0), identity);
+}
+
+TEST(TokenData, ShuffledEpochsReadEverySequenceOnce) {
+  // Token i is i / T, so a row's inputs name its sequence and its last
+  // target the next one. 37 sequences: epochs end inside batches of 4.
+  const std::string path = tempPath("shuffle.bin");
+  const int64_t B = 4, T = 8, ns = 37;
+  std::vector<int32_t> tokens(ns * T + 1);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>(i / T);
+  ASSERT_TRUE(writeTokenFile(path, tokens).ok());
+  TokenDataConfig cfg;
+  cfg.batchSize = B;
+  cfg.seqLen = T;
+  cfg.shuffle = true;
+  cfg.shuffleSeed = 1337;
+  std::unique_ptr<TokenDataLoader> loader;
+  ASSERT_TRUE(TokenDataLoader::open(path, cfg, loader).ok());
+  EXPECT_EQ(loader->numSequences(), ns);
+  // Three epochs of sequences, batch by batch.
+  const int64_t steps = (3 * ns + B - 1) / B;
+  std::vector<int64_t> order;
+  std::vector<int32_t> in(B * T), tg(B * T);
+  for (int64_t s = 0; s < steps; ++s) {
+    ASSERT_TRUE(loader->loadBatch(s, in.data(), tg.data()).ok());
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t seq = in[r * T];
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(in[r * T + t], seq);
+        ASSERT_EQ(tg[r * T + t], t + 1 < T ? seq : seq + 1);
+      }
+      order.push_back(seq);
+    }
+  }
+  std::vector<std::vector<int64_t>> epochs;
+  for (int64_t e = 0; e < 3; ++e) {
+    std::vector<int64_t> epoch(order.begin() + e * ns,
+                               order.begin() + (e + 1) * ns);
+    std::vector<int64_t> sorted = epoch;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t j = 0; j < ns; ++j)
+      ASSERT_EQ(sorted[j], j) << "epoch " << e << " misses sequence " << j;
+    epochs.push_back(epoch);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+
+  // Data-parallel ranks read exactly the single-rank batch's rows; another
+  // seed is another order.
+  const int64_t D = 2;
+  for (int64_t s : {0, 9, 18}) {
+    ASSERT_TRUE(loader->loadBatch(s, in.data(), tg.data()).ok());
+    for (int64_t d = 0; d < D; ++d) {
+      TokenDataConfig rc = cfg;
+      rc.dpRank = d;
+      rc.dpSize = D;
+      std::unique_ptr<TokenDataLoader> rank;
+      ASSERT_TRUE(TokenDataLoader::open(path, rc, rank).ok());
+      std::vector<int32_t> rin(B / D * T), rtg(B / D * T);
+      ASSERT_TRUE(rank->loadBatch(s, rin.data(), rtg.data()).ok());
+      for (int64_t i = 0; i < B / D * T; ++i) {
+        ASSERT_EQ(rin[i], in[d * B / D * T + i]);
+        ASSERT_EQ(rtg[i], tg[d * B / D * T + i]);
+      }
+    }
+  }
+  TokenDataConfig other = cfg;
+  other.shuffleSeed = 1;
+  std::unique_ptr<TokenDataLoader> reseeded;
+  ASSERT_TRUE(TokenDataLoader::open(path, other, reseeded).ok());
+  std::vector<int64_t> otherOrder;
+  for (int64_t s = 0; s < steps; ++s) {
+    ASSERT_TRUE(reseeded->loadBatch(s, in.data(), tg.data()).ok());
+    for (int64_t r = 0; r < B; ++r)
+      otherOrder.push_back(in[r * T]);
+  }
+  EXPECT_NE(otherOrder, order);
   std::remove(path.c_str());
 }
 

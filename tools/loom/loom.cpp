@@ -81,6 +81,8 @@ optimizer flags (train):
   --microbatches M splits each step's batch into M accumulated micro-batches.
   --save-every N also saves --save-checkpoint F after every N steps ("{step}"
     in F: one file per save, e.g. ckpt-{step}.safetensors; else F is replaced).
+  --shuffle reads the --data sequences in a new order each epoch (seeded by
+    --seed; every sequence once per epoch; a resumed run continues the order).
   --val-data F [--eval-every N] [--eval-steps K]: validation loss of the
     weights on K batches of F (default: F's batches, at most 100) after every
     N steps and after the last, logged as {"step", "val_loss"}.
@@ -522,7 +524,10 @@ int runProgram(const char *argv0, const std::string &command,
   if (sample)
     valueFlags = {"--config", "--seq", "--load-checkpoint", "--prompt",
                   "--tokens"};
-  auto inv = parse(command, std::move(args), valueFlags, {"--quiet"});
+  std::set<std::string> switches{"--quiet"};
+  if (train)
+    switches.insert("--shuffle");
+  auto inv = parse(command, std::move(args), valueFlags, switches);
   if (!inv)
     return 1;
   std::vector<const char *> required{"--data", "--steps"};
@@ -579,8 +584,9 @@ int runProgram(const char *argv0, const std::string &command,
         runArgs.push_back("--backend");
         runArgs.push_back(inv->strategy.backend);
       }
-      if (inv->switches.count("--quiet"))
-        runArgs.push_back("--quiet");
+      for (const std::string &flag : switches)
+        if (inv->switches.count(flag))
+          runArgs.push_back(flag);
       int64_t ranks = inv->strategy.worldSize();
       std::string launcher = runner.str().str();
       if (ranks > 1) {
