@@ -32,10 +32,13 @@ const char *const kLoomRunUsage =
     "  --quiet                 no progress output\n"
     "Training programs:\n"
     "  --lr F                  peak learning rate (default 1e-3)\n"
-    "  --min-lr F              cosine floor (default 0)\n"
+    "  --min-lr F              where the decay ends (default 0)\n"
     "  --warmup W              linear warmup steps (default 0)\n"
-    "  --lr-schedule K         constant | cosine (default cosine)\n"
-    "  --schedule-steps N      steps the cosine spans (default: the start\n"
+    "  --lr-schedule K         constant | cosine | linear | wsd (default\n"
+    "                          cosine; wsd: warmup-stable-decay)\n"
+    "  --decay-fraction F      wsd: the share of the steps after warmup\n"
+    "                          that decays to --min-lr (default 0.2)\n"
+    "  --schedule-steps N      steps the schedule spans (default: the start\n"
     "                          step + --steps)\n"
     "  --shuffle               read the --data file's sequences in a new\n"
     "                          order each epoch (seeded by --seed; every\n"
@@ -88,6 +91,7 @@ Status parseNonNegative(const std::string &flag, const std::string &text,
 
 Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
   help = false;
+  bool hasDecayFraction = false;
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -130,6 +134,7 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--min-lr",
                                     "--warmup",
                                     "--lr-schedule",
+                                    "--decay-fraction",
                                     "--schedule-steps",
                                     "--sample",
                                     "--prompt",
@@ -151,7 +156,8 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                flag << " needs a non-empty value");
     uint64_t n = 0;
     if (flag == "--lr" || flag == "--min-lr" || flag == "--warmup" ||
-        flag == "--lr-schedule" || flag == "--schedule-steps")
+        flag == "--lr-schedule" || flag == "--schedule-steps" ||
+        flag == "--decay-fraction")
       opts.trainingFlags = true;
     if (flag == "--backend") {
       LOOM_CHECK(value == "cpu" || value == "cuda",
@@ -190,11 +196,15 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
       opts.scheduleSteps = static_cast<int64_t>(n);
     } else if (flag == "--lr-schedule") {
-      LOOM_CHECK(value == "constant" || value == "cosine",
-                 "--lr-schedule expects constant or cosine, got '" << value
-                                                                   << "'");
-      opts.schedule = value == "constant" ? LrSchedule::Kind::Constant
-                                          : LrSchedule::Kind::Cosine;
+      LOOM_CHECK(LrSchedule::parse(value, opts.schedule),
+                 "--lr-schedule expects constant, cosine, linear or wsd, got '"
+                     << value << "'");
+    } else if (flag == "--decay-fraction") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.decayFraction));
+      LOOM_CHECK(opts.decayFraction > 0 && opts.decayFraction <= 1,
+                 "--decay-fraction expects a share in (0, 1], got '" << value
+                                                                     << "'");
+      hasDecayFraction = true;
     } else if (flag == "--val-data") {
       opts.valData = value;
     } else if (flag == "--save-every" || flag == "--eval-every" ||
@@ -234,6 +244,10 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                            << extra << " (or run the steps without --sample)");
     return Status::success();
   }
+  LOOM_CHECK(!hasDecayFraction || opts.schedule == LrSchedule::Kind::WSD,
+             "--decay-fraction shapes --lr-schedule wsd (the schedule is "
+                 << LrSchedule::name(opts.schedule)
+                 << "); add --lr-schedule wsd or drop it");
   LOOM_CHECK(!opts.data.empty(), "missing --data (the token file)");
   LOOM_CHECK(opts.steps >= 0, "missing --steps (number of batches)");
   LOOM_CHECK(opts.saveEvery < 0 || !opts.saveCheckpoint.empty(),

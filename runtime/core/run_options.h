@@ -31,6 +31,7 @@ struct RunOptions {
   double lr = 1e-3, minLr = 0.0;
   int64_t warmup = 0;
   LrSchedule::Kind schedule = LrSchedule::Kind::Cosine;
+  double decayFraction = 0.2; // --decay-fraction (wsd)
   int64_t scheduleSteps = -1; // -1: start step + steps
   uint64_t seed = 1337;
   uint32_t stage = 0;

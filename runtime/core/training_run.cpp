@@ -253,6 +253,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   schedule.minLr = opts.minLr;
   schedule.warmup = opts.warmup;
   schedule.kind = opts.schedule;
+  schedule.decayFraction = opts.decayFraction;
   schedule.totalSteps =
       opts.scheduleSteps >= 0 ? opts.scheduleSteps : startStep + opts.steps;
 
@@ -330,8 +331,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
           " rows, %u update instructions, steps %" PRId64 "..%" PRId64
           ", lr %g (%s, warmup %" PRId64 ", min %g, over %" PRId64 " steps)\n",
           M, localB / M, updates ? updates->size() : 0u, startStep,
-          startStep + opts.steps, opts.lr,
-          opts.schedule == LrSchedule::Kind::Cosine ? "cosine" : "constant",
+          startStep + opts.steps, opts.lr, LrSchedule::name(opts.schedule),
           opts.warmup, opts.minLr, schedule.totalSteps);
     else if (pipelined)
       std::printf("evaluation: %" PRId64 " micro-batch(es) of %" PRId64

@@ -229,8 +229,15 @@ TEST_F(LoomRun, UserErrors) {
               "--lr expects a non-negative number", true);
   expectError(program + " --data " + data + " --steps 1 --min-lr -1",
               "--min-lr expects a non-negative number", true);
-  expectError(program + " --data " + data + " --steps 1 --lr-schedule linear",
-              "--lr-schedule expects constant or cosine", true);
+  expectError(program + " --data " + data + " --steps 1 --lr-schedule step",
+              "--lr-schedule expects constant, cosine, linear or wsd", true);
+  expectError(program + " --data " + data + " --steps 1 --decay-fraction 0.3",
+              "--decay-fraction shapes --lr-schedule wsd (the schedule is "
+              "cosine); add --lr-schedule wsd or drop it",
+              true);
+  expectError(program + " --data " + data +
+                  " --steps 1 --lr-schedule wsd --decay-fraction 1.5",
+              "--decay-fraction expects a share in (0, 1]", true);
   expectError(program + " --data " + data + " --steps 1 --warmup x",
               "--warmup expects", true);
   expectError(program + " --data " + data + " --steps 1 --bogus",

@@ -696,4 +696,40 @@ TEST(LrSchedule, WarmupThenCosineOrConstant) {
   EXPECT_DOUBLE_EQ(c.at(6), 0.0);
 }
 
+TEST(LrSchedule, LinearAndWarmupStableDecay) {
+  LrSchedule s;
+  s.lr = 1.0;
+  s.minLr = 0.2;
+  s.warmup = 2;
+  s.totalSteps = 12; // 10 steps after warmup
+  s.kind = LrSchedule::Kind::Linear;
+  EXPECT_DOUBLE_EQ(s.at(0), 0.5);
+  EXPECT_DOUBLE_EQ(s.at(2), 1.0);
+  EXPECT_NEAR(s.at(7), 0.6, 1e-12); // p = 1/2
+  EXPECT_DOUBLE_EQ(s.at(12), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(50), 0.2);
+  // WSD, the last 40% decaying: stable through step 2 + 6, then linear.
+  s.kind = LrSchedule::Kind::WSD;
+  s.decayFraction = 0.4;
+  EXPECT_DOUBLE_EQ(s.at(1), 1.0);
+  for (int64_t k = 2; k <= 8; ++k)
+    EXPECT_DOUBLE_EQ(s.at(k), 1.0) << k;
+  EXPECT_NEAR(s.at(9), 0.8, 1e-12);  // d = 1/4
+  EXPECT_NEAR(s.at(10), 0.6, 1e-12); // d = 1/2
+  EXPECT_DOUBLE_EQ(s.at(12), 0.2);
+  EXPECT_DOUBLE_EQ(s.at(40), 0.2);
+  // All of it decaying is the linear schedule.
+  s.decayFraction = 1.0;
+  LrSchedule linear = s;
+  linear.kind = LrSchedule::Kind::Linear;
+  for (int64_t k = 0; k <= 14; ++k)
+    EXPECT_NEAR(s.at(k), linear.at(k), 1e-12) << k;
+  LrSchedule::Kind kind;
+  for (const char *name : {"constant", "cosine", "linear", "wsd"}) {
+    ASSERT_TRUE(LrSchedule::parse(name, kind)) << name;
+    EXPECT_STREQ(LrSchedule::name(kind), name);
+  }
+  EXPECT_FALSE(LrSchedule::parse("WSD", kind));
+}
+
 } // namespace

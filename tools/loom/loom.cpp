@@ -76,7 +76,9 @@ const char *kUsage =
   a node of --gpus-per-node K GPUs, default 8), the groups per axis and
   whether they cross nodes, and the coordinates of every rank.
 optimizer flags (train):
-  --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant --schedule-steps S
+  --lr 1e-3 --min-lr 0 --warmup 0 --lr-schedule cosine|constant|linear|wsd
+  --decay-fraction 0.2 (wsd: the last share of the steps after warmup decays)
+  --schedule-steps S
   --wd 0.01 --clip 1.0 --beta1 0.9 --beta2 0.999 --eps 1e-8
   --microbatches M splits each step's batch into M accumulated micro-batches.
   --save-every N also saves --save-checkpoint F after every N steps ("{step}"
@@ -513,10 +515,16 @@ int runProgram(const char *argv0, const std::string &command,
   const std::vector<std::string> compiledFlags{"--wd", "--clip", "--beta1",
                                                "--beta2", "--eps"};
   // ... and the run's: the schedule, periodic checkpoints and validation.
-  const std::vector<std::string> scheduleFlags{
-      "--lr",          "--min-lr",         "--warmup",
-      "--lr-schedule", "--schedule-steps", "--save-every",
-      "--val-data",    "--eval-every",     "--eval-steps"};
+  const std::vector<std::string> scheduleFlags{"--lr",
+                                               "--min-lr",
+                                               "--warmup",
+                                               "--lr-schedule",
+                                               "--schedule-steps",
+                                               "--save-every",
+                                               "--val-data",
+                                               "--eval-every",
+                                               "--eval-steps",
+                                               "--decay-fraction"};
   if (train) {
     valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
