@@ -8,8 +8,10 @@
 
 #include "runtime/core/sample_permutation.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <glob.h>
 #include <unistd.h>
 
 namespace loom {
@@ -20,6 +22,35 @@ namespace {
 /// hosts, which every supported target is.
 bool writeAll(std::FILE *f, const void *data, size_t bytes) {
   return std::fwrite(data, 1, bytes, f) == bytes;
+}
+
+bool isPattern(const std::string &path) {
+  return path.find_first_of("*?[") != std::string::npos;
+}
+
+/// The files `pattern` names, sorted (glob(3)'s order); a plain path is
+/// itself, so that opening it reports a missing file.
+Status expandShards(const std::string &pattern,
+                    std::vector<std::string> &paths) {
+  paths.clear();
+  if (!isPattern(pattern)) {
+    paths.push_back(pattern);
+    return Status::success();
+  }
+  glob_t found{};
+  const int rc = ::glob(pattern.c_str(), GLOB_ERR, nullptr, &found);
+  for (size_t i = 0; rc == 0 && i < found.gl_pathc; ++i)
+    paths.emplace_back(found.gl_pathv[i]);
+  ::globfree(&found);
+  LOOM_CHECK(rc != GLOB_NOMATCH,
+             "no token file matches '"
+                 << pattern
+                 << "'; check the directory and the pattern (quote it so "
+                    "that the shell does not expand it first)");
+  LOOM_CHECK(rc == 0, "cannot list the token files matching '"
+                          << pattern << "' (a directory on the way cannot be "
+                          << "read, or memory ran out)");
+  return Status::success();
 }
 
 } // namespace
@@ -65,39 +96,20 @@ Status writeTokenFile(const std::string &path,
   return Status::success();
 }
 
-Status TokenDataLoader::open(const std::string &path,
-                             const TokenDataConfig &config,
-                             std::unique_ptr<TokenDataLoader> &out) {
-  out.reset();
+Status TokenDataLoader::openShard(const std::string &path,
+                                  const TokenDataConfig &config, Shard &shard) {
   const int64_t B = config.batchSize, T = config.seqLen;
-  const int64_t D = config.dpSize;
-  LOOM_CHECK(B > 0 && T > 0, "token data '" << path << "': batch size (" << B
-                                            << ") and sequence length (" << T
-                                            << ") must be positive");
-  LOOM_CHECK(D > 0 && config.dpRank >= 0 && config.dpRank < D,
-             "token data '" << path << "': data-parallel rank " << config.dpRank
-                            << " is not in [0, " << D << ")");
-  LOOM_CHECK(B % D == 0, "token data '"
-                             << path << "': batch size " << B
-                             << " is not divisible by the data-parallel size "
-                             << D << "; choose a batch size that is a multiple "
-                             << "of " << D);
-  LOOM_CHECK(config.vocabSize >= 0,
-             "token data '" << path << "': negative vocab size");
-
-  std::unique_ptr<TokenDataLoader> loader(new TokenDataLoader());
-  loader->path = path;
-  loader->cfg = config;
-  loader->file = std::fopen(path.c_str(), "rb");
-  LOOM_CHECK(loader->file, "cannot open token file '"
-                               << path << "': " << std::strerror(errno)
-                               << "; pass an existing llm.c .bin file "
-                                  "(e.g. produced by a tokenizer script)");
+  shard.path = path;
+  shard.file = std::fopen(path.c_str(), "rb");
+  LOOM_CHECK(shard.file, "cannot open token file '"
+                             << path << "': " << std::strerror(errno)
+                             << "; pass an existing llm.c .bin file "
+                                "(e.g. produced by a tokenizer script)");
 
   // 1. Header.
   int32_t header[kTokenFileHeaderInts];
   size_t got =
-      std::fread(header, sizeof(int32_t), kTokenFileHeaderInts, loader->file);
+      std::fread(header, sizeof(int32_t), kTokenFileHeaderInts, shard.file);
   LOOM_CHECK(got == static_cast<size_t>(kTokenFileHeaderInts),
              "token file '" << path << "' is too short for its header: "
                             << got * sizeof(int32_t) << " of "
@@ -119,9 +131,9 @@ Status TokenDataLoader::open(const std::string &path,
                                         << "token count " << count);
 
   // 2. Declared count vs actual size.
-  LOOM_CHECK(std::fseek(loader->file, 0, SEEK_END) == 0,
+  LOOM_CHECK(std::fseek(shard.file, 0, SEEK_END) == 0,
              "cannot seek in token file '" << path << "'");
-  long fileBytes = std::ftell(loader->file);
+  long fileBytes = std::ftell(shard.file);
   const int64_t headerBytes = kTokenFileHeaderInts * sizeof(int32_t);
   const int64_t available = (fileBytes - headerBytes) / 2;
   LOOM_CHECK(count <= available,
@@ -129,42 +141,97 @@ Status TokenDataLoader::open(const std::string &path,
                             << " tokens but holds only " << available
                             << "; the file is truncated (re-create it)");
 
-  // 3. Enough tokens for one global batch (inputs plus the shifted target).
+  // 3. Enough tokens for one global batch (inputs plus the shifted target);
+  //    every shard, as llm.c asks, so that no shard is silently skipped.
   LOOM_CHECK(count - 1 >= B * T,
              "token file '" << path << "' has " << count
                             << " tokens, too few for one batch of " << B
                             << " x " << T << " (needs " << B * T + 1
                             << "); use a smaller batch or sequence length, "
                                "or more data");
-  loader->count = count;
-  loader->batches = (count - 1) / (B * T);
-  loader->sequences = (count - 1) / T;
+  shard.count = count;
+  return Status::success();
+}
+
+Status TokenDataLoader::open(const std::string &path,
+                             const TokenDataConfig &config,
+                             std::unique_ptr<TokenDataLoader> &out) {
+  out.reset();
+  const int64_t B = config.batchSize, T = config.seqLen;
+  const int64_t D = config.dpSize;
+  LOOM_CHECK(B > 0 && T > 0, "token data '" << path << "': batch size (" << B
+                                            << ") and sequence length (" << T
+                                            << ") must be positive");
+  LOOM_CHECK(D > 0 && config.dpRank >= 0 && config.dpRank < D,
+             "token data '" << path << "': data-parallel rank " << config.dpRank
+                            << " is not in [0, " << D << ")");
+  LOOM_CHECK(B % D == 0, "token data '"
+                             << path << "': batch size " << B
+                             << " is not divisible by the data-parallel size "
+                             << D << "; choose a batch size that is a multiple "
+                             << "of " << D);
+  LOOM_CHECK(config.vocabSize >= 0,
+             "token data '" << path << "': negative vocab size");
+
+  std::vector<std::string> paths;
+  LOOM_RETURN_IF_ERROR(expandShards(path, paths));
+  std::unique_ptr<TokenDataLoader> loader(new TokenDataLoader());
+  loader->path = path;
+  loader->cfg = config;
+  loader->shards.resize(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Shard &shard = loader->shards[i];
+    LOOM_RETURN_IF_ERROR(openShard(paths[i], config, shard));
+    shard.firstBatch = loader->batches;
+    shard.firstSequence = loader->sequences;
+    loader->count += shard.count;
+    loader->batches += (shard.count - 1) / (B * T);
+    loader->sequences += (shard.count - 1) / T;
+  }
   loader->buffer.resize(static_cast<size_t>(loader->localRows() * T + 1));
   out = std::move(loader);
   return Status::success();
 }
 
 TokenDataLoader::~TokenDataLoader() {
-  if (file)
-    std::fclose(file);
+  for (Shard &shard : shards)
+    if (shard.file)
+      std::fclose(shard.file);
 }
 
-Status TokenDataLoader::readTokens(int64_t first, int64_t n, int64_t at) {
+const TokenDataLoader::Shard &TokenDataLoader::shardOfBatch(int64_t b) const {
+  auto next = std::upper_bound(
+      shards.begin(), shards.end(), b,
+      [](int64_t v, const Shard &shard) { return v < shard.firstBatch; });
+  return *(next - 1);
+}
+
+const TokenDataLoader::Shard &
+TokenDataLoader::shardOfSequence(int64_t s) const {
+  auto next = std::upper_bound(
+      shards.begin(), shards.end(), s,
+      [](int64_t v, const Shard &shard) { return v < shard.firstSequence; });
+  return *(next - 1);
+}
+
+Status TokenDataLoader::readTokens(const Shard &shard, int64_t first,
+                                   int64_t n) {
   const int64_t headerBytes = kTokenFileHeaderInts * sizeof(int32_t);
-  LOOM_CHECK(std::fseek(file, static_cast<long>(headerBytes + first * 2),
+  LOOM_CHECK(std::fseek(shard.file, static_cast<long>(headerBytes + first * 2),
                         SEEK_SET) == 0,
-             "cannot seek to token " << first << " in '" << path << "'");
-  uint16_t *to = buffer.data() + at;
-  size_t got = std::fread(to, sizeof(uint16_t), static_cast<size_t>(n), file);
+             "cannot seek to token " << first << " in '" << shard.path << "'");
+  uint16_t *to = buffer.data();
+  size_t got =
+      std::fread(to, sizeof(uint16_t), static_cast<size_t>(n), shard.file);
   LOOM_CHECK(got == static_cast<size_t>(n),
              "short read in token file '"
-                 << path << "': wanted " << n << " tokens at position " << first
-                 << ", got " << got << "; was the file modified while "
+                 << shard.path << "': wanted " << n << " tokens at position "
+                 << first << ", got " << got << "; was the file modified while "
                  << "training?");
   if (cfg.vocabSize > 0) {
     for (int64_t i = 0; i < n; ++i)
       LOOM_CHECK(to[i] < cfg.vocabSize,
-                 "token file '" << path << "': token id " << to[i]
+                 "token file '" << shard.path << "': token id " << to[i]
                                 << " at position " << first + i
                                 << " is >= vocab_size " << cfg.vocabSize
                                 << "; the data was tokenized for a different "
@@ -180,11 +247,13 @@ Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
   const int64_t T = cfg.seqLen;
   const int64_t rows = localRows();
   if (!cfg.shuffle) {
-    // This rank's rows are contiguous in the file, plus one token for the
-    // last target.
-    const int64_t batchOffset = (step % batches) * cfg.batchSize * T;
+    // This rank's rows are contiguous in the batch's shard, plus one token
+    // for the last target.
+    const int64_t batch = step % batches;
+    const Shard &shard = shardOfBatch(batch);
+    const int64_t batchOffset = (batch - shard.firstBatch) * cfg.batchSize * T;
     LOOM_RETURN_IF_ERROR(
-        readTokens(batchOffset + firstRow() * T, rows * T + 1, 0));
+        readTokens(shard, batchOffset + firstRow() * T, rows * T + 1));
     for (int64_t i = 0; i < rows * T; ++i) {
       inputs[i] = buffer[i];
       targets[i] = buffer[i + 1];
@@ -192,8 +261,8 @@ Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
     return Status::success();
   }
   // Shuffled: each row is a sequence of its own (T + 1 tokens), in the
-  // order of its epoch's permutation; the permutation is rebuilt only when
-  // a batch crosses into the next epoch.
+  // order of its epoch's permutation of all shards' sequences; the
+  // permutation is rebuilt only when a batch crosses into the next epoch.
   int64_t epoch = -1;
   SamplePermutation perm(sequences, cfg.shuffleSeed, 0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -203,7 +272,9 @@ Status TokenDataLoader::loadBatch(int64_t step, int32_t *inputs,
       perm = SamplePermutation(sequences, cfg.shuffleSeed, epoch);
     }
     const int64_t sequence = perm(position % sequences);
-    LOOM_RETURN_IF_ERROR(readTokens(sequence * T, T + 1, 0));
+    const Shard &shard = shardOfSequence(sequence);
+    LOOM_RETURN_IF_ERROR(
+        readTokens(shard, (sequence - shard.firstSequence) * T, T + 1));
     for (int64_t t = 0; t < T; ++t) {
       inputs[r * T + t] = buffer[t];
       targets[r * T + t] = buffer[t + 1];

@@ -8,6 +8,13 @@
 // one. Data-parallel rank d of D takes rows [d*B/D, (d+1)*B/D), so the union
 // over ranks is exactly the single-rank batch.
 //
+// A data set larger than one file's int32 count (or split for convenience,
+// as llm.c's fineweb_train_000001.bin ...) is a list of shards named by a
+// glob pattern, read in sorted order as llm.c's dataloader does: the shards'
+// batches follow one another (batch b of the set is batch b - first_i of the
+// shard i holding it; no batch spans two shards), and a shuffled epoch
+// orders every sequence of every shard.
+//
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_TOKEN_DATA_H
 #define LOOM_RUNTIME_CORE_TOKEN_DATA_H
@@ -61,8 +68,10 @@ struct TokenDataConfig {
 /// than memory are fine.
 class TokenDataLoader {
 public:
-  /// Opens `path` and validates its header against `config`. On error `out`
-  /// is left empty and the Status names the file, the problem and a fix.
+  /// Opens `path` -- one token file, or a glob pattern (`*`, `?`, `[...]`)
+  /// naming shards, read in sorted order -- and validates every file's header
+  /// against `config`. On error `out` is left empty and the Status names the
+  /// file, the problem and a fix.
   static Status open(const std::string &path, const TokenDataConfig &config,
                      std::unique_ptr<TokenDataLoader> &out);
 
@@ -70,12 +79,15 @@ public:
   TokenDataLoader(const TokenDataLoader &) = delete;
   TokenDataLoader &operator=(const TokenDataLoader &) = delete;
 
-  /// Number of tokens the header declares.
+  /// Number of tokens the headers declare, all shards together.
   int64_t tokenCount() const { return count; }
   /// Number of distinct global batches before the reader wraps around.
   int64_t numBatches() const { return batches; }
-  /// Number of sequences a shuffled epoch orders: (count - 1) / seqLen.
+  /// Number of sequences a shuffled epoch orders: the sum over shards of
+  /// (count - 1) / seqLen.
   int64_t numSequences() const { return sequences; }
+  /// Number of files read (1 unless `path` was a pattern).
+  int64_t numShards() const { return static_cast<int64_t>(shards.size()); }
   /// Rows this rank receives per batch (batchSize / dpSize).
   int64_t localRows() const { return cfg.batchSize / cfg.dpSize; }
   /// First global row owned by this rank.
@@ -90,16 +102,32 @@ public:
 private:
   TokenDataLoader() = default;
 
+  /// One file of the data set, and where its batches and sequences start
+  /// among the set's.
+  struct Shard {
+    std::string path;
+    std::FILE *file = nullptr;
+    int64_t count = 0;
+    int64_t firstBatch = 0;
+    int64_t firstSequence = 0;
+  };
+  /// Opens and validates one file (header, size, one batch's tokens).
+  static Status openShard(const std::string &path, const TokenDataConfig &cfg,
+                          Shard &shard);
+  /// The shard holding the set's batch `b` (sequence `s`), by its starts.
+  const Shard &shardOfBatch(int64_t b) const;
+  const Shard &shardOfSequence(int64_t s) const;
+
   std::string path;
   TokenDataConfig cfg;
-  std::FILE *file = nullptr;
+  std::vector<Shard> shards;
   int64_t count = 0;
   int64_t batches = 0;
   int64_t sequences = 0;
   std::vector<uint16_t> buffer;
-  /// Reads `n` tokens from token `first` into buffer[at...] and checks them
-  /// against the vocabulary.
-  Status readTokens(int64_t first, int64_t n, int64_t at);
+  /// Reads `n` tokens from token `first` of `shard` into buffer[0...] and
+  /// checks them against the vocabulary.
+  Status readTokens(const Shard &shard, int64_t first, int64_t n);
 };
 
 } // namespace loom

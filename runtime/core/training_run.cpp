@@ -325,18 +325,35 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                   " rows of each batch\n",
                   comm.size(), meshString(comm.mesh()).c_str(), comm.backend(),
                   localB);
+    char decay[64] = "";
+    if (schedule.kind == LrSchedule::Kind::WSD)
+      std::snprintf(decay, sizeof(decay), " decaying over the last %g%%",
+                    100.0 * schedule.decayFraction);
     if (training)
-      std::printf(
-          "training: %" PRId64 " micro-batch(es) of %" PRId64
-          " rows, %u update instructions, steps %" PRId64 "..%" PRId64
-          ", lr %g (%s, warmup %" PRId64 ", min %g, over %" PRId64 " steps)\n",
-          M, localB / M, updates ? updates->size() : 0u, startStep,
-          startStep + opts.steps, opts.lr, LrSchedule::name(opts.schedule),
-          opts.warmup, opts.minLr, schedule.totalSteps);
+      std::printf("training: %" PRId64 " micro-batch(es) of %" PRId64
+                  " rows, %u update instructions, steps %" PRId64 "..%" PRId64
+                  ", lr %g (%s%s, warmup %" PRId64 ", min %g, over %" PRId64
+                  " steps)\n",
+                  M, localB / M, updates ? updates->size() : 0u, startStep,
+                  startStep + opts.steps, opts.lr,
+                  LrSchedule::name(opts.schedule), decay, opts.warmup,
+                  opts.minLr, schedule.totalSteps);
     else if (pipelined)
       std::printf("evaluation: %" PRId64 " micro-batch(es) of %" PRId64
                   " rows through the pipeline (forward only)\n",
                   M, localB / M);
+    // What a pattern matched, so that a missing shard shows before step 0.
+    auto describeData = [&](const char *what, const std::string &path,
+                            const TokenDataLoader &loader, bool shuffled) {
+      std::printf("%s: %s: %" PRId64 " tokens in %" PRId64 " file(s), %" PRId64
+                  " batches of %" PRId64 " x %" PRId64 "%s\n",
+                  what, path.c_str(), loader.tokenCount(), loader.numShards(),
+                  loader.numBatches(), B, T,
+                  shuffled ? ", sequences shuffled each epoch" : "");
+    };
+    describeData("data", opts.data, *data, opts.shuffle);
+    if (valData)
+      describeData("validation data", opts.valData, *valData, false);
     std::fflush(stdout);
   }
 

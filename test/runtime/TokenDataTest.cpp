@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <unistd.h>
 
@@ -260,6 +261,150 @@ TEST(TokenData, ClearErrorsForBadFiles) {
 
   for (const auto &p : {shortHdr, badMagic, badVersion, truncated, small})
     std::remove(p.c_str());
+}
+
+/// A fresh directory for a test's shards.
+std::string shardDir(const std::string &name) {
+  const std::string dir = tempPath(name);
+  std::system(("rm -rf '" + dir + "' && mkdir -p '" + dir + "'").c_str());
+  return dir;
+}
+
+TEST(TokenData, ShardsFollowOneAnotherInSortedOrder) {
+  // Three shards of 2, 1 and 3 batches of 4 x 8 (with spare tokens that no
+  // batch reads), written out of order: the set reads them sorted.
+  const std::string dir = shardDir("shards");
+  const int64_t B = 4, T = 8, BT = B * T;
+  const std::vector<int64_t> counts{2 * BT + 6, BT + 1, 3 * BT + 1};
+  const std::vector<std::string> names{"train_000.bin", "train_001.bin",
+                                       "train_002.bin"};
+  std::vector<std::vector<int32_t>> shards;
+  for (size_t i = 0; i < counts.size(); ++i)
+    shards.push_back(iota(counts[i], 1000 + 100 * static_cast<int32_t>(i)));
+  for (int i : {2, 0, 1})
+    ASSERT_TRUE(writeTokenFile(dir + "/" + names[i], shards[i]).ok());
+  ASSERT_TRUE(writeTokenFile(dir + "/other.bin", iota(BT + 1)).ok());
+  TokenDataConfig cfg;
+  cfg.batchSize = B;
+  cfg.seqLen = T;
+  cfg.vocabSize = 2000;
+  std::unique_ptr<TokenDataLoader> loader;
+  Status s = TokenDataLoader::open(dir + "/train_*.bin", cfg, loader);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(loader->numShards(), 3);
+  EXPECT_EQ(loader->numBatches(), 6);
+  EXPECT_EQ(loader->tokenCount(), counts[0] + counts[1] + counts[2]);
+  EXPECT_EQ(loader->numSequences(),
+            (counts[0] - 1) / T + (counts[1] - 1) / T + (counts[2] - 1) / T);
+  // Batch b: (shard, its batch); 6 and 8 wrap to 0 and 2.
+  const std::vector<std::pair<int, int64_t>> where{{0, 0}, {0, 1}, {1, 0},
+                                                   {2, 0}, {2, 1}, {2, 2}};
+  std::vector<int32_t> in(BT), tg(BT);
+  for (int64_t step : {0, 1, 2, 3, 4, 5, 6, 8}) {
+    ASSERT_TRUE(loader->loadBatch(step, in.data(), tg.data()).ok());
+    const auto [shard, batch] = where[step % 6];
+    for (int64_t i = 0; i < BT; ++i) {
+      ASSERT_EQ(in[i], shards[shard][batch * BT + i]) << step << " " << i;
+      ASSERT_EQ(tg[i], shards[shard][batch * BT + i + 1]) << step << " " << i;
+    }
+  }
+  // Data-parallel ranks split each shard's batch as they split a file's.
+  for (int64_t d = 0; d < 2; ++d) {
+    TokenDataConfig rc = cfg;
+    rc.dpRank = d;
+    rc.dpSize = 2;
+    std::unique_ptr<TokenDataLoader> rank;
+    ASSERT_TRUE(TokenDataLoader::open(dir + "/train_*.bin", rc, rank).ok());
+    std::vector<int32_t> rin(BT / 2), rtg(BT / 2);
+    ASSERT_TRUE(rank->loadBatch(2, rin.data(), rtg.data()).ok());
+    for (int64_t i = 0; i < BT / 2; ++i) {
+      EXPECT_EQ(rin[i], shards[1][d * BT / 2 + i]);
+      EXPECT_EQ(rtg[i], shards[1][d * BT / 2 + i + 1]);
+    }
+  }
+  // A plain path is one file, even among shards.
+  ASSERT_TRUE(TokenDataLoader::open(dir + "/" + names[1], cfg, loader).ok());
+  EXPECT_EQ(loader->numShards(), 1);
+  EXPECT_EQ(loader->numBatches(), 1);
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(TokenData, ShuffledEpochsReadEveryShardsSequencesOnce) {
+  // Token values are unique over the set (shard i holds i*1000 + position),
+  // so a row's first input names its shard and sequence.
+  const std::string dir = shardDir("shuffled_shards");
+  const int64_t B = 4, T = 8;
+  const std::vector<int64_t> sequencesPerShard{5, 11, 7}; // 23: mid-batch
+  int64_t ns = 0;
+  for (size_t i = 0; i < sequencesPerShard.size(); ++i) {
+    std::vector<int32_t> tokens(sequencesPerShard[i] * T + 1);
+    for (size_t k = 0; k < tokens.size(); ++k)
+      tokens[k] = static_cast<int32_t>(1000 * i + k);
+    ASSERT_TRUE(
+        writeTokenFile(dir + "/part" + std::to_string(i) + ".bin", tokens)
+            .ok());
+    ns += sequencesPerShard[i];
+  }
+  TokenDataConfig cfg;
+  cfg.batchSize = B;
+  cfg.seqLen = T;
+  cfg.shuffle = true;
+  cfg.shuffleSeed = 7;
+  std::unique_ptr<TokenDataLoader> loader;
+  ASSERT_TRUE(TokenDataLoader::open(dir + "/part?.bin", cfg, loader).ok());
+  ASSERT_EQ(loader->numSequences(), ns);
+  std::vector<int32_t> in(B * T), tg(B * T), order;
+  for (int64_t step = 0; step * B < 2 * ns; ++step) {
+    ASSERT_TRUE(loader->loadBatch(step, in.data(), tg.data()).ok());
+    for (int64_t r = 0; r < B; ++r) {
+      const int32_t first = in[r * T];
+      ASSERT_EQ(first % 1000 % T, 0) << "row " << r << " of step " << step;
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_EQ(in[r * T + t], first + t);
+        ASSERT_EQ(tg[r * T + t], first + t + 1);
+      }
+      order.push_back(first);
+    }
+  }
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int32_t> seen(order.begin() + epoch * ns,
+                              order.begin() + (epoch + 1) * ns);
+    std::sort(seen.begin(), seen.end());
+    std::vector<int32_t> all;
+    for (size_t i = 0; i < sequencesPerShard.size(); ++i)
+      for (int64_t q = 0; q < sequencesPerShard[i]; ++q)
+        all.push_back(static_cast<int32_t>(1000 * i + q * T));
+    EXPECT_EQ(seen, all) << "epoch " << epoch;
+  }
+  // The shards' sequences are interleaved, not read shard after shard.
+  std::vector<int32_t> firstEpoch(order.begin(), order.begin() + ns);
+  EXPECT_FALSE(std::is_sorted(firstEpoch.begin(), firstEpoch.end()));
+  std::system(("rm -rf '" + dir + "'").c_str());
+}
+
+TEST(TokenData, ClearErrorsForBadShards) {
+  const std::string dir = shardDir("bad_shards");
+  std::string e = openError(dir + "/train_*.bin", 1, 4);
+  EXPECT_NE(e.find("no token file matches '" + dir + "/train_*.bin'"),
+            std::string::npos)
+      << e;
+  ASSERT_TRUE(writeTokenFile(dir + "/train_0.bin", iota(100)).ok());
+  ASSERT_TRUE(writeTokenFile(dir + "/train_1.bin", iota(20)).ok());
+  EXPECT_EQ(openError(dir + "/train_*.bin", 2, 8), ""); // 17 tokens a batch
+  e = openError(dir + "/train_*.bin", 4, 8);
+  EXPECT_NE(e.find("'" + dir +
+                   "/train_1.bin' has 20 tokens, too few for one "
+                   "batch"),
+            std::string::npos)
+      << e;
+  std::vector<int32_t> header(256, 0);
+  header[0] = 4242;
+  writeRaw(dir + "/train_2.bin", header, std::vector<uint16_t>(50, 1));
+  e = openError(dir + "/train_*.bin", 2, 8);
+  EXPECT_NE(e.find("'" + dir + "/train_2.bin' has bad magic 4242"),
+            std::string::npos)
+      << e;
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(TokenData, TokenOutsideVocabNamesPositionAndId) {

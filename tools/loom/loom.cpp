@@ -85,6 +85,8 @@ optimizer flags (train):
     in F: one file per save, e.g. ckpt-{step}.safetensors; else F is replaced).
   --shuffle reads the --data sequences in a new order each epoch (seeded by
     --seed; every sequence once per epoch; a resumed run continues the order).
+  --data and --val-data take a token file or a quoted glob pattern of shards
+    ('data/train_*.bin': the files in sorted order, as llm.c reads them).
   --val-data F [--eval-every N] [--eval-steps K]: validation loss of the
     weights on K batches of F (default: F's batches, at most 100) after every
     N steps and after the last, logged as {"step", "val_loss"}.
@@ -131,7 +133,12 @@ std::optional<Invocation> parse(const std::string &command,
                                 const std::set<std::string> &switchFlags) {
   Invocation inv;
   inv.command = command;
+  // The flag whose value the previous argument was (a stray argument after
+  // --data's is most likely a pattern the shell expanded).
+  std::string previousFlag;
   for (size_t i = 0; i < args.size(); ++i) {
+    const std::string valueOf = previousFlag;
+    previousFlag.clear();
     std::string flag = args[i], value;
     bool inlineValue = false;
     if (size_t eq = flag.find('='); eq != std::string::npos &&
@@ -149,6 +156,9 @@ std::optional<Invocation> parse(const std::string &command,
         return std::nullopt;
       }
       value = args[++i];
+      previousFlag = flag;
+    } else if (inlineValue) {
+      previousFlag = flag;
     }
     std::string error;
     if (parseStrategyFlag(flag, value, inv.strategy, error)) {
@@ -162,6 +172,14 @@ std::optional<Invocation> parse(const std::string &command,
       inv.values[flag] = value;
     } else if (switchFlags.count(flag) && !inlineValue) {
       inv.switches.insert(flag);
+    } else if ((valueOf == "--data" || valueOf == "--val-data") &&
+               args[i].rfind("-", 0) != 0) {
+      fail(command, "unexpected argument '" + args[i] + "' after " + valueOf +
+                        "'s value: " + valueOf +
+                        " takes one token file or a glob pattern naming "
+                        "shards, quoted so that the shell passes it whole (" +
+                        valueOf + " 'data/train_*.bin')");
+      return std::nullopt;
     } else {
       fail(command, "unknown argument '" + args[i] + "'\n" + kUsage);
       return std::nullopt;
