@@ -15,6 +15,7 @@
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
 #include "runtime/core/sampler.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
 #include "runtime/program/program.h"
@@ -193,7 +194,7 @@ std::string rankPath(const std::string &path, int rank) {
 } // namespace
 
 Status runProgram(const RunOptions &optsIn, Communicator &comm,
-                  const ExecutorBackendFactory &backend) {
+                  const ExecutorBackendFactory &backend, RunOutcome *outcome) {
   RunOptions opts = optsIn;
   const bool multi = comm.size() > 1;
   const bool lead = comm.rank() == 0;
@@ -358,7 +359,12 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   }
 
   // 4. Steps (numbered from the checkpoint's step count when resuming).
-  const int64_t lastStep = startStep + opts.steps;
+  //    A stop request moves the end to the step it came in.
+  int64_t lastStep = startStep + opts.steps;
+  int stopSignal = 0;
+  std::vector<uint32_t> everyAxis;
+  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
+    everyAxis.push_back(a);
   // Counted between steps (periodic checkpoints gather sharded tensors,
   // validations run forwards): not a training step's traffic.
   CommStats betweenSteps;
@@ -499,6 +505,19 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     // step is validated here too; its save comes after the summary.
     const int64_t done = s + 1;
     const CommStats before = comm.stats();
+    // A stop request (stop_request.h) on any rank ends the run here on
+    // all: the request is all-reduced, so the ranks stop after the same
+    // step even when the signal reached them at different times.
+    if (done < lastStep) {
+      float stop = static_cast<float>(stopRequestSignal());
+      if (multi)
+        LOOM_RETURN_IF_ERROR(comm.allReduceHost(
+            &stop, 1, program::DType::F32, program::Reduction::Max, everyAxis));
+      if (stop > 0) {
+        stopSignal = static_cast<int>(stop);
+        lastStep = done; // saved below, as after a last step
+      }
+    }
     if (training && done < lastStep) {
       if (opts.saveEvery > 0 && done % opts.saveEvery == 0)
         LOOM_RETURN_IF_ERROR(saveCheckpoint(
@@ -506,17 +525,18 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
       if (valData && opts.evalEvery > 0 && done % opts.evalEvery == 0)
         LOOM_RETURN_IF_ERROR(validate(done));
     }
-    if (training && valData && done == lastStep)
+    if (training && valData && done == lastStep && !stopSignal)
       LOOM_RETURN_IF_ERROR(validate(done));
     addStats(betweenSteps, statsSince(before, comm.stats()));
   }
+  const int64_t stepsRun = lastStep - startStep;
 
   // 5. Summary (every rank's numbers gathered to all, rank 0 writes),
   //    checkpoint, trace.
-  const double meanLoss = opts.steps > 0 ? lossSum / opts.steps : std::nan("");
+  const double meanLoss = stepsRun > 0 ? lossSum / stepsRun : std::nan("");
   // Before the gather below; without what was sent between steps.
   const CommStats stepStats = statsSince(betweenSteps, comm.stats());
-  const int64_t steps = std::max<int64_t>(opts.steps, 1);
+  const int64_t steps = std::max<int64_t>(stepsRun, 1);
   // One row of int64 per rank: the fixed fields, then per communication
   // kind the bytes sent, then (when the program carries the compiler's
   // predictions) the predicted ones. Each rank runs its own stage, so the
@@ -580,9 +600,6 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
       mine[kPredictedSent + k] = predicted(static_cast<CommKind>(k));
   }
   std::vector<int64_t> all(mine.size() * comm.size());
-  std::vector<uint32_t> everyAxis;
-  for (uint32_t a = 0; a < comm.mesh().size(); ++a)
-    everyAxis.push_back(a);
   LOOM_RETURN_IF_ERROR(comm.allGatherHost(mine.data(), all.data(),
                                           static_cast<int64_t>(mine.size()) * 2,
                                           program::DType::I32, everyAxis));
@@ -667,9 +684,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   JsonValue summary = JsonValue::object();
   summary.set("summary", JsonValue::boolean(true));
   summary.set("ranks", JsonValue::array(rankEntries));
-  summary.set("steps", JsonValue::integer(opts.steps));
+  summary.set("steps", JsonValue::integer(stepsRun));
+  if (stopSignal)
+    summary.set("stopped_by", JsonValue::string(stopSignalName(stopSignal)));
   summary.set("mean_loss", JsonValue::number(meanLoss));
-  if (valData && opts.steps > 0)
+  if (valData && stepsRun > 0 && !std::isnan(lastValLoss))
     summary.set("val_loss", JsonValue::number(lastValLoss));
   LOOM_RETURN_IF_ERROR(log.write(summary));
   LOOM_RETURN_IF_ERROR(log.close());
@@ -684,12 +703,32 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     std::printf(
         "done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
         "%s (planned arena %s%s), peak RSS %s\n",
-        opts.steps, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
+        stepsRun, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
         formatBytes(stage.arena_bytes()).c_str(),
         ex->bf16StagingBytes() > 0
             ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
             : "",
         formatBytes(rssPeakBytes()).c_str());
+  if (stopSignal && lead) {
+    // On stderr, --quiet or not: a script must see why the run is short.
+    const int64_t planned = startStep + opts.steps;
+    std::string saved = "nothing saved (no --save-checkpoint)";
+    if (!opts.saveCheckpoint.empty()) {
+      const std::string path = checkpointPathAt(opts.saveCheckpoint, lastStep);
+      saved = "saved " + path;
+      if (training)
+        saved += "; resume with --load-checkpoint " + path + " --steps " +
+                 std::to_string(planned - lastStep) + " for the rest";
+    }
+    std::fprintf(stderr,
+                 "loom-run: stopped by %s after step %" PRId64 " of %" PRId64
+                 ": %s\n",
+                 stopSignalName(stopSignal), lastStep, planned, saved.c_str());
+  }
+  if (outcome) {
+    outcome->stepsRun = stepsRun;
+    outcome->stopSignal = stopSignal;
+  }
   return Status::success();
 }
 

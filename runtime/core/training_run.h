@@ -31,13 +31,26 @@ using ExecutorBackendFactory =
     std::function<Status(std::unique_ptr<KernelBackend> &kernels,
                          std::unique_ptr<BufferMemory> &memory)>;
 
+/// How a run that succeeded ended.
+struct RunOutcome {
+  /// The steps run (opts.steps unless a stop request ended the run early).
+  int64_t stepsRun = 0;
+  /// The signal that stopped the run before its last step (stop_request.h;
+  /// any rank's), 0 when it ran them all.
+  int stopSignal = 0;
+};
+
 /// Runs `opts.steps` steps of the program on this rank (`comm`: the world,
 /// laid out over the program's mesh here; a multi-rank job runs the stage
 /// of its pp coordinate): a training program trains (and saves
 /// --save-checkpoint after the last step), an evaluation program reports
 /// the loss. Rank 0 prints progress unless --quiet and writes the JSON log.
+/// A stop request (any rank's, agreed on after every step) ends the run
+/// after the step in progress as if it had been the last: summary, and
+/// for training the checkpoint of the steps done.
 Status runProgram(const RunOptions &opts, Communicator &comm,
-                  const ExecutorBackendFactory &backend = {});
+                  const ExecutorBackendFactory &backend = {},
+                  RunOutcome *outcome = nullptr);
 
 /// --sample: greedy generation after --prompt on this process alone (its
 /// own single-rank communicator), the text on stdout.

@@ -15,12 +15,15 @@
 #include "runtime/core/run_options.h"
 #include "runtime/core/safetensors.h"
 #include "runtime/core/sampler.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/core/token_data.h"
+#include "runtime/core/training_run.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -662,6 +665,48 @@ TEST_F(LoomRun, TrainingStepsZeroSavesTheInitialModel) {
   EXPECT_NE(out.find("step 2/2 | loss "), std::string::npos) << out;
   EXPECT_NE(out.find(" | lr 5.0000e-01 | grad norm "), std::string::npos)
       << out;
+}
+
+TEST_F(LoomRun, StopRequestEndsTheRunAfterTheStepInProgress) {
+  // The request is already there when the run starts: step 1 completes,
+  // the run stops after it and saves its checkpoint (stop_request.h).
+  const std::string train = tempPath("train.loom");
+  writeText(train, serialize(*miniGptTrain()));
+  RunOptions o;
+  o.program = train;
+  o.data = data;
+  o.steps = 5;
+  o.quiet = true;
+  o.logJson = tempPath("l1.jsonl");
+  o.saveCheckpoint = tempPath("{step}.safetensors");
+  SingleRankCommunicator comm;
+  installStopRequestHandlers();
+  std::raise(SIGUSR1);
+  EXPECT_EQ(stopRequestSignal(), SIGUSR1);
+  RunOutcome outcome;
+  Status s = runProgram(o, comm, {}, &outcome);
+  resetStopRequest();
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(outcome.stepsRun, 1);
+  EXPECT_EQ(outcome.stopSignal, SIGUSR1);
+  const auto log = readLog(o.logJson);
+  ASSERT_EQ(log.size(), 2u); // step 0, the summary
+  EXPECT_EQ(log[0].find("step")->asInt(), 0);
+  EXPECT_EQ(log[1].find("steps")->asInt(), 1);
+  EXPECT_EQ(log[1].find("stopped_by")->asString(), "SIGUSR1");
+  SafetensorsFile f;
+  ASSERT_TRUE(readSafetensors(checkpointPathAt(o.saveCheckpoint, 1), f).ok());
+  EXPECT_EQ(f.metadata["step"], "1");
+  std::remove(checkpointPathAt(o.saveCheckpoint, 1).c_str());
+
+  // Without a request the run goes to its last step and says so.
+  EXPECT_EQ(stopRequestSignal(), 0);
+  s = runProgram(o, comm, {}, &outcome);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(outcome.stepsRun, 5);
+  EXPECT_EQ(outcome.stopSignal, 0);
+  EXPECT_EQ(readLog(o.logJson).back().find("stopped_by"), nullptr);
+  std::remove(checkpointPathAt(o.saveCheckpoint, 5).c_str());
 }
 
 } // namespace

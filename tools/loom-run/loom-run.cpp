@@ -53,6 +53,7 @@
 #include "runtime/core/backend_support.h"
 #include "runtime/core/communicator.h"
 #include "runtime/core/run_options.h"
+#include "runtime/core/stop_request.h"
 #include "runtime/core/training_run.h"
 #ifdef LOOM_HAVE_CUDA
 #include "runtime/cuda/check.h"
@@ -272,11 +273,20 @@ int main(int argc, char **argv) {
     // failing one names itself and aborts its NCCL communicators.
     if (backend.comm->size() > comm->size())
       gComm = backend.comm;
-    s = opts.sample >= 0 ? runSample(opts, backend.factory)
-                         : runProgram(opts, *backend.comm, backend.factory);
+    if (opts.sample >= 0) {
+      s = runSample(opts, backend.factory);
+      return s.ok() ? 0 : fail(s.message(), /*usage=*/false);
+    }
+    // Ctrl-C, SIGTERM or SIGUSR1 (mpirun's forwarding) stop the run after
+    // the step in progress, which saves --save-checkpoint.
+    installStopRequestHandlers();
+    RunOutcome outcome;
+    s = runProgram(opts, *backend.comm, backend.factory, &outcome);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
-    return 0;
+    // A run cut short is not a success, though it ended cleanly: the
+    // status a shell gives a command the signal ended.
+    return outcome.stopSignal ? 128 + outcome.stopSignal : 0;
   } catch (const std::exception &e) {
     return fail(std::string("internal error: ") + e.what(), false);
   } catch (...) {

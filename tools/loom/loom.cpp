@@ -19,6 +19,7 @@
 #include "passes/Lowering/ProgramEmitter.h"
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
+#include "tools/loom/ChildProcess.h"
 #include "tools/loom/Placement.h"
 #include "tools/loom/Plan.h"
 #include "tools/loom/StrategyFlags.h"
@@ -629,17 +630,27 @@ int runProgram(const char *argv0, const std::string &command,
         launcher = *mpirun;
         ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-        std::vector<std::string> mpiArgs{launcher, "-np", std::to_string(ranks),
-                                         "--oversubscribe", "-x",
+        // --stdin none: mpirun runs in a background process group of its
+        // own (ChildProcess.h), where reading the terminal would stop it.
+        std::vector<std::string> mpiArgs{launcher,
+                                         "-np",
+                                         std::to_string(ranks),
+                                         "--oversubscribe",
+                                         "--stdin",
+                                         "none",
+                                         "-x",
                                          "OMP_NUM_THREADS=1"};
         runArgs.insert(runArgs.begin(), mpiArgs.begin(), mpiArgs.end());
       }
-      std::vector<llvm::StringRef> refs(runArgs.begin(), runArgs.end());
-      std::string error;
-      rc = llvm::sys::ExecuteAndWait(launcher, refs, std::nullopt, {}, 0, 0,
-                                     &error);
+      const ::loom::cli::ChildResult child =
+          ::loom::cli::runPassingOnStopSignals(runArgs, ranks > 1);
+      rc = child.status;
       if (rc < 0)
-        rc = fail(command, "loom-run did not finish: " + error);
+        rc = fail(command, "loom-run did not finish: " + child.error);
+      else if (child.stopSignal && rc != 0)
+        // Stopped on request (loom-run said after which step): the exit
+        // status a shell gives a command the signal ended.
+        rc = 128 + child.stopSignal;
     }
   }
   llvm::sys::fs::remove_directories(dir);
