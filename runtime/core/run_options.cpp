@@ -1,6 +1,8 @@
 //===- run_options.cpp - loom-run's command line ----------------*- C++ -*-===//
 #include "runtime/core/run_options.h"
 
+#include "runtime/core/sampler.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -55,9 +57,15 @@ const char *const kLoomRunUsage =
     "  --eval-steps K          batches per validation (default: F's batches\n"
     "                          for this batch and seq, at most 100)\n"
     "Sampling (evaluation programs; no --data / --steps):\n"
-    "  --sample N              generate N tokens greedily after the prompt\n"
+    "  --sample N              generate N tokens after the prompt (greedy\n"
+    "                          unless --temperature)\n"
     "                          and print the text (tokens are bytes)\n"
     "  --prompt TEXT           the text to continue (bytes < vocab_size)\n"
+    "  --temperature T         draw from softmax(logits / T) instead of\n"
+    "                          the argmax (default 0: greedy); --seed S\n"
+    "                          seeds the draws\n"
+    "  --top-k K               with --temperature: draw among the K most\n"
+    "                          likely tokens only (default 0: all)\n"
     "  --help                  show this message\n";
 
 namespace {
@@ -94,6 +102,7 @@ Status parseNonNegative(const std::string &flag, const std::string &text,
 Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
   help = false;
   bool hasDecayFraction = false;
+  bool hasSamplingFlag = false; // --temperature or --top-k
   std::vector<std::string> positional;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -140,6 +149,8 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--schedule-steps",
                                     "--sample",
                                     "--prompt",
+                                    "--temperature",
+                                    "--top-k",
                                     "--backend",
                                     "--save-every",
                                     "--val-data",
@@ -168,6 +179,13 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
     } else if (flag == "--prompt") {
       opts.prompt = value;
       opts.hasPrompt = true;
+    } else if (flag == "--temperature") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.temperature));
+      hasSamplingFlag = true;
+    } else if (flag == "--top-k") {
+      LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
+      opts.topK = static_cast<int64_t>(n);
+      hasSamplingFlag = true;
     } else if (flag == "--sample") {
       LOOM_RETURN_IF_ERROR(parseUnsigned(flag, value, INT32_MAX, n));
       opts.sample = static_cast<int64_t>(n);
@@ -244,8 +262,14 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                                 : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");
-    return Status::success();
+    SamplingConfig sampling;
+    sampling.temperature = opts.temperature;
+    sampling.topK = opts.topK;
+    return checkSamplingConfig(sampling);
   }
+  LOOM_CHECK(!hasSamplingFlag, "--temperature and --top-k choose how --sample "
+                               "draws tokens; add --sample N --prompt TEXT or "
+                               "drop them");
   LOOM_CHECK(!hasDecayFraction || opts.schedule == LrSchedule::Kind::WSD,
              "--decay-fraction shapes --lr-schedule wsd (the schedule is "
                  << LrSchedule::name(opts.schedule)

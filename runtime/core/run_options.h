@@ -27,6 +27,9 @@ struct RunOptions {
   int64_t sample = -1; // --sample N; -1: not sampling
   std::string prompt;
   bool hasPrompt = false;
+  /// --temperature T (0: greedy) and --top-k K (0: all) of --sample.
+  double temperature = 0.0;
+  int64_t topK = 0;
   bool trainingFlags = false; // any of --lr ... --schedule-steps
   double lr = 1e-3, minLr = 0.0;
   int64_t warmup = 0;

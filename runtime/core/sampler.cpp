@@ -1,4 +1,4 @@
-//===- sampler.cpp - Greedy byte-level text sampling ------------*- C++ -*-===//
+//===- sampler.cpp - Byte-level text sampling -------------------*- C++ -*-===//
 //
 // One forward per generated token over the whole batch (row 0 carries the
 // context, the other rows are zero); no KV cache, which the program format
@@ -10,8 +10,11 @@
 #include "runtime/core/bfloat16.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <limits>
 
 namespace loom {
 
@@ -107,8 +110,91 @@ Status promptTokens(const std::string &prompt, int64_t vocabSize,
   return Status::success();
 }
 
-Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
-                    int64_t count) {
+namespace {
+
+/// SplitMix64's finalizer: a well-mixed 64-bit value of `x`.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+/// A uniform number in [0, 1) of (seed, n) alone: 53 random bits.
+double uniformOf(uint64_t seed, uint64_t n) {
+  return static_cast<double>(mix64(mix64(seed) ^ n) >> 11) * 0x1.0p-53;
+}
+
+} // namespace
+
+Status checkSamplingConfig(const SamplingConfig &c) {
+  LOOM_CHECK(std::isfinite(c.temperature) && c.temperature >= 0,
+             "--temperature must be a finite number >= 0 (0: greedy), got "
+                 << c.temperature);
+  LOOM_CHECK(c.topK >= 0,
+             "--top-k must be >= 0 (0: every token), got " << c.topK);
+  LOOM_CHECK(c.topK == 0 || c.temperature > 0,
+             "--top-k " << c.topK
+                        << " restricts a random draw, but sampling is greedy "
+                           "without a temperature; add --temperature T "
+                           "(e.g. 0.8) or drop --top-k");
+  return Status::success();
+}
+
+int32_t chooseToken(const float *logits, int64_t vocab, const SamplingConfig &c,
+                    uint64_t n) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < vocab; ++v)
+    // Strict: ties keep the lowest id; a number replaces a NaN, never the
+    // other way round.
+    if (!std::isnan(logits[v]) &&
+        (std::isnan(logits[best]) || logits[v] > logits[best]))
+      best = v;
+  if (c.temperature <= 0 || std::isnan(logits[best]) ||
+      std::isinf(logits[best]))
+    return static_cast<int32_t>(best);
+  // The k-th largest logit: those below it are out (nanoGPT's top_k keeps
+  // the ones equal to it too).
+  float threshold = -std::numeric_limits<float>::infinity();
+  if (c.topK > 0 && c.topK < vocab) {
+    std::vector<float> sorted;
+    sorted.reserve(static_cast<size_t>(vocab));
+    for (int64_t v = 0; v < vocab; ++v)
+      if (!std::isnan(logits[v]))
+        sorted.push_back(logits[v]);
+    if (static_cast<int64_t>(sorted.size()) > c.topK) {
+      std::nth_element(sorted.begin(), sorted.begin() + (c.topK - 1),
+                       sorted.end(), std::greater<float>());
+      threshold = sorted[static_cast<size_t>(c.topK - 1)];
+    }
+  }
+  // softmax((logit - max) / T) in double; the draw walks the cumulative
+  // weights in id order.
+  std::vector<double> weight(static_cast<size_t>(vocab), 0.0);
+  double total = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    if (!std::isnan(logits[v]) && logits[v] >= threshold) {
+      weight[v] = std::exp((static_cast<double>(logits[v]) - logits[best]) /
+                           c.temperature);
+      total += weight[v];
+    }
+  const double target = uniformOf(c.seed, n) * total;
+  double sum = 0;
+  int64_t last = best;
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (weight[v] <= 0)
+      continue;
+    sum += weight[v];
+    last = v;
+    if (target < sum)
+      return static_cast<int32_t>(v);
+  }
+  return static_cast<int32_t>(last); // rounding left the target at the end
+}
+
+Status sampleTokens(Executor &ex, std::vector<int32_t> &tokens, int64_t count,
+                    const SamplingConfig &config) {
+  LOOM_RETURN_IF_ERROR(checkSamplingConfig(config));
   SamplerLayout l;
   LOOM_RETURN_IF_ERROR(findSamplerLayout(ex, l));
   LOOM_CHECK(count >= 0, "cannot sample " << count << " tokens");
@@ -144,7 +230,7 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
         "sampling token " + std::to_string(n + 1) + " of " +
         std::to_string(count)));
     // Row L - 1 of the logits (the first row of the batch); bf16 logits
-    // (mixed precision) are widened, exactly, before the same argmax.
+    // (mixed precision) are widened, exactly, before the same choice.
     if (bf16) {
       LOOM_RETURN_IF_ERROR(ex.bufferMemory().copyOut(
           narrow.data(),
@@ -159,11 +245,8 @@ Status sampleGreedy(Executor &ex, std::vector<int32_t> &tokens,
               (L - 1) * l.paddedVocab,
           row.size() * sizeof(float)));
     }
-    int64_t best = 0;
-    for (int64_t v = 1; v < l.vocab; ++v)
-      if (row[v] > row[best]) // strict: ties keep the lowest id; NaN never wins
-        best = v;
-    tokens.push_back(static_cast<int32_t>(best));
+    tokens.push_back(
+        chooseToken(row.data(), l.vocab, config, static_cast<uint64_t>(n)));
   }
   return Status::success();
 }

@@ -1,12 +1,15 @@
-//===- sampler.h - Greedy byte-level text sampling --------------*- C++ -*-===//
+//===- sampler.h - Byte-level text sampling ---------------------*- C++ -*-===//
 //
 // Shows what a model learned: starting from a prompt (its bytes are the token
 // ids), repeatedly run an evaluation program's forward on the last <= T tokens
 // (row 0 of the batch, padded with 0; causal attention keeps the padding from
 // affecting the last real position), take the logits at that position (the
 // first input of the stage's CrossEntropy instruction, [B, T, Vp]), and append
-// the argmax over the first min(Vp, vocab_size) columns (ties: lowest id).
-// The targets only feed the loss and are filled with 0.
+// a token chosen among the first min(Vp, vocab_size) columns: the argmax
+// (greedy; ties: lowest id), or, with a temperature, a draw from
+// softmax(logits / temperature) over the top-k logits, as nanoGPT's
+// sample.py (--temperature, --top_k) does. The targets only feed the loss
+// and are filled with 0.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_SAMPLER_H
@@ -42,11 +45,32 @@ Status findSamplerLayout(const Executor &executor, SamplerLayout &layout);
 Status promptTokens(const std::string &prompt, int64_t vocabSize,
                     std::vector<int32_t> &tokens);
 
-/// Appends `count` greedily chosen tokens to `tokens` (which must be
+/// How the next token is chosen from a logits row.
+struct SamplingConfig {
+  /// 0: greedy (the argmax). > 0: a draw from softmax(logits / temperature).
+  double temperature = 0.0;
+  /// With a temperature: only the k largest logits (and those equal to the
+  /// k-th) can be drawn; 0 keeps them all.
+  int64_t topK = 0;
+  /// The draws' seed: draw n uses a uniform number of (seed, n) alone, so a
+  /// run is reproducible.
+  uint64_t seed = 1337;
+};
+
+/// Checks a SamplingConfig (temperature finite and >= 0, top-k >= 0 and
+/// only with a temperature), naming the flag to fix.
+Status checkSamplingConfig(const SamplingConfig &config);
+
+/// The token chosen from `logits[0, vocab)` for draw `n` (0-based) under
+/// `config`. NaN logits are never chosen (when every logit is NaN: 0).
+int32_t chooseToken(const float *logits, int64_t vocab,
+                    const SamplingConfig &config, uint64_t n);
+
+/// Appends `count` tokens chosen under `config` to `tokens` (which must be
 /// non-empty and hold ids below the model's vocab_size), running the forward
 /// once per token. Overwrites the tokens / targets buffers.
-Status sampleGreedy(Executor &executor, std::vector<int32_t> &tokens,
-                    int64_t count);
+Status sampleTokens(Executor &executor, std::vector<int32_t> &tokens,
+                    int64_t count, const SamplingConfig &config = {});
 
 /// The text of `tokens` for a terminal: each id is a byte; printable ASCII,
 /// '\n' and '\t' as-is, anything else (other bytes, ids >= 256) as '?'.

@@ -145,14 +145,28 @@ Status runSample(const RunOptions &opts,
         opts.loadCheckpoint.empty()
             ? "initial weights, seed " + std::to_string(opts.seed)
             : opts.loadCheckpoint;
+    std::string how = "greedily";
+    if (opts.temperature > 0) {
+      char text[96];
+      std::snprintf(
+          text, sizeof(text), "at temperature %g%s, seed %" PRIu64,
+          opts.temperature,
+          opts.topK > 0 ? (", top-k " + std::to_string(opts.topK)).c_str() : "",
+          opts.seed);
+      how = text;
+    }
     std::fprintf(stderr,
-                 "loom-run: sampling %" PRId64 " tokens greedily from %s "
+                 "loom-run: sampling %" PRId64 " tokens %s from %s "
                  "(%s), context %" PRId64 ", vocab %" PRId64 "\n",
-                 opts.sample, opts.program.c_str(), weights.c_str(), layout.seq,
-                 layout.vocab);
+                 opts.sample, how.c_str(), opts.program.c_str(),
+                 weights.c_str(), layout.seq, layout.vocab);
     std::fflush(stderr);
   }
-  LOOM_RETURN_IF_ERROR(sampleGreedy(*ex, tokens, opts.sample));
+  SamplingConfig sampling;
+  sampling.temperature = opts.temperature;
+  sampling.topK = opts.topK;
+  sampling.seed = opts.seed;
+  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, sampling));
   const std::string text = renderTokens(tokens) + "\n";
   LOOM_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
                  std::fflush(stdout) == 0,

@@ -769,7 +769,7 @@ TEST_F(LoomRun, SampleContinuesThePromptGreedily) {
   std::unique_ptr<Executor> ex;
   ASSERT_TRUE(Executor::create(loaded, 0, 7, ex).ok());
   std::vector<int32_t> tokens = {' ', '!', '#'};
-  ASSERT_TRUE(sampleGreedy(*ex, tokens, 6).ok());
+  ASSERT_TRUE(sampleTokens(*ex, tokens, 6).ok());
   EXPECT_EQ(out, renderTokens(tokens) + "\n");
 }
 

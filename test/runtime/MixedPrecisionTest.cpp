@@ -578,7 +578,7 @@ TEST(MixedPrecisionTraining, GreedySamplingReadsBF16Logits) {
   }
   setBuffer(*ex, ex->params()[0].buffer, table);
   std::vector<int32_t> tokens = {2, 5};
-  Status s = sampleGreedy(*ex, tokens, 6);
+  Status s = sampleTokens(*ex, tokens, 6);
   ASSERT_TRUE(s.ok()) << s.toString();
   std::vector<int32_t> expected = {2, 5};
   for (int i = 0; i < 6; ++i) {

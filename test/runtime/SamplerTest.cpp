@@ -1,4 +1,4 @@
-//===- SamplerTest.cpp - Greedy byte-level sampling -------------*- C++ -*-===//
+//===- SamplerTest.cpp - Byte-level sampling -------------------*- C++ -*-===//
 //
 // A bigram program whose table makes the next token known checks the
 // generated ids, the argmax's vocabulary restriction and tie-breaking; the
@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <set>
 
@@ -65,7 +66,7 @@ TEST(Sampler, BigramFollowsTheTableIgnoresPaddedColumnsAndBreaksTiesLow) {
   EXPECT_EQ(layout.tokens, static_cast<uint32_t>(ex->stage().tokens()));
 
   std::vector<int32_t> tokens = {2, 5};
-  const Status s = sampleGreedy(*ex, tokens, 10);
+  const Status s = sampleTokens(*ex, tokens, 10);
   ASSERT_TRUE(s.ok()) << s.toString();
   // next(v) = min((v+1) % 7, (v+3) % 7): 5 -> min(6, 1) = 1, 1 -> 2, ...
   std::vector<int32_t> expected = {2, 5};
@@ -80,7 +81,7 @@ TEST(Sampler, BigramFollowsTheTableIgnoresPaddedColumnsAndBreaksTiesLow) {
 
   // Zero new tokens leaves the prompt alone.
   std::vector<int32_t> same = {3};
-  ASSERT_TRUE(sampleGreedy(*ex, same, 0).ok());
+  ASSERT_TRUE(sampleTokens(*ex, same, 0).ok());
   EXPECT_EQ(same, std::vector<int32_t>{3});
 }
 
@@ -92,7 +93,7 @@ TEST(Sampler, MiniGptMatchesDirectForwardsOverASlidingWindow) {
   std::vector<int32_t> tokens = {3, 14, 15, 9, 26};
   const std::vector<int32_t> prompt = tokens;
   const int64_t count = 12; // passes T: the window slides
-  const Status s = sampleGreedy(*ex, tokens, count);
+  const Status s = sampleTokens(*ex, tokens, count);
   ASSERT_TRUE(s.ok()) << s.toString();
   ASSERT_EQ(tokens.size(), prompt.size() + count);
   EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), tokens.begin()));
@@ -150,14 +151,14 @@ TEST(Sampler, PromptTokensAndErrors) {
   EXPECT_NE(s.message().find("prompt byte 2 is 0xC3"), std::string::npos)
       << s.message();
 
-  // sampleGreedy checks its input too.
+  // sampleTokens checks its input too.
   fb::LoadedProgram loaded;
   auto ex = makeExecutor(*bigramLm(1, 4, 7, 7), loaded);
   ASSERT_TRUE(ex);
   std::vector<int32_t> empty;
-  EXPECT_FALSE(sampleGreedy(*ex, empty, 1).ok());
+  EXPECT_FALSE(sampleTokens(*ex, empty, 1).ok());
   std::vector<int32_t> big = {7};
-  s = sampleGreedy(*ex, big, 1);
+  s = sampleTokens(*ex, big, 1);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("outside the vocabulary of 7"), std::string::npos);
 }
@@ -174,7 +175,7 @@ TEST(Sampler, ProgramsThatCannotBeSampled) {
     EXPECT_EQ(s.message(),
               "sampling needs an eval program: compile without --train");
     std::vector<int32_t> tokens = {1};
-    EXPECT_FALSE(sampleGreedy(*ex, tokens, 1).ok());
+    EXPECT_FALSE(sampleTokens(*ex, tokens, 1).ok());
     EXPECT_EQ(tokens.size(), 1u);
   }
   {
@@ -203,6 +204,119 @@ TEST(Sampler, ProgramsThatCannotBeSampled) {
     EXPECT_NE(s.message().find("has no tokens buffer"), std::string::npos)
         << s.message();
   }
+}
+
+TEST(Sampler, GreedyChoiceIgnoresNaNAndBreaksTiesLow) {
+  const SamplingConfig greedy;
+  const float nan = std::nanf("");
+  const std::vector<float> a{0.5f, 2.f, 2.f, -1.f};
+  EXPECT_EQ(chooseToken(a.data(), 4, greedy, 0), 1);
+  const std::vector<float> b{nan, -3.f, nan, -2.f};
+  EXPECT_EQ(chooseToken(b.data(), 4, greedy, 0), 3);
+  const std::vector<float> c{nan, nan};
+  EXPECT_EQ(chooseToken(c.data(), 2, greedy, 0), 0);
+  // A vanishing temperature is the argmax; so is top-k 1.
+  SamplingConfig cold;
+  cold.temperature = 1e-6;
+  SamplingConfig top1;
+  top1.temperature = 5.0;
+  top1.topK = 1;
+  for (uint64_t n = 0; n < 100; ++n) {
+    EXPECT_EQ(chooseToken(a.data(), 3, cold, n) == 1 ||
+                  chooseToken(a.data(), 3, cold, n) == 2,
+              true);
+    EXPECT_EQ(chooseToken(b.data(), 4, top1, n), 3);
+  }
+}
+
+/// How often each id is drawn over `draws` draws.
+std::vector<double> frequencies(const std::vector<float> &logits,
+                                const SamplingConfig &c, int draws) {
+  std::vector<double> f(logits.size(), 0.0);
+  for (int n = 0; n < draws; ++n)
+    f[chooseToken(logits.data(), static_cast<int64_t>(logits.size()), c,
+                  static_cast<uint64_t>(n))] += 1.0 / draws;
+  return f;
+}
+
+TEST(Sampler, DrawsFollowTheTemperedSoftmaxOverTheTopK) {
+  // 40000 draws: a frequency's standard deviation is at most 0.0025, so
+  // 0.01 is 4 of them (the draws are a fixed function of the seed, so the
+  // test cannot flake).
+  const std::vector<float> logits{0.f, 1.f, 2.f, 0.5f, -1.f};
+  const int draws = 40000;
+  auto softmax = [&](double t, const std::vector<int> &allowed) {
+    std::vector<double> p(logits.size(), 0.0);
+    double total = 0;
+    for (int v : allowed)
+      total += p[v] = std::exp(logits[v] / t);
+    for (double &x : p)
+      x /= total;
+    return p;
+  };
+  for (double t : {0.5, 0.8, 1.0, 2.0}) {
+    SamplingConfig c;
+    c.temperature = t;
+    c.seed = 42;
+    const auto want = softmax(t, {0, 1, 2, 3, 4});
+    const auto got = frequencies(logits, c, draws);
+    for (size_t v = 0; v < logits.size(); ++v)
+      EXPECT_NEAR(got[v], want[v], 0.01) << "temperature " << t << " id " << v;
+    // Top-2: ids 2 and 1 only, in the softmax's ratio.
+    c.topK = 2;
+    const auto want2 = softmax(t, {1, 2});
+    const auto got2 = frequencies(logits, c, draws);
+    for (size_t v = 0; v < logits.size(); ++v)
+      EXPECT_NEAR(got2[v], want2[v], 0.01) << "top-2, temperature " << t;
+    EXPECT_EQ(got2[0] + got2[3] + got2[4], 0.0);
+  }
+  // Logits equal to the k-th stay in (nanoGPT's top_k): three ties, k = 2.
+  SamplingConfig c;
+  c.temperature = 1.0;
+  c.topK = 2;
+  const auto tied = frequencies({1.f, 3.f, 3.f, 3.f, 0.f}, c, draws);
+  for (int v : {1, 2, 3})
+    EXPECT_NEAR(tied[v], 1.0 / 3, 0.01);
+  EXPECT_EQ(tied[0] + tied[4], 0.0);
+}
+
+TEST(Sampler, DrawsDependOnTheSeedAndTheIndexAlone) {
+  std::vector<float> logits(64);
+  for (size_t v = 0; v < logits.size(); ++v)
+    logits[v] = static_cast<float>(std::sin(static_cast<double>(v)));
+  SamplingConfig a;
+  a.temperature = 1.0;
+  SamplingConfig b = a;
+  b.seed = a.seed + 1;
+  std::vector<int32_t> first, again, other;
+  for (uint64_t n = 0; n < 200; ++n) {
+    first.push_back(chooseToken(logits.data(), 64, a, n));
+    other.push_back(chooseToken(logits.data(), 64, b, n));
+  }
+  for (uint64_t n = 0; n < 200; ++n)
+    again.push_back(chooseToken(logits.data(), 64, a, n));
+  EXPECT_EQ(first, again);
+  EXPECT_NE(first, other);
+  EXPECT_GT(std::set<int32_t>(first.begin(), first.end()).size(), 20u);
+}
+
+TEST(Sampler, SamplingConfigErrorsNameTheFlag) {
+  SamplingConfig c;
+  c.temperature = -1;
+  Status s = checkSamplingConfig(c);
+  EXPECT_NE(s.message().find("--temperature must be a finite number >= 0"),
+            std::string::npos)
+      << s.message();
+  c.temperature = std::nan("");
+  EXPECT_FALSE(checkSamplingConfig(c).ok());
+  c.temperature = 0;
+  c.topK = 5;
+  s = checkSamplingConfig(c);
+  EXPECT_NE(s.message().find("sampling is greedy without a temperature"),
+            std::string::npos)
+      << s.message();
+  c.temperature = 0.8;
+  EXPECT_TRUE(checkSamplingConfig(c).ok());
 }
 
 TEST(Sampler, RenderTokens) {

@@ -59,7 +59,10 @@ const char *kUsage =
                [--log-json F] [--trace F.json] [--quiet] [strategy flags]
   loom train   (the flags of eval) [optimizer flags]
   loom sample  --config CFG.json --load-checkpoint F --prompt TEXT [--tokens N]
-               [--seq T]   greedy byte-level generation from a trained model
+               [--seq T] [--temperature T [--top-k K] [--seed S]]
+               byte-level generation from a trained model: greedy, or drawn
+               from softmax(logits / T) over the K likeliest (nanoGPT's
+               sample.py --temperature --top_k)
   loom plan    --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
                [--gpus-per-node K] [--json] ...   search dp x tp x pp, ZeRO,
                micro-batches, schedule and recomputation (loom plan --help)
@@ -549,8 +552,8 @@ int runProgram(const char *argv0, const std::string &command,
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
   }
   if (sample)
-    valueFlags = {"--config", "--seq", "--load-checkpoint", "--prompt",
-                  "--tokens"};
+    valueFlags = {"--config", "--seq",         "--load-checkpoint", "--prompt",
+                  "--tokens", "--temperature", "--top-k",           "--seed"};
   std::set<std::string> switches{"--quiet"};
   if (train)
     switches.insert("--shuffle");
@@ -566,7 +569,7 @@ int runProgram(const char *argv0, const std::string &command,
     if (!inv->values.count(flag))
       return fail(command, std::string(flag) + " is required\n" + kUsage);
   if (sample && inv->strategy.worldSize() > 1)
-    return fail(command, "greedy sampling runs on one rank (one sequence, "
+    return fail(command, "sampling runs on one rank (one sequence, "
                          "one token at a time); drop --mesh");
 
   // 1. Compile into a private temporary directory.
@@ -596,7 +599,8 @@ int runProgram(const char *argv0, const std::string &command,
         runFlags.insert(runFlags.end(), scheduleFlags.begin(),
                         scheduleFlags.end());
       if (sample) {
-        runFlags = {"--load-checkpoint", "--prompt"};
+        runFlags = {"--load-checkpoint", "--prompt", "--temperature", "--top-k",
+                    "--seed"};
         runArgs.push_back("--sample");
         runArgs.push_back(inv->values.count("--tokens")
                               ? inv->values["--tokens"]
