@@ -164,11 +164,14 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
 } // namespace
 
 Status loadCheckpoint(Executor &executor, const std::string &path,
-                      int64_t *completedSteps) {
+                      int64_t *completedSteps,
+                      std::map<std::string, std::string> *metadata) {
   if (completedSteps)
     *completedSteps = 0;
   SafetensorsFile file;
   LOOM_RETURN_IF_ERROR(readSafetensors(path, file));
+  if (metadata)
+    *metadata = file.metadata;
   std::vector<float> values;
   for (const ParamView &p : executor.params()) {
     LOOM_RETURN_IF_ERROR(
@@ -414,7 +417,8 @@ Status receiveStageTensors(Communicator &comm, int peer, int64_t stage,
 } // namespace
 
 Status saveCheckpoint(const Executor &executor, const std::string &path,
-                      int64_t completedSteps) {
+                      int64_t completedSteps,
+                      const std::map<std::string, std::string> &runMetadata) {
   Communicator &comm = executor.communicator();
   // Every rank of a stage gathers its stage's tensors (collectives within
   // the stage); the stage's lead holds them. Without a pipeline that is
@@ -429,6 +433,12 @@ Status saveCheckpoint(const Executor &executor, const std::string &path,
   const bool training = executor.isTraining();
   if (training)
     file.metadata["step"] = std::to_string(completedSteps);
+  for (const auto &[key, value] : runMetadata) {
+    LOOM_CHECK(!file.metadata.count(key), "cannot save '"
+                                              << path << "': metadata \"" << key
+                                              << "\" is the checkpoint's own");
+    file.metadata[key] = value;
+  }
   std::vector<float> global;
   auto add = [&](const ParamView &p, const std::string &name,
                  uint32_t buffer) -> Status {

@@ -30,6 +30,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/status.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,11 @@ namespace loom {
 /// zeroes the moments and gives 0 steps. Eval programs ignore optimizer
 /// tensors. Errors name the file and the tensor: missing tensor, global shape
 /// mismatch, unsupported dtype, optimizer state for only some parameters.
+/// `metadata`, when given, receives the file's metadata (a run's notes
+/// next to "step", e.g. the data order).
 Status loadCheckpoint(Executor &executor, const std::string &path,
-                      int64_t *completedSteps = nullptr);
+                      int64_t *completedSteps = nullptr,
+                      std::map<std::string, std::string> *metadata = nullptr);
 
 /// Writes every parameter of `executor` to `path` (fp32, global shape,
 /// metadata {"format": "pt", "producer": "loom"}) atomically; for a training
@@ -52,8 +56,12 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
 /// rank 0 writes (a pipeline's stages send it their tensors). Errors when a
 /// parameter is sliced without Param.sharding, or when the stages' copies of
 /// a shared parameter differ.
-Status saveCheckpoint(const Executor &executor, const std::string &path,
-                      int64_t completedSteps = 0);
+/// `runMetadata` adds the run's notes (keys other than "format",
+/// "producer" and "step").
+Status
+saveCheckpoint(const Executor &executor, const std::string &path,
+               int64_t completedSteps = 0,
+               const std::map<std::string, std::string> &runMetadata = {});
 
 /// The global tensor of parameter `p` from its buffer `buffer` (p.buffer,
 /// m or v) on every rank: all-gathered over its sharding axes when sharded

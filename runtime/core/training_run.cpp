@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <sys/resource.h>
@@ -261,8 +262,34 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                                      : "--val-data validates a training run "
                                        "(evaluate --data itself instead)"));
   int64_t startStep = 0; // completed steps of a resumed training run
-  if (!opts.loadCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint, &startStep));
+  // The order a training run reads --data in, kept in its checkpoints: a
+  // resumed run that reads in another order still trains, but no longer
+  // continues the interrupted run's batches, which it is told.
+  std::map<std::string, std::string> runMetadata;
+  if (training)
+    runMetadata["data_order"] =
+        opts.shuffle ? "shuffled, seed " + std::to_string(opts.seed)
+                     : std::string("in file order");
+  if (!opts.loadCheckpoint.empty()) {
+    std::map<std::string, std::string> saved;
+    LOOM_RETURN_IF_ERROR(
+        loadCheckpoint(*ex, opts.loadCheckpoint, &startStep, &saved));
+    auto order = saved.find("data_order");
+    if (training && lead && order != saved.end() &&
+        order->second != runMetadata["data_order"])
+      std::fprintf(stderr,
+                   "loom-run: note: the run that saved '%s' read --data %s; "
+                   "this one reads it %s, so its batches from step %" PRId64
+                   " on are not the ones the saved run would have read "
+                   "(%s to continue that order)\n",
+                   opts.loadCheckpoint.c_str(), order->second.c_str(),
+                   runMetadata["data_order"].c_str(), startStep,
+                   order->second == "in file order"
+                       ? "drop --shuffle"
+                       : ("pass --shuffle --seed " +
+                          order->second.substr(order->second.rfind(' ') + 1))
+                             .c_str());
+  }
   LrSchedule schedule;
   schedule.lr = opts.lr;
   schedule.minLr = opts.minLr;
@@ -534,8 +561,9 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     }
     if (training && done < lastStep) {
       if (opts.saveEvery > 0 && done % opts.saveEvery == 0)
-        LOOM_RETURN_IF_ERROR(saveCheckpoint(
-            *ex, checkpointPathAt(opts.saveCheckpoint, done), done));
+        LOOM_RETURN_IF_ERROR(
+            saveCheckpoint(*ex, checkpointPathAt(opts.saveCheckpoint, done),
+                           done, runMetadata));
       if (valData && opts.evalEvery > 0 && done % opts.evalEvery == 0)
         LOOM_RETURN_IF_ERROR(validate(done));
     }
@@ -707,8 +735,9 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   LOOM_RETURN_IF_ERROR(log.write(summary));
   LOOM_RETURN_IF_ERROR(log.close());
   if (!opts.saveCheckpoint.empty())
-    LOOM_RETURN_IF_ERROR(saveCheckpoint(
-        *ex, checkpointPathAt(opts.saveCheckpoint, lastStep), lastStep));
+    LOOM_RETURN_IF_ERROR(
+        saveCheckpoint(*ex, checkpointPathAt(opts.saveCheckpoint, lastStep),
+                       lastStep, runMetadata));
   if (!opts.trace.empty())
     LOOM_RETURN_IF_ERROR(
         trace.write(multi ? rankPath(opts.trace, comm.rank()) : opts.trace));
