@@ -1,19 +1,9 @@
 //===- sample_permutation.cpp - A keyed shuffle of [0, n) -------*- C++ -*-===//
 #include "runtime/core/sample_permutation.h"
 
+#include "runtime/core/param_init.h"
+
 namespace loom {
-
-namespace {
-
-/// SplitMix64's finalizer: a well-mixed 64-bit hash.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-} // namespace
 
 SamplePermutation::SamplePermutation(int64_t size, uint64_t seed,
                                      int64_t epoch)
@@ -22,9 +12,10 @@ SamplePermutation::SamplePermutation(int64_t size, uint64_t seed,
   // on average.
   while (halfBits < 32 && (uint64_t(1) << (2 * halfBits)) < n)
     ++halfBits;
-  const uint64_t epochKey = mix(seed ^ mix(static_cast<uint64_t>(epoch)));
+  const uint64_t epochKey =
+      splitMix64(seed ^ splitMix64(static_cast<uint64_t>(epoch)));
   for (uint64_t r = 0; r < 4; ++r)
-    keys[r] = mix(epochKey + r);
+    keys[r] = splitMix64(epochKey + r);
 }
 
 int64_t SamplePermutation::operator()(int64_t i) const {
@@ -36,7 +27,7 @@ int64_t SamplePermutation::operator()(int64_t i) const {
   do {
     uint64_t left = x >> halfBits, right = x & mask;
     for (uint64_t key : keys) {
-      const uint64_t next = left ^ (mix(right ^ key) & mask);
+      const uint64_t next = left ^ (splitMix64(right ^ key) & mask);
       left = right;
       right = next;
     }

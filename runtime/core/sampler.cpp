@@ -8,6 +8,7 @@
 #include "runtime/core/sampler.h"
 
 #include "runtime/core/bfloat16.h"
+#include "runtime/core/param_init.h"
 
 #include <algorithm>
 #include <cmath>
@@ -112,17 +113,10 @@ Status promptTokens(const std::string &prompt, int64_t vocabSize,
 
 namespace {
 
-/// SplitMix64's finalizer: a well-mixed 64-bit value of `x`.
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 /// A uniform number in [0, 1) of (seed, n) alone: 53 random bits.
 double uniformOf(uint64_t seed, uint64_t n) {
-  return static_cast<double>(mix64(mix64(seed) ^ n) >> 11) * 0x1.0p-53;
+  return static_cast<double>(splitMix64(splitMix64(seed) ^ n) >> 11) *
+         0x1.0p-53;
 }
 
 } // namespace
