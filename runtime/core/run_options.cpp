@@ -50,6 +50,9 @@ const char *const kLoomRunUsage =
     "  --save-every N          also save --save-checkpoint after every N\n"
     "                          steps (\"{step}\" in its path: one file per\n"
     "                          save; else the file is replaced atomically)\n"
+    "  --time-limit M          stop after the first step that ends M\n"
+    "                          minutes after the run started, saving\n"
+    "                          --save-checkpoint (exit status 0)\n"
     "  --val-data F            validation: the mean loss of the weights on\n"
     "                          --eval-steps batches of F (the training\n"
     "                          program's forward), after the last step and\n"
@@ -153,6 +156,7 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--top-k",
                                     "--backend",
                                     "--save-every",
+                                    "--time-limit",
                                     "--val-data",
                                     "--eval-every",
                                     "--eval-steps"};
@@ -225,6 +229,11 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                  "--decay-fraction expects a share in (0, 1], got '" << value
                                                                      << "'");
       hasDecayFraction = true;
+    } else if (flag == "--time-limit") {
+      LOOM_RETURN_IF_ERROR(
+          parseNonNegative(flag, value, opts.timeLimitMinutes));
+      LOOM_CHECK(opts.timeLimitMinutes > 0,
+                 "--time-limit expects minutes > 0, got '" << value << "'");
     } else if (flag == "--val-data") {
       opts.valData = value;
     } else if (flag == "--save-every" || flag == "--eval-every" ||
@@ -255,11 +264,12 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                         : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
                         : !opts.logJson.empty()        ? "--log-json"
                         : !opts.trace.empty()          ? "--trace"
-                        : opts.trainingFlags    ? "the learning-rate flags"
-                        : opts.saveEvery >= 0   ? "--save-every"
-                        : !opts.valData.empty() ? "--val-data"
-                        : opts.shuffle          ? "--shuffle"
-                                                : nullptr;
+                        : opts.trainingFlags         ? "the learning-rate flags"
+                        : opts.saveEvery >= 0        ? "--save-every"
+                        : opts.timeLimitMinutes >= 0 ? "--time-limit"
+                        : !opts.valData.empty()      ? "--val-data"
+                        : opts.shuffle               ? "--shuffle"
+                                                     : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");
     SamplingConfig sampling;

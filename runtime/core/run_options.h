@@ -48,6 +48,9 @@ struct RunOptions {
   int64_t evalSteps = -1;
   /// --save-every N: the checkpoint also after every N steps.
   int64_t saveEvery = -1;
+  /// --time-limit M: stop after the first step that ends M minutes or more
+  /// after the run started (saving --save-checkpoint); < 0: no limit.
+  double timeLimitMinutes = -1;
   /// --shuffle: training reads the file's sequences in a new order each
   /// epoch, seeded by --seed (TokenDataConfig::shuffle).
   bool shuffle = false;

@@ -402,7 +402,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   // 4. Steps (numbered from the checkpoint's step count when resuming).
   //    A stop request moves the end to the step it came in.
   int64_t lastStep = startStep + opts.steps;
-  int stopSignal = 0;
+  // Why the run stops early, agreed on by all ranks: kStopForSignal + the
+  // signal, kStopForTimeLimit, or 0. A signal outranks the time limit in
+  // the all-reduce (max): it is not a success.
+  constexpr int kStopForTimeLimit = 1, kStopForSignal = 1000;
+  int stopCode = 0;
   std::vector<uint32_t> everyAxis;
   for (uint32_t a = 0; a < comm.mesh().size(); ++a)
     everyAxis.push_back(a);
@@ -546,16 +550,24 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     // step is validated here too; its save comes after the summary.
     const int64_t done = s + 1;
     const CommStats before = comm.stats();
-    // A stop request (stop_request.h) on any rank ends the run here on
-    // all: the request is all-reduced, so the ranks stop after the same
-    // step even when the signal reached them at different times.
+    // A stop request (stop_request.h) or the --time-limit (Megatron's
+    // --exit-duration-in-mins) on any rank ends the run here on all: the
+    // reason is all-reduced, so the ranks stop after the same step even
+    // when the signal reached them, or their clocks passed the limit, at
+    // different times.
     if (done < lastStep) {
-      float stop = static_cast<float>(stopRequestSignal());
+      int mine = 0;
+      if (int signal = stopRequestSignal())
+        mine = kStopForSignal + signal;
+      else if (opts.timeLimitMinutes >= 0 &&
+               (steadyNowNs() - origin) * 1e-9 >= opts.timeLimitMinutes * 60)
+        mine = kStopForTimeLimit;
+      float stop = static_cast<float>(mine);
       if (multi)
         LOOM_RETURN_IF_ERROR(comm.allReduceHost(
             &stop, 1, program::DType::F32, program::Reduction::Max, everyAxis));
       if (stop > 0) {
-        stopSignal = static_cast<int>(stop);
+        stopCode = static_cast<int>(stop);
         lastStep = done; // saved below, as after a last step
       }
     }
@@ -567,7 +579,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
       if (valData && opts.evalEvery > 0 && done % opts.evalEvery == 0)
         LOOM_RETURN_IF_ERROR(validate(done));
     }
-    if (training && valData && done == lastStep && !stopSignal)
+    if (training && valData && done == lastStep && !stopCode)
       LOOM_RETURN_IF_ERROR(validate(done));
     addStats(betweenSteps, statsSince(before, comm.stats()));
   }
@@ -727,8 +739,13 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   summary.set("summary", JsonValue::boolean(true));
   summary.set("ranks", JsonValue::array(rankEntries));
   summary.set("steps", JsonValue::integer(stepsRun));
-  if (stopSignal)
-    summary.set("stopped_by", JsonValue::string(stopSignalName(stopSignal)));
+  const int stopSignal =
+      stopCode >= kStopForSignal ? stopCode - kStopForSignal : 0;
+  const std::string stoppedBy = stopSignal ? stopSignalName(stopSignal)
+                                : stopCode == kStopForTimeLimit ? "time limit"
+                                                                : "";
+  if (stopCode)
+    summary.set("stopped_by", JsonValue::string(stoppedBy));
   summary.set("mean_loss", JsonValue::number(meanLoss));
   if (valData && stepsRun > 0 && !std::isnan(lastValLoss))
     summary.set("val_loss", JsonValue::number(lastValLoss));
@@ -752,7 +769,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
             ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
             : "",
         formatBytes(rssPeakBytes()).c_str());
-  if (stopSignal && lead) {
+  if (stopCode && lead) {
     // On stderr, --quiet or not: a script must see why the run is short.
     const int64_t planned = startStep + opts.steps;
     std::string saved = "nothing saved (no --save-checkpoint)";
@@ -763,14 +780,19 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
         saved += "; resume with --load-checkpoint " + path + " --steps " +
                  std::to_string(planned - lastStep) + " for the rest";
     }
+    char limit[64];
+    std::snprintf(limit, sizeof(limit), "the --time-limit of %g minutes",
+                  opts.timeLimitMinutes);
     std::fprintf(stderr,
                  "loom-run: stopped by %s after step %" PRId64 " of %" PRId64
                  ": %s\n",
-                 stopSignalName(stopSignal), lastStep, planned, saved.c_str());
+                 stopSignal ? stoppedBy.c_str() : limit, lastStep, planned,
+                 saved.c_str());
   }
   if (outcome) {
     outcome->stepsRun = stepsRun;
     outcome->stopSignal = stopSignal;
+    outcome->timeLimit = stopCode == kStopForTimeLimit;
   }
   return Status::success();
 }

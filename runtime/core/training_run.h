@@ -38,6 +38,8 @@ struct RunOutcome {
   /// The signal that stopped the run before its last step (stop_request.h;
   /// any rank's), 0 when it ran them all.
   int stopSignal = 0;
+  /// Whether --time-limit stopped it before its last step.
+  bool timeLimit = false;
 };
 
 /// Runs `opts.steps` steps of the program on this rank (`comm`: the world,

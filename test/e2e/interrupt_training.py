@@ -2,6 +2,7 @@
 """Stops a training run with a signal and checks that nothing is lost.
 
     interrupt_training.py OUT --signal INT|TERM|USR1 --after N -- COMMAND...
+    interrupt_training.py OUT --time-limit M -- COMMAND...
 
 COMMAND is `loom train ...` or `loom-run PROGRAM ...` without --steps,
 --schedule-steps, --log-json and the checkpoint flags. The script
@@ -9,9 +10,11 @@ COMMAND is `loom train ...` or `loom-run PROGRAM ...` without --steps,
 1. runs COMMAND for 100000 steps, and once the JSON log holds N steps sends
    the signal to the process it started (loom, which passes it on to
    mpirun and the ranks; or loom-run itself);
+   (with --time-limit M: runs COMMAND --time-limit M, which must stop it);
 2. checks that the run stopped cleanly after some step K >= N: exit status
-   128 + the signal, the message naming the step and the checkpoint saved
-   there, K steps logged and a summary with "stopped_by";
+   128 + the signal (0 for the time limit), the message naming the step and
+   the checkpoint saved there, K steps logged and a summary with
+   "stopped_by";
 3. resumes from that checkpoint for 3 steps, runs K + 3 steps without
    interruption, and checks that the two agree bitwise (losses, gradient
    norms, learning rates, final weights).
@@ -66,15 +69,19 @@ def run(command, what):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--signal", required=True, choices=["INT", "TERM", "USR1"])
-    ap.add_argument("--after", type=int, default=3)
+    ap.add_argument("--signal", choices=["INT", "TERM", "USR1"])
+    ap.add_argument("--time-limit", type=float)
+    ap.add_argument("--after", type=int, default=1)
     argv = sys.argv[1:]
     if "--" not in argv:
         ap.error("the command follows '--'")
     cut = argv.index("--")
     args = ap.parse_args(argv[:cut])
     command = argv[cut + 1:]
-    sig = getattr(signal, "SIG" + args.signal)
+    if (args.signal is None) == (args.time_limit is None):
+        ap.error("pass one of --signal and --time-limit")
+    sig = getattr(signal, "SIG" + args.signal) if args.signal else 0
+    limit = ["--time-limit", str(args.time_limit)] if args.time_limit else []
     os.makedirs(args.out, exist_ok=True)
     log = os.path.join(args.out, "interrupted.jsonl")
     ckpt = os.path.join(args.out, "ckpt-{step}.safetensors")
@@ -83,10 +90,10 @@ def main():
     # 1. The interrupted run.
     child = subprocess.Popen(
         command + ["--steps", str(TOTAL), "--log-json", log,
-                   "--save-checkpoint", ckpt] + schedule,
+                   "--save-checkpoint", ckpt] + schedule + limit,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
-    while len(steps_of(log)) < args.after:
+    while sig and len(steps_of(log)) < args.after:
         if child.poll() is not None:
             fail(f"the run ended (exit {child.returncode}) before step "
                  f"{args.after}:\n{child.stdout.read()[-3000:]}")
@@ -94,27 +101,33 @@ def main():
             child.kill()
             fail(f"no {args.after} steps logged in 300 s")
         time.sleep(0.02)
-    child.send_signal(sig)
+    if sig:
+        child.send_signal(sig)
     try:
         output, _ = child.communicate(timeout=300)
     except subprocess.TimeoutExpired:
         child.kill()
-        fail(f"the run did not stop within 300 s of SIG{args.signal}")
+        fail(f"the run did not stop within 300 s of step {args.after}")
 
     # 2. Stopped cleanly after step K.
-    if child.returncode != 128 + sig:
-        fail(f"exit status {child.returncode}, expected {128 + sig}:\n"
+    expected = 128 + sig if sig else 0
+    if child.returncode != expected:
+        fail(f"exit status {child.returncode}, expected {expected}:\n"
              f"{output[-3000:]}")
-    m = re.search(r"stopped by SIG(\w+) after step (\d+) of (\d+): saved "
+    m = re.search(r"stopped by (SIG\w+|the --time-limit of \S+ minutes) "
+                  r"after step (\d+) of (\d+): saved "
                   r"(\S+); resume with --load-checkpoint (\S+) --steps (\d+)",
                   output)
     if not m:
         fail(f"no 'stopped by ... saved ...' message:\n{output[-3000:]}")
     k = int(m.group(2))
     saved = m.group(4)
-    if m.group(1) not in (args.signal, "USR1"):
-        fail(f"stopped by SIG{m.group(1)}, not SIG{args.signal} (or SIGUSR1, "
-             "which loom passes on to mpirun)")
+    reason = m.group(1)
+    wanted = (f"the --time-limit of {args.time_limit:g} minutes",) \
+        if not sig else (f"SIG{args.signal}", "SIGUSR1")
+    if reason not in wanted:
+        fail(f"stopped by {reason}, not {' or '.join(wanted)} (SIGUSR1: what "
+             "loom passes on to mpirun)")
     if k < args.after or int(m.group(3)) != TOTAL or \
             int(m.group(6)) != TOTAL - k or m.group(5) != saved or \
             saved != ckpt.format(step=k):
@@ -124,7 +137,8 @@ def main():
     if [r["step"] for r in logged] != list(range(k)):
         fail(f"logged steps {[r['step'] for r in logged]}, expected 0..{k - 1}")
     if not summary or summary[0].get("steps") != k or \
-            summary[0].get("stopped_by") != "SIG" + m.group(1):
+            summary[0].get("stopped_by") != \
+            (reason if sig else "time limit"):
         fail(f"summary {summary}")
     if not os.path.exists(saved):
         fail(f"no checkpoint {saved}")
@@ -149,10 +163,11 @@ def main():
     if not filecmp.cmp(resumed, whole, shallow=False):
         fail("the resumed run's final weights differ from the uninterrupted "
              "run's")
-    print(f"SIG{args.signal}: stopped by SIG{m.group(1)} after step {k} "
-          f"(signalled after "
-          f"{args.after}), exit {child.returncode}, checkpoint of step {k}; "
-          f"resumed {MORE} steps = uninterrupted {k + MORE}: PASS")
+    what = f"SIG{args.signal}" if sig else f"--time-limit {args.time_limit:g}"
+    when = f" (signalled after {args.after})" if sig else ""
+    print(f"{what}: stopped by {reason} after step {k}{when}, exit "
+          f"{child.returncode}, checkpoint of step {k}; resumed {MORE} steps "
+          f"= uninterrupted {k + MORE}: PASS")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,8 @@ optimizer flags (train):
   --microbatches M splits each step's batch into M accumulated micro-batches.
   --save-every N also saves --save-checkpoint F after every N steps ("{step}"
     in F: one file per save, e.g. ckpt-{step}.safetensors; else F is replaced).
+  --time-limit M stops after the first step ending M minutes after the start,
+    saving --save-checkpoint (Megatron's --exit-duration-in-mins; exit 0).
   --shuffle reads the --data sequences in a new order each epoch (seeded by
     --seed; every sequence once per epoch; a resumed run continues the order).
   --data and --val-data take a token file or a quoted glob pattern of shards
@@ -546,7 +548,8 @@ int runProgram(const char *argv0, const std::string &command,
                                                "--val-data",
                                                "--eval-every",
                                                "--eval-steps",
-                                               "--decay-fraction"};
+                                               "--decay-fraction",
+                                               "--time-limit"};
   if (train) {
     valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
