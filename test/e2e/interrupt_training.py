@@ -114,6 +114,8 @@ def main():
     if child.returncode != expected:
         fail(f"exit status {child.returncode}, expected {expected}:\n"
              f"{output[-3000:]}")
+    if "mpirun detected" in output or "has been aborted" in output:
+        fail(f"mpirun reported the stopped job as failed:\n{output[-3000:]}")
     m = re.search(r"stopped by (SIG\w+|the --time-limit of \S+ minutes) "
                   r"after step (\d+) of (\d+): saved "
                   r"(\S+); resume with --load-checkpoint (\S+) --steps (\d+)",

@@ -285,8 +285,18 @@ int main(int argc, char **argv) {
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
     // A run cut short is not a success, though it ended cleanly: the
-    // status a shell gives a command the signal ended.
-    return outcome.stopSignal ? 128 + outcome.stopSignal : 0;
+    // status a shell gives a command the signal ended -- unless the
+    // launcher asks for another (LOOM_STOP_EXIT_STATUS): `loom` asks ranks
+    // under mpirun for 0, since mpirun answers a rank's non-zero status by
+    // calling the job aborted, and gives that status itself.
+    if (!outcome.stopSignal)
+      return 0;
+    int status = 128 + outcome.stopSignal;
+    s = envInt("LOOM_STOP_EXIT_STATUS", status, status);
+    if (!s.ok() || status > 255)
+      return fail(s.ok() ? "LOOM_STOP_EXIT_STATUS is above 255" : s.message(),
+                  false);
+    return status;
   } catch (const std::exception &e) {
     return fail(std::string("internal error: ") + e.what(), false);
   } catch (...) {

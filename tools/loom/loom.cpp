@@ -37,6 +37,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -635,6 +636,9 @@ int runProgram(const char *argv0, const std::string &command,
                                    "install openmpi-bin (scripts/setup)");
         }
         launcher = *mpirun;
+        // A rank stopped by a signal exits 0 (else mpirun reports the job
+        // aborted); the stop is this process's status (below).
+        ::setenv("LOOM_STOP_EXIT_STATUS", "0", 1);
         ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
         ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
         // --stdin none: mpirun runs in a background process group of its
@@ -646,7 +650,9 @@ int runProgram(const char *argv0, const std::string &command,
                                          "--stdin",
                                          "none",
                                          "-x",
-                                         "OMP_NUM_THREADS=1"};
+                                         "OMP_NUM_THREADS=1",
+                                         "-x",
+                                         "LOOM_STOP_EXIT_STATUS"};
         runArgs.insert(runArgs.begin(), mpiArgs.begin(), mpiArgs.end());
       }
       const ::loom::cli::ChildResult child =
@@ -654,8 +660,10 @@ int runProgram(const char *argv0, const std::string &command,
       rc = child.status;
       if (rc < 0)
         rc = fail(command, "loom-run did not finish: " + child.error);
-      else if (child.stopSignal && rc != 0)
-        // Stopped on request (loom-run said after which step): the exit
+      else if (child.stopSignal &&
+               (rc == 0 || rc == 128 + SIGUSR1 || rc == 128 + child.stopSignal))
+        // Stopped on request (loom-run said after which step; mpirun's
+        // ranks exit 0 then, a lone loom-run 128 + the signal): the exit
         // status a shell gives a command the signal ended.
         rc = 128 + child.stopSignal;
     }
