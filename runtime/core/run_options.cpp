@@ -1,8 +1,6 @@
 //===- run_options.cpp - loom-run's command line ----------------*- C++ -*-===//
 #include "runtime/core/run_options.h"
 
-#include "runtime/core/sampler.h"
-
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -272,10 +270,7 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                                      : nullptr;
     LOOM_CHECK(!extra, "--sample runs no steps; drop "
                            << extra << " (or run the steps without --sample)");
-    SamplingConfig sampling;
-    sampling.temperature = opts.temperature;
-    sampling.topK = opts.topK;
-    return checkSamplingConfig(sampling);
+    return checkSamplingConfig(opts.sampling());
   }
   LOOM_CHECK(!hasSamplingFlag, "--temperature and --top-k choose how --sample "
                                "draws tokens; add --sample N --prompt TEXT or "

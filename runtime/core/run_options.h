@@ -10,6 +10,7 @@
 #define LOOM_RUNTIME_CORE_RUN_OPTIONS_H
 
 #include "runtime/core/lr_schedule.h"
+#include "runtime/core/sampler.h"
 #include "runtime/core/status.h"
 
 #include <cstdint>
@@ -30,6 +31,14 @@ struct RunOptions {
   /// --temperature T (0: greedy) and --top-k K (0: all) of --sample.
   double temperature = 0.0;
   int64_t topK = 0;
+  /// How --sample chooses tokens: --temperature, --top-k, --seed.
+  SamplingConfig sampling() const {
+    SamplingConfig c;
+    c.temperature = temperature;
+    c.topK = topK;
+    c.seed = seed;
+    return c;
+  }
   bool trainingFlags = false; // any of --lr ... --schedule-steps
   double lr = 1e-3, minLr = 0.0;
   int64_t warmup = 0;

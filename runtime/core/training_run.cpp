@@ -163,11 +163,7 @@ Status runSample(const RunOptions &opts,
                  weights.c_str(), layout.seq, layout.vocab);
     std::fflush(stderr);
   }
-  SamplingConfig sampling;
-  sampling.temperature = opts.temperature;
-  sampling.topK = opts.topK;
-  sampling.seed = opts.seed;
-  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, sampling));
+  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, opts.sampling()));
   const std::string text = renderTokens(tokens) + "\n";
   LOOM_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
                  std::fflush(stdout) == 0,

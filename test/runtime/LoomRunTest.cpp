@@ -241,6 +241,10 @@ TEST_F(LoomRun, UserErrors) {
   expectError(program + " --data " + data +
                   " --steps 1 --lr-schedule wsd --decay-fraction 1.5",
               "--decay-fraction expects a share in (0, 1]", true);
+  expectError(program + " --data " + data + " --steps 1 --time-limit 0",
+              "--time-limit expects minutes > 0, got '0'", true);
+  expectError(program + " --sample 3 --prompt hi --time-limit 5",
+              "--sample runs no steps; drop --time-limit", true);
   expectError(program + " --data " + data + " --steps 1 --warmup x",
               "--warmup expects", true);
   expectError(program + " --data " + data + " --steps 1 --bogus",
