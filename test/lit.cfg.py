@@ -45,4 +45,8 @@ except (OSError, subprocess.SubprocessError):
     lit_config.note("PyTorch not importable by /usr/bin/python3: "
                     "end-to-end reference tests are unsupported")
 config.substitutions.append(("%torch_python", torch_python))
+# References that need Debian's python3 packages but not PyTorch (the BPE
+# reference's `regex` module): the same interpreter, for tests without
+# REQUIRES: torch.
+config.substitutions.append(("%debian_python", torch_python))
 config.substitutions.append(("%loom_bin", config.loom_tools_dir))

@@ -12,6 +12,7 @@ namespace loom {
 const char *const kLoomRunUsage =
     "usage: loom-run PROGRAM --data F --steps N [options]\n"
     "       loom-run PROGRAM --sample N --prompt TEXT [--load-checkpoint F]\n"
+    "                [--tokenizer F] [--temperature T [--top-k K]]\n"
     "\n"
     "Runs a compiled Loom program on an llm.c token file: evaluates the loss,\n"
     "or trains when the program has an optimizer update.\n"
@@ -59,14 +60,21 @@ const char *const kLoomRunUsage =
     "                          for this batch and seq, at most 100)\n"
     "Sampling (evaluation programs; no --data / --steps):\n"
     "  --sample N              generate N tokens after the prompt (greedy\n"
-    "                          unless --temperature)\n"
-    "                          and print the text (tokens are bytes)\n"
-    "  --prompt TEXT           the text to continue (bytes < vocab_size)\n"
+    "                          unless --temperature) and print the text\n"
+    "  --prompt TEXT           the text to continue: its bytes are the\n"
+    "                          tokens, or --tokenizer encodes it\n"
+    "  --prompt-tokens IDS     the prompt as comma-separated token ids\n"
+    "  --tokenizer F           llm.c tokenizer file (gpt2_tokenizer.bin):\n"
+    "                          GPT-2 BPE-encodes --prompt (as tiktoken) and\n"
+    "                          decodes the text; without a prompt, sampling\n"
+    "                          starts from its end-of-text token\n"
     "  --temperature T         draw from softmax(logits / T) instead of\n"
     "                          the argmax (default 0: greedy); --seed S\n"
     "                          seeds the draws\n"
     "  --top-k K               with --temperature: draw among the K most\n"
     "                          likely tokens only (default 0: all)\n"
+    "  --log-json F            the prompt's and the sampled token ids and\n"
+    "                          the text, as one JSON object\n"
     "  --help                  show this message\n";
 
 namespace {
@@ -96,6 +104,28 @@ Status parseNonNegative(const std::string &flag, const std::string &text,
              flag << " expects a non-negative number, got '" << text << "'");
   out = v;
   return Status::success();
+}
+
+/// "ID,ID,...": non-negative token ids (checked against the vocabulary when
+/// the model is known).
+Status parseTokenList(const std::string &flag, const std::string &text,
+                      std::vector<int32_t> &ids) {
+  ids.clear();
+  size_t from = 0;
+  while (true) {
+    const size_t comma = text.find(',', from);
+    const std::string item = text.substr(
+        from, comma == std::string::npos ? std::string::npos : comma - from);
+    uint64_t id = 0;
+    LOOM_RETURN_IF_ERROR(
+        parseUnsigned(flag, item, INT32_MAX, id)
+            .withContext(flag + " item " + std::to_string(ids.size() + 1) +
+                         " (token ids separated by commas, e.g. 50256,464)"));
+    ids.push_back(static_cast<int32_t>(id));
+    if (comma == std::string::npos)
+      return Status::success();
+    from = comma + 1;
+  }
 }
 
 } // namespace
@@ -150,6 +180,8 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--schedule-steps",
                                     "--sample",
                                     "--prompt",
+                                    "--prompt-tokens",
+                                    "--tokenizer",
                                     "--temperature",
                                     "--top-k",
                                     "--backend",
@@ -181,6 +213,11 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
     } else if (flag == "--prompt") {
       opts.prompt = value;
       opts.hasPrompt = true;
+    } else if (flag == "--prompt-tokens") {
+      LOOM_RETURN_IF_ERROR(parseTokenList(flag, value, opts.promptTokens));
+      opts.hasPromptTokens = true;
+    } else if (flag == "--tokenizer") {
+      opts.tokenizer = value;
     } else if (flag == "--temperature") {
       LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.temperature));
       hasSamplingFlag = true;
@@ -252,15 +289,24 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                          << positional.size()
                                          << " positional arguments");
   opts.program = positional[0];
-  if (opts.sample >= 0 || opts.hasPrompt) {
-    LOOM_CHECK(opts.sample >= 0, "--prompt needs --sample N (the number of "
-                                 "tokens to generate)");
-    LOOM_CHECK(opts.hasPrompt, "--sample needs --prompt TEXT (the text to "
-                               "continue)");
+  const char *samplingInput = opts.hasPrompt            ? "--prompt"
+                              : opts.hasPromptTokens    ? "--prompt-tokens"
+                              : !opts.tokenizer.empty() ? "--tokenizer"
+                                                        : nullptr;
+  if (opts.sample >= 0 || samplingInput) {
+    LOOM_CHECK(opts.sample >= 0, samplingInput << " needs --sample N (the "
+                                                  "number of tokens to "
+                                                  "generate)");
+    LOOM_CHECK(opts.hasPrompt || opts.hasPromptTokens ||
+                   !opts.tokenizer.empty(),
+               "--sample needs --prompt TEXT (the text to continue), "
+               "--prompt-tokens IDS, or --tokenizer F (then it starts from "
+               "the tokenizer's end-of-text token)");
+    LOOM_CHECK(!(opts.hasPrompt && opts.hasPromptTokens),
+               "--prompt and --prompt-tokens both give the prompt; pass one");
     const char *extra = !opts.data.empty()             ? "--data"
                         : opts.steps >= 0              ? "--steps"
                         : !opts.saveCheckpoint.empty() ? "--save-checkpoint"
-                        : !opts.logJson.empty()        ? "--log-json"
                         : !opts.trace.empty()          ? "--trace"
                         : opts.trainingFlags         ? "the learning-rate flags"
                         : opts.saveEvery >= 0        ? "--save-every"

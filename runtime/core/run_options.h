@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -28,6 +29,12 @@ struct RunOptions {
   int64_t sample = -1; // --sample N; -1: not sampling
   std::string prompt;
   bool hasPrompt = false;
+  /// --prompt-tokens ID,ID,...: the prompt as token ids.
+  std::vector<int32_t> promptTokens;
+  bool hasPromptTokens = false;
+  /// --tokenizer F: an llm.c tokenizer file (bpe_tokenizer.h) that encodes
+  /// --prompt and decodes the sampled ids; without one, tokens are bytes.
+  std::string tokenizer;
   /// --temperature T (0: greedy) and --top-k K (0: all) of --sample.
   double temperature = 0.0;
   int64_t topK = 0;

@@ -1,4 +1,4 @@
-//===- sampler.cpp - Byte-level text sampling -------------------*- C++ -*-===//
+//===- sampler.cpp - Text sampling from an evaluation program ---*- C++ -*-===//
 //
 // One forward per generated token over the whole batch (row 0 carries the
 // context, the other rows are zero); no KV cache, which the program format
@@ -127,6 +127,8 @@ Status checkSamplingConfig(const SamplingConfig &c) {
                  << c.temperature);
   LOOM_CHECK(c.topK >= 0,
              "--top-k must be >= 0 (0: every token), got " << c.topK);
+  LOOM_CHECK(c.vocabLimit >= 0,
+             "the sampled vocabulary limit must be >= 0, got " << c.vocabLimit);
   LOOM_CHECK(c.topK == 0 || c.temperature > 0,
              "--top-k " << c.topK
                         << " restricts a random draw, but sampling is greedy "
@@ -195,6 +197,8 @@ Status sampleTokens(Executor &ex, std::vector<int32_t> &tokens, int64_t count,
   LOOM_CHECK(!tokens.empty(), "the prompt is empty; pass --prompt TEXT with "
                               "at least one character");
   const int64_t V = ex.model().vocab_size();
+  const int64_t columns =
+      config.vocabLimit > 0 ? std::min(l.vocab, config.vocabLimit) : l.vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
     LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V,
                "token " << i << " is " << tokens[i]
@@ -240,7 +244,7 @@ Status sampleTokens(Executor &ex, std::vector<int32_t> &tokens, int64_t count,
           row.size() * sizeof(float)));
     }
     tokens.push_back(
-        chooseToken(row.data(), l.vocab, config, static_cast<uint64_t>(n)));
+        chooseToken(row.data(), columns, config, static_cast<uint64_t>(n)));
   }
   return Status::success();
 }

@@ -1,15 +1,15 @@
-//===- sampler.h - Byte-level text sampling ---------------------*- C++ -*-===//
+//===- sampler.h - Text sampling from an evaluation program -----*- C++ -*-===//
 //
 // Shows what a model learned: starting from a prompt (its bytes are the token
-// ids), repeatedly run an evaluation program's forward on the last <= T tokens
-// (row 0 of the batch, padded with 0; causal attention keeps the padding from
-// affecting the last real position), take the logits at that position (the
-// first input of the stage's CrossEntropy instruction, [B, T, Vp]), and append
-// a token chosen among the first min(Vp, vocab_size) columns: the argmax
-// (greedy; ties: lowest id), or, with a temperature, a draw from
-// softmax(logits / temperature) over the top-k logits, as nanoGPT's
-// sample.py (--temperature, --top_k) does. The targets only feed the loss
-// and are filled with 0.
+// ids, or a tokenizer's ids: bpe_tokenizer.h), repeatedly run an evaluation
+// program's forward on the last <= T tokens (row 0 of the batch, padded with 0;
+// causal attention keeps the padding from affecting the last real position),
+// take the logits at that position (the first input of the stage's CrossEntropy
+// instruction, [B, T, Vp]), and append a token chosen among the first min(Vp,
+// vocab_size) columns: the argmax (greedy; ties: lowest id), or, with a
+// temperature, a draw from softmax(logits / temperature) over the top-k logits,
+// as nanoGPT's sample.py (--temperature, --top_k) does. The targets only feed
+// the loss and are filled with 0.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_SAMPLER_H
@@ -55,6 +55,10 @@ struct SamplingConfig {
   /// The draws' seed: draw n uses a uniform number of (seed, n) alone, so a
   /// run is reproducible.
   uint64_t seed = 1337;
+  /// > 0: only ids below this are chosen, e.g. a tokenizer's size when the
+  /// model's vocabulary is larger (nanoGPT pads GPT-2's 50257 to 50304);
+  /// 0: the model's vocab_size.
+  int64_t vocabLimit = 0;
 };
 
 /// Checks a SamplingConfig (temperature finite and >= 0, top-k >= 0 and

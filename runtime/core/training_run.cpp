@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/core/training_run.h"
 
+#include "runtime/core/bpe_tokenizer.h"
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
@@ -18,6 +19,7 @@
 #include "runtime/core/stop_request.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
+#include "runtime/core/utf8.h"
 #include "runtime/program/program.h"
 
 #include <algorithm>
@@ -124,6 +126,41 @@ Status createExecutor(const program::LoadedProgram &loaded,
                           std::move(kernels), std::move(memory));
 }
 
+/// The ids sampling starts from: --prompt-tokens; --prompt's bytes, or its
+/// encoding by the tokenizer; or the tokenizer's end-of-text token.
+Status samplingPrompt(const RunOptions &opts, const BpeTokenizer *tokenizer,
+                      int64_t modelVocab, std::vector<int32_t> &tokens) {
+  if (opts.hasPromptTokens) {
+    tokens = opts.promptTokens;
+    const int64_t limit =
+        tokenizer ? std::min(modelVocab, tokenizer->vocabSize()) : modelVocab;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      LOOM_CHECK(
+          tokens[i] < limit,
+          "--prompt-tokens item "
+              << i + 1 << " is " << tokens[i] << ", outside the "
+              << (tokenizer && limit < modelVocab ? "tokenizer's " : "model's ")
+              << limit << " tokens");
+    return Status::success();
+  }
+  if (!tokenizer)
+    return promptTokens(opts.prompt, modelVocab, tokens);
+  if (!opts.hasPrompt) {
+    LOOM_CHECK(tokenizer->endOfText() >= 0,
+               "tokenizer file '"
+                   << tokenizer->path()
+                   << "' names no end-of-text token to start from (a "
+                      "version 1 file only has one for GPT-2's 50257 "
+                      "tokens); pass --prompt TEXT or --prompt-tokens IDS");
+    tokens = {tokenizer->endOfText()};
+    return Status::success();
+  }
+  LOOM_CHECK(!opts.prompt.empty(), "the prompt is empty; pass --prompt TEXT "
+                                   "with at least one character (or drop it "
+                                   "to start from the end-of-text token)");
+  return tokenizer->encode(opts.prompt, tokens).withContext("--prompt");
+}
+
 } // namespace
 
 Status runSample(const RunOptions &opts,
@@ -135,9 +172,30 @@ Status runSample(const RunOptions &opts,
   SamplerLayout layout;
   LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout)
                            .withContext("program '" + opts.program + "'"));
+  const int64_t modelVocab = ex->model().vocab_size();
+  std::unique_ptr<BpeTokenizer> tokenizer;
+  SamplingConfig sampling = opts.sampling();
+  if (!opts.tokenizer.empty()) {
+    tokenizer = std::make_unique<BpeTokenizer>();
+    LOOM_RETURN_IF_ERROR(BpeTokenizer::load(opts.tokenizer, *tokenizer));
+    // A model may pad its vocabulary past the tokenizer's (nanoGPT's 50304
+    // for GPT-2's 50257): the padding ids are never drawn. A tokenizer with
+    // more tokens than the model is not the one its data was written with.
+    LOOM_CHECK(tokenizer->vocabSize() <= modelVocab,
+               "tokenizer file '"
+                   << opts.tokenizer << "' has " << tokenizer->vocabSize()
+                   << " tokens but the model's vocab_size is " << modelVocab
+                   << "; pass the tokenizer its training data was written "
+                      "with (its size is at most vocab_size)");
+    sampling.vocabLimit = tokenizer->vocabSize();
+  }
   std::vector<int32_t> tokens;
   LOOM_RETURN_IF_ERROR(
-      promptTokens(opts.prompt, ex->model().vocab_size(), tokens));
+      samplingPrompt(opts, tokenizer.get(), modelVocab, tokens));
+  const size_t promptLength = tokens.size();
+  JsonLog log;
+  if (!opts.logJson.empty())
+    LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
   if (!opts.quiet) {
@@ -156,15 +214,46 @@ Status runSample(const RunOptions &opts,
           opts.seed);
       how = text;
     }
+    const std::string vocab =
+        tokenizer ? "tokenizer " + opts.tokenizer + " (" +
+                        std::to_string(tokenizer->vocabSize()) + " tokens)"
+                  : "vocab " + std::to_string(layout.vocab) + " (bytes)";
     std::fprintf(stderr,
                  "loom-run: sampling %" PRId64 " tokens %s from %s "
-                 "(%s), context %" PRId64 ", vocab %" PRId64 "\n",
+                 "(%s) after %zu prompt tokens, context %" PRId64 ", %s\n",
                  opts.sample, how.c_str(), opts.program.c_str(),
-                 weights.c_str(), layout.seq, layout.vocab);
+                 weights.c_str(), promptLength, layout.seq, vocab.c_str());
     std::fflush(stderr);
   }
-  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, opts.sampling()));
-  const std::string text = renderTokens(tokens) + "\n";
+  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, sampling));
+  std::string text;
+  if (tokenizer) {
+    // The end-of-text token sampling started from unasked is not shown.
+    const bool implicitStart = !opts.hasPrompt && !opts.hasPromptTokens;
+    const std::vector<int32_t> shown(tokens.begin() + (implicitStart ? 1 : 0),
+                                     tokens.end());
+    // As tiktoken's decode (errors="replace"): a character cut between
+    // tokens, or ids that spell no character, show as U+FFFD.
+    LOOM_RETURN_IF_ERROR(tokenizer->decode(shown, text));
+    text = replaceIllFormedUtf8(text);
+  } else {
+    text = renderTokens(tokens);
+  }
+  if (!opts.logJson.empty()) {
+    auto ids = [&](size_t from, size_t to) {
+      JsonValue list = JsonValue::array();
+      for (size_t i = from; i < to; ++i)
+        list.push(JsonValue::integer(tokens[i]));
+      return list;
+    };
+    JsonValue record = JsonValue::object();
+    record.set("prompt_tokens", ids(0, promptLength));
+    record.set("tokens", ids(promptLength, tokens.size()));
+    record.set("text", JsonValue::string(text));
+    LOOM_RETURN_IF_ERROR(log.write(record));
+    LOOM_RETURN_IF_ERROR(log.close());
+  }
+  text += "\n";
   LOOM_CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() &&
                  std::fflush(stdout) == 0,
              "cannot write the sampled text to stdout");

@@ -462,6 +462,50 @@ def test_tokenize_script(wd):
         assert words in proc.stderr, proc.stderr
 
 
+def test_tokenize_bpe_flags(wd):
+    text = wd.path("doc.txt")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("the cat sat on the mat; the cat's hat. " * 40)
+    tok, out = wd.path("tok.bin"), wd.path("bpe.bin")
+    proc = run_cli([PYTHON, TOKENIZE, text, text, "-o", out, "--bpe-vocab",
+                    "270", "--save-tokenizer", tok], 0)
+    assert "270 tokens (256 bytes, 13 merges, end-of-text 269)" in proc.stdout
+    tokens = list(loomfmt.read_token_file(out))
+    # Each input is a document that starts with end-of-text.
+    assert tokens[0] == 269 and tokens.count(269) == 2, tokens[:8]
+    assert len(tokens) < 40 * 39, len(tokens)  # under half the bytes
+    proc = run_cli([PYTHON, TOKENIZE, "--inspect", out, "--tokenizer", tok], 0)
+    assert '"<|endoftext|>the cat sat on the mat' in proc.stdout, proc.stdout
+    # Few pairs: the table stops early and says what vocab_size to use.
+    tiny = wd.path("tiny.txt")
+    with open(tiny, "w") as f:
+        f.write("ab ab")
+    proc = run_cli([PYTHON, TOKENIZE, tiny, "-o", out, "--bpe-vocab", "400",
+                    "--save-tokenizer", tok], 0)
+    assert "set the config's vocab_size to 259" in proc.stdout, proc.stdout
+    # Errors.
+    for args, words in (
+            (["--bpe-vocab", "300"], "go together"),
+            (["--bpe-vocab", "200", "--save-tokenizer", tok], ">= 257"),
+            (["--tokenizer", tok, "--bpe-vocab", "300", "--save-tokenizer",
+              tok], "pass one of them"),
+            (["--tokenizer", text], "not 20240328")):
+        proc = run_cli([PYTHON, TOKENIZE, text, "-o", out] + args, 1)
+        assert words in proc.stderr, (args, proc.stderr)
+    latin1 = wd.path("latin1.txt")
+    with open(latin1, "wb") as f:
+        f.write(b"caf\xe9")
+    proc = run_cli([PYTHON, TOKENIZE, latin1, "-o", out, "--tokenizer", tok],
+                   1)
+    assert "byte 3 is not UTF-8" in proc.stderr, proc.stderr
+    with open(tok, "rb") as f:
+        table = f.read()
+    cut = wd.path("cut.bin")
+    with open(cut, "wb") as f:
+        f.write(table[:-3])
+    proc = run_cli([PYTHON, TOKENIZE, text, "-o", out, "--tokenizer", cut], 1)
+    assert "empty or cut off" in proc.stderr, proc.stderr
+
 #===----------------------------------------------------------------------===#
 # Training (--train)
 #===----------------------------------------------------------------------===#

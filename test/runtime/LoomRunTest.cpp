@@ -800,6 +800,41 @@ TEST_F(LoomRun, SampleErrors) {
   expectError(program + " --sample 3 --prompt ' ' --load-checkpoint " +
                   tempPath("absent.st"),
               "absent.st");
+  // The prompt as ids, and a tokenizer (bpe_tokenizer.h).
+  expectError(program + " --sample 3 --prompt-tokens 5,x",
+              "--prompt-tokens item 2 (token ids separated by commas, e.g. "
+              "50256,464): --prompt-tokens expects a non-negative integer",
+              true);
+  expectError(program + " --sample 3 --prompt-tokens 5,,6",
+              "--prompt-tokens item 2", true);
+  expectError(program + " --sample 3 --prompt-tokens 1,50",
+              "--prompt-tokens item 2 is 50, outside the model's 50 tokens");
+  expectError(program + " --sample 3 --prompt-tokens 1 --prompt ' '",
+              "--prompt and --prompt-tokens both give the prompt; pass one",
+              true);
+  expectError(program + " --prompt-tokens 1",
+              "--prompt-tokens needs --sample N", true);
+  expectError(program + " --tokenizer t.bin", "--tokenizer needs --sample N",
+              true);
+  expectError(program + " --sample 3 --tokenizer " + tempPath("absent.bin"),
+              "cannot open tokenizer file");
+  // The model has 50 tokens: a 257-token table is not its tokenizer.
+  {
+    const std::string table = tempPath("bytes.tok");
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240328;
+    header[1] = 2;
+    header[2] = 257;
+    header[3] = 256;
+    std::string bytes(reinterpret_cast<const char *>(header.data()), 1024);
+    for (int b = 0; b < 256; ++b)
+      bytes += std::string(1, '\x01') + static_cast<char>(b);
+    bytes += std::string(1, '\x0D') + "<|endoftext|>";
+    writeText(table, bytes);
+    expectError(program + " --sample 3 --tokenizer " + table,
+                "has 257 tokens but the model's vocab_size is 50; pass the "
+                "tokenizer its training data was written with");
+  }
 }
 
 #ifdef LOOM_TEST_MPIEXEC

@@ -61,9 +61,15 @@ const char *kUsage =
   loom train   (the flags of eval) [optimizer flags]
   loom sample  --config CFG.json --load-checkpoint F --prompt TEXT [--tokens N]
                [--seq T] [--temperature T [--top-k K] [--seed S]]
-               byte-level generation from a trained model: greedy, or drawn
-               from softmax(logits / T) over the K likeliest (nanoGPT's
-               sample.py --temperature --top_k)
+               [--tokenizer TOK.bin] [--prompt-tokens IDS] [--log-json F]
+               generation from a trained model: greedy, or drawn from
+               softmax(logits / T) over the K likeliest (nanoGPT's sample.py
+               --temperature --top_k). Tokens are bytes, or with --tokenizer
+               (an llm.c tokenizer file, e.g. gpt2_tokenizer.bin, or one
+               scripts/tokenize --bpe-vocab wrote) GPT-2 BPE: the prompt is
+               encoded as tiktoken does, the text decoded, and without a
+               prompt sampling starts from <|endoftext|>. --log-json F
+               records the prompt's and the sampled token ids.
   loom plan    --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
                [--gpus-per-node K] [--json] ...   search dp x tp x pp, ZeRO,
                micro-batches, schedule and recomputation (loom plan --help)
@@ -556,8 +562,10 @@ int runProgram(const char *argv0, const std::string &command,
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
   }
   if (sample)
-    valueFlags = {"--config", "--seq",         "--load-checkpoint", "--prompt",
-                  "--tokens", "--temperature", "--top-k",           "--seed"};
+    valueFlags = {"--config",        "--seq",     "--load-checkpoint",
+                  "--prompt",        "--tokens",  "--temperature",
+                  "--top-k",         "--seed",    "--tokenizer",
+                  "--prompt-tokens", "--log-json"};
   std::set<std::string> switches{"--quiet"};
   if (train)
     switches.insert("--shuffle");
@@ -566,7 +574,11 @@ int runProgram(const char *argv0, const std::string &command,
     return 1;
   std::vector<const char *> required{"--data", "--steps"};
   if (sample) {
-    required = {"--load-checkpoint", "--prompt"};
+    required = {"--load-checkpoint"};
+    // With a tokenizer, sampling may start from its end-of-text token.
+    if (!inv->values.count("--tokenizer") &&
+        !inv->values.count("--prompt-tokens"))
+      required.push_back("--prompt");
     inv->values["--batch"] = "1"; // one sequence
   }
   for (const char *flag : required)
@@ -603,8 +615,9 @@ int runProgram(const char *argv0, const std::string &command,
         runFlags.insert(runFlags.end(), scheduleFlags.begin(),
                         scheduleFlags.end());
       if (sample) {
-        runFlags = {"--load-checkpoint", "--prompt", "--temperature", "--top-k",
-                    "--seed"};
+        runFlags = {"--load-checkpoint", "--prompt",  "--temperature",
+                    "--top-k",           "--seed",    "--tokenizer",
+                    "--prompt-tokens",   "--log-json"};
         runArgs.push_back("--sample");
         runArgs.push_back(inv->values.count("--tokens")
                               ? inv->values["--tokens"]
