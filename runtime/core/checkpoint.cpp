@@ -113,16 +113,32 @@ ParamView momentView(const Executor &executor, const ParamView &p) {
 
 namespace {
 
+/// HF's GPT2LMHeadModel.save_pretrained writes the GPT2Model's tensors
+/// under this prefix ("transformer.h.0.ln_1.weight"); GPT2Model files and
+/// the hub's gpt2 weights have none.
+constexpr const char *kHfLmModelPrefix = "transformer.";
+
+/// The tensor holding parameter `name`: under its own name, else under HF's
+/// GPT2LMHeadModel prefix; nullptr when neither is there.
+const SafeTensor *findParamTensor(const SafetensorsFile &file,
+                                  const std::string &name) {
+  if (const SafeTensor *t = file.find(name))
+    return t;
+  return file.find(kHfLmModelPrefix + name);
+}
+
 /// Copies this rank's slice of tensor `tensorName` (global shape of `p`) into
 /// buffer `buffer`.
 Status loadTensor(Executor &executor, const SafetensorsFile &file,
                   const std::string &path, const ParamView &p,
                   const std::string &tensorName, uint32_t buffer,
                   std::vector<float> &values) {
-  const SafeTensor *t = file.find(tensorName);
+  const SafeTensor *t = findParamTensor(file, tensorName);
   LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << tensorName
-                               << "' (the program's parameter); was it "
-                                  "saved from a different model?");
+                               << "' (the program's parameter; nor '"
+                               << kHfLmModelPrefix << tensorName
+                               << "', as HF's GPT2LMHeadModel saves it); was "
+                                  "it saved from a different model?");
   // The checkpoint's shape (HF's), or the program's own grouping of it; a
   // padded parameter's real rows only.
   LOOM_CHECK(t->shape == p.checkpointShape ||
@@ -161,6 +177,33 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
                                rounded.size() * sizeof(uint16_t));
 }
 
+/// HF files may hold GPT-2's LM head as its own tensor ("lm_head.weight",
+/// or under the prefix); GPT-2, and Loom's model, tie it to wte, so one that
+/// differs from wte.weight (a model fine-tuned with the head untied) cannot
+/// be loaded without silently changing the model.
+Status checkTiedLmHead(const SafetensorsFile &file, const std::string &path) {
+  const SafeTensor *head = findParamTensor(file, "lm_head.weight");
+  const SafeTensor *wte = findParamTensor(file, "wte.weight");
+  if (!head || !wte)
+    return Status::success();
+  std::vector<float> headValues, wteValues;
+  LOOM_RETURN_IF_ERROR(toFloat32(*head, headValues)
+                           .withContext("checkpoint '" + path + "', tensor '" +
+                                        head->name + "'"));
+  LOOM_RETURN_IF_ERROR(toFloat32(*wte, wteValues)
+                           .withContext("checkpoint '" + path + "', tensor '" +
+                                        wte->name + "'"));
+  LOOM_CHECK(head->shape == wte->shape && headValues == wteValues,
+             "checkpoint '"
+                 << path << "': its LM head '" << head->name << "' "
+                 << shapeStr(head->shape) << " differs from '" << wte->name
+                 << "' " << shapeStr(wte->shape)
+                 << "; GPT-2 ties the two and so does Loom's model, so an "
+                    "untied head cannot be loaded (drop '"
+                 << head->name << "' to use wte as the head)");
+  return Status::success();
+}
+
 } // namespace
 
 Status loadCheckpoint(Executor &executor, const std::string &path,
@@ -172,6 +215,7 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
   LOOM_RETURN_IF_ERROR(readSafetensors(path, file));
   if (metadata)
     *metadata = file.metadata;
+  LOOM_RETURN_IF_ERROR(checkTiedLmHead(file, path));
   std::vector<float> values;
   for (const ParamView &p : executor.params()) {
     LOOM_RETURN_IF_ERROR(

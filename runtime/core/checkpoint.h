@@ -37,7 +37,10 @@
 namespace loom {
 
 /// Overwrites every parameter of `executor` with its slice of the tensor of
-/// the same name in the safetensors file `path` (F32, BF16, F16 or F64).
+/// the same name in the safetensors file `path` (F32, BF16, F16 or F64), or
+/// of "transformer.<name>" (HF's GPT2LMHeadModel.save_pretrained files;
+/// their "lm_head.weight" must equal wte.weight, which the model ties to
+/// it, and buffers such as "h.0.attn.bias" are ignored).
 /// For a training program, also the AdamW moments when the file has them
 /// (then `completedSteps` receives its "step" metadata); a weights-only file
 /// zeroes the moments and gives 0 steps. Eval programs ignore optimizer
