@@ -127,12 +127,20 @@ const SafeTensor *findParamTensor(const SafetensorsFile &file,
   return file.find(kHfLmModelPrefix + name);
 }
 
+/// Host vectors loadTensor reuses from tensor to tensor (fresh ones would
+/// page-fault their memory in again for every tensor).
+struct LoadScratch {
+  std::vector<float> values; // the file's tensor, as fp32
+  std::vector<float> local;  // this rank's slice of it
+};
+
 /// Copies this rank's slice of tensor `tensorName` (global shape of `p`) into
 /// buffer `buffer`.
 Status loadTensor(Executor &executor, const SafetensorsFile &file,
                   const std::string &path, const ParamView &p,
                   const std::string &tensorName, uint32_t buffer,
-                  std::vector<float> &values) {
+                  LoadScratch &scratch) {
+  std::vector<float> &values = scratch.values;
   const SafeTensor *t = findParamTensor(file, tensorName);
   LOOM_CHECK(t, "checkpoint '" << path << "' has no tensor '" << tensorName
                                << "' (the program's parameter; nor '"
@@ -163,8 +171,8 @@ Status loadTensor(Executor &executor, const SafetensorsFile &file,
   // This rank's slice on the host, then into buffer memory; a bf16
   // parameter gets it rounded to nearest even (what the update's Cast of
   // the same fp32 master gives).
-  std::vector<float> local(
-      static_cast<size_t>(program::shapeNumel(p.localShape)));
+  std::vector<float> &local = scratch.local;
+  local.resize(static_cast<size_t>(program::shapeNumel(p.localShape)));
   copySlice(local.data(), values.data(), p.globalShape, p.sliceOffset,
             p.localShape);
   if (executor.bufferDType(buffer) != program::DType::BF16)
@@ -216,16 +224,16 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
   if (metadata)
     *metadata = file.metadata;
   LOOM_RETURN_IF_ERROR(checkTiedLmHead(file, path));
-  std::vector<float> values;
+  LoadScratch scratch;
   for (const ParamView &p : executor.params()) {
     LOOM_RETURN_IF_ERROR(
-        loadTensor(executor, file, path, p, p.name, p.buffer, values));
+        loadTensor(executor, file, path, p, p.name, p.buffer, scratch));
     // Mixed precision: the file's fp32 weights are the master (its own
     // block, sharded like the moments); the bf16 buffer got them rounded.
     if (p.masterBuffer >= 0)
       LOOM_RETURN_IF_ERROR(
           loadTensor(executor, file, path, momentView(executor, p), p.name,
-                     static_cast<uint32_t>(p.masterBuffer), values));
+                     static_cast<uint32_t>(p.masterBuffer), scratch));
   }
   if (!executor.isTraining())
     return Status::success();
@@ -257,11 +265,11 @@ Status loadCheckpoint(Executor &executor, const std::string &path,
     if (p.mBuffer >= 0)
       LOOM_RETURN_IF_ERROR(
           loadTensor(executor, file, path, p, expAvgName(p.name),
-                     static_cast<uint32_t>(p.mBuffer), values));
+                     static_cast<uint32_t>(p.mBuffer), scratch));
     if (p.vBuffer >= 0)
       LOOM_RETURN_IF_ERROR(
           loadTensor(executor, file, path, p, expAvgSqName(p.name),
-                     static_cast<uint32_t>(p.vBuffer), values));
+                     static_cast<uint32_t>(p.vBuffer), scratch));
   }
   auto it = file.metadata.find("step");
   LOOM_CHECK(it != file.metadata.end(),

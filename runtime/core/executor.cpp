@@ -80,7 +80,8 @@ Status Executor::create(const program::LoadedProgram &program,
                         uint32_t stageIndex, uint64_t seed,
                         std::unique_ptr<Executor> &out, Communicator *comm,
                         std::unique_ptr<KernelBackend> kernels,
-                        std::unique_ptr<BufferMemory> memory) {
+                        std::unique_ptr<BufferMemory> memory,
+                        ParamStart start) {
   out.reset();
   LOOM_CHECK(program.root(), "no program loaded");
   const program::Stage *stage = program.stage(stageIndex);
@@ -182,10 +183,11 @@ Status Executor::create(const program::LoadedProgram &program,
         init.std = static_cast<float>(p->init_std());
         break;
       }
-      LOOM_RETURN_IF_ERROR(initParamBuffer(
-          *ex->memory, ex->bufferData(v.buffer), ex->bufferDType(v.buffer), v,
-          seed, init, v.sliceOffset, v.localShape));
-      if (v.masterBuffer >= 0) {
+      if (start == ParamStart::Seeded)
+        LOOM_RETURN_IF_ERROR(initParamBuffer(
+            *ex->memory, ex->bufferData(v.buffer), ex->bufferDType(v.buffer), v,
+            seed, init, v.sliceOffset, v.localShape));
+      if (start == ParamStart::Seeded && v.masterBuffer >= 0) {
         // The fp32 master of a bf16 parameter: the same values at the same
         // global indices, over the master's own block (sharded like the
         // AdamW moments under ZeRO, else the parameter's slice).

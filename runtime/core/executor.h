@@ -115,12 +115,17 @@ public:
   /// `kernels` / `memory`: the backend the instructions run on and the
   /// memory the arena and temporaries live in (nullptr: cpu::CpuKernels /
   /// cpu::HostMemory); the kernels must accept the memory's pointers.
+  /// `start` ParamStart::Loaded skips the initialization (parameters and
+  /// masters stay zero) for a caller that loads every parameter next, as
+  /// loadCheckpoint does: GPT-2 124M's init is seconds of CPU time.
+  enum class ParamStart { Seeded, Loaded };
   static Status create(const program::LoadedProgram &program,
                        uint32_t stageIndex, uint64_t seed,
                        std::unique_ptr<Executor> &out,
                        Communicator *comm = nullptr,
                        std::unique_ptr<KernelBackend> kernels = nullptr,
-                       std::unique_ptr<BufferMemory> memory = nullptr);
+                       std::unique_ptr<BufferMemory> memory = nullptr,
+                       ParamStart start = ParamStart::Seeded);
   ~Executor();
   Executor(const Executor &) = delete;
   Executor &operator=(const Executor &) = delete;

@@ -261,33 +261,34 @@ Status parseEntry(const std::string &src, const std::string &name,
   return Status::success();
 }
 
-} // namespace
-
-Status parseSafetensors(const std::vector<uint8_t> &bytes,
-                        const std::string &src, SafetensorsFile &out) {
-  out = SafetensorsFile();
-  // 1. Header length.
-  LOOM_CHECK(bytes.size() >= 8, "safetensors '"
-                                    << src << "' is " << bytes.size()
-                                    << " bytes, too short for the 8-byte "
-                                       "header length; the file is truncated");
-  uint64_t n = 0;
+/// Step 1: the header length, from the first min(8, fileBytes) bytes of a
+/// file of `fileBytes` bytes.
+Status headerLength(const uint8_t *first, uint64_t fileBytes,
+                    const std::string &src, uint64_t &n) {
+  LOOM_CHECK(fileBytes >= 8, "safetensors '"
+                                 << src << "' is " << fileBytes
+                                 << " bytes, too short for the 8-byte "
+                                    "header length; the file is truncated");
+  n = 0;
   for (int i = 7; i >= 0; --i)
-    n = (n << 8) | bytes[i];
+    n = (n << 8) | first[i];
   LOOM_CHECK(n <= kMaxHeaderBytes,
              "safetensors '" << src << "': header length " << n
                              << " exceeds the 100 MB limit; the file is "
                                 "corrupt or not safetensors");
-  LOOM_CHECK(n <= bytes.size() - 8, "safetensors '"
-                                        << src << "': header length " << n
-                                        << " runs beyond the end of the file ("
-                                        << bytes.size()
-                                        << " bytes); the file is truncated");
-  const uint64_t bufferBytes = bytes.size() - 8 - n;
+  LOOM_CHECK(n <= fileBytes - 8,
+             "safetensors '" << src << "': header length " << n
+                             << " runs beyond the end of the file ("
+                             << fileBytes << " bytes); the file is truncated");
+  return Status::success();
+}
 
+/// Steps 2-4: the JSON header's entries (checked against a data buffer of
+/// `bufferBytes`) and metadata.
+Status parseHeader(const std::string &headerText, uint64_t bufferBytes,
+                   const std::string &src, std::vector<Entry> &entries,
+                   std::map<std::string, std::string> &metadata) {
   // 2. JSON header.
-  std::string headerText(reinterpret_cast<const char *>(bytes.data()) + 8,
-                         static_cast<size_t>(n));
   JsonValue header;
   Status parsed = parseJson(headerText, header);
   if (!parsed.ok())
@@ -296,7 +297,6 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
              "safetensors '" << src << "': header is not a JSON object");
 
   // 3. Entries.
-  std::vector<Entry> entries;
   for (const auto &kv : header.members()) {
     if (kv.first == "__metadata__") {
       LOOM_CHECK(kv.second.isObject(),
@@ -305,7 +305,7 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
         LOOM_CHECK(m.second.isString(), "safetensors '"
                                             << src << "': metadata value for '"
                                             << m.first << "' is not a string");
-        out.metadata[m.first] = m.second.asString();
+        metadata[m.first] = m.second.asString();
       }
       continue;
     }
@@ -333,14 +333,33 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
                                << b->name << "' [" << b->begin << ", " << b->end
                                << ") overlap; the file is corrupt");
   }
+  return Status::success();
+}
 
+SafeTensor tensorOf(const Entry &e) {
+  SafeTensor t;
+  t.name = e.name;
+  t.dtype = e.dtype;
+  t.shape = e.shape;
+  return t;
+}
+
+} // namespace
+
+Status parseSafetensors(const std::vector<uint8_t> &bytes,
+                        const std::string &src, SafetensorsFile &out) {
+  out = SafetensorsFile();
+  uint64_t n = 0;
+  LOOM_RETURN_IF_ERROR(headerLength(bytes.data(), bytes.size(), src, n));
+  std::vector<Entry> entries;
+  LOOM_RETURN_IF_ERROR(
+      parseHeader(std::string(reinterpret_cast<const char *>(bytes.data()) + 8,
+                              static_cast<size_t>(n)),
+                  bytes.size() - 8 - n, src, entries, out.metadata));
   // 5. Copy the data.
   const uint8_t *base = bytes.data() + 8 + n;
   for (const auto &e : entries) {
-    SafeTensor t;
-    t.name = e.name;
-    t.dtype = e.dtype;
-    t.shape = e.shape;
+    SafeTensor t = tensorOf(e);
     t.data.assign(base + e.begin, base + e.end);
     out.tensors.push_back(std::move(t));
   }
@@ -348,21 +367,45 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
 }
 
 Status readSafetensors(const std::string &path, SafetensorsFile &out) {
+  out = SafetensorsFile();
   std::FILE *f = std::fopen(path.c_str(), "rb");
   LOOM_CHECK(f, "cannot open safetensors file '"
                     << path << "': " << std::strerror(errno)
                     << "; check the checkpoint path");
-  std::vector<uint8_t> bytes;
-  bool ok = std::fseek(f, 0, SEEK_END) == 0;
-  long size = ok ? std::ftell(f) : -1;
-  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
-  if (ok) {
-    bytes.resize(static_cast<size_t>(size));
-    ok = std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  // The header first, then each tensor read straight into its own bytes:
+  // no copy of the whole file (a GPT-2 checkpoint is hundreds of MB).
+  struct Closer {
+    std::FILE *f;
+    ~Closer() { std::fclose(f); }
+  } closer{f};
+  const std::string unreadable = "cannot read safetensors file '" + path + "'";
+  LOOM_CHECK(std::fseek(f, 0, SEEK_END) == 0, unreadable);
+  const long size = std::ftell(f);
+  LOOM_CHECK(size >= 0 && std::fseek(f, 0, SEEK_SET) == 0, unreadable);
+  const uint64_t fileBytes = static_cast<uint64_t>(size);
+  uint8_t first[8] = {};
+  const size_t firstBytes =
+      static_cast<size_t>(std::min<uint64_t>(8, fileBytes));
+  LOOM_CHECK(std::fread(first, 1, firstBytes, f) == firstBytes, unreadable);
+  uint64_t n = 0;
+  LOOM_RETURN_IF_ERROR(headerLength(first, fileBytes, path, n));
+  std::string headerText(static_cast<size_t>(n), '\0');
+  LOOM_CHECK(std::fread(headerText.data(), 1, headerText.size(), f) ==
+                 headerText.size(),
+             unreadable);
+  std::vector<Entry> entries;
+  LOOM_RETURN_IF_ERROR(
+      parseHeader(headerText, fileBytes - 8 - n, path, entries, out.metadata));
+  for (const auto &e : entries) {
+    SafeTensor t = tensorOf(e);
+    t.data.resize(static_cast<size_t>(e.end - e.begin));
+    LOOM_CHECK(
+        std::fseek(f, static_cast<long>(8 + n + e.begin), SEEK_SET) == 0 &&
+            std::fread(t.data.data(), 1, t.data.size(), f) == t.data.size(),
+        unreadable << " (tensor '" << e.name << "')");
+    out.tensors.push_back(std::move(t));
   }
-  std::fclose(f);
-  LOOM_CHECK(ok, "cannot read safetensors file '" << path << "'");
-  return parseSafetensors(bytes, path, out);
+  return Status::success();
 }
 
 //===----------------------------------------------------------------------===//

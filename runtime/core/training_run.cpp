@@ -122,8 +122,12 @@ Status createExecutor(const program::LoadedProgram &loaded,
   std::unique_ptr<BufferMemory> memory;
   if (backend)
     LOOM_RETURN_IF_ERROR(backend(kernels, memory));
+  // A checkpoint overwrites every parameter: the seeded init is skipped.
   return Executor::create(loaded, opts.stage, opts.seed, ex, comm,
-                          std::move(kernels), std::move(memory));
+                          std::move(kernels), std::move(memory),
+                          opts.loadCheckpoint.empty()
+                              ? Executor::ParamStart::Seeded
+                              : Executor::ParamStart::Loaded);
 }
 
 /// The ids sampling starts from: --prompt-tokens; --prompt's bytes, or its

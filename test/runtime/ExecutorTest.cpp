@@ -519,6 +519,26 @@ TEST(Executor, CheckpointRoundTrip) {
             std::string::npos)
       << s.message();
   EXPECT_FALSE(loadCheckpoint(*b, "/nonexistent.safetensors").ok());
+
+  // ParamStart::Loaded skips the init (every parameter is zero) for a
+  // checkpoint to fill: then the same loss as the seeded executor that saved.
+  fb::LoadedProgram l3;
+  ASSERT_TRUE(fb::loadProgramBytes(serialize(*p), "test.loom", l3).ok());
+  std::unique_ptr<Executor> c;
+  ASSERT_TRUE(Executor::create(l3, 0, 1, c, nullptr, nullptr, nullptr,
+                               Executor::ParamStart::Loaded)
+                  .ok());
+  for (const ParamView &v : c->params()) {
+    const auto *w = static_cast<const float *>(c->bufferData(v.buffer));
+    for (int64_t i = 0; i < c->bufferNumel(v.buffer); ++i)
+      ASSERT_EQ(w[i], 0.0f) << v.name;
+  }
+  fillTokens(*c, 50, 4);
+  ASSERT_TRUE(loadCheckpoint(*c, path).ok());
+  float lc;
+  ASSERT_TRUE(c->run().ok());
+  ASSERT_TRUE(c->readLoss(lc).ok());
+  EXPECT_EQ(lc, la);
   std::remove(path.c_str());
   std::remove(bad.c_str());
 }
