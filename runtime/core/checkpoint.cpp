@@ -194,18 +194,16 @@ Status checkTiedLmHead(const SafetensorsFile &file, const std::string &path) {
   const SafeTensor *wte = findParamTensor(file, "wte.weight");
   if (!head || !wte)
     return Status::success();
-  std::vector<float> headValues, wteValues;
-  LOOM_RETURN_IF_ERROR(toFloat32(*head, headValues)
-                           .withContext("checkpoint '" + path + "', tensor '" +
-                                        head->name + "'"));
-  LOOM_RETURN_IF_ERROR(toFloat32(*wte, wteValues)
-                           .withContext("checkpoint '" + path + "', tensor '" +
-                                        wte->name + "'"));
-  LOOM_CHECK(head->shape == wte->shape && headValues == wteValues,
+  // Tied weights are one tensor saved twice: the same dtype, shape and
+  // bytes.
+  const bool tied = head->dtype == wte->dtype && head->shape == wte->shape &&
+                    head->data == wte->data;
+  LOOM_CHECK(tied,
              "checkpoint '"
-                 << path << "': its LM head '" << head->name << "' "
-                 << shapeStr(head->shape) << " differs from '" << wte->name
-                 << "' " << shapeStr(wte->shape)
+                 << path << "': its LM head '" << head->name << "' ("
+                 << dtypeName(head->dtype) << " " << shapeStr(head->shape)
+                 << ") differs from '" << wte->name << "' ("
+                 << dtypeName(wte->dtype) << " " << shapeStr(wte->shape) << ")"
                  << "; GPT-2 ties the two and so does Loom's model, so an "
                     "untied head cannot be loaded (drop '"
                  << head->name << "' to use wte as the head)");

@@ -215,7 +215,6 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
       opts.hasPrompt = true;
     } else if (flag == "--prompt-tokens") {
       LOOM_RETURN_IF_ERROR(parseTokenList(flag, value, opts.promptTokens));
-      opts.hasPromptTokens = true;
     } else if (flag == "--tokenizer") {
       opts.tokenizer = value;
     } else if (flag == "--temperature") {
@@ -289,20 +288,20 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                          << positional.size()
                                          << " positional arguments");
   opts.program = positional[0];
+  const bool hasPromptTokens = !opts.promptTokens.empty();
   const char *samplingInput = opts.hasPrompt            ? "--prompt"
-                              : opts.hasPromptTokens    ? "--prompt-tokens"
+                              : hasPromptTokens         ? "--prompt-tokens"
                               : !opts.tokenizer.empty() ? "--tokenizer"
                                                         : nullptr;
   if (opts.sample >= 0 || samplingInput) {
     LOOM_CHECK(opts.sample >= 0, samplingInput << " needs --sample N (the "
                                                   "number of tokens to "
                                                   "generate)");
-    LOOM_CHECK(opts.hasPrompt || opts.hasPromptTokens ||
-                   !opts.tokenizer.empty(),
+    LOOM_CHECK(opts.hasPrompt || hasPromptTokens || !opts.tokenizer.empty(),
                "--sample needs --prompt TEXT (the text to continue), "
                "--prompt-tokens IDS, or --tokenizer F (then it starts from "
                "the tokenizer's end-of-text token)");
-    LOOM_CHECK(!(opts.hasPrompt && opts.hasPromptTokens),
+    LOOM_CHECK(!(opts.hasPrompt && hasPromptTokens),
                "--prompt and --prompt-tokens both give the prompt; pass one");
     const char *extra = !opts.data.empty()             ? "--data"
                         : opts.steps >= 0              ? "--steps"

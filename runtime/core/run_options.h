@@ -29,9 +29,9 @@ struct RunOptions {
   int64_t sample = -1; // --sample N; -1: not sampling
   std::string prompt;
   bool hasPrompt = false;
-  /// --prompt-tokens ID,ID,...: the prompt as token ids.
+  /// --prompt-tokens ID,ID,...: the prompt as token ids (never empty when
+  /// given: the parser rejects an empty list).
   std::vector<int32_t> promptTokens;
-  bool hasPromptTokens = false;
   /// --tokenizer F: an llm.c tokenizer file (bpe_tokenizer.h) that encodes
   /// --prompt and decodes the sampled ids; without one, tokens are bytes.
   std::string tokenizer;

@@ -11,6 +11,7 @@
 #include "runtime/core/param_init.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -127,8 +128,6 @@ Status checkSamplingConfig(const SamplingConfig &c) {
                  << c.temperature);
   LOOM_CHECK(c.topK >= 0,
              "--top-k must be >= 0 (0: every token), got " << c.topK);
-  LOOM_CHECK(c.vocabLimit >= 0,
-             "the sampled vocabulary limit must be >= 0, got " << c.vocabLimit);
   LOOM_CHECK(c.topK == 0 || c.temperature > 0,
              "--top-k " << c.topK
                         << " restricts a random draw, but sampling is greedy "
@@ -197,6 +196,8 @@ Status sampleTokens(Executor &ex, std::vector<int32_t> &tokens, int64_t count,
   LOOM_CHECK(!tokens.empty(), "the prompt is empty; pass --prompt TEXT with "
                               "at least one character");
   const int64_t V = ex.model().vocab_size();
+  // Set by the caller from a tokenizer's size, never by a flag.
+  assert(config.vocabLimit >= 0 && "SamplingConfig::vocabLimit is >= 0");
   const int64_t columns =
       config.vocabLimit > 0 ? std::min(l.vocab, config.vocabLimit) : l.vocab;
   for (size_t i = 0; i < tokens.size(); ++i)

@@ -134,7 +134,7 @@ Status createExecutor(const program::LoadedProgram &loaded,
 /// encoding by the tokenizer; or the tokenizer's end-of-text token.
 Status samplingPrompt(const RunOptions &opts, const BpeTokenizer *tokenizer,
                       int64_t modelVocab, std::vector<int32_t> &tokens) {
-  if (opts.hasPromptTokens) {
+  if (!opts.promptTokens.empty()) {
     tokens = opts.promptTokens;
     const int64_t limit =
         tokenizer ? std::min(modelVocab, tokenizer->vocabSize()) : modelVocab;
@@ -233,7 +233,7 @@ Status runSample(const RunOptions &opts,
   std::string text;
   if (tokenizer) {
     // The end-of-text token sampling started from unasked is not shown.
-    const bool implicitStart = !opts.hasPrompt && !opts.hasPromptTokens;
+    const bool implicitStart = !opts.hasPrompt && opts.promptTokens.empty();
     const std::vector<int32_t> shown(tokens.begin() + (implicitStart ? 1 : 0),
                                      tokens.end());
     // As tiktoken's decode (errors="replace"): a character cut between

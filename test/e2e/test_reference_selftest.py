@@ -505,6 +505,23 @@ def test_tokenize_bpe_flags(wd):
         f.write(table[:-3])
     proc = run_cli([PYTHON, TOKENIZE, text, "-o", out, "--tokenizer", cut], 1)
     assert "empty or cut off" in proc.stderr, proc.stderr
+    # Tables token files cannot use: ids past uint16, no end-of-text token.
+    def write_table(path, version, tokens, eot):
+        body = bytearray(struct.pack("<256i", 20240328, version, len(tokens),
+                                     eot, *([0] * 252)))
+        for t in tokens:
+            body += bytes([len(t)]) + t
+        with open(path, "wb") as f:
+            f.write(body)
+    single = [bytes([b]) for b in range(256)]
+    wide = single + [bytes([a, b]) for a in range(256) for b in range(256)]
+    write_table(tok, 2, wide[:65537], 65536)
+    proc = run_cli([PYTHON, TOKENIZE, text, "-o", out, "--tokenizer", tok], 1)
+    assert "has 65537 tokens; token files hold uint16 ids (at most 65536" \
+        in proc.stderr, proc.stderr
+    write_table(tok, 1, single + [b"th", b"he"], 0)
+    proc = run_cli([PYTHON, TOKENIZE, text, "-o", out, "--tokenizer", tok], 1)
+    assert "names no end-of-text token" in proc.stderr, proc.stderr
 
 #===----------------------------------------------------------------------===#
 # Training (--train)

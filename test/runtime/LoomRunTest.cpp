@@ -818,23 +818,35 @@ TEST_F(LoomRun, SampleErrors) {
               true);
   expectError(program + " --sample 3 --tokenizer " + tempPath("absent.bin"),
               "cannot open tokenizer file");
-  // The model has 50 tokens: a 257-token table is not its tokenizer.
-  {
-    const std::string table = tempPath("bytes.tok");
+  // An llm.c tokenizer file of `count` single-byte tokens; version 2 adds
+  // "<|endoftext|>" as its last token.
+  auto writeTable = [&](const std::string &path, int32_t version,
+                        int32_t count) {
     std::vector<int32_t> header(256, 0);
     header[0] = 20240328;
-    header[1] = 2;
-    header[2] = 257;
-    header[3] = 256;
+    header[1] = version;
+    header[2] = count + (version == 2 ? 1 : 0);
+    header[3] = version == 2 ? count : 0;
     std::string bytes(reinterpret_cast<const char *>(header.data()), 1024);
-    for (int b = 0; b < 256; ++b)
+    for (int b = 0; b < count; ++b)
       bytes += std::string(1, '\x01') + static_cast<char>(b);
-    bytes += std::string(1, '\x0D') + "<|endoftext|>";
-    writeText(table, bytes);
-    expectError(program + " --sample 3 --tokenizer " + table,
-                "has 257 tokens but the model's vocab_size is 50; pass the "
-                "tokenizer its training data was written with");
-  }
+    if (version == 2)
+      bytes += std::string(1, '\x0D') + "<|endoftext|>";
+    writeText(path, bytes);
+  };
+  // The model has 50 tokens: a 257-token table is not its tokenizer.
+  const std::string table = tempPath("bytes.tok");
+  writeTable(table, 2, 256);
+  expectError(program + " --sample 3 --tokenizer " + table,
+              "has 257 tokens but the model's vocab_size is 50; pass the "
+              "tokenizer its training data was written with");
+  // Version 1 names an end-of-text token only for GPT-2's 50257 tokens:
+  // with no prompt there is nothing to start from.
+  writeTable(table, 1, 40);
+  expectError(program + " --sample 3 --tokenizer " + table,
+              "names no end-of-text token to start from (a version 1 file "
+              "only has one for GPT-2's 50257 tokens); pass --prompt TEXT or "
+              "--prompt-tokens IDS");
 }
 
 #ifdef LOOM_TEST_MPIEXEC
