@@ -73,8 +73,12 @@ const char *const kLoomRunUsage =
     "                          seeds the draws\n"
     "  --top-k K               with --temperature: draw among the K most\n"
     "                          likely tokens only (default 0: all)\n"
-    "  --log-json F            the prompt's and the sampled token ids and\n"
-    "                          the text, as one JSON object\n"
+    "  --log-json F            the prompt's and the sampled token ids, each\n"
+    "                          sampled token's log-probability and the\n"
+    "                          text, as one JSON object\n"
+    "  --context-programs F,F  the same model compiled at shorter --seq:\n"
+    "                          each token runs the shortest that holds the\n"
+    "                          context (loom sample passes them)\n"
     "  --help                  show this message\n";
 
 namespace {
@@ -181,6 +185,7 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--sample",
                                     "--prompt",
                                     "--prompt-tokens",
+                                    "--context-programs",
                                     "--tokenizer",
                                     "--temperature",
                                     "--top-k",
@@ -215,6 +220,21 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
       opts.hasPrompt = true;
     } else if (flag == "--prompt-tokens") {
       LOOM_RETURN_IF_ERROR(parseTokenList(flag, value, opts.promptTokens));
+    } else if (flag == "--context-programs") {
+      opts.contextPrograms.clear();
+      for (size_t from = 0;;) {
+        const size_t comma = value.find(',', from);
+        opts.contextPrograms.push_back(
+            value.substr(from, comma == std::string::npos ? std::string::npos
+                                                          : comma - from));
+        LOOM_CHECK(!opts.contextPrograms.back().empty(),
+                   "--context-programs item "
+                       << opts.contextPrograms.size()
+                       << " is empty (program files separated by commas)");
+        if (comma == std::string::npos)
+          break;
+        from = comma + 1;
+      }
     } else if (flag == "--tokenizer") {
       opts.tokenizer = value;
     } else if (flag == "--temperature") {
@@ -292,7 +312,9 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
   const char *samplingInput = opts.hasPrompt            ? "--prompt"
                               : hasPromptTokens         ? "--prompt-tokens"
                               : !opts.tokenizer.empty() ? "--tokenizer"
-                                                        : nullptr;
+                              : !opts.contextPrograms.empty()
+                                  ? "--context-programs"
+                                  : nullptr;
   if (opts.sample >= 0 || samplingInput) {
     LOOM_CHECK(opts.sample >= 0, samplingInput << " needs --sample N (the "
                                                   "number of tokens to "

@@ -32,6 +32,9 @@ struct RunOptions {
   /// --prompt-tokens ID,ID,...: the prompt as token ids (never empty when
   /// given: the parser rejects an empty list).
   std::vector<int32_t> promptTokens;
+  /// --context-programs F,F,...: the model's evaluation programs at shorter
+  /// seqs, run while the context fits them (sampling_contexts.h).
+  std::vector<std::string> contextPrograms;
   /// --tokenizer F: an llm.c tokenizer file (bpe_tokenizer.h) that encodes
   /// --prompt and decodes the sampled ids; without one, tokens are bytes.
   std::string tokenizer;

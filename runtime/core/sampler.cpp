@@ -187,65 +187,134 @@ int32_t chooseToken(const float *logits, int64_t vocab, const SamplingConfig &c,
   return static_cast<int32_t>(last); // rounding left the target at the end
 }
 
+namespace {
+
+/// One executor's sampling state: its layout and the host rows that fill
+/// and read its buffers.
+struct SamplingBuffers {
+  Executor *ex = nullptr;
+  SamplerLayout layout;
+  std::vector<int32_t> ids, zeros;
+  std::vector<uint16_t> narrow; // bf16 logits (mixed precision)
+
+  Status bind(Executor &executor) {
+    const int64_t width = ex ? layout.paddedVocab : -1;
+    ex = &executor;
+    LOOM_RETURN_IF_ERROR(findSamplerLayout(executor, layout));
+    // The logits row is read into one host row for all of them.
+    LOOM_CHECK(width < 0 || layout.paddedVocab == width,
+               "the programs sampling switches between have logits of "
+                   << width << " and " << layout.paddedVocab
+                   << " columns; compile them from one model");
+    const size_t rowTokens = static_cast<size_t>(layout.batch * layout.seq);
+    ids.assign(rowTokens, 0);
+    zeros.assign(rowTokens, 0);
+    narrow.assign(executor.bufferDType(layout.logits) == DType::BF16
+                      ? static_cast<size_t>(layout.paddedVocab)
+                      : 0,
+                  0);
+    return Status::success();
+  }
+};
+
+} // namespace
+
+double tokenLogProb(const float *logits, int64_t vocab, int32_t token) {
+  if (std::isnan(logits[token]) || std::isinf(logits[token]))
+    return logits[token] > 0 ? 0.0 : -std::numeric_limits<double>::infinity();
+  double max = logits[token];
+  for (int64_t v = 0; v < vocab; ++v)
+    if (!std::isnan(logits[v]))
+      max = std::max(max, static_cast<double>(logits[v]));
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    if (!std::isnan(logits[v]))
+      sum += std::exp(static_cast<double>(logits[v]) - max);
+  return static_cast<double>(logits[token]) - max - std::log(sum);
+}
+
 Status sampleTokens(Executor &ex, std::vector<int32_t> &tokens, int64_t count,
-                    const SamplingConfig &config) {
+                    const SamplingConfig &config,
+                    std::vector<double> *logProbs) {
+  return sampleTokens(
+      [&](int64_t, Executor *&chosen) {
+        chosen = &ex;
+        return Status::success();
+      },
+      tokens, count, config, logProbs);
+}
+
+Status sampleTokens(const ExecutorForContext &executorFor,
+                    std::vector<int32_t> &tokens, int64_t count,
+                    const SamplingConfig &config,
+                    std::vector<double> *logProbs) {
   LOOM_RETURN_IF_ERROR(checkSamplingConfig(config));
-  SamplerLayout l;
-  LOOM_RETURN_IF_ERROR(findSamplerLayout(ex, l));
   LOOM_CHECK(count >= 0, "cannot sample " << count << " tokens");
   LOOM_CHECK(!tokens.empty(), "the prompt is empty; pass --prompt TEXT with "
                               "at least one character");
-  const int64_t V = ex.model().vocab_size();
+  SamplingBuffers in;
+  {
+    Executor *first = nullptr;
+    LOOM_RETURN_IF_ERROR(
+        executorFor(static_cast<int64_t>(tokens.size()), first));
+    LOOM_RETURN_IF_ERROR(in.bind(*first));
+  }
+  const int64_t V = in.ex->model().vocab_size();
   // Set by the caller from a tokenizer's size, never by a flag.
   assert(config.vocabLimit >= 0 && "SamplingConfig::vocabLimit is >= 0");
-  const int64_t columns =
-      config.vocabLimit > 0 ? std::min(l.vocab, config.vocabLimit) : l.vocab;
+  const int64_t columns = config.vocabLimit > 0
+                              ? std::min(in.layout.vocab, config.vocabLimit)
+                              : in.layout.vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
     LOOM_CHECK(tokens[i] >= 0 && tokens[i] < V,
                "token " << i << " is " << tokens[i]
                         << ", outside the vocabulary of " << V << " tokens");
-  // The buffers may be device memory: the context goes in and the logits
-  // row comes out through the executor's copies.
-  const int64_t rowTokens = l.batch * l.seq;
-  std::vector<int32_t> ids(static_cast<size_t>(rowTokens));
-  const std::vector<int32_t> zeros(static_cast<size_t>(rowTokens), 0);
-  std::vector<float> row(static_cast<size_t>(l.paddedVocab));
-  const bool bf16 = ex.bufferDType(l.logits) == DType::BF16;
-  std::vector<uint16_t> narrow(bf16 ? row.size() : 0);
+  std::vector<float> row(static_cast<size_t>(in.layout.paddedVocab));
   for (int64_t n = 0; n < count; ++n) {
-    const int64_t L = std::min<int64_t>(static_cast<int64_t>(tokens.size()),
-                                        l.seq);
+    // The executor for this context (a shorter program while it fits one);
+    // past the longest program's seq, the last seq tokens.
+    Executor *ex = nullptr;
+    LOOM_RETURN_IF_ERROR(executorFor(static_cast<int64_t>(tokens.size()), ex));
+    // Bound anew each token (it is cheap next to the forward): a replaced
+    // executor may sit at its predecessor's address, so the pointer cannot
+    // tell that the layout changed.
+    LOOM_RETURN_IF_ERROR(in.bind(*ex));
+    const SamplerLayout &l = in.layout;
+    const int64_t L =
+        std::min<int64_t>(static_cast<int64_t>(tokens.size()), l.seq);
     // The forward may overwrite nothing but its outputs; refill anyway so
     // every step sees exactly this context.
-    std::fill(ids.begin(), ids.end(), 0);
-    std::copy(tokens.end() - L, tokens.end(), ids.begin());
-    LOOM_RETURN_IF_ERROR(
-        ex.copyToBuffer(l.tokens, ids.data(), ids.size() * sizeof(int32_t)));
+    std::fill(in.ids.begin(), in.ids.end(), 0);
+    std::copy(tokens.end() - L, tokens.end(), in.ids.begin());
+    LOOM_RETURN_IF_ERROR(ex->copyToBuffer(l.tokens, in.ids.data(),
+                                          in.ids.size() * sizeof(int32_t)));
     if (l.targets >= 0)
-      LOOM_RETURN_IF_ERROR(ex.copyToBuffer(static_cast<uint32_t>(l.targets),
-                                           zeros.data(),
-                                           zeros.size() * sizeof(int32_t)));
-    LOOM_RETURN_IF_ERROR(ex.run().withContext(
-        "sampling token " + std::to_string(n + 1) + " of " +
-        std::to_string(count)));
+      LOOM_RETURN_IF_ERROR(ex->copyToBuffer(static_cast<uint32_t>(l.targets),
+                                            in.zeros.data(),
+                                            in.zeros.size() * sizeof(int32_t)));
+    LOOM_RETURN_IF_ERROR(ex->run().withContext("sampling token " +
+                                               std::to_string(n + 1) + " of " +
+                                               std::to_string(count)));
     // Row L - 1 of the logits (the first row of the batch); bf16 logits
     // (mixed precision) are widened, exactly, before the same choice.
-    if (bf16) {
-      LOOM_RETURN_IF_ERROR(ex.bufferMemory().copyOut(
-          narrow.data(),
-          static_cast<const uint16_t *>(ex.bufferData(l.logits)) +
+    if (!in.narrow.empty()) {
+      LOOM_RETURN_IF_ERROR(ex->bufferMemory().copyOut(
+          in.narrow.data(),
+          static_cast<const uint16_t *>(ex->bufferData(l.logits)) +
               (L - 1) * l.paddedVocab,
-          narrow.size() * sizeof(uint16_t)));
-      bf16ToFloats(row.data(), narrow.data(), l.paddedVocab);
+          in.narrow.size() * sizeof(uint16_t)));
+      bf16ToFloats(row.data(), in.narrow.data(), l.paddedVocab);
     } else {
-      LOOM_RETURN_IF_ERROR(ex.bufferMemory().copyOut(
+      LOOM_RETURN_IF_ERROR(ex->bufferMemory().copyOut(
           row.data(),
-          static_cast<const float *>(ex.bufferData(l.logits)) +
+          static_cast<const float *>(ex->bufferData(l.logits)) +
               (L - 1) * l.paddedVocab,
           row.size() * sizeof(float)));
     }
     tokens.push_back(
         chooseToken(row.data(), columns, config, static_cast<uint64_t>(n)));
+    if (logProbs)
+      logProbs->push_back(tokenLogProb(row.data(), columns, tokens.back()));
   }
   return Status::success();
 }

@@ -19,6 +19,7 @@
 #include "runtime/core/status.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -70,11 +71,31 @@ Status checkSamplingConfig(const SamplingConfig &config);
 int32_t chooseToken(const float *logits, int64_t vocab,
                     const SamplingConfig &config, uint64_t n);
 
+/// log p(token) under softmax(logits[0, vocab)): the model's own
+/// distribution (no temperature, every column; NaN logits left out), as
+/// OpenAI's `logprobs`. In double; -inf for a NaN or -inf logit.
+double tokenLogProb(const float *logits, int64_t vocab, int32_t token);
+
 /// Appends `count` tokens chosen under `config` to `tokens` (which must be
 /// non-empty and hold ids below the model's vocab_size), running the forward
-/// once per token. Overwrites the tokens / targets buffers.
+/// once per token. Overwrites the tokens / targets buffers. `logProbs`, when
+/// given, gets each sampled token's tokenLogProb.
 Status sampleTokens(Executor &executor, std::vector<int32_t> &tokens,
-                    int64_t count, const SamplingConfig &config = {});
+                    int64_t count, const SamplingConfig &config = {},
+                    std::vector<double> *logProbs = nullptr);
+
+/// The executor sampling runs for a context of `length` tokens: one whose
+/// program's seq holds it, or the longest one there is (then the context is
+/// its last seq tokens). See SamplingContexts (sampling_contexts.h).
+using ExecutorForContext =
+    std::function<Status(int64_t length, Executor *&executor)>;
+
+/// sampleTokens over executors of several sequence lengths: each token runs
+/// the one `executorFor` gives for the context so far.
+Status sampleTokens(const ExecutorForContext &executorFor,
+                    std::vector<int32_t> &tokens, int64_t count,
+                    const SamplingConfig &config = {},
+                    std::vector<double> *logProbs = nullptr);
 
 /// The text of `tokens` for a terminal: each id is a byte; printable ASCII,
 /// '\n' and '\t' as-is, anything else (other bytes, ids >= 256) as '?'.

@@ -16,6 +16,7 @@
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
 #include "runtime/core/sampler.h"
+#include "runtime/core/sampling_contexts.h"
 #include "runtime/core/stop_request.h"
 #include "runtime/core/token_data.h"
 #include "runtime/core/trace.h"
@@ -117,17 +118,20 @@ uint64_t rssPeakBytes() {
 Status createExecutor(const program::LoadedProgram &loaded,
                       const RunOptions &opts, Communicator *comm,
                       const ExecutorBackendFactory &backend,
-                      std::unique_ptr<Executor> &ex) {
+                      std::unique_ptr<Executor> &ex,
+                      Executor::ParamStart start) {
   std::unique_ptr<KernelBackend> kernels;
   std::unique_ptr<BufferMemory> memory;
   if (backend)
     LOOM_RETURN_IF_ERROR(backend(kernels, memory));
-  // A checkpoint overwrites every parameter: the seeded init is skipped.
   return Executor::create(loaded, opts.stage, opts.seed, ex, comm,
-                          std::move(kernels), std::move(memory),
-                          opts.loadCheckpoint.empty()
-                              ? Executor::ParamStart::Seeded
-                              : Executor::ParamStart::Loaded);
+                          std::move(kernels), std::move(memory), start);
+}
+
+/// A checkpoint overwrites every parameter: the seeded init is skipped.
+Executor::ParamStart paramStart(const RunOptions &opts) {
+  return opts.loadCheckpoint.empty() ? Executor::ParamStart::Seeded
+                                     : Executor::ParamStart::Loaded;
 }
 
 /// The ids sampling starts from: --prompt-tokens; --prompt's bytes, or its
@@ -172,7 +176,8 @@ Status runSample(const RunOptions &opts,
   program::LoadedProgram loaded;
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
   std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(createExecutor(loaded, opts, nullptr, backend, ex));
+  LOOM_RETURN_IF_ERROR(
+      createExecutor(loaded, opts, nullptr, backend, ex, paramStart(opts)));
   SamplerLayout layout;
   LOOM_RETURN_IF_ERROR(findSamplerLayout(*ex, layout)
                            .withContext("program '" + opts.program + "'"));
@@ -200,6 +205,16 @@ Status runSample(const RunOptions &opts,
   JsonLog log;
   if (!opts.logJson.empty())
     LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
+  std::unique_ptr<SamplingContexts> contexts;
+  LOOM_RETURN_IF_ERROR(SamplingContexts::create(
+      *ex, opts.contextPrograms,
+      [&](const program::LoadedProgram &program,
+          std::unique_ptr<Executor> &created) {
+        // The weights are copied in from `ex`: no seeded init.
+        return createExecutor(program, opts, nullptr, backend, created,
+                              Executor::ParamStart::Loaded);
+      },
+      contexts));
   if (!opts.loadCheckpoint.empty())
     LOOM_RETURN_IF_ERROR(loadCheckpoint(*ex, opts.loadCheckpoint));
   if (!opts.quiet) {
@@ -222,14 +237,31 @@ Status runSample(const RunOptions &opts,
         tokenizer ? "tokenizer " + opts.tokenizer + " (" +
                         std::to_string(tokenizer->vocabSize()) + " tokens)"
                   : "vocab " + std::to_string(layout.vocab) + " (bytes)";
+    // With shorter programs: "context 1024 (runs seq 16, 32, ... while
+    // shorter)".
+    std::string context = std::to_string(layout.seq);
+    if (!contexts->seqs().empty()) {
+      context += " (runs seq";
+      for (int64_t seq : contexts->seqs())
+        context += " " + std::to_string(seq) + ",";
+      context.back() = ' ';
+      context += "while shorter)";
+    }
     std::fprintf(stderr,
                  "loom-run: sampling %" PRId64 " tokens %s from %s "
-                 "(%s) after %zu prompt tokens, context %" PRId64 ", %s\n",
+                 "(%s) after %zu prompt tokens, context %s, %s\n",
                  opts.sample, how.c_str(), opts.program.c_str(),
-                 weights.c_str(), promptLength, layout.seq, vocab.c_str());
+                 weights.c_str(), promptLength, context.c_str(), vocab.c_str());
     std::fflush(stderr);
   }
-  LOOM_RETURN_IF_ERROR(sampleTokens(*ex, tokens, opts.sample, sampling));
+  std::vector<double> logProbs;
+  const int64_t sampleStartNs = steadyNowNs();
+  LOOM_RETURN_IF_ERROR(sampleTokens(
+      [&](int64_t length, Executor *&chosen) {
+        return contexts->executorFor(length, chosen);
+      },
+      tokens, opts.sample, sampling, &logProbs));
+  const double sampleMs = (steadyNowNs() - sampleStartNs) / 1e6;
   std::string text;
   if (tokenizer) {
     // The end-of-text token sampling started from unasked is not shown.
@@ -253,7 +285,13 @@ Status runSample(const RunOptions &opts,
     JsonValue record = JsonValue::object();
     record.set("prompt_tokens", ids(0, promptLength));
     record.set("tokens", ids(promptLength, tokens.size()));
+    JsonValue logProbList = JsonValue::array();
+    for (double lp : logProbs)
+      logProbList.push(JsonValue::number(lp));
+    record.set("logprobs", std::move(logProbList));
     record.set("text", JsonValue::string(text));
+    // The sampling loop alone (program load and checkpoint read excluded).
+    record.set("sample_ms", JsonValue::number(sampleMs));
     LOOM_RETURN_IF_ERROR(log.write(record));
     LOOM_RETURN_IF_ERROR(log.close());
   }
@@ -311,7 +349,8 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   if (multi && loaded.root()->stages()->size() > 1 && comm.axisSize("pp") > 1)
     opts.stage = static_cast<uint32_t>(comm.coordOn("pp"));
   std::unique_ptr<Executor> ex;
-  LOOM_RETURN_IF_ERROR(createExecutor(loaded, opts, &comm, backend, ex));
+  LOOM_RETURN_IF_ERROR(
+      createExecutor(loaded, opts, &comm, backend, ex, paramStart(opts)));
   const program::ModelInfo &model = ex->model();
   const program::Stage &stage = ex->stage();
   const bool training = ex->isTraining();

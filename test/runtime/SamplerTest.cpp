@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -227,6 +228,26 @@ TEST(Sampler, GreedyChoiceIgnoresNaNAndBreaksTiesLow) {
               true);
     EXPECT_EQ(chooseToken(b.data(), 4, top1, n), 3);
   }
+}
+
+TEST(Sampler, TokenLogProbIsTheLogSoftmax) {
+  // Large logits: the maximum is subtracted before exp.
+  const std::vector<float> logits{1000.f, 1001.f, 998.f, 1001.f};
+  double total = 0;
+  for (int32_t t = 0; t < 4; ++t)
+    total += std::exp(tokenLogProb(logits.data(), 4, t));
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  const double z = std::log(std::exp(-1.0) + 2.0 + std::exp(-3.0));
+  EXPECT_NEAR(tokenLogProb(logits.data(), 4, 1), -z, 1e-12);
+  EXPECT_NEAR(tokenLogProb(logits.data(), 4, 2), -3.0 - z, 1e-12);
+  // Only the first `vocab` columns count; NaN logits are left out and have
+  // no probability.
+  const float nan = std::nanf("");
+  const std::vector<float> padded{0.f, 0.f, nan, 50.f};
+  EXPECT_DOUBLE_EQ(tokenLogProb(padded.data(), 2, 0), std::log(0.5));
+  EXPECT_DOUBLE_EQ(tokenLogProb(padded.data(), 3, 1), std::log(0.5));
+  EXPECT_EQ(tokenLogProb(padded.data(), 3, 2),
+            -std::numeric_limits<double>::infinity());
 }
 
 /// How often each id is drawn over `draws` draws.

@@ -69,7 +69,10 @@ const char *kUsage =
                scripts/tokenize --bpe-vocab wrote) GPT-2 BPE: the prompt is
                encoded as tiktoken does, the text decoded, and without a
                prompt sampling starts from <|endoftext|>. --log-json F
-               records the prompt's and the sampled token ids.
+               records the prompt's and the sampled token ids and each
+               sampled token's log-probability. The model is also compiled
+               at halved seqs (down to 16): a context that fits one runs
+               that shorter program, with the same results.
   loom plan    --config CFG.json --gpus G --gpu-mem-gb M --batch B [--seq T]
                [--gpus-per-node K] [--json] ...   search dp x tp x pp, ZeRO,
                micro-batches, schedule and recomputation (loom plan --help)
@@ -532,6 +535,24 @@ int runCompile(std::vector<std::string> args) {
   return 0;
 }
 
+/// The seq compileProgram compiled `inv` at (it succeeded, so the flag and
+/// the config parse): --seq, else the config's n_positions.
+int64_t compiledSeq(const Invocation &inv) {
+  int64_t seq = 0;
+  if (auto it = inv.values.find("--seq"); it != inv.values.end())
+    return llvm::StringRef(it->second).getAsInteger(10, seq) ? 0 : seq;
+  auto text = llvm::MemoryBuffer::getFile(inv.values.at("--config"));
+  if (!text)
+    return 0;
+  llvm::Expected<mlir::loom::GPTConfig> config =
+      mlir::loom::parseGPTConfig((*text)->getBuffer(), 1, 0);
+  if (!config) {
+    llvm::consumeError(config.takeError());
+    return 0;
+  }
+  return config->seq;
+}
+
 /// `loom eval` and `loom train`: compile, then run loom-run on it.
 int runProgram(const char *argv0, const std::string &command,
                std::vector<std::string> args) {
@@ -596,6 +617,21 @@ int runProgram(const char *argv0, const std::string &command,
                 "cannot create a temporary directory: " + ec.message());
   std::string program = (dir + "/program.loom").str();
   int rc = compileProgram(*inv, program, train);
+  // Sampling runs the whole seq's forward per token: the same model at
+  // halved seqs (down to 16) lets a short context run a short program
+  // (runtime/core/sampling_contexts.h).
+  std::string contextPrograms;
+  if (rc == 0 && sample) {
+    const int64_t seq = compiledSeq(*inv);
+    for (int64_t shorter = seq / 2; rc == 0 && shorter >= 16; shorter /= 2) {
+      Invocation at = *inv;
+      at.values["--seq"] = std::to_string(shorter);
+      const std::string path =
+          (dir + "/seq" + std::to_string(shorter) + ".loom").str();
+      rc = compileProgram(at, path, /*train=*/false);
+      contextPrograms += (contextPrograms.empty() ? "" : ",") + path;
+    }
+  }
 
   // 2. Launch loom-run from this binary's directory.
   if (rc == 0) {
@@ -622,16 +658,18 @@ int runProgram(const char *argv0, const std::string &command,
         runArgs.push_back(inv->values.count("--tokens")
                               ? inv->values["--tokens"]
                               : std::string("200"));
+        if (!contextPrograms.empty()) {
+          runArgs.push_back("--context-programs");
+          runArgs.push_back(contextPrograms);
+        }
       }
       for (const std::string &flag : runFlags)
         if (auto it = inv->values.find(flag); it != inv->values.end()) {
           runArgs.push_back(flag);
           runArgs.push_back(it->second);
         }
-      if (!sample) {
-        runArgs.push_back("--backend");
-        runArgs.push_back(inv->strategy.backend);
-      }
+      runArgs.push_back("--backend");
+      runArgs.push_back(inv->strategy.backend);
       for (const std::string &flag : switches)
         if (inv->switches.count(flag))
           runArgs.push_back(flag);
