@@ -1,20 +1,26 @@
 //===- safetensors.cpp - safetensors checkpoint I/O -------------*- C++ -*-===//
 //
-// Reading: whole file into memory, header parsed with the runtime's JSON
-// parser, then every tensor entry validated before any data is copied.
+// Reading: the header alone is read and parsed with the runtime's JSON
+// parser, and every tensor entry validated before any data is read; the
+// data is then read tensor by tensor (SafetensorsReader) or whole
+// (readSafetensors, parseSafetensors).
 // Writing: sorted by name, contiguous offsets, temp file + rename so a crash
-// mid-write never leaves a half checkpoint under the real name.
+// mid-write never leaves a half checkpoint under the real name; the data is
+// written tensor by tensor (SafetensorsWriter), writeSafetensors on top.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/safetensors.h"
 
 #include "runtime/core/bfloat16.h"
 #include "runtime/core/json.h"
+#include "runtime/core/tensor_box.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <limits>
 #include <set>
 #include <unistd.h>
@@ -99,12 +105,18 @@ float f16ToFloat(uint16_t h) {
 // SafeTensor / SafetensorsFile
 //===----------------------------------------------------------------------===//
 
-int64_t SafeTensor::numel() const {
+namespace {
+int64_t numelOf(const std::vector<int64_t> &shape) {
   int64_t n = 1;
   for (int64_t d : shape)
     n *= d;
   return n;
 }
+} // namespace
+
+int64_t SafeTensor::numel() const { return numelOf(shape); }
+
+int64_t TensorEntry::numel() const { return numelOf(shape); }
 
 const SafeTensor *SafetensorsFile::find(const std::string &name) const {
   for (const auto &t : tensors)
@@ -127,17 +139,12 @@ void SafetensorsFile::addF32(const std::string &name,
   tensors.push_back(std::move(t));
 }
 
-Status toFloat32(const SafeTensor &t, std::vector<float> &out) {
-  const int64_t n = t.numel();
-  LOOM_CHECK(static_cast<int64_t>(t.data.size()) == n * dtypeSize(t.dtype),
-             "tensor '" << t.name << "': " << t.data.size()
-                        << " bytes do not match its shape and dtype");
-  out.resize(static_cast<size_t>(n));
-  const uint8_t *p = t.data.data();
-  switch (t.dtype) {
+Status toFloat32(DType dtype, const uint8_t *p, int64_t n, float *out,
+                 const std::string &name) {
+  switch (dtype) {
   case DType::F32:
     if (n)
-      std::memcpy(out.data(), p, static_cast<size_t>(n) * 4);
+      std::memcpy(out, p, static_cast<size_t>(n) * 4);
     return Status::success();
   case DType::F64:
     for (int64_t i = 0; i < n; ++i) {
@@ -151,14 +158,23 @@ Status toFloat32(const SafeTensor &t, std::vector<float> &out) {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t h;
       std::memcpy(&h, p + 2 * i, 2);
-      out[i] = t.dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
+      out[i] = dtype == DType::BF16 ? bf16ToFloat(h) : f16ToFloat(h);
     }
     return Status::success();
   default:
-    LOOM_ERROR("tensor '" << t.name << "' has dtype " << dtypeName(t.dtype)
+    LOOM_ERROR("tensor '" << name << "' has dtype " << dtypeName(dtype)
                           << ", which is not a floating-point type; expected "
                              "F32, F16, BF16 or F64");
   }
+}
+
+Status toFloat32(const SafeTensor &t, std::vector<float> &out) {
+  const int64_t n = t.numel();
+  LOOM_CHECK(static_cast<int64_t>(t.data.size()) == n * dtypeSize(t.dtype),
+             "tensor '" << t.name << "': " << t.data.size()
+                        << " bytes do not match its shape and dtype");
+  out.resize(static_cast<size_t>(n));
+  return toFloat32(t.dtype, t.data.data(), n, out.data(), t.name);
 }
 
 Status toInt64(const SafeTensor &t, std::vector<int64_t> &out) {
@@ -206,16 +222,8 @@ Status toInt64(const SafeTensor &t, std::vector<int64_t> &out) {
 
 namespace {
 
-/// A validated header entry, before its bytes are copied.
-struct Entry {
-  std::string name;
-  DType dtype;
-  std::vector<int64_t> shape;
-  uint64_t begin, end;
-};
-
 Status parseEntry(const std::string &src, const std::string &name,
-                  const JsonValue &v, uint64_t bufferBytes, Entry &e) {
+                  const JsonValue &v, uint64_t bufferBytes, TensorEntry &e) {
   const std::string where = "safetensors '" + src + "', tensor '" + name + "'";
   LOOM_CHECK(v.isObject(), where << ": header entry is not a JSON object");
   const JsonValue *dtype = v.find("dtype");
@@ -286,7 +294,7 @@ Status headerLength(const uint8_t *first, uint64_t fileBytes,
 /// Steps 2-4: the JSON header's entries (checked against a data buffer of
 /// `bufferBytes`) and metadata.
 Status parseHeader(const std::string &headerText, uint64_t bufferBytes,
-                   const std::string &src, std::vector<Entry> &entries,
+                   const std::string &src, std::vector<TensorEntry> &entries,
                    std::map<std::string, std::string> &metadata) {
   // 2. JSON header.
   JsonValue header;
@@ -309,21 +317,22 @@ Status parseHeader(const std::string &headerText, uint64_t bufferBytes,
       }
       continue;
     }
-    Entry e;
+    TensorEntry e;
     LOOM_RETURN_IF_ERROR(parseEntry(src, kv.first, kv.second, bufferBytes, e));
     entries.push_back(std::move(e));
   }
 
   // 4. No two tensors may share bytes.
-  std::vector<const Entry *> byOffset;
+  std::vector<const TensorEntry *> byOffset;
   for (const auto &e : entries)
     byOffset.push_back(&e);
-  std::sort(
-      byOffset.begin(), byOffset.end(), [](const Entry *a, const Entry *b) {
-        return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-      });
+  std::sort(byOffset.begin(), byOffset.end(),
+            [](const TensorEntry *a, const TensorEntry *b) {
+              return a->begin != b->begin ? a->begin < b->begin
+                                          : a->end < b->end;
+            });
   for (size_t i = 1; i < byOffset.size(); ++i) {
-    const Entry *a = byOffset[i - 1], *b = byOffset[i];
+    const TensorEntry *a = byOffset[i - 1], *b = byOffset[i];
     // Zero-sized tensors occupy no bytes and cannot overlap anything.
     if (a->begin == a->end || b->begin == b->end)
       continue;
@@ -336,7 +345,7 @@ Status parseHeader(const std::string &headerText, uint64_t bufferBytes,
   return Status::success();
 }
 
-SafeTensor tensorOf(const Entry &e) {
+SafeTensor tensorOf(const TensorEntry &e) {
   SafeTensor t;
   t.name = e.name;
   t.dtype = e.dtype;
@@ -351,7 +360,7 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
   out = SafetensorsFile();
   uint64_t n = 0;
   LOOM_RETURN_IF_ERROR(headerLength(bytes.data(), bytes.size(), src, n));
-  std::vector<Entry> entries;
+  std::vector<TensorEntry> entries;
   LOOM_RETURN_IF_ERROR(
       parseHeader(std::string(reinterpret_cast<const char *>(bytes.data()) + 8,
                               static_cast<size_t>(n)),
@@ -366,43 +375,161 @@ Status parseSafetensors(const std::vector<uint8_t> &bytes,
   return Status::success();
 }
 
-Status readSafetensors(const std::string &path, SafetensorsFile &out) {
-  out = SafetensorsFile();
-  std::FILE *f = std::fopen(path.c_str(), "rb");
-  LOOM_CHECK(f, "cannot open safetensors file '"
-                    << path << "': " << std::strerror(errno)
-                    << "; check the checkpoint path");
-  // The header first, then each tensor read straight into its own bytes:
-  // no copy of the whole file (a GPT-2 checkpoint is hundreds of MB).
-  struct Closer {
-    std::FILE *f;
-    ~Closer() { std::fclose(f); }
-  } closer{f};
+SafetensorsReader::~SafetensorsReader() {
+  if (fd >= 0)
+    ::close(fd);
+}
+
+namespace {
+
+/// Reads exactly `bytes` bytes at `offset` of `fd` into `dst`; false on an
+/// error or a short read (the file ends first).
+bool preadAll(int fd, void *dst, uint64_t bytes, uint64_t offset) {
+  uint8_t *p = static_cast<uint8_t *>(dst);
+  while (bytes > 0) {
+    const ssize_t got =
+        ::pread(fd, p, static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30)),
+                static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return false;
+    p += got;
+    bytes -= static_cast<uint64_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+/// Writes exactly `bytes` bytes from `src` at `offset` of `fd`.
+bool pwriteAll(int fd, const void *src, uint64_t bytes, uint64_t offset) {
+  const uint8_t *p = static_cast<const uint8_t *>(src);
+  while (bytes > 0) {
+    const ssize_t put = ::pwrite(
+        fd, p, static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30)),
+        static_cast<off_t>(offset));
+    if (put < 0 && errno == EINTR)
+      continue;
+    if (put <= 0)
+      return false;
+    p += put;
+    bytes -= static_cast<uint64_t>(put);
+    offset += static_cast<uint64_t>(put);
+  }
+  return true;
+}
+
+} // namespace
+
+Status SafetensorsReader::open(const std::string &path) {
+  if (fd >= 0)
+    ::close(fd);
+  tensorEntries.clear();
+  byName.clear();
+  meta.clear();
+  filePath = path;
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  LOOM_CHECK(fd >= 0, "cannot open safetensors file '"
+                          << path << "': " << std::strerror(errno)
+                          << "; check the checkpoint path");
   const std::string unreadable = "cannot read safetensors file '" + path + "'";
-  LOOM_CHECK(std::fseek(f, 0, SEEK_END) == 0, unreadable);
-  const long size = std::ftell(f);
-  LOOM_CHECK(size >= 0 && std::fseek(f, 0, SEEK_SET) == 0, unreadable);
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  LOOM_CHECK(size >= 0, unreadable << ": " << std::strerror(errno));
   const uint64_t fileBytes = static_cast<uint64_t>(size);
   uint8_t first[8] = {};
-  const size_t firstBytes =
-      static_cast<size_t>(std::min<uint64_t>(8, fileBytes));
-  LOOM_CHECK(std::fread(first, 1, firstBytes, f) == firstBytes, unreadable);
+  LOOM_CHECK(preadAll(fd, first, std::min<uint64_t>(8, fileBytes), 0),
+             unreadable);
   uint64_t n = 0;
   LOOM_RETURN_IF_ERROR(headerLength(first, fileBytes, path, n));
   std::string headerText(static_cast<size_t>(n), '\0');
-  LOOM_CHECK(std::fread(headerText.data(), 1, headerText.size(), f) ==
-                 headerText.size(),
-             unreadable);
-  std::vector<Entry> entries;
+  LOOM_CHECK(preadAll(fd, headerText.data(), n, 8), unreadable);
   LOOM_RETURN_IF_ERROR(
-      parseHeader(headerText, fileBytes - 8 - n, path, entries, out.metadata));
-  for (const auto &e : entries) {
+      parseHeader(headerText, fileBytes - 8 - n, path, tensorEntries, meta));
+  dataStart = 8 + n;
+  for (size_t i = 0; i < tensorEntries.size(); ++i)
+    byName[tensorEntries[i].name] = i;
+  return Status::success();
+}
+
+const TensorEntry *SafetensorsReader::find(const std::string &name) const {
+  auto it = byName.find(name);
+  return it == byName.end() ? nullptr : &tensorEntries[it->second];
+}
+
+Status SafetensorsReader::read(const TensorEntry &entry, uint64_t offset,
+                               uint64_t bytes, void *dst) const {
+  LOOM_CHECK(fd >= 0, "safetensors reader: no file is open");
+  LOOM_CHECK(offset <= entry.bytes() && bytes <= entry.bytes() - offset,
+             "safetensors '" << filePath << "', tensor '" << entry.name
+                             << "': bytes [" << offset << ", " << offset + bytes
+                             << ") lie outside its " << entry.bytes()
+                             << " bytes");
+  LOOM_CHECK(preadAll(fd, dst, bytes, dataStart + entry.begin + offset),
+             "cannot read safetensors file '"
+                 << filePath << "' (tensor '" << entry.name
+                 << "'): the file ends early; was it truncated or "
+                    "overwritten while being read?");
+  return Status::success();
+}
+
+Status SafetensorsReader::readFloat32Box(const TensorEntry &entry,
+                                         const std::vector<int64_t> &global,
+                                         const std::vector<int64_t> &offset,
+                                         const std::vector<int64_t> &extent,
+                                         float *out, std::vector<uint8_t> &raw,
+                                         int64_t chunkElements) const {
+  assert(chunkElements > 0 && global.size() == offset.size() &&
+         global.size() == extent.size());
+  const int64_t elementBytes = dtypeSize(entry.dtype);
+  const int64_t stored = entry.numel();
+  Status status = Status::success();
+  // The pending read: `length` elements from flat index `from` into
+  // out + `to`.
+  int64_t from = 0, to = 0, length = 0;
+  auto flush = [&]() {
+    if (length == 0 || !status.ok())
+      return;
+    const int64_t real = std::clamp<int64_t>(stored - from, 0, length);
+    if (real > 0) {
+      raw.resize(static_cast<size_t>(real * elementBytes));
+      status = read(entry, static_cast<uint64_t>(from * elementBytes),
+                    raw.size(), raw.data());
+      if (status.ok())
+        status = toFloat32(entry.dtype, raw.data(), real, out + to, entry.name);
+    }
+    std::fill(out + to + real, out + to + length, 0.0f);
+    length = 0;
+  };
+  forEachBoxRun(
+      global, offset, extent, [&](int64_t at, int64_t box, int64_t n) {
+        // A long row is read in pieces; adjacent rows together
+        // (in the box they are adjacent too).
+        for (int64_t done = 0; done < n;) {
+          if (length == chunkElements ||
+              (length > 0 && at + done != from + length))
+            flush();
+          if (length == 0) {
+            from = at + done;
+            to = box + done;
+          }
+          const int64_t take = std::min(n - done, chunkElements - length);
+          length += take;
+          done += take;
+        }
+      });
+  flush();
+  return status;
+}
+
+Status readSafetensors(const std::string &path, SafetensorsFile &out) {
+  out = SafetensorsFile();
+  SafetensorsReader reader;
+  LOOM_RETURN_IF_ERROR(reader.open(path));
+  out.metadata = reader.metadata();
+  for (const TensorEntry &e : reader.entries()) {
     SafeTensor t = tensorOf(e);
-    t.data.resize(static_cast<size_t>(e.end - e.begin));
-    LOOM_CHECK(
-        std::fseek(f, static_cast<long>(8 + n + e.begin), SEEK_SET) == 0 &&
-            std::fread(t.data.data(), 1, t.data.size(), f) == t.data.size(),
-        unreadable << " (tensor '" << e.name << "')");
+    t.data.resize(static_cast<size_t>(e.bytes()));
+    LOOM_RETURN_IF_ERROR(reader.read(e, 0, e.bytes(), t.data.data()));
     out.tensors.push_back(std::move(t));
   }
   return Status::success();
@@ -412,18 +539,29 @@ Status readSafetensors(const std::string &path, SafetensorsFile &out) {
 // Writing
 //===----------------------------------------------------------------------===//
 
-Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd < 0)
+    return;
+  ::close(fd);
+  std::remove(tmpPath.c_str());
+}
+
+Status
+SafetensorsWriter::create(const std::string &path,
+                          std::vector<TensorEntry> tensors,
+                          const std::map<std::string, std::string> &metadata) {
+  LOOM_CHECK(fd < 0, "cannot write '" << path
+                                      << "': this writer is still "
+                                         "writing '"
+                                      << finalPath << "'");
   // 1. Sorted order and validation.
-  std::vector<const SafeTensor *> sorted;
-  for (const auto &t : file.tensors)
-    sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const SafeTensor *a, const SafeTensor *b) {
-              return a->name < b->name;
+  std::sort(tensors.begin(), tensors.end(),
+            [](const TensorEntry &a, const TensorEntry &b) {
+              return a.name < b.name;
             });
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    const SafeTensor &t = *sorted[i];
-    LOOM_CHECK(i == 0 || sorted[i - 1]->name != t.name,
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorEntry &t = tensors[i];
+    LOOM_CHECK(i == 0 || tensors[i - 1].name != t.name,
                "cannot write '" << path << "': tensor name '" << t.name
                                 << "' appears twice");
     LOOM_CHECK(t.name != "__metadata__",
@@ -431,72 +569,146 @@ Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
     for (int64_t d : t.shape)
       LOOM_CHECK(d >= 0, "cannot write '" << path << "': tensor '" << t.name
                                           << "' has a negative dimension");
-    LOOM_CHECK(static_cast<int64_t>(t.data.size()) ==
-                   t.numel() * dtypeSize(t.dtype),
-               "cannot write '" << path << "': tensor '" << t.name << "' has "
-                                << t.data.size() << " bytes, but its shape x "
-                                << dtypeName(t.dtype) << " needs "
-                                << t.numel() * dtypeSize(t.dtype));
   }
 
   // 2. Header JSON with contiguous offsets.
   JsonValue header = JsonValue::object();
-  if (!file.metadata.empty()) {
+  if (!metadata.empty()) {
     JsonValue meta = JsonValue::object();
-    for (const auto &kv : file.metadata)
+    for (const auto &kv : metadata)
       meta.set(kv.first, JsonValue::string(kv.second));
     header.set("__metadata__", std::move(meta));
   }
   uint64_t offset = 0;
-  for (const SafeTensor *t : sorted) {
+  for (TensorEntry &t : tensors) {
+    t.begin = offset;
+    t.end = offset += static_cast<uint64_t>(t.numel() * dtypeSize(t.dtype));
     JsonValue shape = JsonValue::array();
-    for (int64_t d : t->shape)
+    for (int64_t d : t.shape)
       shape.push(JsonValue::integer(d));
     JsonValue offsets = JsonValue::array();
-    offsets.push(JsonValue::integer(static_cast<int64_t>(offset)));
-    offset += t->data.size();
-    offsets.push(JsonValue::integer(static_cast<int64_t>(offset)));
+    offsets.push(JsonValue::integer(static_cast<int64_t>(t.begin)));
+    offsets.push(JsonValue::integer(static_cast<int64_t>(t.end)));
     JsonValue entry = JsonValue::object();
-    entry.set("dtype", JsonValue::string(dtypeName(t->dtype)));
+    entry.set("dtype", JsonValue::string(dtypeName(t.dtype)));
     entry.set("shape", std::move(shape));
     entry.set("data_offsets", std::move(offsets));
-    header.set(t->name, std::move(entry));
+    header.set(t.name, std::move(entry));
   }
   std::string text = writeJson(header);
   // Pad so the data buffer starts 8-byte aligned, as the Python writer does.
   while ((text.size() + 8) % 8 != 0)
     text += ' ';
   uint8_t len[8];
-  uint64_t n = text.size();
+  const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)
     len[i] = static_cast<uint8_t>(n >> (8 * i));
 
-  // 3. Temp file, then rename.
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE *f = std::fopen(tmp.c_str(), "wb");
-  LOOM_CHECK(f, "cannot create '" << tmp << "': " << std::strerror(errno)
-                                  << "; check that the checkpoint directory "
-                                     "exists and is writable");
-  bool ok = std::fwrite(len, 1, 8, f) == 8 &&
-            std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const SafeTensor *t : sorted)
-    ok = ok &&
-         (t->data.empty() ||
-          std::fwrite(t->data.data(), 1, t->data.size(), f) == t->data.size());
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(::fileno(f)) == 0) && ok;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    LOOM_ERROR("cannot write '" << tmp << "' (disk full?)");
+  // 3. The temp file with the header; the data follows as it is written.
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int file =
+      ::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  LOOM_CHECK(file >= 0, "cannot create '" << tmp
+                                          << "': " << std::strerror(errno)
+                                          << "; check that the checkpoint "
+                                             "directory exists and is "
+                                             "writable");
+  fd = file;
+  finalPath = path;
+  tmpPath = tmp;
+  dataStart = 8 + n;
+  tensorEntries = std::move(tensors);
+  written.assign(tensorEntries.size(), false);
+  LOOM_CHECK(pwriteAll(fd, len, 8, 0) && pwriteAll(fd, text.data(), n, 8),
+             "cannot write '" << tmp << "': " << std::strerror(errno)
+                              << " (disk full?)");
+  return Status::success();
+}
+
+const TensorEntry *SafetensorsWriter::entryOf(const std::string &name,
+                                              size_t *index) const {
+  auto it = std::lower_bound(
+      tensorEntries.begin(), tensorEntries.end(), name,
+      [](const TensorEntry &e, const std::string &n) { return e.name < n; });
+  if (it == tensorEntries.end() || it->name != name)
+    return nullptr;
+  if (index)
+    *index = static_cast<size_t>(it - tensorEntries.begin());
+  return &*it;
+}
+
+const TensorEntry *SafetensorsWriter::find(const std::string &name) const {
+  return entryOf(name, nullptr);
+}
+
+Status SafetensorsWriter::write(const std::string &name, const void *data) {
+  size_t i = 0;
+  const TensorEntry *e = entryOf(name, &i);
+  LOOM_CHECK(fd >= 0 && e, "cannot write '" << finalPath << "': tensor '"
+                                            << name << "' was not declared");
+  LOOM_CHECK(!written[i], "cannot write '" << finalPath << "': tensor '" << name
+                                           << "' is written twice");
+  LOOM_CHECK(pwriteAll(fd, data, e->bytes(), dataStart + e->begin),
+             "cannot write '" << tmpPath << "' (tensor '" << name << "'): "
+                              << std::strerror(errno) << " (disk full?)");
+  written[i] = true;
+  return Status::success();
+}
+
+Status SafetensorsWriter::readBack(const std::string &name, void *dst) {
+  size_t i = 0;
+  const TensorEntry *e = entryOf(name, &i);
+  LOOM_CHECK(fd >= 0 && e && written[i], "cannot read back tensor '"
+                                             << name << "' of '" << finalPath
+                                             << "': it was not written");
+  LOOM_CHECK(preadAll(fd, dst, e->bytes(), dataStart + e->begin),
+             "cannot read back tensor '" << name << "' from '" << tmpPath
+                                         << "'");
+  return Status::success();
+}
+
+Status SafetensorsWriter::commit() {
+  LOOM_CHECK(fd >= 0, "cannot commit a safetensors writer that has no file");
+  for (size_t i = 0; i < tensorEntries.size(); ++i)
+    LOOM_CHECK(written[i], "cannot write '" << finalPath << "': tensor '"
+                                            << tensorEntries[i].name
+                                            << "' was declared but never "
+                                               "written");
+  const bool synced = ::fsync(fd) == 0;
+  const bool closed = ::close(fd) == 0;
+  fd = -1;
+  if (!synced || !closed) {
+    std::remove(tmpPath.c_str());
+    LOOM_ERROR("cannot write '" << tmpPath << "' (disk full?)");
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    std::remove(tmp.c_str());
-    LOOM_ERROR("cannot rename '" << tmp << "' to '" << path
+  if (std::rename(tmpPath.c_str(), finalPath.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmpPath.c_str());
+    LOOM_ERROR("cannot rename '" << tmpPath << "' to '" << finalPath
                                  << "': " << std::strerror(err));
   }
   return Status::success();
+}
+
+Status writeSafetensors(const std::string &path, const SafetensorsFile &file) {
+  std::vector<TensorEntry> entries;
+  for (const SafeTensor &t : file.tensors) {
+    const int64_t need = t.numel() * dtypeSize(t.dtype);
+    LOOM_CHECK(static_cast<int64_t>(t.data.size()) == need,
+               "cannot write '" << path << "': tensor '" << t.name << "' has "
+                                << t.data.size() << " bytes, but its shape x "
+                                << dtypeName(t.dtype) << " needs " << need);
+    TensorEntry e;
+    e.name = t.name;
+    e.dtype = t.dtype;
+    e.shape = t.shape;
+    entries.push_back(std::move(e));
+  }
+  SafetensorsWriter writer;
+  LOOM_RETURN_IF_ERROR(writer.create(path, std::move(entries), file.metadata));
+  for (const SafeTensor &t : file.tensors)
+    LOOM_RETURN_IF_ERROR(writer.write(t.name, t.data.data()));
+  return writer.commit();
 }
 
 } // namespace loom

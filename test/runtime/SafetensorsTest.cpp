@@ -311,3 +311,232 @@ print("python-ok")
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Tensor by tensor: SafetensorsWriter and SafetensorsReader
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+TensorEntry declared(const std::string &name, DType dtype,
+                     std::vector<int64_t> shape) {
+  TensorEntry e;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = std::move(shape);
+  return e;
+}
+
+/// What writeSafetensors(sampleFile()) declares, in another order.
+std::vector<TensorEntry> sampleEntries() {
+  std::vector<TensorEntry> out;
+  for (const SafeTensor &t : sampleFile().tensors)
+    out.push_back(declared(t.name, t.dtype, t.shape));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+bool exists(const std::string &path) {
+  return ::access(path.c_str(), F_OK) == 0;
+}
+
+TEST(SafetensorsStreaming, WriterInAnyOrderEqualsWriteSafetensors) {
+  const std::string whole = tempPath("whole.safetensors");
+  const std::string streamed = tempPath("streamed.safetensors");
+  const SafetensorsFile f = sampleFile();
+  ASSERT_TRUE(writeSafetensors(whole, f).ok());
+  SafetensorsWriter w;
+  Status s = w.create(streamed, sampleEntries(), f.metadata);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(w.path(), streamed);
+  // Nothing under the real name until commit().
+  EXPECT_FALSE(exists(streamed));
+  for (size_t i : {2u, 0u, 3u, 1u}) {
+    s = w.write(f.tensors[i].name, f.tensors[i].data.data());
+    ASSERT_TRUE(s.ok()) << s.toString();
+  }
+  std::vector<uint8_t> back(f.tensors[0].data.size());
+  ASSERT_TRUE(w.readBack(f.tensors[0].name, back.data()).ok());
+  EXPECT_EQ(back, f.tensors[0].data);
+  s = w.commit();
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(readBytes(streamed), readBytes(whole));
+  EXPECT_FALSE(exists(streamed + ".tmp." + std::to_string(::getpid())));
+  std::remove(whole.c_str());
+  std::remove(streamed.c_str());
+}
+
+TEST(SafetensorsStreaming, WriterErrorsNameTheTensorAndLeaveNoFile) {
+  const std::string path = tempPath("unfinished.safetensors");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const SafetensorsFile f = sampleFile();
+  {
+    SafetensorsWriter w;
+    ASSERT_TRUE(w.create(path, sampleEntries(), {}).ok());
+    EXPECT_TRUE(exists(tmp));
+    Status s = w.write("no-such-tensor", f.tensors[0].data.data());
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("'no-such-tensor' was not declared"),
+              std::string::npos)
+        << s.toString();
+    ASSERT_TRUE(w.write("wte", f.find("wte")->data.data()).ok());
+    s = w.write("wte", f.find("wte")->data.data());
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("'wte' is written twice"), std::string::npos);
+    s = w.readBack("ids", nullptr);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("it was not written"), std::string::npos);
+    s = w.create(path, sampleEntries(), {});
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("still writing"), std::string::npos);
+    // Three of four tensors never written: commit refuses, names one.
+    s = w.commit();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("was declared but never written"),
+              std::string::npos)
+        << s.toString();
+    EXPECT_FALSE(exists(path));
+  }
+  // A writer given up (an error mid-save) removes its temp file.
+  EXPECT_FALSE(exists(tmp));
+  EXPECT_FALSE(exists(path));
+
+  SafetensorsWriter w;
+  Status s = w.create(path, {declared("__metadata__", DType::F32, {1})}, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("__metadata__"), std::string::npos);
+  s = w.create(path, {declared("w", DType::F32, {2, -1})}, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("negative dimension"), std::string::npos);
+  s = w.commit();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("has no file"), std::string::npos);
+  EXPECT_FALSE(exists(tmp));
+}
+
+TEST(SafetensorsStreaming, ReaderReadsRangesAndRefusesOutsideOrTruncated) {
+  const std::string path = tempPath("ranges.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, sampleFile()).ok());
+  SafetensorsReader r;
+  Status s = r.open(path);
+  ASSERT_TRUE(s.ok()) << s.toString();
+  EXPECT_EQ(r.metadata().at("step"), "12");
+  ASSERT_EQ(r.entries().size(), 4u);
+  EXPECT_EQ(r.find("no-such-tensor"), nullptr);
+  const TensorEntry *wte = r.find("wte");
+  ASSERT_NE(wte, nullptr);
+  EXPECT_EQ(wte->bytes(), 24u);
+  float two[2] = {};
+  ASSERT_TRUE(r.read(*wte, 12, 8, two).ok());
+  EXPECT_EQ(two[0], 3.0f);
+  EXPECT_EQ(two[1], 4.0f);
+  s = r.read(*wte, 20, 8, two);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("bytes [20, 28) lie outside its 24 bytes"),
+            std::string::npos)
+      << s.toString();
+  // The file cut short after open(): the read says so.
+  const std::vector<uint8_t> bytes = readBytes(path);
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(bytes.size() - 30)), 0);
+  const TensorEntry *last = nullptr;
+  for (const TensorEntry &e : r.entries())
+    if (!last || e.end > last->end)
+      last = &e;
+  std::vector<uint8_t> sink(last->bytes());
+  s = r.read(*last, 0, last->bytes(), sink.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the file ends early"), std::string::npos)
+      << s.toString();
+  // Opened again, the truncation is found in the header's offsets.
+  SafetensorsReader again;
+  EXPECT_FALSE(again.open(path).ok());
+  s = again.open(tempPath("does-not-exist.safetensors"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot open"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+/// A [5, 7, 6] tensor of `dtype` holding i * 0.5 at flat index i (exact in
+/// every floating dtype), read as boxes of a [6, 7, 6] view (one padding
+/// row) at chunk sizes from 1 element up: every element equals the value at
+/// its global index, or zero past the stored ones.
+void checkBoxes(DType dtype) {
+  const std::vector<int64_t> stored = {5, 7, 6}, global = {6, 7, 6};
+  const int64_t n = 5 * 7 * 6;
+  SafetensorsFile f;
+  SafeTensor t;
+  t.name = "w";
+  t.dtype = dtype;
+  t.shape = stored;
+  t.data.resize(static_cast<size_t>(n * dtypeSize(dtype)));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = 0.5f * static_cast<float>(i);
+    if (dtype == DType::F64) {
+      const double d = v;
+      std::memcpy(t.data.data() + 8 * i, &d, 8);
+    } else if (dtype == DType::BF16) {
+      const uint16_t h = floatToBF16(v);
+      std::memcpy(t.data.data() + 2 * i, &h, 2);
+    } else {
+      std::memcpy(t.data.data() + 4 * i, &v, 4);
+    }
+  }
+  f.tensors.push_back(t);
+  const std::string path = tempPath("boxes.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, f).ok());
+  SafetensorsReader r;
+  ASSERT_TRUE(r.open(path).ok());
+  // Leading-dim shards (ZeRO), an inner-dim shard (a tensor-parallel
+  // column), a box of the padding row alone, the whole view, and a box with
+  // an empty extent.
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>
+      boxes = {{{0, 0, 0}, {3, 7, 6}}, {{3, 0, 0}, {3, 7, 6}},
+               {{0, 0, 2}, {6, 7, 3}}, {{1, 2, 1}, {4, 3, 4}},
+               {{5, 0, 0}, {1, 7, 6}}, {{0, 0, 0}, {6, 7, 6}},
+               {{2, 0, 0}, {0, 7, 6}}};
+  for (const auto &[offset, extent] : boxes)
+    for (int64_t chunk :
+         {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{6}, int64_t{7},
+          int64_t{41}, int64_t{300}, SafetensorsReader::kReadChunkElements}) {
+      const int64_t count = extent[0] * extent[1] * extent[2];
+      std::vector<float> out(static_cast<size_t>(count), -1.0f);
+      std::vector<uint8_t> raw; // fresh: its size shows the largest read
+      Status s = r.readFloat32Box(r.entries()[0], global, offset, extent,
+                                  out.data(), raw, chunk);
+      ASSERT_TRUE(s.ok()) << s.toString();
+      for (int64_t a = 0; a < extent[0]; ++a)
+        for (int64_t b = 0; b < extent[1]; ++b)
+          for (int64_t c = 0; c < extent[2]; ++c) {
+            const int64_t g =
+                ((offset[0] + a) * 7 + offset[1] + b) * 6 + offset[2] + c;
+            const float want = g < n ? 0.5f * static_cast<float>(g) : 0.0f;
+            ASSERT_EQ(
+                out[static_cast<size_t>((a * extent[1] + b) * extent[2] + c)],
+                want)
+                << dtypeName(dtype) << " chunk " << chunk << " box at ["
+                << offset[0] << "," << offset[1] << "," << offset[2]
+                << "] element " << a << "," << b << "," << c;
+          }
+      EXPECT_LE(raw.size(), static_cast<size_t>(chunk * dtypeSize(dtype)));
+    }
+  std::remove(path.c_str());
+}
+
+TEST(SafetensorsStreaming, Float32BoxesAtEveryChunkSize) {
+  for (DType dtype : {DType::F32, DType::F64, DType::BF16})
+    checkBoxes(dtype);
+  // A box of an integer tensor is an error naming it.
+  const std::string path = tempPath("ints.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, sampleFile()).ok());
+  SafetensorsReader r;
+  ASSERT_TRUE(r.open(path).ok());
+  std::vector<float> out(4);
+  std::vector<uint8_t> raw;
+  Status s = r.readFloat32Box(*r.find("ids"), {4}, {0}, {4}, out.data(), raw);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'ids' has dtype I64"), std::string::npos)
+      << s.toString();
+  std::remove(path.c_str());
+}
+
+} // namespace
