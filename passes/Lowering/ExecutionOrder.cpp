@@ -25,16 +25,14 @@ static LogicalResult appendOps(Block &block, ExecutionOrder &order) {
     if (auto nested = dyn_cast<BlockOp>(op)) {
       Block &body = nested.getBody().front();
       for (auto [arg, input] :
-           llvm::zip(body.getArguments(), nested.getInputs()))
-      {
+           llvm::zip(body.getArguments(), nested.getInputs())) {
         order.storageOf[arg] = order.storage(input);
         order.sameAs[arg] = input;
       }
       if (failed(appendOps(body, order)))
         return failure();
       for (auto [result, yielded] :
-           llvm::zip(nested.getResults(), nested.getYield().getValues()))
-      {
+           llvm::zip(nested.getResults(), nested.getYield().getValues())) {
         order.storageOf[result] = order.storage(yielded);
         order.sameAs[result] = yielded;
       }
@@ -112,7 +110,8 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
             RankedTensorType::get({elements * ag.getGroupSize().value_or(1)},
                                   element)};
   }
-  if (auto rs = dyn_cast<ReduceScatterOp>(op); rs && rs.getInputs().size() > 1) {
+  if (auto rs = dyn_cast<ReduceScatterOp>(op);
+      rs && rs.getInputs().size() > 1) {
     // A bucket: this rank's reduced blocks arrive in one buffer (unpacked
     // into the results on completion) after every member's blocks were
     // packed rank by rank into another; the inputs are free once packed.
@@ -120,15 +119,50 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     for (Value input : rs.getInputs())
       elements += cast<RankedTensorType>(input.getType()).getNumElements();
     Type element = getElementTypeOrSelf(rs.getInputs().front().getType());
-    return {RankedTensorType::get(
-                {elements / rs.getGroupSize().value_or(1)}, element),
+    return {RankedTensorType::get({elements / rs.getGroupSize().value_or(1)},
+                                  element),
             RankedTensorType::get({elements}, element)};
   }
-  if (auto rs = dyn_cast<ReduceScatterOp>(op);
-      rs && (rs.getAsync() || rs.getLastMicrobatch())) {
-    // In flight or in place, a split of a non-leading dimension sends its
-    // input packed block by block from a buffer of its own (a synchronous
-    // one packs into the runtime's workspace, free again when it returns).
+  // Below: a collective of one value. Split on a non-leading dimension,
+  // its blocks are not contiguous in the value, so they travel through a
+  // buffer holding them rank by rank, planned here like every other tensor
+  // so that the arena is the whole of the step's memory (GPT-2's wte under
+  // ZeRO-3 on a data-parallel size that does not divide its 50257 rows is
+  // gathered on its columns: a 154 MB buffer the plan would otherwise miss).
+  auto nonLeading = [](RankedTensorType type, int64_t dim) {
+    return ShapedType::getNumElements(type.getShape().take_front(dim)) != 1;
+  };
+  if (auto ag = dyn_cast<AllGatherOp>(op)) {
+    // Every rank's block arrives rank by rank, then is unpacked into the
+    // result (in flight: when the gather completes).
+    auto type = cast<RankedTensorType>(ag.getInput().getType());
+    if (!nonLeading(type, ag.getDim()))
+      return {};
+    return {RankedTensorType::get(
+        {type.getNumElements() * ag.getGroupSize().value_or(1)},
+        type.getElementType())};
+  }
+  if (auto a2a = dyn_cast<AllToAllOp>(op)) {
+    // The input's blocks packed rank by rank (split dim), and the blocks
+    // received rank by rank before they are unpacked along the concat dim
+    // of the result.
+    auto type = cast<RankedTensorType>(a2a.getInput().getType());
+    const int64_t n = a2a.getGroupSize().value_or(1);
+    SmallVector<int64_t> chunk(type.getShape());
+    chunk[a2a.getSplitDim()] /= n;
+    auto full =
+        RankedTensorType::get({type.getNumElements()}, type.getElementType());
+    SmallVector<RankedTensorType> scratch;
+    if (nonLeading(type, a2a.getSplitDim()))
+      scratch.push_back(full);
+    if (nonLeading(RankedTensorType::get(chunk, type.getElementType()),
+                   a2a.getConcatDim()))
+      scratch.push_back(full);
+    return scratch;
+  }
+  if (auto rs = dyn_cast<ReduceScatterOp>(op)) {
+    // A split of a non-leading dimension sends its input packed block by
+    // block from a buffer of its own (in flight, until it completes).
     // In place, the reduced block arrives in a buffer of its own first
     // (the input is still being sent) and is written into the input's
     // storage when the reduction completes.
@@ -138,8 +172,7 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
       scratch.push_back(RankedTensorType::get(
           {type.getNumElements() / rs.getGroupSize().value_or(1)},
           type.getElementType()));
-    if (ShapedType::getNumElements(type.getShape().take_front(rs.getDim())) !=
-        1)
+    if (nonLeading(type, rs.getDim()))
       scratch.push_back(RankedTensorType::get({type.getNumElements()},
                                               type.getElementType()));
     return scratch;
@@ -158,10 +191,11 @@ bool mlir::loom::completesLater(Operation *op) {
     return ar.getAsync();
   if (auto rs = dyn_cast<ReduceScatterOp>(op))
     return rs.getAsync();
-  // A gather of one value writes its result in flight (allocated from the
-  // gather on); a bucket also sends and receives through its scratch.
+  // A gather writes its result in flight (allocated from the gather on);
+  // a bucket, or one value split on a non-leading dimension, also receives
+  // through its scratch.
   if (auto ag = dyn_cast<AllGatherOp>(op))
-    return ag.getAsync() && ag.getInputs().size() > 1;
+    return ag.getAsync();
   return false;
 }
 

@@ -64,15 +64,15 @@ bool isView(Operation *op);
 bool reducesInPlace(Operation *op);
 
 /// Kernel workspace or state an op needs beyond its results (attention
-/// probabilities, layer-norm statistics, a gradient bucket's packed
-/// buffer, an in-place reduce-scatter's received block, an asynchronous or
-/// in-place reduce-scatter's packed input), in the order the runtime
+/// row statistics, layer-norm statistics, a bucket's packed buffers, an
+/// in-place reduce-scatter's received block, the rank-by-rank blocks of a
+/// collective split on a non-leading dimension), in the order the runtime
 /// expects.
 SmallVector<RankedTensorType> getScratchTypes(Operation *op);
 
 /// Whether `op` is still in flight after it starts (an `async` all-reduce,
-/// reduce-scatter or all-gather bucket): its scratch stays in use until the
-/// first instruction that reads one of its results.
+/// reduce-scatter or all-gather): its scratch stays in use until the first
+/// instruction that reads one of its results.
 bool completesLater(Operation *op);
 
 /// Whether an in-flight `op` also reads its inputs until it completes (an

@@ -154,8 +154,8 @@ Status Executor::runReduceScatterInPlace(const program::Instruction &ins,
     return kernels->sliceDimGrad(data, block, shape, dim, offset, extent, eb);
   };
   if (!ins.async_collective()) {
-    LOOM_RETURN_IF_ERROR(comm->reduceScatter(src, block, count, dt,
-                                             ins.reduction(), axes));
+    LOOM_RETURN_IF_ERROR(
+        comm->reduceScatter(src, block, count, dt, ins.reduction(), axes));
     return writeBack();
   }
   InFlight flight;
@@ -261,7 +261,8 @@ Status Executor::runAllGatherBucket(const program::Instruction &ins,
     count += bufferNumel(b);
   }
   void *packed = bufferData(scr[0]), *gathered = bufferData(scr[1]);
-  LOOM_RETURN_IF_ERROR(kernels->concatDim(packed, shards, counts, {count}, 0, eb));
+  LOOM_RETURN_IF_ERROR(
+      kernels->concatDim(packed, shards, counts, {count}, 0, eb));
   // 2. Chunk r of the gathered buffer is rank r's contribution; result i
   //    is its member's shard of every rank, concatenated along the
   //    member's dimension.
@@ -334,8 +335,12 @@ Status Executor::runCollective(const program::Instruction &ins,
   const std::vector<uint32_t> axes = axesOf(ins);
   const Opcode op = ins.opcode();
   const int64_t n = comm->groupSize(axes);
-  auto tempBytes = [&](TempPool &pool, int64_t bytes) {
-    return static_cast<void *>(temp(pool, (bytes + 3) / 4));
+  // A split of a non-leading dimension moves its blocks rank by rank
+  // through scratch the compiler planned (getScratchTypes), `scr[k]`; a
+  // program without it (built by hand) gets a workspace temporary.
+  auto staging = [&](size_t k, TempPool &pool, int64_t bytes) {
+    return k < scr.size() ? bufferData(scr[k])
+                          : static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
   switch (op) {
   case Opcode::AllGather: {
@@ -349,16 +354,24 @@ Status Executor::runCollective(const program::Instruction &ins,
       flight.busy = {byteRange(in[0]), byteRange(out[0])};
       void *into = dst;
       if (program::shapeNumelBefore(shape, dim) != 1) {
-        // Received into a spare temporary of buffer memory (several
-        // gathers may be in flight), unpacked into the output on completion.
+        // Received into its scratch (else a spare temporary of buffer
+        // memory: several gathers may be in flight), unpacked into the
+        // output on completion.
         const uint64_t bytes = static_cast<uint64_t>(count * n * eb);
         uint8_t *received = nullptr;
-        LOOM_RETURN_IF_ERROR(takeSpare(bytes, received));
+        if (!scr.empty()) {
+          received = static_cast<uint8_t *>(bufferData(scr[0]));
+          flight.busy.push_back(byteRange(scr[0]));
+        } else {
+          LOOM_RETURN_IF_ERROR(takeSpare(bytes, received));
+        }
         into = received;
-        flight.finish = [this, dst, received, bytes, shape, dim, n,
-                         eb]() -> Status {
+        const bool spare = scr.empty();
+        flight.finish = [this, dst, received, bytes, shape, dim, n, eb,
+                         spare]() -> Status {
           Status s = kernels->unpackBlocks(dst, received, shape, dim, n, eb);
-          returnSpare(bytes, received);
+          if (spare)
+            returnSpare(bytes, received);
           return s;
         };
       }
@@ -369,7 +382,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     }
     if (program::shapeNumelBefore(shape, dim) == 1)
       return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
-    void *gathered = tempBytes(workspace, count * n * eb);
+    void *gathered = staging(0, workspace, count * n * eb);
     LOOM_RETURN_IF_ERROR(
         comm->allGather(bufferData(in[0]), gathered, count, dt, axes));
     return kernels->unpackBlocks(dst, gathered, shape, dim, n, eb);
@@ -400,7 +413,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       return Status::success();
     }
     if (program::shapeNumelBefore(shape, dim) != 1) {
-      void *packed = tempBytes(workspace, count * n * eb);
+      void *packed = staging(0, workspace, count * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
@@ -415,14 +428,15 @@ Status Executor::runCollective(const program::Instruction &ins,
     std::vector<int64_t> chunkShape = shape;
     chunkShape[dim] /= n;
     const void *src = bufferData(in[0]);
+    size_t next = 0; // the next planned scratch: packed, then received
     if (program::shapeNumelBefore(shape, dim) != 1) {
-      void *packed = tempBytes(workspace, chunk * n * eb);
+      void *packed = staging(next++, workspace, chunk * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     if (program::shapeNumelBefore(chunkShape, dim2) == 1)
       return comm->allToAll(src, dst, chunk, dt, axes);
-    void *received = tempBytes(workspace2, chunk * n * eb);
+    void *received = staging(next, workspace2, chunk * n * eb);
     LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));
     return kernels->unpackBlocks(dst, received, chunkShape, dim2, n, eb);
   }
@@ -435,8 +449,8 @@ Status Executor::runCollective(const program::Instruction &ins,
       return comm->send(bufferData(in[0]), bufferNumel(in[0]),
                         bufferDType(in[0]), peer, ins.tag());
     const int64_t waitStart = steadyNowNs();
-    Status received = comm->recv(dst, bufferNumel(out[0]),
-                                 bufferDType(out[0]), peer, ins.tag());
+    Status received = comm->recv(dst, bufferNumel(out[0]), bufferDType(out[0]),
+                                 peer, ins.tag());
     recvWaitNs += steadyNowNs() - waitStart;
     return received;
   }

@@ -258,8 +258,7 @@ Status InstructionChecker::checkCollective() {
   const Reduction red = ins.reduction();
   auto checkReduction = [&](uint32_t b) -> Status {
     const char *rn = EnumNameReduction(red);
-    INSTR_CHECK(rn && *rn,
-                "unknown reduction " << static_cast<int>(red));
+    INSTR_CHECK(rn && *rn, "unknown reduction " << static_cast<int>(red));
     INSTR_CHECK(red != Reduction::Avg || facts.dtypes[b] == DType::F32 ||
                     facts.dtypes[b] == DType::BF16,
                 "Avg reduction needs F32 or BF16 data, got "
@@ -269,8 +268,7 @@ Status InstructionChecker::checkCollective() {
   auto checkDim = [&](int64_t dim, const std::vector<int64_t> &s,
                       const char *what) -> Status {
     INSTR_CHECK(dim >= 0 && dim < static_cast<int64_t>(s.size()),
-                what << " " << dim << " is out of range for rank "
-                     << s.size());
+                what << " " << dim << " is out of range for rank " << s.size());
     return Status::success();
   };
   // In and out may be the same bytes (in place) or disjoint, never partly
@@ -278,8 +276,7 @@ Status InstructionChecker::checkCollective() {
   auto inPlaceOrDisjoint = [&](uint32_t a, uint32_t b) -> Status {
     INSTR_CHECK(!overlaps(a, b) || (facts.offsets[a] == facts.offsets[b] &&
                                     facts.bytes[a] == facts.bytes[b]),
-                "input buffer " << a << " partly overlaps output buffer "
-                                << b);
+                "input buffer " << a << " partly overlaps output buffer " << b);
     return Status::success();
   };
   // A last-micro-batch reduction runs in place (skipped in the other
@@ -289,10 +286,10 @@ Status InstructionChecker::checkCollective() {
                            const char *what) -> Status {
     INSTR_CHECK(facts.offsets[in] == facts.offsets[out] &&
                     facts.bytes[in] == facts.bytes[out],
-                "a last-micro-batch " << what
-                                      << " reduces in place, but output buffer "
-                                      << out << " is not input buffer " << in
-                                      << "'s bytes; recompile the program");
+                "a last-micro-batch "
+                    << what << " reduces in place, but output buffer " << out
+                    << " is not input buffer " << in
+                    << "'s bytes; recompile the program");
     return Status::success();
   };
   // A ReduceScatter or AllGather of several values (a bucket, members
@@ -338,8 +335,7 @@ Status InstructionChecker::checkCollective() {
       }
       LOOM_RETURN_IF_ERROR(sameShape(out, want, "result"));
       if (inPlace)
-        LOOM_RETURN_IF_ERROR(
-            inPlaceOutput(in, out, "ReduceScatter bucket"));
+        LOOM_RETURN_IF_ERROR(inPlaceOutput(in, out, "ReduceScatter bucket"));
       for (uint32_t other : {in, scratch[0], scratch[1]})
         INSTR_CHECK((inPlace && other == in) || !overlaps(out, other),
                     "output buffer " << out << " of the " << name
@@ -434,16 +430,14 @@ Status InstructionChecker::checkCollective() {
     // the output is the input's bytes and shape, the received block in
     // scratch[0] until it completes.
     const bool inPlace = ins.last_microbatch_only();
-    LOOM_RETURN_IF_ERROR(
-        counts(1, 1, 1, op == Opcode::ReduceScatter ? 2 : 0));
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 2));
     const uint32_t in = inputs[0], out = outputs[0];
     LOOM_RETURN_IF_ERROR(dtype(out, facts.dtypes[in], "result"));
     if (inPlace)
       LOOM_RETURN_IF_ERROR(inPlaceOutput(in, out, "ReduceScatter"));
     else
-      INSTR_CHECK(!overlaps(in, out), "output buffer "
-                                          << out << " overlaps input buffer "
-                                          << in);
+      INSTR_CHECK(!overlaps(in, out),
+                  "output buffer " << out << " overlaps input buffer " << in);
     const std::vector<int64_t> &s = shape(in);
     const int64_t dim = ins.dim();
     LOOM_RETURN_IF_ERROR(checkDim(dim, s, "dim"));
@@ -457,50 +451,73 @@ Status InstructionChecker::checkCollective() {
                                                          "by the group size "
                                                       << n);
       want[dim] = s[dim] / n;
-      if (op == Opcode::ReduceScatter) {
+      if (op == Opcode::ReduceScatter)
         LOOM_RETURN_IF_ERROR(checkReduction(in));
-        // In flight or in place, a non-leading split sends from its packed
-        // copy (after the received block, in place).
-        const bool packs = (ins.async_collective() || inPlace) &&
-                           shapeNumelBefore(s, dim) != 1;
-        const size_t wantScratch = (inPlace ? 1u : 0u) + (packs ? 1u : 0u);
-        const char *roles = inPlace && packs ? " (its received block and "
-                                               "packed input)"
-                            : inPlace ? " (its received block)"
-                            : packs   ? " (its packed input)"
-                                      : "";
-        INSTR_CHECK(scratch.size() == wantScratch,
-                    (inPlace ? "a last-micro-batch (in-place) ReduceScatter "
-                     : packs ? "an asynchronous ReduceScatter "
-                             : "a ReduceScatter ")
-                        << "of dimension " << dim << " of " << shapeString(s)
-                        << " needs " << wantScratch << " scratch buffers"
-                        << roles << ", got " << scratch.size());
-        auto checkScratch = [&](uint32_t b, uint64_t bytes,
-                                const char *what) -> Status {
-          LOOM_RETURN_IF_ERROR(dtype(b, facts.dtypes[in], "scratch"));
-          INSTR_CHECK(facts.bytes[b] >= bytes,
-                      "the ReduceScatter's " << what << " scratch buffer has "
-                                             << facts.bytes[b]
-                                             << " bytes, but needs " << bytes);
-          return Status::success();
-        };
-        if (inPlace)
-          LOOM_RETURN_IF_ERROR(checkScratch(
-              scratch[0], facts.bytes[in] / static_cast<uint64_t>(n),
-              "received-block"));
-        if (packs)
-          LOOM_RETURN_IF_ERROR(
-              checkScratch(scratch.back(), facts.bytes[in], "packed-input"));
-        // In place, the result keeps the input's shape.
-        if (inPlace)
-          want = s;
-      }
       if (op == Opcode::AllToAll) {
         const int64_t dim2 = ins.dim2();
         LOOM_RETURN_IF_ERROR(checkDim(dim2, s, "dim2"));
         want[dim2] *= n;
       }
+      // In place, the result keeps the input's shape.
+      if (inPlace)
+        want = s;
+    }
+    // The scratch, role by role: a split of a non-leading dimension moves
+    // its blocks rank by rank through a buffer of the value's gathered
+    // (AllGather) or whole (ReduceScatter, AllToAll) size; an AllToAll
+    // also receives through one when its concat dim is not leading in a
+    // block. The compiler plans them all; a program without them (built
+    // by hand) runs them in the runtime's workspace, except where the
+    // collective outlives its instruction (in flight, in place).
+    struct Role {
+      const char *what;  // in "the X's <what> scratch buffer"
+      const char *label; // in "needs N scratch buffers (its <label>)"
+      uint64_t bytes;
+    };
+    std::vector<Role> roles;
+    const bool blocks = shapeNumelBefore(s, dim) != 1;
+    bool required = false;
+    if (op == Opcode::ReduceScatter) {
+      if (inPlace)
+        roles.push_back(
+            {"received-block", "received block", facts.bytes[in] / n});
+      if (blocks)
+        roles.push_back({"packed-input", "packed input", facts.bytes[in]});
+      required = inPlace || ins.async_collective();
+    } else if (op == Opcode::AllGather) {
+      if (blocks)
+        roles.push_back(
+            {"gathered-blocks", "gathered blocks", facts.bytes[in] * n});
+    } else {
+      std::vector<int64_t> block = s;
+      block[dim] /= n;
+      if (blocks)
+        roles.push_back({"packed-input", "packed input", facts.bytes[in]});
+      if (shapeNumelBefore(block, ins.dim2()) != 1)
+        roles.push_back(
+            {"received-blocks", "received blocks", facts.bytes[in]});
+    }
+    std::string names;
+    for (const Role &r : roles)
+      names += std::string(names.empty() ? " (its " : " and ") + r.label;
+    if (!names.empty())
+      names += ")";
+    INSTR_CHECK(
+        scratch.size() == roles.size() || (scratch.empty() && !required),
+        (inPlace                       ? "a last-micro-batch (in-place) "
+         : ins.async_collective()      ? "an asynchronous "
+         : op == Opcode::ReduceScatter ? "a "
+                                       : "an ")
+            << opcodeName(op) << " of dimension " << dim << " of "
+            << shapeString(s) << " needs " << roles.size() << " scratch buffers"
+            << names << (required || roles.empty() ? "" : " or none")
+            << ", got " << scratch.size());
+    for (size_t k = 0; k < scratch.size(); ++k) {
+      LOOM_RETURN_IF_ERROR(dtype(scratch[k], facts.dtypes[in], "scratch"));
+      INSTR_CHECK(facts.bytes[scratch[k]] >= roles[k].bytes,
+                  "the " << opcodeName(op) << "'s " << roles[k].what
+                         << " scratch buffer has " << facts.bytes[scratch[k]]
+                         << " bytes, but needs " << roles[k].bytes);
     }
     return sameShape(out, want, "result");
   }
@@ -533,8 +550,8 @@ Status InstructionChecker::checkCollective() {
                                          "got "
                                       << axes.size());
     INSTR_CHECK(ins.peer() >= 0 && ins.peer() < n,
-                "peer " << ins.peer() << " is out of range for axis "
-                        << axes[0] << " of size " << n);
+                "peer " << ins.peer() << " is out of range for axis " << axes[0]
+                        << " of size " << n);
     INSTR_CHECK(ins.tag() >= 0 && ins.tag() <= 32767,
                 "tag " << ins.tag() << " must be in [0, 32767]");
     return Status::success();

@@ -6,7 +6,8 @@
 // until then, so nothing computed in between (the next block's backward)
 // lands on their bytes. %g (64 bytes at 128) and the pack (64 at 192) stay
 // apart from %h, which the gelu writes while the scatter is in flight (at
-// 256); in a synchronous one %h reuses %g's bytes.
+// 256); in a synchronous one the pack (at 192) lives for the scatter alone
+// and %h reuses %g's bytes.
 // CHECK-LABEL: func.func @in_flight
 // CHECK: loom.gelu %arg1 {loom.offsets = array<i64: 128>}
 // CHECK: loom.reduce_scatter {{.*}} dim 1 sum async {loom.offsets = array<i64: 320>, loom.scratch_offsets = array<i64: 192>}
@@ -14,7 +15,7 @@
 // CHECK: loom.add %arg0, {{.*}} {loom.offsets = array<i64: 0>}
 // CHECK-LABEL: func.func @synchronous
 // CHECK: loom.gelu %arg1 {loom.offsets = array<i64: 128>}
-// CHECK: loom.reduce_scatter {{.*}} dim 1 sum {loom.offsets = array<i64: 192>}
+// CHECK: loom.reduce_scatter {{.*}} dim 1 sum {loom.offsets = array<i64: 256>, loom.scratch_offsets = array<i64: 192>}
 // CHECK: loom.gelu %arg1 {loom.offsets = array<i64: 128>}
 
 // ZeRO-1's in-place last-micro-batch reduce-scatter of an accumulation: its

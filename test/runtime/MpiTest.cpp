@@ -59,13 +59,19 @@ std::unique_ptr<fb::ProgramT> oneCollective(fb::Opcode op,
                                             std::vector<int64_t> outShape,
                                             std::vector<uint32_t> axes,
                                             int64_t dim, int64_t dim2,
-                                            fb::Reduction red) {
+                                            fb::Reduction red,
+                                            std::vector<int64_t> scratch = {},
+                                            bool async = false) {
   auto p = emptyProgram(2, 4, 16);
   addMesh(*p, {{"dp", 2}, {"tp", 2}});
   StageBuilder s(*p->stages[0]);
   const uint32_t in = s.buffer("in", inShape);
   const uint32_t out = s.buffer("out", outShape);
-  auto &ins = s.op(op, "c", {in}, {out});
+  std::vector<uint32_t> scr;
+  for (int64_t numel : scratch)
+    scr.push_back(s.buffer("scratch", {numel}));
+  auto &ins = s.op(op, "c", {in}, {out}, scr);
+  ins.async_collective = async;
   ins.axes = axes;
   ins.dim = dim;
   ins.dim2 = dim2;
@@ -124,7 +130,31 @@ struct CollectiveCase {
   std::vector<uint32_t> axes;
   int64_t dim = 0, dim2 = 0;
   fb::Reduction red = fb::Reduction::Sum;
+  /// With the scratch the compiler plans for a split of a non-leading
+  /// dimension (the blocks rank by rank), so the run needs no memory
+  /// beyond the arena; else the runtime stages them in its workspace.
+  bool planned = false;
+  /// Started in flight, completed at the end of the instruction list.
+  bool async = false;
 };
+
+/// The scratch the compiler plans for `c` (getScratchTypes): element counts.
+std::vector<int64_t> plannedScratch(const CollectiveCase &c, int64_t n) {
+  const int64_t numel = program::shapeNumel(c.in);
+  const bool blocks = program::shapeNumelBefore(c.in, c.dim) != 1;
+  std::vector<int64_t> out;
+  if (c.op == fb::Opcode::AllGather && blocks)
+    out.push_back(numel * n);
+  if ((c.op == fb::Opcode::ReduceScatter || c.op == fb::Opcode::AllToAll) &&
+      blocks)
+    out.push_back(numel);
+  std::vector<int64_t> chunk = c.in;
+  chunk[c.dim] /= n;
+  if (c.op == fb::Opcode::AllToAll &&
+      program::shapeNumelBefore(chunk, c.dim2) != 1)
+    out.push_back(numel);
+  return out;
+}
 
 /// Expected output of `c` on this rank.
 std::vector<float> expected(const CollectiveCase &c, const Communicator &comm) {
@@ -189,7 +219,11 @@ void runCase(Communicator &comm, const CollectiveCase &c) {
   SCOPED_TRACE(fb::opcodeName(c.op) + " axes " +
                std::to_string(c.axes.size()) + " dim " +
                std::to_string(c.dim) + " dim2 " + std::to_string(c.dim2));
-  auto p = oneCollective(c.op, c.in, c.out, c.axes, c.dim, c.dim2, c.red);
+  const std::vector<int64_t> scratch =
+      c.planned ? plannedScratch(c, comm.groupSize(c.axes))
+                : std::vector<int64_t>{};
+  auto p = oneCollective(c.op, c.in, c.out, c.axes, c.dim, c.dim2, c.red,
+                         scratch, c.async);
   program::LoadedProgram loaded;
   Status s = program::loadProgramBytes(serialize(*p), "c.loom", loaded);
   ASSERT_TRUE(s.ok()) << s.toString();
@@ -206,6 +240,10 @@ void runCase(Communicator &comm, const CollectiveCase &c) {
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_FLOAT_EQ(out[i], want[i]) << "element " << i << " rank "
                                      << comm.rank();
+  // Planned, the blocks moved through the arena alone.
+  if (c.planned)
+    EXPECT_EQ(ex->peakTensorBytes(), ex->arenaBytes())
+        << scratch.size() << " scratch buffers";
 }
 
 } // namespace
@@ -234,17 +272,28 @@ TEST_F(Mpi, EveryCollectiveOverEveryGroup) {
     for (int64_t dim : {0, 1, 2}) {
       std::vector<int64_t> in = {2, 3, 4}, out = in;
       out[dim] *= n;
-      runCase(*comm, {O::AllGather, in, out, axes, dim});
       std::vector<int64_t> rin = {4, 4, 8}, rout = rin;
       rout[dim] /= n;
-      runCase(*comm, {O::ReduceScatter, rin, rout, axes, dim, 0, R::Sum});
-      runCase(*comm, {O::ReduceScatter, rin, rout, axes, dim, 0, R::Avg});
-      for (int64_t dim2 : {0, 1, 2}) {
-        std::vector<int64_t> aout = rin;
-        aout[dim] /= n;
-        aout[dim2] *= n;
-        runCase(*comm, {O::AllToAll, rin, aout, axes, dim, dim2});
+      // In the runtime's workspace, and through the planned scratch.
+      for (bool planned : {false, true}) {
+        runCase(*comm,
+                {O::AllGather, in, out, axes, dim, 0, R::Sum, planned});
+        runCase(*comm, {O::ReduceScatter, rin, rout, axes, dim, 0, R::Sum,
+                        planned});
+        runCase(*comm, {O::ReduceScatter, rin, rout, axes, dim, 0, R::Avg,
+                        planned});
+        for (int64_t dim2 : {0, 1, 2}) {
+          std::vector<int64_t> aout = rin;
+          aout[dim] /= n;
+          aout[dim2] *= n;
+          runCase(*comm,
+                  {O::AllToAll, rin, aout, axes, dim, dim2, R::Sum, planned});
+        }
       }
+      // In flight (ZeRO-3's prefetch): a spare temporary, or the scratch.
+      for (bool planned : {false, true})
+        runCase(*comm, {O::AllGather, in, out, axes, dim, 0, R::Sum, planned,
+                        /*async=*/true});
     }
   }
 }

@@ -582,13 +582,64 @@ TEST(ProgramVerifier, CollectiveShapes) {
               "scratch buffers (its packed input), got 0");
   expectError(asyncScatter({12}), "the ReduceScatter's packed-input scratch "
                                   "buffer has 48 bytes, but needs 96");
-  {
-    auto p = withCollective(O::ReduceScatter, {4, 6}, {4, 3}, {0}, 1);
+  // Synchronous: a non-leading split goes through its planned scratch, or
+  // the runtime's workspace in a program without one; a leading one needs
+  // none.
+  auto withScratch = [&](O op, std::vector<int64_t> inShape,
+                         std::vector<int64_t> outShape, int64_t dim,
+                         int64_t dim2,
+                         std::vector<std::vector<int64_t>> scratchShapes) {
+    auto p = withCollective(op, inShape, outShape, {0}, dim, dim2);
     StageBuilder b(stage0(*p));
-    stage0(*p).instructions.back()->scratch = {b.buffer("c.packed", {24})};
-    expectError(std::move(p), "a ReduceScatter of dimension 1 of [4, 6] needs "
-                              "0 scratch buffers, got 1");
+    fb::InstructionT &c = *stage0(*p).instructions.back();
+    for (const auto &shape : scratchShapes)
+      c.scratch.push_back(b.buffer("c.scratch", shape));
+    return p;
+  };
+  EXPECT_TRUE(
+      load(*withScratch(O::ReduceScatter, {4, 6}, {4, 3}, 1, 0, {{24}})).ok());
+  expectError(withScratch(O::ReduceScatter, {4, 6}, {2, 6}, 0, 0, {{24}}),
+              "a ReduceScatter of dimension 0 of [4, 6] needs 0 scratch "
+              "buffers, got 1");
+  expectError(withScratch(O::ReduceScatter, {4, 6}, {4, 3}, 1, 0, {{24}, {24}}),
+              "a ReduceScatter of dimension 1 of [4, 6] needs 1 scratch "
+              "buffers (its packed input) or none, got 2");
+  // An AllGather of a non-leading dim receives every rank's blocks into
+  // one buffer of the gathered size, then unpacks them.
+  for (bool async : {false, true}) {
+    auto p = withScratch(O::AllGather, {4, 6}, {4, 12}, 1, 0, {{48}});
+    stage0(*p).instructions.back()->async_collective = async;
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
   }
+  expectError(withScratch(O::AllGather, {4, 6}, {4, 12}, 1, 0, {{24}}),
+              "the AllGather's gathered-blocks scratch buffer has 96 bytes, "
+              "but needs 192");
+  expectError(withScratch(O::AllGather, {4, 6}, {8, 6}, 0, 0, {{48}}),
+              "an AllGather of dimension 0 of [4, 6] needs 0 scratch buffers, "
+              "got 1");
+  {
+    auto p = withCollective(O::AllGather, {4, 6}, {4, 12}, {0}, 1);
+    StageBuilder b(stage0(*p));
+    stage0(*p).instructions.back()->scratch = {
+        b.buffer("c.scratch", {96}, fb::DType::BF16)};
+    expectError(std::move(p), "must be F32, got BF16");
+  }
+  // An AllToAll packs a non-leading split dim and receives a concat dim
+  // that is not leading in a block: both, or neither.
+  EXPECT_TRUE(
+      load(*withScratch(O::AllToAll, {4, 6}, {8, 3}, 1, 0, {{24}})).ok());
+  EXPECT_TRUE(
+      load(*withScratch(O::AllToAll, {4, 6}, {2, 12}, 0, 1, {{24}})).ok());
+  EXPECT_TRUE(load(*withScratch(O::AllToAll, {2, 4, 6}, {2, 8, 3}, 2, 1,
+                                {{48}, {48}}))
+                  .ok());
+  expectError(withScratch(O::AllToAll, {2, 4, 6}, {2, 8, 3}, 2, 1, {{48}}),
+              "needs 2 scratch buffers (its packed input and received "
+              "blocks) or none, got 1");
+  expectError(withScratch(O::AllToAll, {4, 6}, {2, 12}, 0, 1, {{12}}),
+              "the AllToAll's received-blocks scratch buffer has 48 bytes, "
+              "but needs 96");
   // In place (ZeRO-1's last-micro-batch reduce-scatter of an accumulator):
   // output 0 is input 0, scratch[0] the received block, scratch[1] the
   // packed input of a non-leading dim; only in a training stage.

@@ -578,6 +578,9 @@ def Loom_AllGatherOp : Loom_CollectiveOp<"all_gather", [Pure]> {
     instructions while the gather is in flight and completes it before the
     first instruction that touches its input or result (ZeRO-3's prefetch
     of the next block's parameters, placed by `--loom-schedule-comm`).
+    Gathered on a non-leading dimension (GPT-2's wte on its columns when
+    dp does not divide its 50257 rows), the ranks' blocks arrive in a
+    buffer `--loom-plan-buffers` plans, then are unpacked into the result.
 
     Several inputs (a bucket: FSDP gathers a block's parameters with one
     collective) travel as one: result i is input i gathered along its own
