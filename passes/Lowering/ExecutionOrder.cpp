@@ -177,9 +177,12 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
                                               type.getElementType()));
     return scratch;
   }
-  if (auto ln = dyn_cast<LayerNormOp>(op)) {
-    // Per-row mean and reciprocal standard deviation.
-    auto type = cast<RankedTensorType>(ln.getInput().getType());
+  if (isa<LayerNormOp, LayerNormGradOp>(op)) {
+    // Per-row mean and reciprocal standard deviation (the gradient
+    // recomputes them from its input).
+    Value input = isa<LayerNormOp>(op) ? cast<LayerNormOp>(op).getInput()
+                                       : cast<LayerNormGradOp>(op).getInput();
+    auto type = cast<RankedTensorType>(input.getType());
     int64_t rows = type.getNumElements() / type.getShape().back();
     return {f32({rows}), f32({rows})};
   }
