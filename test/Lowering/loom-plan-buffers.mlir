@@ -63,3 +63,16 @@ func.func @block(%x: tensor<1x4x8xf32> {loom.name = "x", loom.role = #loom.role<
   %z = loom.gelu %y : tensor<1x4x8xf32>
   return %z : tensor<1x4x8xf32>
 }
+
+// The layer-norm gradient recomputes the row statistics (mean, rstd: 4 rows
+// each, 16 bytes) into two scratch buffers of its own, planned like the
+// forward's, so no step allocates beside the arena.
+// CHECK-LABEL: func.func @layer_norm_grad
+// CHECK: loom.layer_norm_grad {{.*}}loom.scratch_offsets = array<i64: {{[0-9]+}}, {{[0-9]+}}>}
+func.func @layer_norm_grad(%x: tensor<1x4x8xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                           %w: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<ones>})
+    -> (tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %dy = loom.gelu %x : tensor<1x4x8xf32>
+  %dx, %dw, %db = loom.layer_norm_grad %dy, %x, %w : tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<8xf32> -> tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+  return %dx, %dw, %db : tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>
+}
