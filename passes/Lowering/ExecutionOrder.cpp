@@ -91,6 +91,21 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
     return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1]})};
   }
+  if (auto grad = dyn_cast<AttentionGradOp>(op)) {
+    // An fp32 gradient recomputes the forward the flash backward reads (its
+    // output [B, T, C] and the [B, NH, T] log-sum-exp) and the [B, NH, T]
+    // row dot products dO·O: the CUDA kernels' working set
+    // (KernelBackend::attentionScratchFloats), planned so that a device
+    // step holds nothing beside the arena. The CPU kernels need none; a
+    // bf16 gradient runs in the CUDA bf16 kernels' own memory.
+    auto dout = cast<RankedTensorType>(grad.getDout().getType());
+    if (!dout.getElementType().isF32())
+      return {};
+    const int64_t rows = dout.getShape()[0] *
+                         static_cast<int64_t>(grad.getNumHeads()) *
+                         dout.getShape()[1];
+    return {f32({dout.getNumElements() + 2 * rows})};
+  }
   if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() > 1) {
     // A bucket travels as one contiguous buffer: its members packed.
     int64_t elements = 0;

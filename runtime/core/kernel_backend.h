@@ -138,7 +138,9 @@ public:
   /// fp32 scratch the attention forward (grad = false) or gradient needs
   /// at `att` for these shapes, in floats; 0: none (`att` may be null). The
   /// program plans [B,NH,T] for the forward, the row statistics a tiled
-  /// kernel keeps; the executor gives a kernel that needs more a temporary.
+  /// kernel keeps, and for an fp32 gradient [B,T,C] + 2 [B,NH,T], the flash
+  /// backward's recomputed output, log-sum-exp and row dot products; the
+  /// executor gives a kernel that needs more a temporary.
   virtual int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C,
                                          int64_t NH, bool grad) const = 0;
   /// out[B,T,C] from qkv[B,T,3C], with attentionScratchFloats(..., false)

@@ -131,7 +131,18 @@ Status InstructionChecker::checkCompute() {
     LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
     LOOM_RETURN_IF_ERROR(floating(inputs[0], "qkv"));
     LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
-    return checkAttentionShape(shape(inputs[0]), shape(outputs[0]), "result");
+    const auto &q = shape(inputs[0]);
+    LOOM_RETURN_IF_ERROR(checkAttentionShape(q, shape(outputs[0]), "result"));
+    if (!scratch.empty()) {
+      // The row statistics (a flash kernel's log-sum-exp).
+      LOOM_RETURN_IF_ERROR(floating(scratch[0], "scratch (row stats)"));
+      const int64_t s = shapeNumel(shape(scratch[0])), NH = ins.num_heads();
+      INSTR_CHECK(s == q[0] * NH * q[1], "scratch (row stats) has "
+                                             << s << " elements, expected "
+                                             << "B*NH*T = " << q[0] << "*"
+                                             << NH << "*" << q[1]);
+    }
+    return Status::success();
   }
   case Opcode::CrossEntropy: {
     LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
@@ -252,13 +263,24 @@ Status InstructionChecker::checkTraining() {
     return sameShape(outputs[0], x, "dinput");
   }
   case Opcode::AttentionGrad: {
-    // No scratch: the gradient recomputes what it needs in the kernels'
-    // own workspace.
-    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 0));
+    // The gradient recomputes what it needs: in its scratch when the
+    // program plans one (F32: the flash backward's recomputed output
+    // [B, T, C], log-sum-exp and row dot products [B, NH, T] each), else
+    // in the kernels' own workspace.
+    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
     LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
     LOOM_RETURN_IF_ERROR(floating(outputs[0], "dqkv"));
     LOOM_RETURN_IF_ERROR(
         checkAttentionShape(shape(inputs[1]), shape(inputs[0]), "dout"));
+    if (!scratch.empty()) {
+      const auto &d = shape(inputs[0]);
+      const int64_t rows = d[0] * ins.num_heads() * d[1];
+      LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch"));
+      LOOM_RETURN_IF_ERROR(
+          numel(scratch[0], shapeNumel(d) + 2 * rows,
+                "scratch (the recomputed output [B, T, C], log-sum-exp and "
+                "row dot products [B, NH, T])"));
+    }
     return sameShape(outputs[0], shape(inputs[1]), "dqkv");
   }
   case Opcode::CrossEntropyGrad: {
@@ -394,14 +416,6 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
               "attention probabilities B*NH*T*T = " << q[0] << "*" << NH << "*"
                                                     << q[1] << "*" << q[1]
                                                     << " overflow");
-  if (!scratch.empty()) {
-    // The forward's row statistics (a flash kernel's log-sum-exp).
-    LOOM_RETURN_IF_ERROR(floating(scratch[0], "scratch (row stats)"));
-    const int64_t s = shapeNumel(shape(scratch[0]));
-    INSTR_CHECK(s == q[0] * NH * q[1],
-                "scratch (row stats) has " << s << " elements, expected B*NH*T = "
-                                           << q[0] << "*" << NH << "*" << q[1]);
-  }
   return Status::success();
 }
 

@@ -76,3 +76,20 @@ func.func @layer_norm_grad(%x: tensor<1x4x8xf32> {loom.name = "x", loom.role = #
   %dx, %dw, %db = loom.layer_norm_grad %dy, %x, %w : tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<8xf32> -> tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>
   return %dx, %dw, %db : tensor<1x4x8xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// An fp32 attention gradient gets the flash backward's working set: the
+// recomputed output [B, T, C] (1x4x8) and the log-sum-exp and row dot
+// products [B, NH, T] (1x2x4 each), 48 floats; a bf16 one runs in the CUDA
+// bf16 kernels' own memory and gets none.
+// CHECK-LABEL: func.func @attention_grad
+// CHECK: loom.attention_grad {{.*}}loom.scratch_offsets = array<i64: {{[0-9]+}}>, num_heads = 2 : i64} : tensor<1x4x8xf32>
+// CHECK: loom.attention_grad {{.*}}{loom.offsets = array<i64: {{[0-9]+}}>, num_heads = 2 : i64} : tensor<1x4x8xbf16>
+func.func @attention_grad(%x: tensor<1x4x24xf32> {loom.name = "x", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                          %y: tensor<1x4x24xbf16> {loom.name = "y", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})
+    -> (tensor<1x4x24xf32>, tensor<1x4x24xbf16>) {
+  %o = loom.attention %x {num_heads = 2 : i64} : tensor<1x4x24xf32> -> tensor<1x4x8xf32>
+  %d = loom.attention_grad %o, %x {num_heads = 2 : i64} : tensor<1x4x8xf32>, tensor<1x4x24xf32> -> tensor<1x4x24xf32>
+  %p = loom.attention %y {num_heads = 2 : i64} : tensor<1x4x24xbf16> -> tensor<1x4x8xbf16>
+  %e = loom.attention_grad %p, %y {num_heads = 2 : i64} : tensor<1x4x8xbf16>, tensor<1x4x24xbf16> -> tensor<1x4x24xbf16>
+  return %d, %e : tensor<1x4x24xf32>, tensor<1x4x24xbf16>
+}

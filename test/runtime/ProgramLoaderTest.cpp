@@ -1368,12 +1368,28 @@ TEST(ProgramVerifier, GradientShapes) {
   expectTrainRejected(
       [](fb::ProgramT &p) { instr(p, "h.0.attn.grad").num_heads = 5; },
       {"not divisible by num_heads 5"});
+  // Its scratch, when planned, holds the flash backward's recomputed
+  // output [B, T, C] = [2, 8, 16], log-sum-exp and row dot products
+  // [B, NH, T] = [2, 2, 8] each: 320 F32 elements.
+  auto withGradScratch = [](std::vector<int64_t> shape, fb::DType dt) {
+    return [shape, dt](fb::ProgramT &p) {
+      StageBuilder b(stage0(p));
+      instr(p, "h.0.attn.grad").scratch = {b.buffer("att.grad.ws", shape, dt)};
+    };
+  };
+  {
+    auto p = miniGptTrain({}, MiniGptTrainOptions());
+    withGradScratch({320}, fb::DType::F32)(*p);
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
   expectTrainRejected(
       [](fb::ProgramT &p) {
-        // The gradient recomputes into the kernels' own workspace.
         instr(p, "h.0.attn.grad").scratch = {bufferIndex(p, "att.stats")};
       },
-      {"(AttentionGrad)", "scratch"});
+      {"(AttentionGrad)", "has 32 elements, expected 320"});
+  expectTrainRejected(withGradScratch({320}, fb::DType::BF16),
+                      {"(AttentionGrad)", "scratch", "must be F32, got BF16"});
   // CrossEntropyGrad: scalar dloss, I32 targets, dlogits like logits.
   expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "d.loss") = {2}; },
                       {"(CrossEntropyGrad)", "dloss (scalar)", "expected 1"});
