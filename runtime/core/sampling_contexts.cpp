@@ -9,6 +9,67 @@
 
 namespace loom {
 
+namespace {
+
+/// Checks that the one stage of the program at `path` holds the parameters
+/// of `longest` under the same names, each in a buffer of the same dtype
+/// and shape, with fp32 master weights where longest has them: what
+/// copyWeights copies, checked when the file is given, not when a context
+/// first reaches it.
+Status checkSameParams(const program::Stage &stage, const Executor &longest,
+                       const std::string &path) {
+  const std::string where = "--context-programs file '" + path + "'";
+  std::map<std::string, const ParamView *> byName;
+  for (const ParamView &p : longest.params())
+    byName[p.name] = &p;
+  const auto *params = stage.params();
+  const size_t count = params ? params->size() : 0;
+  LOOM_CHECK(count == byName.size(),
+             where << " has " << count
+                   << " parameters but the program sampled from has "
+                   << byName.size() << "; compile both from the same config");
+  const auto *buffers = stage.buffers();
+  auto same = [&](const std::string &name, uint32_t mine,
+                  uint32_t theirs) -> Status {
+    LOOM_CHECK(buffers && mine < buffers->size(),
+               where << ": parameter '" << name << "' names buffer " << mine
+                     << ", which the stage lacks");
+    const program::Buffer &b = *buffers->Get(mine);
+    const std::vector<int64_t> shape(b.shape()->begin(), b.shape()->end());
+    LOOM_CHECK(b.dtype() == longest.bufferDType(theirs) &&
+                   shape == longest.bufferShape(theirs),
+               where << ": parameter '" << name << "' is "
+                     << program::EnumNameDType(b.dtype()) << " "
+                     << program::shapeString(shape) << " there but "
+                     << program::EnumNameDType(longest.bufferDType(theirs))
+                     << " " << program::shapeString(longest.bufferShape(theirs))
+                     << " in the program sampled from; compile both with the "
+                        "same config and --precision");
+    return Status::success();
+  };
+  for (const program::Param *p : *params) {
+    const std::string name = p->name() ? p->name()->str() : "";
+    auto it = byName.find(name);
+    LOOM_CHECK(it != byName.end(),
+               where << " has parameter '" << name
+                     << "', which the program sampled from does not");
+    const ParamView &from = *it->second;
+    LOOM_RETURN_IF_ERROR(same(name, p->buffer(), from.buffer));
+    LOOM_CHECK((from.masterBuffer >= 0) == (p->master_buffer() >= 0),
+               where << ": parameter '" << name << "' "
+                     << (p->master_buffer() >= 0 ? "has" : "has no")
+                     << " fp32 master weights but not so in the program "
+                        "sampled from; compile both with the same --precision");
+    if (p->master_buffer() >= 0)
+      LOOM_RETURN_IF_ERROR(same(name + " (master)",
+                                static_cast<uint32_t>(p->master_buffer()),
+                                static_cast<uint32_t>(from.masterBuffer)));
+  }
+  return Status::success();
+}
+
+} // namespace
+
 Status SamplingContexts::create(Executor &longest,
                                 const std::vector<std::string> &shorterPaths,
                                 CreateExecutor createExecutor,
@@ -51,6 +112,7 @@ Status SamplingContexts::create(Executor &longest,
                      << ", not shorter than the program sampled from ("
                      << model.seq()
                      << "); pass programs compiled with a smaller --seq");
+    LOOM_RETURN_IF_ERROR(checkSameParams(*p.stages()->Get(0), longest, path));
     rung.seq = m.seq();
     contexts->rungs.push_back(std::move(rung));
   }
@@ -103,50 +165,32 @@ Status SamplingContexts::executorFor(int64_t length, Executor *&ex) {
 
 Status SamplingContexts::copyWeights(Executor &to,
                                      const std::string &path) const {
+  // create() checked that `to`'s program holds longest's parameters, alike.
   std::map<std::string, const ParamView *> byName;
   for (const ParamView &p : longest->params())
     byName[p.name] = &p;
-  LOOM_CHECK(to.params().size() == byName.size(),
-             "--context-programs file '"
-                 << path << "' has " << to.params().size()
-                 << " parameters but the program sampled from has "
-                 << byName.size() << "; compile both from the same config");
   std::vector<uint8_t> host;
-  auto copy = [&](const std::string &name, uint32_t src,
-                  uint32_t dst) -> Status {
-    LOOM_CHECK(longest->bufferDType(src) == to.bufferDType(dst) &&
-                   longest->bufferShape(src) == to.bufferShape(dst),
-               "--context-programs file '"
-                   << path << "': parameter '" << name << "' is "
-                   << program::EnumNameDType(to.bufferDType(dst)) << " "
-                   << program::shapeString(to.bufferShape(dst)) << " there but "
-                   << program::EnumNameDType(longest->bufferDType(src)) << " "
-                   << program::shapeString(longest->bufferShape(src))
-                   << " in the program sampled from; compile both with the "
-                      "same config and --precision");
+  auto copy = [&](uint32_t src, uint32_t dst) -> Status {
     const uint64_t bytes = to.bufferBytes(dst);
+    LOOM_CHECK(bytes == longest->bufferBytes(src),
+               "--context-programs file '" << path
+                                           << "': a parameter buffer differs "
+                                              "in size from the program "
+                                              "sampled from");
     host.resize(bytes);
     LOOM_RETURN_IF_ERROR(longest->copyFromBuffer(src, host.data(), bytes));
     return to.copyToBuffer(dst, host.data(), bytes);
   };
   for (const ParamView &p : to.params()) {
     auto it = byName.find(p.name);
-    LOOM_CHECK(it != byName.end(),
-               "--context-programs file '"
-                   << path << "' has parameter '" << p.name
-                   << "', which the program sampled from does not");
+    LOOM_CHECK(it != byName.end(), "--context-programs file '"
+                                       << path << "' has parameter '" << p.name
+                                       << "', which the program "
+                                       << "sampled from does not");
     const ParamView &from = *it->second;
-    LOOM_RETURN_IF_ERROR(copy(p.name, from.buffer, p.buffer));
-    // A mixed-precision program's fp32 masters.
-    LOOM_CHECK((from.masterBuffer >= 0) == (p.masterBuffer >= 0),
-               "--context-programs file '"
-                   << path << "': parameter '" << p.name << "' "
-                   << (p.masterBuffer >= 0 ? "has" : "has no")
-                   << " fp32 master weights but not so in the program "
-                      "sampled from; compile both with the same --precision");
+    LOOM_RETURN_IF_ERROR(copy(from.buffer, p.buffer));
     if (p.masterBuffer >= 0)
-      LOOM_RETURN_IF_ERROR(copy(p.name + " (master)",
-                                static_cast<uint32_t>(from.masterBuffer),
+      LOOM_RETURN_IF_ERROR(copy(static_cast<uint32_t>(from.masterBuffer),
                                 static_cast<uint32_t>(p.masterBuffer)));
   }
   return Status::success();

@@ -43,7 +43,9 @@ public:
   /// the weights (not owned; must outlive this). `shorterPaths`: evaluation
   /// program files of the same model at shorter seqs (in any order). Loads
   /// and checks them: one rank and one stage, the model's dimensions, a seq
-  /// below longest's and no two alike. Errors name the file.
+  /// below longest's and no two alike, and longest's parameters under the
+  /// same names, dtypes and shapes (fp32 masters alike). Errors name the
+  /// file.
   static Status create(Executor &longest,
                        const std::vector<std::string> &shorterPaths,
                        CreateExecutor createExecutor,
