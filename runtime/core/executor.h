@@ -254,6 +254,10 @@ public:
   /// run their fp32 kernels (bf16_staging.h): allocated at load, the most
   /// any one instruction needs; 0 for an all-fp32 program.
   uint64_t bf16StagingBytes() const { return bf16StagingSize; }
+  /// Bytes the kernel backend holds for itself beside the tensors
+  /// (KernelBackend::workspaceBytes: cuBLASLt's workspace, the CUDA bf16
+  /// kernels' buffers; 0 on the CPU): not in peakTensorBytes.
+  uint64_t kernelWorkspaceBytes() const { return kernels->workspaceBytes(); }
 
 private:
   Executor() = default;

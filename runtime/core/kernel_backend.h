@@ -283,6 +283,13 @@ public:
     return Status::error("this kernel backend has no native bf16 kernel for " +
                          program::opcodeName(ins.opcode()));
   }
+
+  /// Bytes of buffer memory the kernels hold for themselves beside the
+  /// program's tensors (grow-only: the most so far): cuBLASLt's workspace,
+  /// the CUDA bf16 kernels' working buffers. The runtime reports it next
+  /// to the tensors' peak (kernel_workspace_bytes), so a device's memory
+  /// is accounted for whole. The CPU kernels keep nothing of the kind.
+  virtual uint64_t workspaceBytes() const { return 0; }
 };
 
 } // namespace loom

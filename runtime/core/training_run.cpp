@@ -737,6 +737,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     kStashPeak,          // most bytes of stashed activations held at once
     kPredictedStashPeak, // ... as the compiler's timeline predicted (-1)
     kBF16Staging,        // fp32 staging of bf16 operands (in kPeak too)
+    kKernelWorkspace,    // the kernels' own buffer memory (not in kPeak)
     kSent,
     kPredictedSent = kSent + kNumCommKinds,
     kNumFields = kPredictedSent + kNumCommKinds
@@ -745,6 +746,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   mine[kPeak] = static_cast<int64_t>(ex->peakTensorBytes());
   mine[kPredictedPeak] = static_cast<int64_t>(stage.arena_bytes());
   mine[kBF16Staging] = static_cast<int64_t>(ex->bf16StagingBytes());
+  mine[kKernelWorkspace] = static_cast<int64_t>(ex->kernelWorkspaceBytes());
   mine[kRssPeak] = static_cast<int64_t>(rssPeakBytes());
   mine[kCommNs] = stepStats.commNs / steps;
   mine[kModelState] = ex->modelStateBytes();
@@ -815,6 +817,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     // Mixed precision: the part of peak_bytes that is the fp32 staging of
     // bf16 operands (the planned arena does not include it).
     rank.set("bf16_staging_bytes", JsonValue::integer(v[kBF16Staging]));
+    // Buffer memory the kernels keep for themselves (cuBLASLt's workspace,
+    // the CUDA bf16 kernels' buffers): beside peak_bytes, so that the two
+    // add up to what the tensors and the kernels held on the device.
+    rank.set("kernel_workspace_bytes",
+             JsonValue::integer(v[kKernelWorkspace]));
     rank.set("rss_peak_bytes", JsonValue::integer(v[kRssPeak]));
     rank.set("model_state_bytes", JsonValue::integer(v[kModelState]));
     if (v[kHasPredictions])
@@ -890,11 +897,16 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   if (!opts.quiet)
     std::printf(
         "done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
-        "%s (planned arena %s%s), peak RSS %s\n",
+        "%s (planned arena %s%s)%s, peak RSS %s\n",
         stepsRun, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
         formatBytes(stage.arena_bytes()).c_str(),
         ex->bf16StagingBytes() > 0
             ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
+            : "",
+        ex->kernelWorkspaceBytes() > 0
+            ? (" + kernel workspace " +
+               formatBytes(ex->kernelWorkspaceBytes()))
+                  .c_str()
             : "",
         formatBytes(rssPeakBytes()).c_str());
   if (stopCode && lead) {

@@ -56,17 +56,24 @@ CudaKernels::~CudaKernels() {
       cudaFree(pool.data);
 }
 
+uint64_t CudaKernels::workspaceBytes() const {
+  uint64_t bytes = workspaceDeviceBytes + gemmEngine.workspaceSize();
+  for (const DevicePool &pool : bf16Pools)
+    bytes += pool.bytes;
+  return bytes;
+}
+
 Status CudaKernels::workspace(uint64_t bytes, void *&devicePtr) {
-  if (bytes > workspaceBytes) {
+  if (bytes > workspaceDeviceBytes) {
     if (workspaceDevice) {
       // Kernels already enqueued may still read the old workspace.
       LOOM_CUDA_CHECK(cudaStreamSynchronize(computeStream));
       LOOM_CUDA_CHECK(cudaFree(workspaceDevice));
       workspaceDevice = nullptr;
-      workspaceBytes = 0;
+      workspaceDeviceBytes = 0;
     }
     LOOM_CUDA_CHECK(cudaMalloc(&workspaceDevice, bytes));
-    workspaceBytes = bytes;
+    workspaceDeviceBytes = bytes;
   }
   devicePtr = workspaceDevice;
   return Status::success();

@@ -168,6 +168,8 @@ public:
   /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
   /// cuda_kernels_bf16.cpp.
   bool handlesBF16Natively(program::Opcode op) const override;
+  /// workspace()'s, the bf16 pools' and cuBLASLt's workspace bytes.
+  uint64_t workspaceBytes() const override;
   Status runBF16Natively(const program::Instruction &ins,
                          const std::vector<TypedOperand> &inputs,
                          const std::vector<TypedOperand> &outputs,
@@ -214,7 +216,7 @@ private:
   AttentionKernel attention = AttentionKernel::Flash;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
-  uint64_t workspaceBytes = 0;
+  uint64_t workspaceDeviceBytes = 0;
 };
 
 } // namespace loom::cuda

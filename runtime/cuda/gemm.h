@@ -95,6 +95,8 @@ public:
 
   /// Distinct shapes planned so far (tests check that repeats hit the cache).
   size_t planCount() const { return plans.size(); }
+  /// Bytes of the cuBLASLt workspace.
+  size_t workspaceSize() const { return workspaceBytes; }
 
 private:
   /// Everything the cuBLASLt descriptors and the algorithm depend on.

@@ -51,9 +51,11 @@ struct Registry {
       return;
     std::fprintf(stderr,
                  "emulated CUDA runtime: %llu device allocations (peak "
-                 "%.1f MiB), %llu copies, %llu bytes still allocated\n",
+                 "%.1f MiB: %llu bytes), %llu copies, %llu bytes still "
+                 "allocated\n",
                  static_cast<unsigned long long>(deviceAllocations),
                  peakDeviceBytes / 1048576.0,
+                 static_cast<unsigned long long>(peakDeviceBytes),
                  static_cast<unsigned long long>(copies),
                  static_cast<unsigned long long>(deviceBytes));
   }
