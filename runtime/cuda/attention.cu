@@ -162,22 +162,18 @@ Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
 }
 
 Status attentionBackward(float *dqkv, const float *dout, const float *qkv,
-                         const float *att, int64_t B, int64_t T, int64_t C,
-                         int64_t NH, cudaStream_t stream) {
+                         const float *att, float *dpre, int64_t B, int64_t T,
+                         int64_t C, int64_t NH, cudaStream_t stream) {
   LOOM_CHECK(NH > 0 && C % NH == 0,
              "attention: C = " << C << " is not divisible by " << NH
                                << " heads");
   const int64_t rows = B * NH * T;
   if (rows == 0)
     return Status::success();
-  float *dpre = nullptr;
-  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&dpre),
-                                  rows * T * sizeof(float), stream));
   LOOM_LAUNCH(attentionBackwardQueryKernel, blocksForRows(rows), kThreads,
               stream, dqkv, dpre, dout, qkv, att, B, T, C, NH);
   LOOM_LAUNCH(attentionBackwardKeyKernel, blocksForRows(rows), kThreads,
               stream, dqkv, dpre, dout, qkv, att, B, T, C, NH);
-  LOOM_CUDA_CHECK(cudaFreeAsync(dpre, stream));
   return Status::success();
 }
 

@@ -242,10 +242,15 @@ Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
     return flashAttentionBackward(dqkv, rowDot, dout, qkv, out, lse, B, T, C,
                                   NH, computeStream);
   }
-  // Probabilities recomputed (out = null), as cpu::attentionProbs.
+  // Probabilities recomputed (out = null), as cpu::attentionProbs; their
+  // pre-softmax gradients in the workspace.
   LOOM_RETURN_IF_ERROR(
       cuda::attentionForward(nullptr, att, qkv, B, T, C, NH, computeStream));
-  return cuda::attentionBackward(dqkv, dout, qkv, att, B, T, C, NH,
+  void *dpre = nullptr;
+  LOOM_RETURN_IF_ERROR(
+      workspace(static_cast<uint64_t>(B * NH * T * T) * sizeof(float), dpre));
+  return cuda::attentionBackward(dqkv, dout, qkv, att,
+                                 static_cast<float *>(dpre), B, T, C, NH,
                                  computeStream);
 }
 
@@ -418,7 +423,13 @@ Status CudaKernels::sumSquares(float *out,
   spans.reserve(tensors.size());
   for (const BufferSpan &t : tensors)
     spans.push_back({t.data, t.size});
-  return cuda::sumSquares(out, spans, computeStream);
+  void *partials = nullptr;
+  LOOM_RETURN_IF_ERROR(workspace(
+      static_cast<uint64_t>(cuda::sumSquaresPartials(spans.size())) *
+          sizeof(double),
+      partials));
+  return cuda::sumSquares(out, spans, static_cast<double *>(partials),
+                          computeStream);
 }
 
 Status CudaKernels::clipCoef(float *norm, float *coef, const float *sumSq,

@@ -466,13 +466,13 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
   return Status::success();
 }
 
+int64_t sumSquaresPartials(size_t tensors) {
+  return std::max<int64_t>(1, static_cast<int64_t>(tensors) * kSumBlocks);
+}
+
 Status sumSquares(float *out, const std::vector<DeviceSpan> &tensors,
-                  cudaStream_t stream) {
+                  double *partial, cudaStream_t stream) {
   const int64_t count = static_cast<int64_t>(tensors.size()) * kSumBlocks;
-  double *partial = nullptr;
-  LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&partial),
-                                  (count > 0 ? count : 1) * sizeof(double),
-                                  stream));
   for (size_t t = 0; t < tensors.size(); ++t) {
     LOOM_CUDA_CHECK(cudaMemsetAsync(partial + t * kSumBlocks, 0,
                                     kSumBlocks * sizeof(double), stream));
@@ -481,7 +481,6 @@ Status sumSquares(float *out, const std::vector<DeviceSpan> &tensors,
                   partial + t * kSumBlocks, tensors[t].data, tensors[t].size);
   }
   LOOM_LAUNCH(sumPartialsKernel, 1u, 1, stream, out, partial, count);
-  LOOM_CUDA_CHECK(cudaFreeAsync(partial, stream));
   return Status::success();
 }
 

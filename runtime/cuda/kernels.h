@@ -96,10 +96,11 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
 /// `out` may be null (probabilities only, as cpu::attentionProbs).
 Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
                         int64_t T, int64_t C, int64_t NH, cudaStream_t stream);
-/// dqkv[B,T,3C] overwritten. Uses a B*NH*T*T stream-ordered temporary.
+/// dqkv[B,T,3C] overwritten; `dpre` is B*NH*T*T floats of device memory
+/// for the pre-softmax gradients (the caller's, so it is accounted for).
 Status attentionBackward(float *dqkv, const float *dout, const float *qkv,
-                         const float *att, int64_t B, int64_t T, int64_t C,
-                         int64_t NH, cudaStream_t stream);
+                         const float *att, float *dpre, int64_t B, int64_t T,
+                         int64_t C, int64_t NH, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Optimizer (runtime/cpu/adamw.h)
@@ -110,10 +111,14 @@ struct DeviceSpan {
   const float *data;
   int64_t size;
 };
+/// The device doubles sumSquares needs for the partial sums of `tensors`
+/// tensors (at least one).
+int64_t sumSquaresPartials(size_t tensors);
 /// out[0] = sum of squares over all spans: each tensor's sum in double over
-/// a fixed tree, tensors added in order, rounded once to f32.
+/// a fixed tree, tensors added in order, rounded once to f32. `partials`
+/// holds sumSquaresPartials(tensors.size()) doubles of device memory.
 Status sumSquares(float *out, const std::vector<DeviceSpan> &tensors,
-                  cudaStream_t stream);
+                  double *partials, cudaStream_t stream);
 /// norm[0] = sqrt(*sumSq), coef[0] = min(1, maxNorm / (norm + 1e-6)) (1 when
 /// maxNorm <= 0), in double.
 Status clipCoefficient(float *norm, float *coef, const float *sumSq,

@@ -224,11 +224,12 @@ TEST_F(CudaKernelTest, CausalAttention) {
   cpu::attentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), B,
                          T, C, NH);
   DeviceVector<float> dq(qkv), dd(dout), o(out.size()), a(att.size()),
-      g(qkv.size());
+      g(qkv.size()), dpre(att.size());
   ASSERT_TRUE(cuda::attentionForward(o.get(), a.get(), dq.get(), B, T, C, NH,
                                      stream).ok());
-  ASSERT_TRUE(cuda::attentionBackward(g.get(), dd.get(), dq.get(), a.get(), B,
-                                      T, C, NH, stream).ok());
+  ASSERT_TRUE(cuda::attentionBackward(g.get(), dd.get(), dq.get(), a.get(),
+                                      dpre.get(), B, T, C, NH, stream)
+                  .ok());
   expectClose(a.host(), att, 1e-5, 1e-6, "attention probabilities");
   expectClose(o.host(), out, 1e-5, 1e-5, "attention out");
   expectClose(g.host(), dqkv, 1e-4, 1e-5, "attention dqkv");
@@ -240,10 +241,12 @@ TEST_F(CudaKernelTest, SumSquaresClipAndAdamW) {
       {cpu::FloatSpan{g1.data(), 1000}, cpu::FloatSpan{g2.data(), 77}});
   const cpu::ClipCoefficient clip = cpu::clipCoefficient(sum, 1.0);
   DeviceVector<float> d1(g1), d2(g2), s(1), norm(1), coef(1);
+  DeviceVector<double> partials(cuda::sumSquaresPartials(2));
   ASSERT_TRUE(cuda::sumSquares(s.get(),
                                {cuda::DeviceSpan{d1.get(), 1000},
                                 cuda::DeviceSpan{d2.get(), 77}},
-                               stream).ok());
+                               partials.get(), stream)
+                  .ok());
   ASSERT_TRUE(
       cuda::clipCoefficient(norm.get(), coef.get(), s.get(), 1.0, stream).ok());
   expectClose(s.host(), {sum}, 1e-6, 0, "sum of squares");
