@@ -35,7 +35,9 @@ Status checkSameParams(const program::Stage &stage, const Executor &longest,
                where << ": parameter '" << name << "' names buffer " << mine
                      << ", which the stage lacks");
     const program::Buffer &b = *buffers->Get(mine);
-    const std::vector<int64_t> shape(b.shape()->begin(), b.shape()->end());
+    std::vector<int64_t> shape;
+    if (b.shape())
+      shape.assign(b.shape()->begin(), b.shape()->end());
     LOOM_CHECK(b.dtype() == longest.bufferDType(theirs) &&
                    shape == longest.bufferShape(theirs),
                where << ": parameter '" << name << "' is "
@@ -47,7 +49,9 @@ Status checkSameParams(const program::Stage &stage, const Executor &longest,
                         "same config and --precision");
     return Status::success();
   };
-  for (const program::Param *p : *params) {
+  for (size_t i = 0; i < count; ++i) {
+    const program::Param *p =
+        params->Get(static_cast<flatbuffers::uoffset_t>(i));
     const std::string name = p->name() ? p->name()->str() : "";
     auto it = byName.find(name);
     LOOM_CHECK(it != byName.end(),
