@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
 namespace loom {
 
@@ -448,7 +447,7 @@ public:
   explicit CheckpointSink(SafetensorsWriter &writer) : writer(writer) {}
 
   Status put(const std::string &name, const float *values, int64_t stage) {
-    if (delivered.insert(name).second)
+    if (!writer.wasWritten(name))
       return writer.write(name, values);
     const TensorEntry *e = writer.find(name);
     held.resize(static_cast<size_t>(e->numel()));
@@ -469,7 +468,6 @@ public:
 
 private:
   SafetensorsWriter &writer;
-  std::set<std::string> delivered;
   std::vector<float> held;
 };
 

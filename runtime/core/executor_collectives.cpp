@@ -338,7 +338,7 @@ Status Executor::runCollective(const program::Instruction &ins,
   // A split of a non-leading dimension moves its blocks rank by rank
   // through scratch the compiler planned (getScratchTypes), `scr[k]`; a
   // program without it (built by hand) gets a workspace temporary.
-  auto staging = [&](size_t k, TempPool &pool, int64_t bytes) {
+  auto blockBuffer = [&](size_t k, TempPool &pool, int64_t bytes) {
     return k < scr.size() ? bufferData(scr[k])
                           : static_cast<void *>(temp(pool, (bytes + 3) / 4));
   };
@@ -382,7 +382,7 @@ Status Executor::runCollective(const program::Instruction &ins,
     }
     if (program::shapeNumelBefore(shape, dim) == 1)
       return comm->allGather(bufferData(in[0]), dst, count, dt, axes);
-    void *gathered = staging(0, workspace, count * n * eb);
+    void *gathered = blockBuffer(0, workspace, count * n * eb);
     LOOM_RETURN_IF_ERROR(
         comm->allGather(bufferData(in[0]), gathered, count, dt, axes));
     return kernels->unpackBlocks(dst, gathered, shape, dim, n, eb);
@@ -413,7 +413,7 @@ Status Executor::runCollective(const program::Instruction &ins,
       return Status::success();
     }
     if (program::shapeNumelBefore(shape, dim) != 1) {
-      void *packed = staging(0, workspace, count * n * eb);
+      void *packed = blockBuffer(0, workspace, count * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
@@ -430,13 +430,13 @@ Status Executor::runCollective(const program::Instruction &ins,
     const void *src = bufferData(in[0]);
     size_t next = 0; // the next planned scratch: packed, then received
     if (program::shapeNumelBefore(shape, dim) != 1) {
-      void *packed = staging(next++, workspace, chunk * n * eb);
+      void *packed = blockBuffer(next++, workspace, chunk * n * eb);
       LOOM_RETURN_IF_ERROR(kernels->packBlocks(packed, src, shape, dim, n, eb));
       src = packed;
     }
     if (program::shapeNumelBefore(chunkShape, dim2) == 1)
       return comm->allToAll(src, dst, chunk, dt, axes);
-    void *received = staging(next, workspace2, chunk * n * eb);
+    void *received = blockBuffer(next, workspace2, chunk * n * eb);
     LOOM_RETURN_IF_ERROR(comm->allToAll(src, received, chunk, dt, axes));
     return kernels->unpackBlocks(dst, received, chunkShape, dim2, n, eb);
   }

@@ -382,41 +382,33 @@ SafetensorsReader::~SafetensorsReader() {
 
 namespace {
 
-/// Reads exactly `bytes` bytes at `offset` of `fd` into `dst`; false on an
-/// error or a short read (the file ends first).
-bool preadAll(int fd, void *dst, uint64_t bytes, uint64_t offset) {
-  uint8_t *p = static_cast<uint8_t *>(dst);
+/// Moves exactly `bytes` bytes between `data` and offset `offset` of `fd`
+/// with `io` (::pread or ::pwrite), resuming after short transfers and
+/// EINTR; false on an error or when the file ends first.
+template <typename IO, typename Byte>
+bool transferAll(IO io, int fd, Byte *data, uint64_t bytes, uint64_t offset) {
   while (bytes > 0) {
-    const ssize_t got =
-        ::pread(fd, p, static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30)),
-                static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR)
+    const ssize_t moved =
+        io(fd, data, static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30)),
+           static_cast<off_t>(offset));
+    if (moved < 0 && errno == EINTR)
       continue;
-    if (got <= 0)
+    if (moved <= 0)
       return false;
-    p += got;
-    bytes -= static_cast<uint64_t>(got);
-    offset += static_cast<uint64_t>(got);
+    data += moved;
+    bytes -= static_cast<uint64_t>(moved);
+    offset += static_cast<uint64_t>(moved);
   }
   return true;
 }
 
-/// Writes exactly `bytes` bytes from `src` at `offset` of `fd`.
+bool preadAll(int fd, void *dst, uint64_t bytes, uint64_t offset) {
+  return transferAll(::pread, fd, static_cast<uint8_t *>(dst), bytes, offset);
+}
+
 bool pwriteAll(int fd, const void *src, uint64_t bytes, uint64_t offset) {
-  const uint8_t *p = static_cast<const uint8_t *>(src);
-  while (bytes > 0) {
-    const ssize_t put = ::pwrite(
-        fd, p, static_cast<size_t>(std::min<uint64_t>(bytes, 1u << 30)),
-        static_cast<off_t>(offset));
-    if (put < 0 && errno == EINTR)
-      continue;
-    if (put <= 0)
-      return false;
-    p += put;
-    bytes -= static_cast<uint64_t>(put);
-    offset += static_cast<uint64_t>(put);
-  }
-  return true;
+  return transferAll(::pwrite, fd, static_cast<const uint8_t *>(src), bytes,
+                     offset);
 }
 
 } // namespace
@@ -653,6 +645,11 @@ Status SafetensorsWriter::write(const std::string &name, const void *data) {
                               << std::strerror(errno) << " (disk full?)");
   written[i] = true;
   return Status::success();
+}
+
+bool SafetensorsWriter::wasWritten(const std::string &name) const {
+  size_t i = 0;
+  return entryOf(name, &i) && written[i];
 }
 
 Status SafetensorsWriter::readBack(const std::string &name, void *dst) {

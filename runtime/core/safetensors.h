@@ -149,6 +149,8 @@ public:
   /// Writes the bytes of declared tensor `name` (its whole data, bytes()
   /// long) at its offset. Errors for an undeclared or already written name.
   Status write(const std::string &name, const void *data);
+  /// Whether write() has written declared tensor `name`.
+  bool wasWritten(const std::string &name) const;
   /// Reads back what write() put for `name` (bytes() long) into `dst`.
   Status readBack(const std::string &name, void *dst);
   /// Errors when a declared tensor was never written, or the file cannot be

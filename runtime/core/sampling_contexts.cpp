@@ -28,20 +28,15 @@ Status checkSameParams(const program::Stage &stage, const Executor &longest,
              where << " has " << count
                    << " parameters but the program sampled from has "
                    << byName.size() << "; compile both from the same config");
-  const auto *buffers = stage.buffers();
+  // The program was verified when loaded: its parameters' buffers exist.
   auto same = [&](const std::string &name, uint32_t mine,
                   uint32_t theirs) -> Status {
-    LOOM_CHECK(buffers && mine < buffers->size(),
-               where << ": parameter '" << name << "' names buffer " << mine
-                     << ", which the stage lacks");
-    const program::Buffer &b = *buffers->Get(mine);
-    std::vector<int64_t> shape;
-    if (b.shape())
-      shape.assign(b.shape()->begin(), b.shape()->end());
-    LOOM_CHECK(b.dtype() == longest.bufferDType(theirs) &&
+    const program::DType dtype = stage.buffers()->Get(mine)->dtype();
+    const std::vector<int64_t> shape = program::bufferShape(stage, mine);
+    LOOM_CHECK(dtype == longest.bufferDType(theirs) &&
                    shape == longest.bufferShape(theirs),
                where << ": parameter '" << name << "' is "
-                     << program::EnumNameDType(b.dtype()) << " "
+                     << program::EnumNameDType(dtype) << " "
                      << program::shapeString(shape) << " there but "
                      << program::EnumNameDType(longest.bufferDType(theirs))
                      << " " << program::shapeString(longest.bufferShape(theirs))
