@@ -447,6 +447,11 @@ TEST(SafetensorsStreaming, ReaderReadsRangesAndRefusesOutsideOrTruncated) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("the file ends early"), std::string::npos)
       << s.toString();
+  // A reader that opened nothing reads nothing.
+  SafetensorsReader unopened;
+  s = unopened.read(*wte, 0, 4, two);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no file is open"), std::string::npos);
   // Opened again, the truncation is found in the header's offsets.
   SafetensorsReader again;
   EXPECT_FALSE(again.open(path).ok());
