@@ -67,9 +67,15 @@ Status Executor::runList(
           std::to_string(i) + " '" +
           (ins->name() ? ins->name()->str() : std::string()) + "' (" +
           program::opcodeName(ins->opcode()) + ")");
-    if (timings)
+    if (timings) {
+      // A device backend returns before its kernels finish: waiting for
+      // them makes the recorded span the instruction's device time (the
+      // trace then shows where a step's time goes, at the cost of the
+      // overlap between host and device).
+      LOOM_RETURN_IF_ERROR(memory->synchronize());
       timings->push_back(
           {i, start, steadyNowNs(), microbatch, update, chunk, backward});
+    }
     if (!inFlight.empty())
       comm->progress();
   }

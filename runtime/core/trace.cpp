@@ -12,8 +12,8 @@ namespace loom {
 
 void TraceWriter::addComplete(const std::string &name, const char *cat,
                               int64_t startNs, int64_t endNs, int64_t pid,
-                              int64_t tid) {
-  events.push_back({name, cat, startNs, endNs, pid, tid});
+                              int64_t tid, std::string op) {
+  events.push_back({name, cat, std::move(op), startNs, endNs, pid, tid});
 }
 
 Status TraceWriter::write(const std::string &path) const {
@@ -27,6 +27,11 @@ Status TraceWriter::write(const std::string &path) const {
     ev.set("dur", JsonValue::number((e.endNs - e.startNs) / 1000.0));
     ev.set("pid", JsonValue::integer(e.pid));
     ev.set("tid", JsonValue::integer(e.tid));
+    if (!e.op.empty()) {
+      JsonValue args = JsonValue::object();
+      args.set("op", JsonValue::string(e.op));
+      ev.set("args", std::move(args));
+    }
     list.push(std::move(ev));
   }
   JsonValue root = JsonValue::object();

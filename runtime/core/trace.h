@@ -23,9 +23,12 @@ public:
   explicit TraceWriter(int64_t originNs) : origin(originNs) {}
 
   /// Records a complete event from steady-clock times in nanoseconds. `cat`
-  /// is "compute", "communication" or "data".
+  /// is "compute", "communication" or "data"; a non-empty `op` (the
+  /// instruction's opcode) is written as the event's args.op, so a trace
+  /// can be summed per kernel family (bench/trace_breakdown.py).
   void addComplete(const std::string &name, const char *cat, int64_t startNs,
-                   int64_t endNs, int64_t pid, int64_t tid = 0);
+                   int64_t endNs, int64_t pid, int64_t tid = 0,
+                   std::string op = std::string());
 
   size_t size() const { return events.size(); }
 
@@ -36,6 +39,7 @@ private:
   struct Event {
     std::string name;
     const char *cat;
+    std::string op;
     int64_t startNs, endNs, pid, tid;
   };
   int64_t origin;

@@ -616,14 +616,14 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
           list = t.backward ? chunk->backward() : chunk->forward();
         }
         const program::Instruction *ins = list->Get(t.index);
-        std::string name = ins->name() && ins->name()->size()
-                               ? ins->name()->str()
-                               : program::opcodeName(ins->opcode());
+        std::string op = program::opcodeName(ins->opcode());
+        std::string name =
+            ins->name() && ins->name()->size() ? ins->name()->str() : op;
         trace.addComplete(name,
                           program::isCollective(ins->opcode()) ? "communication"
                           : t.update                           ? "optimizer"
                                                                : "compute",
-                          t.startNs, t.endNs, comm.rank());
+                          t.startNs, t.endNs, comm.rank(), 0, std::move(op));
       }
     }
     const double stepSec = (t2 - t0) * 1e-9;

@@ -183,11 +183,19 @@ TEST_F(LoomRun, LossesMatchTheExecutorAndOutputsAreWellFormed) {
     EXPECT_EQ(e.find("pid")->asInt(), 0);
     EXPECT_EQ(e.find("tid")->asInt(), 0);
     EXPECT_GE(e.find("dur")->asDouble(), 0.0);
-    dataEvents += e.find("cat")->asString() == "data";
+    const bool data = e.find("cat")->asString() == "data";
+    dataEvents += data;
+    // An instruction's event names its opcode (what trace_breakdown.py
+    // sums by); a batch load has none.
+    const JsonValue *args = e.find("args");
+    EXPECT_EQ(args == nullptr, data);
+    if (args)
+      EXPECT_FALSE(args->find("op")->asString().empty());
   }
   EXPECT_EQ(dataEvents, 3);
   EXPECT_EQ(events[1].find("name")->asString(), "wte");
   EXPECT_EQ(events[1].find("cat")->asString(), "compute");
+  EXPECT_EQ(events[1].find("args")->find("op")->asString(), "Embedding");
 
   // Checkpoint: the seed-7 weights; loading it with another seed gives the
   // same first loss.
