@@ -147,6 +147,17 @@ Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
   LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &cBytes,
       sizeof(cBytes)));
+  if (g.outputType == GemmType::BF16) {
+    // Split-K algorithms may reduce their partial sums in the output's
+    // type (in place in D, or in an output-typed workspace): with a bf16
+    // D that rounds every partial sum. Only fp32 reductions keep the
+    // contract of one rounding of the fp32 result.
+    const uint32_t schemes =
+        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LOOM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+        sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b,

@@ -101,10 +101,28 @@ TEST_F(CudaGemmTest, Bf16MatchesCpuOnRoundedInputs) {
                   .ok())
               << what;
           const std::vector<float> zero(static_cast<size_t>(M * N), 0.0f);
-          expectClose(cuda::floatsFromBf16(dC16.host()),
-                      referenceGemm(transA, transB, M, N, K, 1.0f, A, lda, B,
-                                    ldb, 0.0f, zero, biasF),
-                      1.0 / 128, 1e-3, "bf16 -> bf16 " + what);
+          const std::vector<float> got = cuda::floatsFromBf16(dC16.host());
+          const std::vector<float> want = referenceGemm(
+              transA, transB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, zero, biasF);
+          expectClose(got, want, 1.0 / 128, 1e-3, "bf16 -> bf16 " + what);
+          if (HasFailure() && withBias) {
+            // Diagnosis: how far the result is from an epilogue that rounds
+            // the product to bf16 before adding the bias (two roundings).
+            auto product = cuda::roundedToBf16(
+                referenceGemm(transA, transB, M, N, K, 1.0f, A, lda, B, ldb,
+                              0.0f, zero, {}));
+            double worstOne = 0, worstTwo = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+              const float two = cuda::roundedToBf16(
+                  {product[i] + biasF[i % static_cast<size_t>(N)]})[0];
+              worstOne = std::max(worstOne, double(std::fabs(got[i] - want[i])));
+              worstTwo = std::max(worstTwo, double(std::fabs(got[i] - two)));
+            }
+            ADD_FAILURE() << what << ": max |got - fp32 result| " << worstOne
+                          << ", max |got - bf16(bf16(A B) + bias)| "
+                          << worstTwo;
+            return;
+          }
         }
 }
 
