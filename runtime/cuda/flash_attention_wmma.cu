@@ -5,10 +5,12 @@
 // keys in dK/dV), each warp 16 of them, and streams the other side in tiles
 // of 64 rows through shared memory. Per warp and tile:
 //
-//   forward, pass 1   S = Q_w K^T            -> fp32 scratch; lanes 0..15
-//                                               keep their row's max / sum
-//   forward, pass 2   S = Q_w K^T, P = exp(scale S - lse) (bf16, masked),
-//                     O_w += P V             (fragments, fp32)
+//   forward           S = Q_w K^T -> fp32 scratch; the online softmax
+//                     (FlashAttention-2): P = exp(scale S - m) (bf16,
+//                     masked) against the running row max m, the row sum
+//                     l and O rescaled by exp(m_old - m); O += P V. O and
+//                     the row statistics live in registers: lanes 2r and
+//                     2r + 1 own row r, 32 of its 64 columns each.
 //   dK/dV             S^T = K_w Q^T, P^T = exp(scale S^T - lse) (bf16),
 //                     dV_w += P^T dO,  dP^T = V_w dO^T,
 //                     dS^T = P^T (dP^T - D) (bf16),  dK_w += dS^T Q
@@ -18,8 +20,10 @@
 // The warp's own 16 x 64 operand (Q_w, K_w, V_w, dO_w) stays in four A
 // fragments for the whole kernel. Shared tiles are row-major with a padded
 // leading dimension (kLd bf16, kLdF fp32) that keeps WMMA's 32-byte
-// alignment and spreads rows over banks. Elementwise steps give each lane
-// entries lane, lane + 32, ... of the warp's 16 x 64 tile.
+// alignment and spreads rows over banks; they are filled with 16-byte
+// loads when every operand is 16-byte aligned. The backward's elementwise
+// steps give each lane entries lane, lane + 32, ... of the warp's 16 x 64
+// tile.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/flash_attention_wmma.h"
@@ -28,6 +32,8 @@
 #include "runtime/cuda/launch.cuh"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <mma.h>
 
 namespace loom::cuda {
@@ -55,9 +61,23 @@ using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
 using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 /// tile[r][d] (row stride kLd) = src[(r0 + r) * stride + d] for the 64 rows
-/// from r0, zero past T. All threads of the block take part.
+/// from r0, zero past T. All threads of the block take part. `vec`: src
+/// and stride keep 16-byte alignment, so a row is 8 loads of 8 elements.
 __device__ inline void stageRows(__nv_bfloat16 *tile, const __nv_bfloat16 *src,
-                                 int64_t stride, int64_t r0, int64_t T) {
+                                 int64_t stride, int64_t r0, int64_t T,
+                                 bool vec) {
+  constexpr int kVec = 8; // bf16 per 16-byte load
+  if (vec) {
+    for (int e = threadIdx.x; e < kTile * kHs / kVec; e += kTc) {
+      const int r = e / (kHs / kVec), d = (e % (kHs / kVec)) * kVec;
+      const int64_t row = r0 + r;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row < T)
+        v = *reinterpret_cast<const uint4 *>(src + row * stride + d);
+      *reinterpret_cast<uint4 *>(tile + r * kLd + d) = v;
+    }
+    return;
+  }
   for (int e = threadIdx.x; e < kTile * kHs; e += kTc) {
     const int r = e / kHs, d = e % kHs;
     const int64_t row = r0 + r;
@@ -129,16 +149,22 @@ __device__ inline void storeRows(__nv_bfloat16 *dst, int64_t stride,
 // Forward
 //===----------------------------------------------------------------------===//
 
+/// Column j (0..31) of the 32 a lane owns in its row: pairs of adjacent
+/// columns, alternating between the row's two lanes every 2 columns, so a
+/// warp's 32 lanes reading their j-th entry hit 16 banks, not 8.
+__device__ inline int ownColumn(int half, int j) {
+  return (j >> 1) * 4 + half * 2 + (j & 1);
+}
+
 /// blockIdx.x = bh * tiles + tile: queries [tile*64, +64) of head bh.
 __global__ void __launch_bounds__(kTc)
     flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
                          const __nv_bfloat16 *qkv, int64_t T, int64_t C,
-                         int64_t NH, float scale, int tiles) {
+                         int64_t NH, float scale, int tiles, bool vec) {
   __shared__ __align__(32) __nv_bfloat16 kTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 vTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 pTile[kBlockRows * kLd];
   __shared__ __align__(32) float scratchAll[kWarps * kRows * kLdF];
-  __shared__ float rowLse[kBlockRows];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t tile = blockIdx.x % tiles, bh = blockIdx.x / tiles;
   const int64_t b = bh / NH, h = bh % NH, C3 = 3 * C;
@@ -148,71 +174,68 @@ __global__ void __launch_bounds__(kTc)
   __nv_bfloat16 *pOwn = pTile + warp * kRows * kLd;
 
   // 1. Q_w as fragments (staged through pTile).
-  stageRows(pTile, head, C3, q0, T);
+  stageRows(pTile, head, C3, q0, T, vec);
   __syncthreads();
   FragA q[4];
   loadOwnRows(q, pTile, warp);
   const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
 
-  // 2. Pass 1: lane r < 16 owns query row w0 + r: running max m and sum l.
-  float m = -INFINITY, l = 0.0f;
+  // 2. Key tiles up to the block's last query. Lanes 2r, 2r + 1 own query
+  //    row i = w0 + r: its running max m, sum l and 32 columns of O.
+  const int r = lane >> 1, half = lane & 1;
+  const int64_t i = w0 + r;
+  float m = -INFINITY, l = 0.0f, o[kHs / 2];
+  for (int j = 0; j < kHs / 2; ++j)
+    o[j] = 0.0f;
   for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
-    __syncthreads(); // previous tile consumed (and Q loaded)
-    stageRows(kTileS, head + C, C3, k0, T);
+    __syncthreads(); // previous tile consumed (and Q loaded from pTile)
+    stageRows(kTileS, head + C, C3, k0, T, vec);
+    stageRows(vTileS, head + 2 * C, C3, k0, T, vec);
     __syncthreads();
-    timesTransposed(scratch, q, kTileS);
+    timesTransposed(scratch, q, kTileS); // S = Q_w K^T
     __syncwarp();
-    const int64_t i = w0 + lane;
-    if (lane < kRows && i < T) {
-      // Keys k0 + c <= i; the first tile holds key 0, so m is finite after it.
-      const int n = static_cast<int>(min(int64_t(kTile), i - k0 + 1));
-      float tileMax = -INFINITY;
-      for (int c = 0; c < n; ++c)
-        tileMax = fmaxf(tileMax, scratch[lane * kLdF + c] * scale);
-      const float mNew = fmaxf(m, tileMax);
-      float sum = 0.0f;
-      for (int c = 0; c < n; ++c)
-        sum += expf(scratch[lane * kLdF + c] * scale - mNew);
-      l = l * expf(m - mNew) + sum;
-      m = mNew;
+    // Scaled scores of keys k0 + c <= i (-inf elsewhere), the tile's max.
+    float sc[kTile / 2], tileMax = -INFINITY;
+    for (int j = 0; j < kTile / 2; ++j) {
+      const int c = ownColumn(half, j);
+      sc[j] = i < T && k0 + c <= i ? scratch[r * kLdF + c] * scale : -INFINITY;
+      tileMax = fmaxf(tileMax, sc[j]);
     }
-    __syncwarp();
-  }
-  if (lane < kRows) {
-    const int64_t i = w0 + lane;
-    const float rowValue = i < T ? m + logf(l) : 0.0f;
-    rowLse[warp * kRows + lane] = rowValue;
-    if (i < T)
-      lse[bh * T + i] = rowValue;
-  }
-  __syncwarp();
-
-  // 3. Pass 2: O_w = sum over key tiles of exp(scale S - lse) V.
-  FragAcc o[4];
-  for (int n = 0; n < 4; ++n)
-    wmma::fill_fragment(o[n], 0.0f);
-  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
-    __syncthreads();
-    stageRows(kTileS, head + C, C3, k0, T);
-    stageRows(vTileS, head + 2 * C, C3, k0, T);
-    __syncthreads();
-    timesTransposed(scratch, q, kTileS);
-    __syncwarp();
-    for (int e = lane; e < kRows * kTile; e += 32) {
-      const int r = e / kTile, c = e % kTile;
-      const int64_t i = w0 + r, key = k0 + c;
-      const float p =
-          key <= i && i < T
-              ? expf(scratch[r * kLdF + c] * scale - rowLse[warp * kRows + r])
-              : 0.0f;
-      pOwn[r * kLd + c] = __float2bfloat16(p);
+    const float mNew = fmaxf(m, launch::pairMax(tileMax));
+    // P against the new max; a row with no key yet (m = -inf) has none.
+    float sum = 0.0f;
+    for (int j = 0; j < kTile / 2; ++j) {
+      const float p = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mNew);
+      pOwn[r * kLd + ownColumn(half, j)] = __float2bfloat16(p);
+      sum += p;
     }
+    const float alpha = m == -INFINITY ? 0.0f : expf(m - mNew);
+    l = l * alpha + launch::pairSum(sum);
+    m = mNew;
+    __syncwarp(); // P stored, S read
+    // O = alpha O + P V: the product through the warp's scratch.
+    FragAcc pv[4];
+    for (int n = 0; n < 4; ++n)
+      wmma::fill_fragment(pv[n], 0.0f);
+    accumulateProduct(pv, pOwn, vTileS);
+    for (int n = 0; n < 4; ++n)
+      wmma::store_matrix_sync(scratch + 16 * n, pv[n], kLdF,
+                              wmma::mem_row_major);
     __syncwarp();
-    accumulateProduct(o, pOwn, vTileS);
+    for (int j = 0; j < kHs / 2; ++j)
+      o[j] = o[j] * alpha + scratch[r * kLdF + ownColumn(half, j)];
+    __syncwarp(); // scratch read before the next S
   }
 
-  // 4. out rows of this warp.
-  storeRows(out + b * T * C + h * kHs, C, o, scratch, w0, T, 1.0f, lane);
+  // 3. out = O / l and lse = m + log l for the rows of this warp.
+  if (i < T) {
+    __nv_bfloat16 *dst = out + b * T * C + h * kHs + i * C;
+    const float inv = 1.0f / l;
+    for (int j = 0; j < kHs / 2; ++j)
+      dst[ownColumn(half, j)] = __float2bfloat16(o[j] * inv);
+    if (half == 0)
+      lse[bh * T + i] = m + logf(l);
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -225,7 +248,7 @@ __global__ void __launch_bounds__(kTc)
     flashBackwardKeyTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *qkv, const float *lse,
                              const float *rowDot, int64_t T, int64_t C,
-                             int64_t NH, float scale, int tiles) {
+                             int64_t NH, float scale, int tiles, bool vec) {
   __shared__ __align__(32) __nv_bfloat16 qTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 dyTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 pTile[kBlockRows * kLd];
@@ -242,11 +265,11 @@ __global__ void __launch_bounds__(kTc)
 
   // 1. K_w and V_w as fragments (staged through pTile in turn).
   FragA kw[4], vw[4];
-  stageRows(pTile, head + C, C3, k0, T);
+  stageRows(pTile, head + C, C3, k0, T, vec);
   __syncthreads();
   loadOwnRows(kw, pTile, warp);
   __syncthreads();
-  stageRows(pTile, head + 2 * C, C3, k0, T);
+  stageRows(pTile, head + 2 * C, C3, k0, T, vec);
   __syncthreads();
   loadOwnRows(vw, pTile, warp);
   FragAcc dk[4], dv[4];
@@ -259,8 +282,8 @@ __global__ void __launch_bounds__(kTc)
   //    see these keys).
   for (int64_t t0 = k0; t0 < T; t0 += kTile) {
     __syncthreads(); // previous tile consumed (and V loaded from pTile)
-    stageRows(qTileS, head, C3, t0, T);
-    stageRows(dyTileS, dyHead, C, t0, T);
+    stageRows(qTileS, head, C3, t0, T, vec);
+    stageRows(dyTileS, dyHead, C, t0, T, vec);
     if (threadIdx.x < kTile) {
       const int64_t t = t0 + threadIdx.x;
       lseTile[threadIdx.x] = t < T ? lse[bh * T + t] : 0.0f;
@@ -306,7 +329,7 @@ __global__ void __launch_bounds__(kTc)
     flashBackwardQueryTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                                const __nv_bfloat16 *qkv, const float *lse,
                                const float *rowDot, int64_t T, int64_t C,
-                               int64_t NH, float scale, int tiles) {
+                               int64_t NH, float scale, int tiles, bool vec) {
   __shared__ __align__(32) __nv_bfloat16 kTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 vTileS[kTile * kLd];
   __shared__ __align__(32) __nv_bfloat16 pTile[kBlockRows * kLd];
@@ -323,7 +346,7 @@ __global__ void __launch_bounds__(kTc)
 
   // 1. Q_w and dO_w as fragments; the rows' lse and D.
   FragA qw[4], dyw[4];
-  stageRows(pTile, head, C3, q0, T);
+  stageRows(pTile, head, C3, q0, T, vec);
   if (threadIdx.x < kBlockRows) {
     const int64_t i = q0 + threadIdx.x;
     rowLse[threadIdx.x] = i < T ? lse[bh * T + i] : 0.0f;
@@ -332,7 +355,7 @@ __global__ void __launch_bounds__(kTc)
   __syncthreads();
   loadOwnRows(qw, pTile, warp);
   __syncthreads();
-  stageRows(pTile, dyHead, C, q0, T);
+  stageRows(pTile, dyHead, C, q0, T, vec);
   __syncthreads();
   loadOwnRows(dyw, pTile, warp);
   FragAcc dq[4];
@@ -343,8 +366,8 @@ __global__ void __launch_bounds__(kTc)
   const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
   for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
     __syncthreads(); // previous tile consumed (and dO loaded from pTile)
-    stageRows(kTileS, head + C, C3, k0, T);
-    stageRows(vTileS, head + 2 * C, C3, k0, T);
+    stageRows(kTileS, head + C, C3, k0, T, vec);
+    stageRows(vTileS, head + 2 * C, C3, k0, T, vec);
     __syncthreads();
     timesTransposed(scratch, qw, kTileS); // S = Q_w K^T
     __syncwarp();
@@ -375,6 +398,15 @@ __global__ void __launch_bounds__(kTc)
   storeRows(dqkv + b * T * C3 + h * kHs, C3, dq, scratch, w0, T, scale, lane);
 }
 
+/// Whether every pointer is 16-byte aligned: stageRows' 16-byte loads (the
+/// row strides, C and 3C elements with C = 64 NH, keep that alignment).
+bool allAligned16(std::initializer_list<const void *> pointers) {
+  for (const void *p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      return false;
+  return true;
+}
+
 Status checkTensorCoreShape(int64_t B, int64_t T, int64_t C, int64_t NH,
                             int &tiles, unsigned &blocks) {
   LOOM_CHECK(NH > 0 && C == NH * kFlashTensorCoreHeadSize,
@@ -400,7 +432,7 @@ Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
   LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
   const float scale = 1.0f / sqrtf(static_cast<float>(kHs));
   LOOM_LAUNCH(flashForwardTcKernel, blocks, kTc, stream, out, lse, qkv, T, C,
-              NH, scale, tiles);
+              NH, scale, tiles, allAligned16({qkv}));
   return Status::success();
 }
 
@@ -415,10 +447,11 @@ Status flashAttentionBackwardTensorCores(__nv_bfloat16 *dqkv,
   unsigned blocks = 0;
   LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
   const float scale = 1.0f / sqrtf(static_cast<float>(kHs));
+  const bool vec = allAligned16({qkv, dout});
   LOOM_LAUNCH(flashBackwardKeyTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
-              lse, rowDot, T, C, NH, scale, tiles);
+              lse, rowDot, T, C, NH, scale, tiles, vec);
   LOOM_LAUNCH(flashBackwardQueryTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
-              lse, rowDot, T, C, NH, scale, tiles);
+              lse, rowDot, T, C, NH, scale, tiles, vec);
   return Status::success();
 }
 

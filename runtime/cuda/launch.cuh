@@ -34,6 +34,15 @@ __device__ inline float warpMax(float x) {
   return x;
 }
 
+/// The max / sum of x over the lane pair (2k, 2k + 1), in both lanes: two
+/// lanes that share a row.
+__device__ inline float pairMax(float x) {
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+}
+__device__ inline float pairSum(float x) {
+  return x + __shfl_xor_sync(0xffffffffu, x, 1);
+}
+
 /// The sum of every thread's `s` over a block of kThreads threads, in a
 /// fixed shared-memory tree (deterministic); valid in thread 0. Every
 /// thread of the block must call it.

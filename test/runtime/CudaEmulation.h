@@ -141,6 +141,17 @@ inline float warpMax(float x) {
   }
   return x;
 }
+/// launch.cuh's pair reductions: lanes 2k and 2k + 1 exchange once.
+inline float pairExchange(float x) {
+  const int lane = threadIdx.x % kWarp;
+  warpSlots[threadIdx.x] = x;
+  syncWarp();
+  const float other = warpSlots[threadIdx.x - lane + (lane ^ 1)];
+  syncWarp();
+  return other;
+}
+inline float pairMax(float x) { return std::max(x, pairExchange(x)); }
+inline float pairSum(float x) { return x + pairExchange(x); }
 /// __ballot_sync over the whole warp: bit j set when lane j's p holds.
 inline unsigned warpBallot(bool p) {
   const int w = threadIdx.x / kWarp;
