@@ -33,6 +33,13 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     recompute.mode = options.recompute;
     pm.addPass(createLoomRecompute(recompute));
   }
+  // Vocabulary padding: --loom-tensor-parallel pads a table it splits;
+  // an unsplit one is padded here (Megatron pads at every tp size).
+  if (!(options.partition && options.tensorParallel)) {
+    LoomPadVocabOptions padVocab;
+    padVocab.vocabDivisibleBy = options.vocabDivisibleBy;
+    pm.addPass(createLoomPadVocab(padVocab));
+  }
   if (options.partition) {
     if (options.tensorParallel) {
       LoomTensorParallelOptions tensorParallel;

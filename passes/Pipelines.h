@@ -40,7 +40,8 @@ struct CompilePipelineOptions
   Option<int64_t> vocabDivisibleBy{
       *this, "vocab-divisible-by",
       llvm::cl::desc("With tensor-parallel: pad a vocabulary tp does not "
-                     "divide to a multiple of this times tp"),
+                     "divide to a multiple of this times tp; without: pad "
+                     "it to a multiple of this (1: no padding)"),
       llvm::cl::init(128)};
   Option<double> bucketMb{
       *this, "bucket-mb",

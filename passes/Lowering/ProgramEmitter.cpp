@@ -873,6 +873,10 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
           vocab = sums.getVocabSize();
         else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op))
           vocab = grad.getVocabSize();
+        else if (auto ce = dyn_cast<CrossEntropyOp>(op))
+          vocab = ce.getVocabSize();
+        else if (auto grad = dyn_cast<CrossEntropyGradOp>(op))
+          vocab = grad.getVocabSize();
         if (!vocab || *vocab == get("vocab_size"))
           return WalkResult::advance();
         op->emitOpError() << "masks the logit columns from vocab_size = "

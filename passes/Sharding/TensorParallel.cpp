@@ -41,21 +41,6 @@ using namespace mlir::loom;
 
 namespace {
 
-/// The function argument a value is, seen through `loom.block` arguments.
-std::optional<std::pair<func::FuncOp, unsigned>> argumentOf(Value v) {
-  while (auto arg = dyn_cast<BlockArgument>(v)) {
-    Operation *owner = arg.getOwner()->getParentOp();
-    if (auto block = dyn_cast<BlockOp>(owner)) {
-      v = block.getInputs()[arg.getArgNumber()];
-      continue;
-    }
-    if (auto func = dyn_cast<func::FuncOp>(owner))
-      return std::make_pair(func, arg.getArgNumber());
-    return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 /// Sets `loom.sharding` on the arguments in `shardings` at once (setArgAttr
 /// rebuilds the whole list each call: quadratic in the argument count).
 void setArgShardings(func::FuncOp func,
@@ -129,7 +114,7 @@ private:
 
 LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
                                    Operation *op) {
-  auto arg = argumentOf(param);
+  auto arg = functionArgumentOf(param);
   if (!arg)
     return success(); // computed, not a parameter: propagation decides
   auto [func, index] = *arg;
@@ -157,7 +142,7 @@ LogicalResult MegatronSeeder::seed(Value param, int64_t dim, const Twine &role,
 }
 
 std::optional<int64_t> MegatronSeeder::splitDimOf(Value param) const {
-  auto arg = argumentOf(param);
+  auto arg = functionArgumentOf(param);
   if (!arg)
     return std::nullopt;
   auto [func, index] = *arg;
@@ -249,7 +234,7 @@ LogicalResult MegatronSeeder::visitGelu(GeluOp gelu) {
 LogicalResult MegatronSeeder::visitEmbedding(EmbeddingOp embedding) {
   int64_t vocab =
       cast<RankedTensorType>(embedding.getTable().getType()).getDimSize(0);
-  auto arg = argumentOf(embedding.getTable());
+  auto arg = functionArgumentOf(embedding.getTable());
   if (arg)
     vocabParallel = true;
   // Every rank gets the same number of rows: pad what tp does not divide.
@@ -284,7 +269,9 @@ LogicalResult MegatronSeeder::findRoles() {
 
 LogicalResult MegatronSeeder::padTables() {
   for (auto &[name, sizes] : padding)
-    if (failed(padParameterRows(module, name, sizes.first, sizes.second)))
+    if (failed(padParameterRows(module, name, sizes.first, sizes.second,
+                                "for tensor parallelism; use a vocabulary "
+                                "the tp size divides")))
       return failure();
   return success();
 }
@@ -355,13 +342,17 @@ void splitCrossEntropyOverVocab(ModuleOp module) {
       statistic = Float32Type::get(module.getContext());
     auto tokensType =
         RankedTensorType::get(logitsType.getShape().drop_back(), statistic);
+    // Logits already padded (vocab_size) keep their padding masked.
+    IntegerAttr vocab = ce.getVocabSizeAttr();
     auto statistics = [&](OpBuilder &b, Location loc) {
-      Value max = RowMaxOp::create(b, subLoc(loc, ".max"), tokensType, logits);
+      auto max = RowMaxOp::create(b, subLoc(loc, ".max"), tokensType, logits);
+      if (vocab)
+        max.setVocabSizeAttr(vocab);
       auto sums = CrossEntropySumsOp::create(b, subLoc(loc, ".sums"),
                                              tokensType, tokensType, logits,
-                                             max, targets, ArrayAttr(),
-                                             IntegerAttr());
-      return std::make_tuple(max, sums.getSumExp(), sums.getTargetLogit());
+                                             max, targets, ArrayAttr(), vocab);
+      return std::make_tuple(Value(max), sums.getSumExp(),
+                             sums.getTargetLogit());
     };
     OpBuilder b(ce);
     auto [max, sumExp, targetLogit] = statistics(b, ce.getLoc());
@@ -382,8 +373,7 @@ void splitCrossEntropyOverVocab(ModuleOp module) {
             statistics(gb, grad.getLoc());
       Value dlogits = CrossEntropySumsGradOp::create(
           gb, grad.getLoc(), grad.getType(), grad.getDloss(), logits, gradMax,
-          gradSumExp, targets, ArrayAttr(), grad.getNumTokensAttr(),
-          IntegerAttr());
+          gradSumExp, targets, ArrayAttr(), grad.getNumTokensAttr(), vocab);
       grad.getResult().replaceAllUsesWith(dlogits);
       grad.erase();
     }

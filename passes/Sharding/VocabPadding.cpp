@@ -28,6 +28,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/Debug.h"
 
+#include <algorithm>
+
 #define DEBUG_TYPE "loom-tensor-parallel"
 
 using namespace mlir;
@@ -35,9 +37,11 @@ using namespace mlir::loom;
 
 int64_t mlir::loom::paddedRows(int64_t rows, int64_t ways,
                                int64_t divisibleBy) {
-  if (ways <= 1 || rows % ways == 0)
+  // Split: only a table the ways do not divide (a small vocabulary that tp
+  // splits evenly keeps its size). Whole: to a multiple of divisibleBy.
+  if (ways > 1 && rows % ways == 0)
     return rows;
-  int64_t multiple = divisibleBy * ways;
+  int64_t multiple = divisibleBy * std::max<int64_t>(ways, 1);
   return (rows + multiple - 1) / multiple * multiple;
 }
 
@@ -52,6 +56,21 @@ int64_t factorOf(ArrayRef<SmallVector<int64_t>> factors, unsigned index,
   return factors[index][dim];
 }
 
+/// Whether operand `index`, dimension `dim` of `op` is the vocabulary of
+/// the logits of a whole-vocabulary loss (`loom.cross_entropy`, its
+/// gradient): padding there is masked by the op's vocab_size.
+bool isPaddedLossColumn(Operation *op, unsigned index, unsigned dim) {
+  Value logits;
+  if (auto ce = dyn_cast<CrossEntropyOp>(op))
+    logits = ce.getLogits();
+  else if (auto grad = dyn_cast<CrossEntropyGradOp>(op))
+    logits = grad.getLogits();
+  else
+    return false;
+  return op->getOperand(index) == logits &&
+         int64_t(dim) + 1 == cast<RankedTensorType>(logits.getType()).getRank();
+}
+
 bool isTrainingState(Role role) {
   return role == Role::Param || role == Role::Grad || role == Role::AdamM ||
          role == Role::AdamV || role == Role::Master;
@@ -61,8 +80,9 @@ bool isTrainingState(Role role) {
 /// a worklist over uses, definitions and `loom.block` boundaries.
 class PaddingSpread {
 public:
-  PaddingSpread(StringAttr param, int64_t rows, int64_t padded)
-      : param(param), rows(rows), padded(padded) {}
+  PaddingSpread(StringAttr param, int64_t rows, int64_t padded,
+                StringRef remedy)
+      : param(param), rows(rows), padded(padded), remedy(remedy) {}
 
   /// Adds dimension `dim` of `v`; fails when its size is not `rows`.
   LogicalResult add(Value v, unsigned dim, Operation *why);
@@ -89,16 +109,15 @@ private:
 
   StringAttr param;
   int64_t rows, padded;
+  StringRef remedy;
   llvm::DenseSet<std::pair<Value, unsigned>> paddedDims;
   SmallVector<std::pair<Value, unsigned>> worklist;
 };
 
 InFlightDiagnostic PaddingSpread::refuse(Operation *op, const Twine &reason) {
-  return op->emitOpError()
-         << reason << ", so " << param << " cannot be padded from " << rows
-         << " to " << padded
-         << " rows for tensor parallelism; use a vocabulary the tp size "
-            "divides";
+  return op->emitOpError() << reason << ", so " << param
+                           << " cannot be padded from " << rows << " to "
+                           << padded << " rows " << remedy;
 }
 
 LogicalResult PaddingSpread::add(Value v, unsigned dim, Operation *why) {
@@ -138,6 +157,14 @@ LogicalResult PaddingSpread::visitUse(OpOperand &use, unsigned dim) {
     return add(user->getParentOp()->getResult(index), dim, user);
   if (isa<func::ReturnOp>(user))
     return success(); // the signature follows in retype()
+  // The whole-vocabulary loss and its gradient read the padded columns
+  // (step 3 masks them with vocab_size); the gradient's result is padded
+  // like its logits.
+  if (isPaddedLossColumn(user, index, dim)) {
+    if (auto grad = dyn_cast<CrossEntropyGradOp>(user))
+      return add(grad.getResult(), dim, user);
+    return success();
+  }
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(user);
   if (!ruleOp)
     return refuse(user, "has no sharding rule to say where the padded "
@@ -166,6 +193,9 @@ LogicalResult PaddingSpread::visitDefinition(Value v, unsigned dim) {
   // operand): the padding rows get zero.
   if (isa<EmbeddingGradOp>(def) && dim == 0)
     return success();
+  if (auto grad = dyn_cast<CrossEntropyGradOp>(def))
+    if (isPaddedLossColumn(def, 1, dim))
+      return add(grad.getLogits(), dim, def);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(def);
   if (!ruleOp)
     return refuse(def, "has no sharding rule to say where the padded "
@@ -211,11 +241,27 @@ void PaddingSpread::retype(ModuleOp module) {
 
 } // namespace
 
+std::optional<std::pair<func::FuncOp, unsigned>>
+mlir::loom::functionArgumentOf(Value v) {
+  while (auto arg = dyn_cast<BlockArgument>(v)) {
+    Operation *owner = arg.getOwner()->getParentOp();
+    if (auto block = dyn_cast<BlockOp>(owner)) {
+      v = block.getInputs()[arg.getArgNumber()];
+      continue;
+    }
+    if (auto func = dyn_cast<func::FuncOp>(owner))
+      return std::make_pair(func, arg.getArgNumber());
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 LogicalResult mlir::loom::padParameterRows(ModuleOp module, StringAttr param,
-                                           int64_t rows, int64_t padded) {
+                                           int64_t rows, int64_t padded,
+                                           StringRef remedy) {
   if (padded == rows)
     return success();
-  PaddingSpread spread(param, rows, padded);
+  PaddingSpread spread(param, rows, padded, remedy);
   // 1. Seeds: the parameter and its training state, in every function.
   Builder b(module.getContext());
   for (auto func : module.getOps<func::FuncOp>())
@@ -250,6 +296,12 @@ LogicalResult mlir::loom::padParameterRows(ModuleOp module, StringAttr param,
       if (spread.lastDimPadded(sums.getLogits()))
         sums.setVocabSizeAttr(vocab);
     } else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op)) {
+      if (spread.lastDimPadded(grad.getLogits()))
+        grad.setVocabSizeAttr(vocab);
+    } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
+      if (spread.lastDimPadded(ce.getLogits()))
+        ce.setVocabSizeAttr(vocab);
+    } else if (auto grad = dyn_cast<CrossEntropyGradOp>(op)) {
       if (spread.lastDimPadded(grad.getLogits()))
         grad.setVocabSizeAttr(vocab);
     }

@@ -11,17 +11,27 @@
 
 #include "dialects/Loom/IR/LoomOps.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 
 namespace mlir::loom {
 
 /// The rows a table of `rows` rows gets when split `ways` ways: `rows` when
-/// `ways` divides it, else the next multiple of `divisibleBy` x `ways`
+/// `ways` > 1 divides it, else the next multiple of `divisibleBy` x `ways`
 /// (Megatron's rule, so every rank's block is a multiple of `divisibleBy`
-/// rows). `divisibleBy` must be >= 1.
+/// rows). Unsplit (`ways` <= 1) that is the next multiple of `divisibleBy`,
+/// as Megatron pads at tp = 1 too: GPT-2's 50257 rows become 50304, which
+/// keeps the LM head's GEMMs on 16-byte-aligned rows (an odd row length
+/// forces cuBLASLt onto its slow kernels). `divisibleBy` must be >= 1.
 int64_t paddedRows(int64_t rows, int64_t ways, int64_t divisibleBy);
+
+/// The function argument `v` is, seen through `loom.block` arguments (how
+/// a parameter reaches the ops of a block); nullopt for any other value.
+std::optional<std::pair<func::FuncOp, unsigned>> functionArgumentOf(Value v);
 
 /// Pads dimension 0 of every argument of every function in `module` that
 /// holds parameter `param` or its training state (gradient accumulator,
@@ -30,11 +40,14 @@ int64_t paddedRows(int64_t rows, int64_t ways, int64_t divisibleBy);
 /// gradient, the optimizer's update), through `loom.block` bodies. The
 /// parameter gets `loom.unpadded_rows` = `rows`; the vocab-parallel loss ops
 /// reading padded logits get `vocab_size` = `rows`, so the padding columns
-/// stay out of the maximum, the sums and the gradient. Fails, with a
-/// diagnostic on the op, when an op needs the padded dimension whole or has
-/// no sharding rule to say where it goes.
+/// stay out of the maximum, the sums and the gradient (as do the
+/// whole-vocabulary `loom.cross_entropy` and its gradient). Fails, with a
+/// diagnostic on the op ending in `remedy` (why the padding, and what the
+/// user can change: "for tensor parallelism; use ..."), when
+/// an op needs the padded dimension whole or has no sharding rule to say
+/// where it goes.
 LogicalResult padParameterRows(ModuleOp module, StringAttr param, int64_t rows,
-                               int64_t padded);
+                               int64_t padded, StringRef remedy);
 
 } // namespace mlir::loom
 

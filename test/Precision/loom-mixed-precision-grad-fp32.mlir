@@ -1,5 +1,5 @@
 // RUN: loom-opt --loom-autodiff=microbatches=2 "--loom-mixed-precision=grad-precision=fp32" %s | FileCheck %s
-// RUN: loom-opt --loom-compile-pipeline="train=true precision=bf16 grad-precision=fp32" %s | FileCheck %s --check-prefix=PIPE
+// RUN: loom-opt --loom-compile-pipeline="train=true precision=bf16 grad-precision=fp32 vocab-divisible-by=1" %s | FileCheck %s --check-prefix=PIPE
 // RUN: loom-opt --loom-autodiff "--loom-mixed-precision=grad-precision=fp32" %s | sed -e '1a loom.mesh @mesh <dp = 2>' | loom-opt --loom-zero=stage=0 --loom-propagate --loom-partition | FileCheck %s --check-prefix=DDP
 // RUN: loom-opt --loom-autodiff "--loom-mixed-precision=grad-precision=fp32" %s | sed -e '1a loom.mesh @mesh <dp = 2>' | loom-opt --loom-zero=stage=2 --loom-propagate --loom-partition | FileCheck %s --check-prefix=ZERO2
 

@@ -1,6 +1,6 @@
 // RUN: loom-opt --loom-autodiff --loom-mixed-precision %s | FileCheck %s
 // RUN: loom-opt --loom-mixed-precision %s | FileCheck %s --check-prefix=EVAL
-// RUN: loom-opt --loom-compile-pipeline="train=true precision=bf16" %s | FileCheck %s --check-prefix=PIPE
+// RUN: loom-opt --loom-compile-pipeline="train=true precision=bf16 vocab-divisible-by=1" %s | FileCheck %s --check-prefix=PIPE
 
 // The training step in bf16 mixed precision: every f32 tensor of rank >= 1
 // of the micro-batch function is bf16 (parameters, activations, block

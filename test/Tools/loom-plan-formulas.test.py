@@ -28,8 +28,10 @@ want_fp32 = [16, 8 + 8 / n, 4 + 12 / n, 16 / n]
 same_as_report = True
 ddp = None
 for z in range(4):
+    # The unpadded vocabulary: Phi is GPT-2's own parameter count.
     fixed = ["--gpus", "8", "--batch", "8", "--seq", "1024", "--mesh", "dp=8",
-             "--zero", str(z), "--microbatches", "1", "--recompute", "none"]
+             "--zero", str(z), "--microbatches", "1", "--recompute", "none",
+             "--vocab-divisible-by", "1"]
     mixed = plan("gpt2-124m.json", *fixed)
     fp32 = plan("gpt2-124m.json", *fixed, "--precision", "fp32")
     report = json.load(open(os.path.join(work, f"report{z}.json")))
@@ -55,8 +57,10 @@ print("model state equals --loom-report at every stage" if same_as_report
 # what fp32 DDP sends: twice the bf16 all-reduce).
 want_fp32_grads = [18, 6 + 12 / n, 2 + 16 / n, 18 / n]
 for z in range(4):
+    # The unpadded vocabulary: Phi is GPT-2's own parameter count.
     fixed = ["--gpus", "8", "--batch", "8", "--seq", "1024", "--mesh", "dp=8",
-             "--zero", str(z), "--microbatches", "1", "--recompute", "none"]
+             "--zero", str(z), "--microbatches", "1", "--recompute", "none",
+             "--vocab-divisible-by", "1"]
     got = plan("gpt2-124m.json", *fixed, "--grad-precision", "fp32")
     g_bytes = got["memory"]["model_state_bytes"]
     ok &= got["grad_precision"] == "fp32" and got["precision"] == "bf16"

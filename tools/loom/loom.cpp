@@ -111,8 +111,10 @@ optimizer flags (train):
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
   --recompute none|selective|full
-  --vocab-divisible-by 128 (a vocabulary tp does not divide is padded to a
-    multiple of this x tp rows, as Megatron's --make-vocab-size-divisible-by)
+  --vocab-divisible-by 128 (as Megatron's --make-vocab-size-divisible-by: a
+    vocabulary tp does not divide is padded to a multiple of this x tp rows;
+    at tp = 1 one that is not a multiple of this is padded to one, 50257 ->
+    50304; checkpoints keep the real rows; 1: no padding at tp = 1)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16  --grad-precision bf16|fp32
   --precision bf16 compiles bf16 mixed precision (--loom-mixed-precision):
@@ -409,10 +411,12 @@ int compileProgram(const Invocation &inv, const std::string &output,
     pipeline.virtualStages = inv.strategy.virtualStages;
     pipeline.zeroStage = inv.strategy.zero;
     pipeline.tensorParallel = inv.strategy.mesh.at("tp") > 1;
-    pipeline.vocabDivisibleBy = inv.strategy.vocabDivisibleBy;
     pipeline.sequenceParallel = inv.strategy.sequenceParallel;
     pipeline.bucketMb = inv.strategy.bucketMb;
   }
+  // Vocabulary padding: by --loom-tensor-parallel when tp splits the
+  // table, else by --loom-pad-vocab (one rank too).
+  pipeline.vocabDivisibleBy = inv.strategy.vocabDivisibleBy;
   pipeline.recompute = inv.strategy.recompute;
   pipeline.precision = inv.strategy.precision;
   if (!inv.strategy.gradPrecision.empty())

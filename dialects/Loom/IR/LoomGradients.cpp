@@ -124,7 +124,7 @@ LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ValueRange dy,
   grads[0] = CrossEntropyGradOp::create(b, gradLoc(*this),
                                         getLogits().getType(), dy[0],
                                         getLogits(), getTargets(),
-                                        getNumTokensAttr());
+                                        getNumTokensAttr(), getVocabSizeAttr());
   return success(); // targets have no gradient
 }
 

@@ -232,14 +232,17 @@ def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
     `-log softmax(logits)[target]`. When the tokens are split across ranks
     the partitioner sets `num_tokens` to the global count, so each rank's
     result is its share of the global mean (partial sums add up to it).
+    With `vocab_size` (set by vocabulary padding) the columns from that
+    index on are padding: they stay out of the softmax.
 
     ```mlir
-    %loss = loom.cross_entropy %logits, %targets
-        : tensor<4x64x50257xf32>, tensor<4x64xi32> -> tensor<f32>
+    %loss = loom.cross_entropy %logits, %targets {vocab_size = 50257 : i64}
+        : tensor<4x64x50304xf32>, tensor<4x64xi32> -> tensor<f32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$logits, Loom_IndexTensor:$targets,
-                       OptionalAttr<I64Attr>:$num_tokens);
+                       OptionalAttr<I64Attr>:$num_tokens,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Loom_ScalarFloatTensor:$result);
   let assemblyFormat = [{
     $logits `,` $targets attr-dict `:` type($logits) `,` type($targets)

@@ -169,7 +169,8 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   let description = [{
     `dlogits = (softmax(logits) − onehot(targets)) · dloss / N`, N the
     number of tokens (`num_tokens` when set: the global count of tokens
-    split across ranks).
+    split across ranks). With `vocab_size` the columns from that index on
+    are padding: out of the softmax, with a zero gradient.
 
     ```mlir
     %dl = loom.cross_entropy_grad %seed, %logits, %targets
@@ -178,7 +179,8 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   }];
   let arguments = (ins Loom_ScalarFloatTensor:$dloss, Loom_FloatTensor:$logits,
                        Loom_IndexTensor:$targets,
-                       OptionalAttr<I64Attr>:$num_tokens);
+                       OptionalAttr<I64Attr>:$num_tokens,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
     $dloss `,` $logits `,` $targets attr-dict `:` type($dloss) `,`

@@ -341,7 +341,8 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   Value logits = MatmulOp::create(b, loc("lm_head"), f32({B, T, c.vocabSize}),
                                   h, params["wte.weight"], b.getUnitAttr());
   Value loss = CrossEntropyOp::create(b, loc("loss"), lossType, logits,
-                                      targets, /*num_tokens=*/nullptr);
+                                      targets, /*num_tokens=*/nullptr,
+                                      /*vocab_size=*/nullptr);
   func::ReturnOp::create(b, loc("return"), ValueRange{loss});
   return module;
 }
