@@ -11,7 +11,9 @@
 // without one it says so and exits 1.
 //
 //   loom-bench-gemm-cublaslt [--batch 16] [--seq 1024] [--C 768] [--V 50257]
-//                            [--iters 20] [--warmup 5] [--json F]
+//                            [--Vp 50304] [--iters 20] [--warmup 5] [--json F]
+//
+// --Vp adds the LM head's GEMMs on a padded vocabulary (lm_head_p.*).
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_cli.h"
@@ -42,8 +44,11 @@ struct Shape {
 
 /// The step's GEMMs for rows = B*T tokens: each linear X[rows,in] W[in,out]
 /// gives fwd (rows x out x in), dx (rows x in x out, W^T) and dw
-/// (in x out x rows, X^T). The LM head multiplies by wte[V,C] transposed.
-std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V) {
+/// (in x out x rows, X^T). The LM head multiplies by wte[V,C] transposed;
+/// with Vp > 0 also by the padded table wte[Vp,C] (lm_head_p: what `loom
+/// compile` runs after padding the vocabulary, 50257 -> 50304).
+std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V,
+                              int64_t Vp) {
   std::vector<Shape> shapes;
   const struct {
     const char *name;
@@ -59,9 +64,14 @@ std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V) {
     shapes.push_back({n + ".dw", l.in, l.out, rows, true, false});
   }
   // logits[rows,V] = x[rows,C] wte^T; dx = dlogits wte; dwte = dlogits^T x.
-  shapes.push_back({"lm_head.fwd", rows, V, C, false, true});
-  shapes.push_back({"lm_head.dx", rows, C, V, false, false});
-  shapes.push_back({"lm_head.dw", V, C, rows, true, false});
+  for (auto [name, v] : {std::pair<std::string, int64_t>{"lm_head", V},
+                         {"lm_head_p", Vp}}) {
+    if (v <= 0)
+      continue;
+    shapes.push_back({name + ".fwd", rows, v, C, false, true});
+    shapes.push_back({name + ".dx", rows, C, v, false, false});
+    shapes.push_back({name + ".dw", v, C, rows, true, false});
+  }
   return shapes;
 }
 
@@ -75,6 +85,9 @@ int main(int argc, char **argv) {
   const int64_t T = loom::bench::flagInteger(kTool, argc, argv, "--seq", 1024);
   const int64_t C = loom::bench::flagInteger(kTool, argc, argv, "--C", 768);
   const int64_t V = loom::bench::flagInteger(kTool, argc, argv, "--V", 50257);
+  // 0: no padded LM head rows.
+  const int64_t Vp =
+      loom::bench::flagInteger(kTool, argc, argv, "--Vp", 0, 0);
   const int iters = static_cast<int>(
       loom::bench::flagInteger(kTool, argc, argv, "--iters", 20));
   const int warmup = static_cast<int>(
@@ -95,7 +108,7 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  const std::vector<Shape> shapes = gpt2Shapes(B * T, C, V);
+  const std::vector<Shape> shapes = gpt2Shapes(B * T, C, V, Vp);
   // Buffers big enough for every operand.
   int64_t maxA = 0, maxB = 0, maxC = 0;
   for (const Shape &s : shapes) {

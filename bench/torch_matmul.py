@@ -13,7 +13,7 @@ bf16 matmuls in fp32). Transposed operands are transposed views, as autograd
 passes them. Median of --iters timed calls after --warmup (CUDA events on a
 GPU; wall clock on --device cpu, which exists to test this script).
 
-  torch_matmul.py [--batch 16] [--seq 1024] [--C 768] [--V 50257]
+  torch_matmul.py [--batch 16] [--seq 1024] [--C 768] [--V 50257] [--Vp 0]
                   [--iters 20] [--warmup 5] [--device auto|cuda|cpu] [--json F]
 """
 import argparse
@@ -26,17 +26,20 @@ import torch
 PROG = "torch_matmul"
 
 
-def gpt2_shapes(rows, C, V):
-    """(name, M, N, K, transA, transB) exactly as gemm_cublaslt.cpp lists them."""
+def gpt2_shapes(rows, C, V, Vp=0):
+    """(name, M, N, K, transA, transB) exactly as gemm_cublaslt.cpp lists them
+    (lm_head_p: the LM head on the padded vocabulary Vp, when Vp > 0)."""
     shapes = []
     for name, n_in, n_out in (("qkv", C, 3 * C), ("attn_proj", C, C),
                               ("fc", C, 4 * C), ("fc_proj", 4 * C, C)):
         shapes.append((name + ".fwd", rows, n_out, n_in, False, False))
         shapes.append((name + ".dx", rows, n_in, n_out, False, True))
         shapes.append((name + ".dw", n_in, n_out, rows, True, False))
-    shapes.append(("lm_head.fwd", rows, V, C, False, True))
-    shapes.append(("lm_head.dx", rows, C, V, False, False))
-    shapes.append(("lm_head.dw", V, C, rows, True, False))
+    for name, v in (("lm_head", V), ("lm_head_p", Vp)):
+        if v > 0:
+            shapes.append((name + ".fwd", rows, v, C, False, True))
+            shapes.append((name + ".dx", rows, C, v, False, False))
+            shapes.append((name + ".dw", v, C, rows, True, False))
     return shapes
 
 
@@ -46,6 +49,8 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--C", type=int, default=768)
     ap.add_argument("--V", type=int, default=50257)
+    ap.add_argument("--Vp", type=int, default=0,
+                    help="also the LM head on this padded vocabulary")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
@@ -53,6 +58,10 @@ def main():
     args = ap.parse_args()
     if min(args.batch, args.seq, args.C, args.V, args.iters) < 1 or args.warmup < 0:
         print(f"{PROG}: error: sizes and --iters must be >= 1", file=sys.stderr)
+        sys.exit(2)
+    if args.Vp < 0:
+        print(f"{PROG}: error: --Vp must be >= 0 (0: no padded LM head)",
+              file=sys.stderr)
         sys.exit(2)
     if args.device == "cuda" and not torch.cuda.is_available():
         print(f"{PROG}: error: --device cuda: torch.cuda.is_available() is False;"
@@ -67,7 +76,8 @@ def main():
     print(f"{'gemm':<14} {'M':>7} {'N':>7} {'K':>7} {'ms':>9} {'TFLOP/s':>9}")
     torch.manual_seed(1)
     rows, total_ms, total_flops = [], 0.0, 0.0
-    for gemm, M, N, K, ta, tb in gpt2_shapes(args.batch * args.seq, args.C, args.V):
+    for gemm, M, N, K, ta, tb in gpt2_shapes(args.batch * args.seq, args.C, args.V,
+                                              args.Vp):
         # Stored as gemm.h's contract says (A [K,M] when transposed, ...).
         a = torch.empty((K, M) if ta else (M, K), device=device,
                         dtype=torch.bfloat16).uniform_(-1, 1)
