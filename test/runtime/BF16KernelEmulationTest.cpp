@@ -406,19 +406,27 @@ TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {
 }
 
 TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
-  // bf16 gradients of three tensors (one empty), fp32 masters and moments.
-  BF16Tensor g0 = randomBF16(1000, 21), g1 = randomBF16(3, 22), g2(0);
+  // bf16 gradients of four tensors (one empty; the last fills every block
+  // of its partials, past the final sum's first 256), fp32 masters and
+  // moments.
+  const int64_t big = 40000;
+  BF16Tensor g0 = randomBF16(1000, 21), g1 = randomBF16(3, 22), g2(0),
+             g3 = randomBF16(big, 26);
   std::vector<float> sumSq(1), norm(1), coef(1);
-  std::vector<double> partials(3 * cuda::kMixedSumBlocks, -1.0);
-  ASSERT_TRUE(emulated::mixedSumSquares(
-                  f32(sumSq), {{g0.ref(), 1000}, {g1.ref(), 3}, {g2.ref(), 0}},
-                  partials.data(), kNoStream)
+  std::vector<double> partials(4 * cuda::kMixedSumBlocks, -1.0);
+  ASSERT_TRUE(emulated::mixedSumSquares(f32(sumSq),
+                                        {{g0.ref(), 1000},
+                                         {g1.ref(), 3},
+                                         {g2.ref(), 0},
+                                         {g3.ref(), big}},
+                                        partials.data(), kNoStream)
                   .ok());
   std::vector<float> rsum(1);
   ASSERT_TRUE(cpuKernels
                   .sumSquares(rsum.data(), {{g0.values.data(), 1000},
                                             {g1.values.data(), 3},
-                                            {nullptr, 0}})
+                                            {nullptr, 0},
+                                            {g3.values.data(), big}})
                   .ok());
   expectF32Close(sumSq, rsum, "sumSquares");
   ASSERT_TRUE(
