@@ -312,9 +312,9 @@ __global__ void sumSquaresPartialKernel(double *partial, const float *x,
 }
 
 /// One block of kThreads: thread t sums partials t, t + kThreads, ... in
-/// order, then blockSum's fixed tree (the same order every run). One thread
-/// summing the 128 partials of each of GPT-2's 148 tensors alone took
-/// 3 ms per step on an H200, latency-bound.
+/// order, then blockSum's fixed tree (the same order every run). With one
+/// thread summing the 148 x 128 partials of GPT-2's gradients, the whole
+/// SumSquares instruction took 3.07 ms per step on an H200.
 __global__ void sumPartialsKernel(float *out, const double *partial,
                                   int64_t count) {
   double s = 0;
