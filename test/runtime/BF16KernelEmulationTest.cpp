@@ -155,6 +155,25 @@ TEST(BF16KernelEmulation, AddBroadcastAndInPlaceAccumulation) {
   expectF32Close(master, master0, "fp32 += bf16");
 }
 
+TEST(BF16KernelEmulation, PlainBF16AddsEightAtATime) {
+  // A size 8 divides with 16-byte aligned operands takes the 8-wide kernel
+  // (past one block of threads); each element is still its fp32 sum
+  // rounded once: bit for bit the reference, fresh or in place.
+  const int64_t n = 8 * 300;
+  BF16Tensor a = randomBF16(n, 5), b = randomBF16(n, 6), out(n);
+  for (BF16Tensor *t : {&a, &b, &out})
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(t->bits.data()) % 16, 0u);
+  std::vector<uint16_t> want(n);
+  for (int64_t i = 0; i < n; ++i)
+    want[i] = floatToBF16(a.values[i] + b.values[i]);
+  ASSERT_TRUE(
+      emulated::mixedAdd(out.ref(), a.ref(), b.ref(), n, n, kNoStream).ok());
+  EXPECT_EQ(out.bits, want);
+  ASSERT_TRUE(
+      emulated::mixedAdd(a.ref(), a.ref(), b.ref(), n, n, kNoStream).ok());
+  EXPECT_EQ(a.bits, want);
+}
+
 TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
   // Rows past two 128-row chunks (with a tail), columns past one block.
   const int64_t outer = 300, inner = 300;
