@@ -12,6 +12,7 @@
 #include "runtime/cuda/convert.h"
 #include "runtime/cuda/flash_attention.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/kernels_bf16.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
 
@@ -100,10 +101,16 @@ Status CudaKernels::embeddingForwardRows(float *out, const int32_t *ids,
 Status CudaKernels::embeddingBackward(float *dtable, const float *dout,
                                       const int32_t *ids, int64_t N, int64_t V,
                                       int64_t C) {
-  // The kernel accumulates; the opcode overwrites.
-  LOOM_CUDA_CHECK(cudaMemsetAsync(
-      dtable, 0, static_cast<size_t>(V * C) * sizeof(float), computeStream));
-  return cuda::embeddingBackward(dtable, dout, ids, N, V, C, computeStream);
+  // The bf16 path's kernel on fp32 operands (it overwrites the table).
+  void *work = nullptr;
+  LOOM_RETURN_IF_ERROR(bf16Workspace(
+      kSlotStats,
+      static_cast<uint64_t>(cuda::embeddingGradWorkspaceInts(N, V)) *
+          sizeof(int32_t),
+      work));
+  return cuda::mixedEmbeddingBackward(
+      {dtable, false}, {const_cast<float *>(dout), false}, ids, N, V, C,
+      static_cast<int32_t *>(work), computeStream);
 }
 
 //===----------------------------------------------------------------------===//

@@ -224,8 +224,15 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   }
   case Opcode::EmbeddingGrad: {
     const auto &t = *out[0].shape;
-    return mixedEmbeddingBackward(ref(out[0]), ref(in[0]), ids(in[1]),
-                                  numel(in[1]), t[0], t[1], s);
+    const int64_t N = numel(in[1]);
+    void *work = nullptr;
+    LOOM_RETURN_IF_ERROR(bf16Workspace(
+        kSlotStats,
+        static_cast<uint64_t>(embeddingGradWorkspaceInts(N, t[0])) *
+            sizeof(int32_t),
+        work));
+    return mixedEmbeddingBackward(ref(out[0]), ref(in[0]), ids(in[1]), N, t[0],
+                                  t[1], static_cast<int32_t *>(work), s);
   }
   case Opcode::Add:
     return mixedAdd(ref(out[0]), ref(in[0]), ref(in[1]), numel(in[0]),

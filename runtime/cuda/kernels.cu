@@ -98,19 +98,6 @@ __global__ void embeddingForwardKernel(float *out, const int32_t *idx,
   out[i] = (t >= 0 && t < V) ? wte[static_cast<int64_t>(t) * C + c] : 0.0f;
 }
 
-__global__ void embeddingBackwardKernel(float *dwte, const float *dout,
-                                        const int32_t *idx, int64_t N,
-                                        int64_t V, int64_t C) {
-  int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C)
-    return;
-  for (int64_t n = 0; n < N; ++n) {
-    int32_t t = idx[n];
-    if (t >= 0 && t < V)
-      dwte[static_cast<int64_t>(t) * C + c] += dout[n * C + c];
-  }
-}
-
 //===----------------------------------------------------------------------===//
 // Layer norm
 //===----------------------------------------------------------------------===//
@@ -402,13 +389,6 @@ Status embeddingForward(float *out, const int32_t *idx, const float *wte,
                         int64_t N, int64_t V, int64_t C, cudaStream_t stream) {
   LOOM_LAUNCH(embeddingForwardKernel, blocksFor(N * C), kThreads, stream, out,
               idx, wte, N, V, C);
-  return Status::success();
-}
-
-Status embeddingBackward(float *dwte, const float *dout, const int32_t *idx,
-                         int64_t N, int64_t V, int64_t C, cudaStream_t stream) {
-  LOOM_LAUNCH(embeddingBackwardKernel, blocksFor(C, 64), 64, stream, dwte,
-              dout, idx, N, V, C);
   return Status::success();
 }
 

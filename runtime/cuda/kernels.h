@@ -52,10 +52,6 @@ Status geluBackward(float *dinp, const float *inp, const float *dout,
 /// caller validates tokens on the host before copying them in).
 Status embeddingForward(float *out, const int32_t *idx, const float *wte,
                         int64_t N, int64_t V, int64_t C, cudaStream_t stream);
-/// dwte[V, C] += scatter of dout[N, C] by idx; deterministic: each thread
-/// owns one column and visits the tokens in order.
-Status embeddingBackward(float *dwte, const float *dout, const int32_t *idx,
-                         int64_t N, int64_t V, int64_t C, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Layer norm, softmax, cross-entropy

@@ -72,12 +72,15 @@ Status mixedGeluBackward(FloatRef dinp, FloatRef inp, FloatRef dout, int64_t n,
 Status mixedEmbeddingForward(FloatRef out, const int32_t *idx, FloatRef rows,
                              int64_t N, int64_t rowBegin, int64_t R, int64_t C,
                              cudaStream_t stream);
+/// Ints of device workspace mixedEmbeddingBackward needs.
+int64_t embeddingGradWorkspaceInts(int64_t N, int64_t V);
 /// dtable[V, C] = scatter-add of dout[N, C] by idx (overwritten),
-/// deterministic: one warp per table row sums its tokens' rows in token
-/// order in fp32 and writes the row once (ids outside [0, V) add nothing).
+/// deterministic: each table row sums its tokens' rows in token order in
+/// fp32 and is written once (ids outside [0, V) add nothing); `work` holds
+/// embeddingGradWorkspaceInts(N, V) ints. Also the fp32 path's kernel.
 Status mixedEmbeddingBackward(FloatRef dtable, FloatRef dout,
                               const int32_t *idx, int64_t N, int64_t V,
-                              int64_t C, cudaStream_t stream);
+                              int64_t C, int32_t *work, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Layer norm and softmax

@@ -241,17 +241,39 @@ TEST(BF16KernelEmulation, EmbeddingRowsAndDeterministicGradient) {
                   .ok());
   EXPECT_EQ(out.widened(), ref);
   // The gradient accumulates repeated ids in token order in fp32 and
-  // rounds once; rows no token hits are zero (overwritten, not kept).
+  // rounds once; rows no token hits are zero (overwritten, not kept). Over
+  // 2500 tokens (three chunks of the stable token list, ids repeating
+  // across them; rows 21 and 22 never named) the sums are the CPU
+  // kernel's, in its order: bit for bit once rounded.
+  const int64_t NG = 2500;
+  BF16Tensor doutG = randomBF16(NG * C, 28);
+  auto idsG = randomIds(NG, 21, 29);
   dtable = randomBF16(V * C, 27);
-  ASSERT_TRUE(emulated::mixedEmbeddingBackward(dtable.ref(), dout.ref(),
-                                               ids.data(), N, V, C, kNoStream)
+  std::vector<int32_t> work(
+      static_cast<size_t>(emulated::embeddingGradWorkspaceInts(NG, V)), -7);
+  ASSERT_TRUE(emulated::mixedEmbeddingBackward(dtable.ref(), doutG.ref(),
+                                               idsG.data(), NG, V, C,
+                                               work.data(), kNoStream)
                   .ok());
   std::vector<float> rdt(V * C);
   ASSERT_TRUE(cpuKernels
-                  .embeddingBackward(rdt.data(), dout.values.data(), ids.data(),
-                                     N, V, C)
+                  .embeddingBackward(rdt.data(), doutG.values.data(),
+                                     idsG.data(), NG, V, C)
                   .ok());
-  expectBF16Close(dtable, rdt, "embeddingGrad");
+  EXPECT_EQ(dtable.bits, BF16Tensor(rdt).bits);
+  // fp32 (the fp32 path's kernel too), where the order of the sums shows:
+  // each row's tokens in position order, across the chunks, as the CPU.
+  std::vector<float> dout32 = randomVector(NG * C, 30), dt32(V * C, -1.0f),
+                     rdt32(V * C);
+  ASSERT_TRUE(emulated::mixedEmbeddingBackward(f32(dt32), f32(dout32),
+                                               idsG.data(), NG, V, C,
+                                               work.data(), kNoStream)
+                  .ok());
+  ASSERT_TRUE(cpuKernels
+                  .embeddingBackward(rdt32.data(), dout32.data(), idsG.data(),
+                                     NG, V, C)
+                  .ok());
+  EXPECT_EQ(dt32, rdt32);
 }
 
 TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {

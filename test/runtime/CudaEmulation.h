@@ -1,7 +1,8 @@
 //===- CudaEmulation.h - Run simple CUDA kernels on host threads -*- C++ -*-===//
 //
 // Lets a .cu file whose kernels use only threadIdx / blockIdx / blockDim,
-// __shared__ arrays, __syncthreads / __syncwarp, launch.cuh's warp helpers
+// __shared__ arrays, __syncthreads / __syncwarp, integer atomicAdd,
+// launch.cuh's warp helpers
 // and WMMA's whole-tile operations (load / store / mma / fill, never a
 // fragment's elements) compile as C++ and run on the CPU, so its indexing, tiling, masking and barrier
 // placement are tested on machines without a GPU (the real kernels are
@@ -190,6 +191,12 @@ using cuda_emulation::blockDim;
 using cuda_emulation::blockIdx;
 using cuda_emulation::gridDim;
 using cuda_emulation::threadIdx;
+/// One fiber runs at a time, so a read-modify-write is atomic.
+inline int atomicAdd(int *address, int value) {
+  const int old = *address;
+  *address += value;
+  return old;
+}
 inline void __syncthreads() { cuda_emulation::syncBlock(); }
 inline void __syncwarp() { cuda_emulation::syncWarp(); }
 

@@ -25,6 +25,7 @@
 #include "runtime/cuda/convert.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/kernels_bf16.h"
 #include "runtime/cuda/tensor_movement.h"
 #include "runtime/cuda/vocab_parallel.h"
 
@@ -133,7 +134,8 @@ TEST_F(CudaKernelTest, Gelu) {
 }
 
 TEST_F(CudaKernelTest, EmbeddingDeterministicBackward) {
-  const int64_t N = 64, V = 11, C = 40;
+  // Past two 1024-token chunks of the stable token list.
+  const int64_t N = 2100, V = 11, C = 40;
   auto wte = randomVector(V * C, 8), dout = randomVector(N * C, 9);
   auto ids = randomIds(N, V, 10);
   std::vector<float> out(N * C), dwte(V * C, 0.0f);
@@ -145,8 +147,12 @@ TEST_F(CudaKernelTest, EmbeddingDeterministicBackward) {
   DeviceVector<int32_t> di(ids);
   ASSERT_TRUE(cuda::embeddingForward(o.get(), di.get(), dw.get(), N, V, C,
                                      stream).ok());
-  ASSERT_TRUE(cuda::embeddingBackward(g.get(), dd.get(), di.get(), N, V, C,
-                                      stream).ok());
+  DeviceVector<int32_t> work(
+      static_cast<size_t>(cuda::embeddingGradWorkspaceInts(N, V)));
+  ASSERT_TRUE(cuda::mixedEmbeddingBackward({g.get(), false}, {dd.get(), false},
+                                           di.get(), N, V, C, work.get(),
+                                           stream)
+                  .ok());
   expectClose(o.host(), out, 0, 0, "embedding");
   // Tokens are added in order per column: bitwise equal to the CPU.
   expectClose(g.host(), dwte, 0, 0, "embedding backward");
