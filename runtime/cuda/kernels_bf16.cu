@@ -36,15 +36,6 @@ __device__ inline void st(FloatRef r, int64_t i, float x) {
     static_cast<float *>(r.data)[i] = x;
 }
 
-#ifndef LOOM_CUDA_EMULATION
-/// Bit j set when lane j's predicate holds (the whole warp calls it).
-__device__ inline unsigned warpBallot(bool p) {
-  return __ballot_sync(0xffffffffu, p);
-}
-/// Index of the lowest set bit of a non-zero mask.
-__device__ inline int lowestSetBit(unsigned mask) { return __ffs(mask) - 1; }
-#endif
-
 __device__ inline int64_t threadIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }

@@ -10,7 +10,7 @@
 // another; a block's threads are fibers (CudaEmulation.cpp) on the
 // launching OS thread, scheduled round robin, each running to its next barrier:
 // __syncthreads is a barrier of the block, __syncwarp and the warp helpers
-// (warpSum's butterfly, warpBallot) barriers of the warp (whole warps call
+// (warpSum's butterfly, the pair reductions) barriers of the warp (whole warps call
 // them together, as __shfl_xor_sync with a full mask requires). A thread
 // that has returned no longer counts at a barrier, as on the GPU; a block
 // whose live threads wait at a barrier the others never reach aborts with
@@ -153,21 +153,6 @@ inline float pairExchange(float x) {
 }
 inline float pairMax(float x) { return std::max(x, pairExchange(x)); }
 inline float pairSum(float x) { return x + pairExchange(x); }
-/// __ballot_sync over the whole warp: bit j set when lane j's p holds.
-inline unsigned warpBallot(bool p) {
-  const int w = threadIdx.x / kWarp;
-  warpSlots[threadIdx.x] = p ? 1.0f : 0.0f;
-  syncWarp();
-  unsigned mask = 0;
-  for (int j = 0; j < kWarp && w * kWarp + j < static_cast<int>(blockDim.x);
-       ++j)
-    if (warpSlots[w * kWarp + j] != 0.0f)
-      mask |= 1u << j;
-  syncWarp();
-  return mask;
-}
-/// __ffs(mask) - 1.
-inline int lowestSetBit(unsigned mask) { return __builtin_ctz(mask); }
 /// launch.cuh's fixed shared-memory tree over a block of kThreads.
 inline double blockSum(double s) {
   static double partial[kThreads];
@@ -275,9 +260,6 @@ template <typename A, typename B> inline auto min(A a, B b) {
 
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
-/// Kernels with warp intrinsics beyond launch.cuh's take the emulated ones
-/// (launch namespace) instead of defining their own.
-#define LOOM_CUDA_EMULATION 1
 #define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
   do {                                                                         \
     (void)(stream);                                                            \
