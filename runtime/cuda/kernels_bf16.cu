@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <cuda_bf16.h>
 
 namespace loom::cuda {
@@ -60,26 +61,52 @@ __global__ void addKernel(FloatRef out, FloatRef a, FloatRef b, int64_t n,
     st(out, i, ld(a, i) + ld(b, inner == n ? i : i % inner));
 }
 
-/// addKernel for three bf16 operands of the same size, 8 elements (16
-/// bytes) per thread: the same fp32 sums, rounded once each. GPT-2's
-/// residual adds (25 MB operands) ran at under a third of the H200's
-/// memory bandwidth one element per thread.
+// Element-wise kernels on bf16 operands of one size run 8 elements (16
+// bytes) per thread: one element per thread, GPT-2's residual adds (25 MB
+// operands) ran at under a third of the H200's memory bandwidth. The math
+// is the one-element kernels' (fp32, rounded once), so results are equal
+// bit for bit. memcpy, not a pointer cast, views the bits as bf16, which
+// C++ defines (the host build of this file too).
+constexpr int kVec = 8;
+
+__device__ inline void widen8(float (&v)[kVec], const uint4 &bits) {
+  __nv_bfloat16 e[kVec];
+  memcpy(e, &bits, sizeof bits);
+  for (int k = 0; k < kVec; ++k)
+    v[k] = __bfloat162float(e[k]);
+}
+
+__device__ inline uint4 round8(const float (&v)[kVec]) {
+  __nv_bfloat16 e[kVec];
+  for (int k = 0; k < kVec; ++k)
+    e[k] = __float2bfloat16(v[k]);
+  uint4 bits;
+  memcpy(&bits, e, sizeof bits);
+  return bits;
+}
+
+/// Whether every operand is bf16 and 16-byte aligned and n a multiple of
+/// kVec: the 8-wide kernels apply.
+bool vectorizable(int64_t n, std::initializer_list<FloatRef> operands) {
+  if (n % kVec != 0)
+    return false;
+  for (const FloatRef &r : operands)
+    if (!r.bf16 || reinterpret_cast<uintptr_t>(r.data) % sizeof(uint4) != 0)
+      return false;
+  return true;
+}
+
 __global__ void addBF16x8Kernel(uint4 *out, const uint4 *a, const uint4 *b,
                                 int64_t vectors) {
   const int64_t i = threadIndex();
   if (i >= vectors)
     return;
-  // One 16-byte load per operand; memcpy (not a pointer cast) views the
-  // bits as bf16, which C++ defines (the host build of this file too).
-  const uint4 va = a[i], vb = b[i];
-  __nv_bfloat16 ea[8], eb[8], eo[8];
-  memcpy(ea, &va, sizeof va);
-  memcpy(eb, &vb, sizeof vb);
-  for (int k = 0; k < 8; ++k)
-    eo[k] = __float2bfloat16(__bfloat162float(ea[k]) + __bfloat162float(eb[k]));
-  uint4 vo;
-  memcpy(&vo, eo, sizeof vo);
-  out[i] = vo;
+  float va[kVec], vb[kVec];
+  widen8(va, a[i]);
+  widen8(vb, b[i]);
+  for (int k = 0; k < kVec; ++k)
+    va[k] += vb[k];
+  out[i] = round8(va);
 }
 
 // Reductions over rows in two deterministic stages: (1) block (chunk,
@@ -120,28 +147,56 @@ __global__ void fillKernel(FloatRef out, float value, int64_t n) {
 
 constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2/pi)
 
+__device__ inline float gelu(float x) {
+  const float cube = 0.044715f * x * x * x;
+  return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube)));
+}
+
+/// d gelu(x) / dx.
+__device__ inline float geluSlope(float x) {
+  const float cube = 0.044715f * x * x * x;
+  const float th = tanhf(kGeluScale * (x + cube));
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) +
+         0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 __global__ void geluForwardKernel(FloatRef out, FloatRef inp, int64_t n) {
   const int64_t i = threadIndex();
-  if (i >= n)
-    return;
-  const float x = ld(inp, i);
-  const float cube = 0.044715f * x * x * x;
-  st(out, i, 0.5f * x * (1.0f + tanhf(kGeluScale * (x + cube))));
+  if (i < n)
+    st(out, i, gelu(ld(inp, i)));
 }
 
 __global__ void geluBackwardKernel(FloatRef dinp, FloatRef inp, FloatRef dout,
                                    int64_t n) {
   const int64_t i = threadIndex();
-  if (i >= n)
+  if (i < n)
+    st(dinp, i, geluSlope(ld(inp, i)) * ld(dout, i));
+}
+
+__global__ void geluForwardBF16x8Kernel(uint4 *out, const uint4 *inp,
+                                        int64_t vectors) {
+  const int64_t i = threadIndex();
+  if (i >= vectors)
     return;
-  const float x = ld(inp, i);
-  const float cube = 0.044715f * x * x * x;
-  const float th = tanhf(kGeluScale * (x + cube));
-  const float sech2 = 1.0f - th * th;
-  const float local =
-      0.5f * (1.0f + th) +
-      0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-  st(dinp, i, local * ld(dout, i));
+  float v[kVec];
+  widen8(v, inp[i]);
+  for (int k = 0; k < kVec; ++k)
+    v[k] = gelu(v[k]);
+  out[i] = round8(v);
+}
+
+__global__ void geluBackwardBF16x8Kernel(uint4 *dinp, const uint4 *inp,
+                                         const uint4 *dout, int64_t vectors) {
+  const int64_t i = threadIndex();
+  if (i >= vectors)
+    return;
+  float x[kVec], dy[kVec];
+  widen8(x, inp[i]);
+  widen8(dy, dout[i]);
+  for (int k = 0; k < kVec; ++k)
+    x[k] = geluSlope(x[k]) * dy[k];
+  dinp[i] = round8(x);
 }
 
 //===----------------------------------------------------------------------===//
@@ -621,15 +676,11 @@ __global__ void adamwKernel(FloatRef params, FloatRef grads, FloatRef m,
 
 Status mixedAdd(FloatRef out, FloatRef a, FloatRef b, int64_t n, int64_t inner,
                 cudaStream_t stream) {
-  auto aligned = [](const void *p) {
-    return reinterpret_cast<uintptr_t>(p) % sizeof(uint4) == 0;
-  };
-  if (out.bf16 && a.bf16 && b.bf16 && inner == n && n % 8 == 0 &&
-      aligned(out.data) && aligned(a.data) && aligned(b.data)) {
-    LOOM_LAUNCH(addBF16x8Kernel, blocksFor(n / 8), kThreads, stream,
+  if (inner == n && vectorizable(n, {out, a, b})) {
+    LOOM_LAUNCH(addBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
                 static_cast<uint4 *>(out.data),
                 static_cast<const uint4 *>(a.data),
-                static_cast<const uint4 *>(b.data), n / 8);
+                static_cast<const uint4 *>(b.data), n / kVec);
     return Status::success();
   }
   LOOM_LAUNCH(addKernel, blocksFor(n), kThreads, stream, out, a, b, n, inner);
@@ -655,12 +706,25 @@ Status mixedFill(FloatRef out, float value, int64_t n, cudaStream_t stream) {
 
 Status mixedGeluForward(FloatRef out, FloatRef inp, int64_t n,
                         cudaStream_t stream) {
+  if (vectorizable(n, {out, inp})) {
+    LOOM_LAUNCH(geluForwardBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
+                static_cast<uint4 *>(out.data),
+                static_cast<const uint4 *>(inp.data), n / kVec);
+    return Status::success();
+  }
   LOOM_LAUNCH(geluForwardKernel, blocksFor(n), kThreads, stream, out, inp, n);
   return Status::success();
 }
 
 Status mixedGeluBackward(FloatRef dinp, FloatRef inp, FloatRef dout, int64_t n,
                          cudaStream_t stream) {
+  if (vectorizable(n, {dinp, inp, dout})) {
+    LOOM_LAUNCH(geluBackwardBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
+                static_cast<uint4 *>(dinp.data),
+                static_cast<const uint4 *>(inp.data),
+                static_cast<const uint4 *>(dout.data), n / kVec);
+    return Status::success();
+  }
   LOOM_LAUNCH(geluBackwardKernel, blocksFor(n), kThreads, stream, dinp, inp,
               dout, n);
   return Status::success();

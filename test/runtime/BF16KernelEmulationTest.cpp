@@ -174,6 +174,26 @@ TEST(BF16KernelEmulation, PlainBF16AddsEightAtATime) {
   EXPECT_EQ(a.bits, want);
 }
 
+TEST(BF16KernelEmulation, GeluEightAtATimeRoundsTheOneElementMath) {
+  // bf16 in and out, a size 8 divides: the 8-wide kernels. Each result is
+  // the one-element kernel's fp32 value (here with an fp32 output, which
+  // takes that kernel) rounded once: equal bit for bit.
+  const int64_t n = 8 * 300;
+  BF16Tensor x = randomBF16(n, 31, -4, 4), dy = randomBF16(n, 32), y(n),
+             dx(n);
+  std::vector<float> y32(n), dx32(n);
+  ASSERT_TRUE(emulated::mixedGeluForward(y.ref(), x.ref(), n, kNoStream).ok());
+  ASSERT_TRUE(emulated::mixedGeluForward(f32(y32), x.ref(), n, kNoStream).ok());
+  ASSERT_TRUE(
+      emulated::mixedGeluBackward(dx.ref(), x.ref(), dy.ref(), n, kNoStream)
+          .ok());
+  ASSERT_TRUE(
+      emulated::mixedGeluBackward(f32(dx32), x.ref(), dy.ref(), n, kNoStream)
+          .ok());
+  EXPECT_EQ(y.bits, BF16Tensor(y32).bits);
+  EXPECT_EQ(dx.bits, BF16Tensor(dx32).bits);
+}
+
 TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
   // Rows past two 128-row chunks (with a tail), columns past one block.
   const int64_t outer = 300, inner = 300;
