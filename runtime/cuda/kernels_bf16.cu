@@ -70,16 +70,16 @@ __global__ void addKernel(FloatRef out, FloatRef a, FloatRef b, int64_t n,
 constexpr int kVec = 8;
 
 __device__ inline void widen8(float (&v)[kVec], const uint4 &bits) {
-  __nv_bfloat16 e[kVec];
+  unsigned short e[kVec];
   memcpy(e, &bits, sizeof bits);
   for (int k = 0; k < kVec; ++k)
-    v[k] = __bfloat162float(e[k]);
+    v[k] = __bfloat162float(__ushort_as_bfloat16(e[k]));
 }
 
 __device__ inline uint4 round8(const float (&v)[kVec]) {
-  __nv_bfloat16 e[kVec];
+  unsigned short e[kVec];
   for (int k = 0; k < kVec; ++k)
-    e[k] = __float2bfloat16(v[k]);
+    e[k] = __bfloat16_as_ushort(__float2bfloat16(v[k]));
   uint4 bits;
   memcpy(&bits, e, sizeof bits);
   return bits;

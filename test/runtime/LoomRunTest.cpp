@@ -189,8 +189,9 @@ TEST_F(LoomRun, LossesMatchTheExecutorAndOutputsAreWellFormed) {
     // sums by); a batch load has none.
     const JsonValue *args = e.find("args");
     EXPECT_EQ(args == nullptr, data);
-    if (args)
+    if (args) {
       EXPECT_FALSE(args->find("op")->asString().empty());
+    }
   }
   EXPECT_EQ(dataEvents, 3);
   EXPECT_EQ(events[1].find("name")->asString(), "wte");
