@@ -866,21 +866,12 @@ LogicalResult mlir::loom::emitProgram(ModuleOp module, llvm::raw_ostream &os) {
   for (ArrayRef<func::FuncOp> group : groups)
     for (func::FuncOp func : group) {
       WalkResult walk = func.walk([&](Operation *op) {
-        std::optional<int64_t> vocab;
-        if (auto max = dyn_cast<RowMaxOp>(op))
-          vocab = max.getVocabSize();
-        else if (auto sums = dyn_cast<CrossEntropySumsOp>(op))
-          vocab = sums.getVocabSize();
-        else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op))
-          vocab = grad.getVocabSize();
-        else if (auto ce = dyn_cast<CrossEntropyOp>(op))
-          vocab = ce.getVocabSize();
-        else if (auto grad = dyn_cast<CrossEntropyGradOp>(op))
-          vocab = grad.getVocabSize();
-        if (!vocab || *vocab == get("vocab_size"))
+        auto loss = dyn_cast<VocabMaskOpInterface>(op);
+        IntegerAttr vocabAttr = loss ? loss.getVocabSizeAttr() : IntegerAttr();
+        if (!vocabAttr || vocabAttr.getInt() == get("vocab_size"))
           return WalkResult::advance();
         op->emitOpError() << "masks the logit columns from vocab_size = "
-                          << *vocab << " on, but the model's loom.model has "
+                          << vocabAttr.getInt() << " on, but the model's loom.model has "
                           << "vocab_size = " << get("vocab_size")
                           << "; the program masks by the model's, so they "
                              "must agree";

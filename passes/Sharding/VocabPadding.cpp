@@ -57,16 +57,13 @@ int64_t factorOf(ArrayRef<SmallVector<int64_t>> factors, unsigned index,
 }
 
 /// Whether operand `index`, dimension `dim` of `op` is the vocabulary of
-/// the logits of a whole-vocabulary loss (`loom.cross_entropy`, its
-/// gradient): padding there is masked by the op's vocab_size.
+/// the logits of a loss op (VocabMaskOpInterface): padding there is masked
+/// by the op's vocab_size (step 3).
 bool isPaddedLossColumn(Operation *op, unsigned index, unsigned dim) {
-  Value logits;
-  if (auto ce = dyn_cast<CrossEntropyOp>(op))
-    logits = ce.getLogits();
-  else if (auto grad = dyn_cast<CrossEntropyGradOp>(op))
-    logits = grad.getLogits();
-  else
+  auto loss = dyn_cast<VocabMaskOpInterface>(op);
+  if (!loss)
     return false;
+  Value logits = loss.getMaskedLogits();
   return op->getOperand(index) == logits &&
          int64_t(dim) + 1 == cast<RankedTensorType>(logits.getType()).getRank();
 }
@@ -157,13 +154,11 @@ LogicalResult PaddingSpread::visitUse(OpOperand &use, unsigned dim) {
     return add(user->getParentOp()->getResult(index), dim, user);
   if (isa<func::ReturnOp>(user))
     return success(); // the signature follows in retype()
-  // The whole-vocabulary loss and its gradient read the padded columns
-  // (step 3 masks them with vocab_size); the gradient's result is padded
-  // like its logits.
+  // A loss op reads the padded columns (step 3 masks them with
+  // vocab_size); a logits gradient's result is padded like its logits.
   if (isPaddedLossColumn(user, index, dim)) {
-    if (auto grad = dyn_cast<CrossEntropyGradOp>(user))
-      return add(grad.getResult(), dim, user);
-    return success();
+    Value result = cast<VocabMaskOpInterface>(user).getPaddedResult();
+    return result ? add(result, dim, user) : success();
   }
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(user);
   if (!ruleOp)
@@ -193,9 +188,9 @@ LogicalResult PaddingSpread::visitDefinition(Value v, unsigned dim) {
   // operand): the padding rows get zero.
   if (isa<EmbeddingGradOp>(def) && dim == 0)
     return success();
-  if (auto grad = dyn_cast<CrossEntropyGradOp>(def))
-    if (isPaddedLossColumn(def, 1, dim))
-      return add(grad.getLogits(), dim, def);
+  if (auto loss = dyn_cast<VocabMaskOpInterface>(def))
+    if (loss.getPaddedResult() == v)
+      return add(loss.getMaskedLogits(), dim, def);
   auto ruleOp = dyn_cast<ShardingRuleOpInterface>(def);
   if (!ruleOp)
     return refuse(def, "has no sharding rule to say where the padded "
@@ -288,23 +283,9 @@ LogicalResult mlir::loom::padParameterRows(ModuleOp module, StringAttr param,
     return failure();
   // 3. The loss masks the padded columns of the logits.
   IntegerAttr vocab = b.getI64IntegerAttr(rows);
-  module.walk([&](Operation *op) {
-    if (auto max = dyn_cast<RowMaxOp>(op)) {
-      if (spread.lastDimPadded(max.getInput()))
-        max.setVocabSizeAttr(vocab);
-    } else if (auto sums = dyn_cast<CrossEntropySumsOp>(op)) {
-      if (spread.lastDimPadded(sums.getLogits()))
-        sums.setVocabSizeAttr(vocab);
-    } else if (auto grad = dyn_cast<CrossEntropySumsGradOp>(op)) {
-      if (spread.lastDimPadded(grad.getLogits()))
-        grad.setVocabSizeAttr(vocab);
-    } else if (auto ce = dyn_cast<CrossEntropyOp>(op)) {
-      if (spread.lastDimPadded(ce.getLogits()))
-        ce.setVocabSizeAttr(vocab);
-    } else if (auto grad = dyn_cast<CrossEntropyGradOp>(op)) {
-      if (spread.lastDimPadded(grad.getLogits()))
-        grad.setVocabSizeAttr(vocab);
-    }
+  module.walk([&](VocabMaskOpInterface loss) {
+    if (spread.lastDimPadded(loss.getMaskedLogits()))
+      loss.setVocabSizeAttr(vocab);
   });
   spread.retype(module);
   LLVM_DEBUG(llvm::dbgs() << "padded " << param << " from " << rows << " to "

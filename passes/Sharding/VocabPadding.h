@@ -38,10 +38,11 @@ std::optional<std::pair<func::FuncOp, unsigned>> functionArgumentOf(Value v);
 /// AdamW moments) from `rows` to `padded` rows, and with it every dimension
 /// the ops' sharding rules tie to it (the logits' vocabulary, the table's
 /// gradient, the optimizer's update), through `loom.block` bodies. The
-/// parameter gets `loom.unpadded_rows` = `rows`; the vocab-parallel loss ops
-/// reading padded logits get `vocab_size` = `rows`, so the padding columns
-/// stay out of the maximum, the sums and the gradient (as do the
-/// whole-vocabulary `loom.cross_entropy` and its gradient). Fails, with a
+/// parameter gets `loom.unpadded_rows` = `rows`; the loss ops reading padded
+/// logits (VocabMaskOpInterface: the vocab-parallel pieces and the
+/// whole-vocabulary `loom.cross_entropy`, with their gradients) get
+/// `vocab_size` = `rows`, so the padding columns stay out of the maximum,
+/// the sums and the gradient. Fails, with a
 /// diagnostic on the op ending in `remedy` (why the padding, and what the
 /// user can change: "for tensor parallelism; use ..."), when
 /// an op needs the padded dimension whole or has no sharding rule to say

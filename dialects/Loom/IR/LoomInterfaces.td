@@ -64,4 +64,33 @@ def Loom_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   ];
 }
 
+def Loom_VocabMaskOpInterface : OpInterface<"VocabMaskOpInterface"> {
+  let cppNamespace = "::mlir::loom";
+  let description = [{
+    A loss op reading logits whose last dimension may be a padded
+    vocabulary: with `vocab_size` set, the columns from that global index on
+    are padding it masks (out of the maximum and the sums, zero gradient).
+    Vocabulary padding (VocabPadding.h) sets `vocab_size` through this
+    interface, lets the padding pass through the op (the logits' last
+    dimension, and the padded result of a gradient op), and the program
+    emitter checks it against the model's vocabulary.
+  }];
+  let methods = [
+    InterfaceMethod<"The logits whose last dimension is the vocabulary.",
+      "::mlir::Value", "getMaskedLogits", (ins), [{}],
+      [{ return $_op.getLogits(); }]>,
+    InterfaceMethod<"The result padded like the logits' last dimension "
+                    "(a logits gradient), or null.",
+      "::mlir::Value", "getPaddedResult", (ins), [{}],
+      [{ return ::mlir::Value(); }]>,
+    // The ops' own `vocab_size` accessors (the defaults call them).
+    InterfaceMethod<"The first padding column, when the logits are padded.",
+      "::mlir::IntegerAttr", "getVocabSizeAttr", (ins), [{}],
+      [{ return $_op.getVocabSizeAttr(); }]>,
+    InterfaceMethod<"Sets the first padding column.",
+      "void", "setVocabSizeAttr", (ins "::mlir::IntegerAttr":$vocabSize),
+      [{}], [{ $_op.setVocabSizeAttr(vocabSize); }]>
+  ];
+}
+
 #endif // LOOM_DIALECT_LOOM_IR_LOOMINTERFACES_TD

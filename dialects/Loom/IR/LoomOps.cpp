@@ -234,6 +234,9 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
+  if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
+                             /*splitColumns=*/false)))
+    return failure();
   return verifySameFloatElementType(*this);
 }
 
@@ -271,6 +274,7 @@ LogicalResult RowMaxOp::verify() {
     return failure();
   return verifyLogitsAndStatistics(*this, {getInput()}, {getResult()});
 }
+Value RowMaxOp::getMaskedLogits() { return getInput(); }
 int64_t RowMaxOp::getFlops() { return numElements(getInput()); }
 int64_t RowMaxOp::getBytesAccessed() {
   return bytesOf(getInput()) + bytesOf(getResult());

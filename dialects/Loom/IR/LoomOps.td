@@ -224,7 +224,8 @@ def Loom_SoftmaxOp : Loom_DifferentiableOp<"softmax", [SameOperandsAndResultType
   let assemblyFormat = "$input attr-dict `:` type($input)";
 }
 
-def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
+def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy",
+    [Loom_VocabMaskOpInterface]> {
   let summary = "Softmax cross-entropy, mean over all tokens";
   let description = [{
     `logits` is `[..., V]`, `targets` has the leading shape of `logits`;
@@ -263,7 +264,8 @@ def Loom_CrossEntropyOp : Loom_DifferentiableOp<"cross_entropy"> {
 // loss to these ops (and its gradient to `loom.cross_entropy_sums_grad`)
 // when it splits the vocabulary.
 
-def Loom_RowMaxOp : Loom_ComputeOp<"row_max"> {
+def Loom_RowMaxOp : Loom_ComputeOp<"row_max",
+    [DeclareOpInterfaceMethods<Loom_VocabMaskOpInterface, ["getMaskedLogits"]>]> {
   let summary = "Maximum over the last dimension";
   let description = [{
     `result[i...] = max_v input[i..., v]`. Split over the last dimension,
@@ -287,7 +289,8 @@ def Loom_RowMaxOp : Loom_ComputeOp<"row_max"> {
   let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
 }
 
-def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums"> {
+def Loom_CrossEntropySumsOp : Loom_ComputeOp<"cross_entropy_sums",
+    [Loom_VocabMaskOpInterface]> {
   let summary = "Sums of exp(logit - max) and the target logits, per token";
   let description = [{
     `sum_exp[i...] = Σ_v exp(logits[i..., v] - row_max[i...])` and

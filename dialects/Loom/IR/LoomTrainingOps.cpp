@@ -178,8 +178,12 @@ LogicalResult CrossEntropyGradOp::verify() {
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
+  if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
+                             /*splitColumns=*/false)))
+    return failure();
   return verifySameFloatElementType(*this);
 }
+Value CrossEntropyGradOp::getPaddedResult() { return getResult(); }
 int64_t CrossEntropyGradOp::getFlops() { return 6 * numElements(getLogits()); }
 int64_t CrossEntropyGradOp::getBytesAccessed() { return sumBytes(*this); }
 
@@ -207,6 +211,7 @@ LogicalResult CrossEntropySumsGradOp::verify() {
   return verifyLogitsAndStatistics(*this, {getLogits(), getResult()},
                                    {getRowMax(), getSumExp()});
 }
+Value CrossEntropySumsGradOp::getPaddedResult() { return getResult(); }
 int64_t CrossEntropySumsGradOp::getFlops() {
   return 4 * numElements(getLogits());
 }

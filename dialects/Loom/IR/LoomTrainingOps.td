@@ -164,7 +164,8 @@ def Loom_SoftmaxGradOp : Loom_ComputeOp<"softmax_grad",
   let assemblyFormat = "$dout `,` $output attr-dict `:` type($dout)";
 }
 
-def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
+def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad",
+    [DeclareOpInterfaceMethods<Loom_VocabMaskOpInterface, ["getPaddedResult"]>]> {
   let summary = "Gradient of the mean cross-entropy with respect to logits";
   let description = [{
     `dlogits = (softmax(logits) − onehot(targets)) · dloss / N`, N the
@@ -188,7 +189,8 @@ def Loom_CrossEntropyGradOp : Loom_ComputeOp<"cross_entropy_grad"> {
   }];
 }
 
-def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad"> {
+def Loom_CrossEntropySumsGradOp : Loom_ComputeOp<"cross_entropy_sums_grad",
+    [DeclareOpInterfaceMethods<Loom_VocabMaskOpInterface, ["getPaddedResult"]>]> {
   let summary = "Gradient of the mean cross-entropy from its maxima and sums";
   let description = [{
     `dlogits = (exp(logits - row_max) / sum_exp − onehot(targets)) · dloss

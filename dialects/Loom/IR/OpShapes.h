@@ -128,7 +128,7 @@ inline FailureOr<int64_t> verifyQkv(Operation *op, Value qkv, int64_t heads) {
   return *channels;
 }
 
-/// Verifies the `vocab_size` of a vocab-parallel loss op reading `logits`
+/// Verifies the `vocab_size` of a loss op reading `logits`
 /// (columns from global index `vocabSize` on are padding): at least one real
 /// column, and, while the columns are whole (no `vocab_axes`), no more real
 /// columns than there are.

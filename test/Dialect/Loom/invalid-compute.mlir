@@ -367,6 +367,15 @@ func.func @row_max_vocab_size(%x: tensor<4x32x128xf32>) {
 
 // -----
 
+// The whole-vocabulary loss too (--loom-pad-vocab sets it).
+func.func @cross_entropy_vocab_size(%l: tensor<4x32x128xf32>, %t: tensor<4x32xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy' op vocab_size = 129 must be in [1, 128] (the logits' columns; from vocab_size on they are padding)}}
+  %0 = loom.cross_entropy %l, %t {vocab_size = 129 : i64} : tensor<4x32x128xf32>, tensor<4x32xi32> -> tensor<f32>
+  return
+}
+
+// -----
+
 func.func @cross_entropy_from_sums_tokens(%m: tensor<4x32xf32>, %s: tensor<4x32xf32>) {
   // expected-error@+1 {{'loom.cross_entropy_from_sums' op num_tokens 100 is less than this rank's 128 tokens}}
   %0 = loom.cross_entropy_from_sums %m, %s, %s {num_tokens = 100 : i64} : tensor<4x32xf32>, tensor<4x32xf32>, tensor<4x32xf32> -> tensor<f32>

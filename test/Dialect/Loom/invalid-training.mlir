@@ -136,6 +136,14 @@ func.func @f(%dl: tensor<f32>, %logits: tensor<2x4x16xf32>, %t: tensor<2x4xi32>)
 
 // -----
 
+func.func @f(%dl: tensor<f32>, %logits: tensor<2x4x16xf32>, %t: tensor<2x4xi32>) {
+  // expected-error@+1 {{'loom.cross_entropy_grad' op vocab_size = 0 must be in [1, 16] (the logits' columns; from vocab_size on they are padding)}}
+  %0 = loom.cross_entropy_grad %dl, %logits, %t {vocab_size = 0 : i64} : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
+  return
+}
+
+// -----
+
 func.func @f(%d: tensor<4x8xf32>) {
   // expected-error@+1 {{'loom.slice_grad' op slice at offset 6 of size 4 does not fit dimension 0 of size 8}}
   %0 = loom.slice_grad %d dim 0 offset 6 : tensor<4x8xf32> -> tensor<8x8xf32>
