@@ -96,8 +96,23 @@ bool vectorizable(int64_t n, std::initializer_list<FloatRef> operands) {
   return true;
 }
 
-__global__ void addBF16x8Kernel(uint4 *out, const uint4 *a, const uint4 *b,
-                                int64_t vectors) {
+/// out = f(a) or f(a, b), 8 elements per thread (`vectors` 16-byte groups).
+template <typename F>
+__global__ void map1BF16x8Kernel(uint4 *out, const uint4 *a, int64_t vectors,
+                                 F f) {
+  const int64_t i = threadIndex();
+  if (i >= vectors)
+    return;
+  float va[kVec];
+  widen8(va, a[i]);
+  for (int k = 0; k < kVec; ++k)
+    va[k] = f(va[k]);
+  out[i] = round8(va);
+}
+
+template <typename F>
+__global__ void map2BF16x8Kernel(uint4 *out, const uint4 *a, const uint4 *b,
+                                 int64_t vectors, F f) {
   const int64_t i = threadIndex();
   if (i >= vectors)
     return;
@@ -105,9 +120,13 @@ __global__ void addBF16x8Kernel(uint4 *out, const uint4 *a, const uint4 *b,
   widen8(va, a[i]);
   widen8(vb, b[i]);
   for (int k = 0; k < kVec; ++k)
-    va[k] += vb[k];
+    va[k] = f(va[k], vb[k]);
   out[i] = round8(va);
 }
+
+struct Sum {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 
 // Reductions over rows in two deterministic stages: (1) block (chunk,
 // column block) sums kRowChunk rows of its columns in order into a partial,
@@ -174,30 +193,14 @@ __global__ void geluBackwardKernel(FloatRef dinp, FloatRef inp, FloatRef dout,
     st(dinp, i, geluSlope(ld(inp, i)) * ld(dout, i));
 }
 
-__global__ void geluForwardBF16x8Kernel(uint4 *out, const uint4 *inp,
-                                        int64_t vectors) {
-  const int64_t i = threadIndex();
-  if (i >= vectors)
-    return;
-  float v[kVec];
-  widen8(v, inp[i]);
-  for (int k = 0; k < kVec; ++k)
-    v[k] = gelu(v[k]);
-  out[i] = round8(v);
-}
-
-__global__ void geluBackwardBF16x8Kernel(uint4 *dinp, const uint4 *inp,
-                                         const uint4 *dout, int64_t vectors) {
-  const int64_t i = threadIndex();
-  if (i >= vectors)
-    return;
-  float x[kVec], dy[kVec];
-  widen8(x, inp[i]);
-  widen8(dy, dout[i]);
-  for (int k = 0; k < kVec; ++k)
-    x[k] = geluSlope(x[k]) * dy[k];
-  dinp[i] = round8(x);
-}
+struct Gelu {
+  __device__ float operator()(float x) const { return gelu(x); }
+};
+struct GeluGrad {
+  __device__ float operator()(float x, float dy) const {
+    return geluSlope(x) * dy;
+  }
+};
 
 //===----------------------------------------------------------------------===//
 // Embedding
@@ -677,10 +680,10 @@ __global__ void adamwKernel(FloatRef params, FloatRef grads, FloatRef m,
 Status mixedAdd(FloatRef out, FloatRef a, FloatRef b, int64_t n, int64_t inner,
                 cudaStream_t stream) {
   if (inner == n && vectorizable(n, {out, a, b})) {
-    LOOM_LAUNCH(addBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
+    LOOM_LAUNCH(map2BF16x8Kernel<Sum>, blocksFor(n / kVec), kThreads, stream,
                 static_cast<uint4 *>(out.data),
                 static_cast<const uint4 *>(a.data),
-                static_cast<const uint4 *>(b.data), n / kVec);
+                static_cast<const uint4 *>(b.data), n / kVec, Sum());
     return Status::success();
   }
   LOOM_LAUNCH(addKernel, blocksFor(n), kThreads, stream, out, a, b, n, inner);
@@ -707,9 +710,9 @@ Status mixedFill(FloatRef out, float value, int64_t n, cudaStream_t stream) {
 Status mixedGeluForward(FloatRef out, FloatRef inp, int64_t n,
                         cudaStream_t stream) {
   if (vectorizable(n, {out, inp})) {
-    LOOM_LAUNCH(geluForwardBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
+    LOOM_LAUNCH(map1BF16x8Kernel<Gelu>, blocksFor(n / kVec), kThreads, stream,
                 static_cast<uint4 *>(out.data),
-                static_cast<const uint4 *>(inp.data), n / kVec);
+                static_cast<const uint4 *>(inp.data), n / kVec, Gelu());
     return Status::success();
   }
   LOOM_LAUNCH(geluForwardKernel, blocksFor(n), kThreads, stream, out, inp, n);
@@ -719,10 +722,10 @@ Status mixedGeluForward(FloatRef out, FloatRef inp, int64_t n,
 Status mixedGeluBackward(FloatRef dinp, FloatRef inp, FloatRef dout, int64_t n,
                          cudaStream_t stream) {
   if (vectorizable(n, {dinp, inp, dout})) {
-    LOOM_LAUNCH(geluBackwardBF16x8Kernel, blocksFor(n / kVec), kThreads, stream,
-                static_cast<uint4 *>(dinp.data),
+    LOOM_LAUNCH(map2BF16x8Kernel<GeluGrad>, blocksFor(n / kVec), kThreads,
+                stream, static_cast<uint4 *>(dinp.data),
                 static_cast<const uint4 *>(inp.data),
-                static_cast<const uint4 *>(dout.data), n / kVec);
+                static_cast<const uint4 *>(dout.data), n / kVec, GeluGrad());
     return Status::success();
   }
   LOOM_LAUNCH(geluBackwardKernel, blocksFor(n), kThreads, stream, dinp, inp,
