@@ -85,12 +85,13 @@ int main(int argc, char **argv) {
   for (float &x : dout)
     x = dist(gen);
   float *dQkv = nullptr, *dDout = nullptr, *dOut = nullptr, *dAtt = nullptr,
-        *dDqkv = nullptr;
+        *dDqkv = nullptr, *dLse = nullptr;
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dQkv), nQkv * 4));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dDout), nOut * 4));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dOut), nOut * 4));
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dAtt), nAtt * 4)); // the opcodes' [B,NH,T,T] scratch
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dDqkv), nQkv * 4));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dLse), B * NH * T * 4));
   BENCH_CUDA(cudaMemcpy(dQkv, qkv.data(), nQkv * 4, cudaMemcpyHostToDevice));
   BENCH_CUDA(cudaMemcpy(dDout, dout.data(), nOut * 4, cudaMemcpyHostToDevice));
   cudaStream_t stream = nullptr;
@@ -103,7 +104,8 @@ int main(int argc, char **argv) {
   BENCH_CHECK(loom::cuda::CudaKernels::create(stream, kernels));
 
   std::printf("causal attention fp32, B=%lld T=%lld NH=%lld C=%lld "
-              "(executor calls: forward, grad with recompute)\n",
+              "(executor calls of a training step: forward with lse, grad "
+              "from the saved forward)\n",
               (long long)B, (long long)T, (long long)NH, (long long)C);
   std::printf("%-10s %11s %11s %11s %14s %14s\n", "kernel", "forward ms",
               "grad ms", "total ms", "max|d| out", "max|d| dqkv");
@@ -117,9 +119,11 @@ int main(int argc, char **argv) {
     std::vector<float> fwdMs(iters), gradMs(iters);
     for (int i = -1; i < iters; ++i) { // i = -1: warm-up
       BENCH_CUDA(cudaEventRecord(e0, stream));
-      BENCH_CHECK(kernels->attentionForward(dOut, dAtt, dQkv, B, T, C, NH));
+      BENCH_CHECK(
+          kernels->attentionForward(dOut, dLse, dAtt, dQkv, B, T, C, NH));
       BENCH_CUDA(cudaEventRecord(e1, stream));
-      BENCH_CHECK(kernels->attentionGrad(dDqkv, dDout, dQkv, dAtt, B, T, C, NH));
+      BENCH_CHECK(kernels->attentionGrad(dDqkv, dDout, dQkv, dOut, dLse, dAtt,
+                                         B, T, C, NH));
       BENCH_CUDA(cudaEventRecord(e2, stream));
       BENCH_CUDA(cudaEventSynchronize(e2));
       if (i < 0)
@@ -223,6 +227,7 @@ int main(int argc, char **argv) {
   cudaFree(dOut);
   cudaFree(dAtt);
   cudaFree(dDqkv);
+  cudaFree(dLse);
   cudaStreamDestroy(stream);
   return 0;
 }

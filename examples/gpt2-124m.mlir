@@ -7,169 +7,169 @@ module {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %4 = loom.block "h.1"(%3, %arg14, %arg15, %arg16, %arg17, %arg18, %arg19, %arg20, %arg21, %arg22, %arg23, %arg24, %arg25) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %5 = loom.block "h.2"(%4, %arg26, %arg27, %arg28, %arg29, %arg30, %arg31, %arg32, %arg33, %arg34, %arg35, %arg36, %arg37) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %6 = loom.block "h.3"(%5, %arg38, %arg39, %arg40, %arg41, %arg42, %arg43, %arg44, %arg45, %arg46, %arg47, %arg48, %arg49) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %7 = loom.block "h.4"(%6, %arg50, %arg51, %arg52, %arg53, %arg54, %arg55, %arg56, %arg57, %arg58, %arg59, %arg60, %arg61) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %8 = loom.block "h.5"(%7, %arg62, %arg63, %arg64, %arg65, %arg66, %arg67, %arg68, %arg69, %arg70, %arg71, %arg72, %arg73) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %9 = loom.block "h.6"(%8, %arg74, %arg75, %arg76, %arg77, %arg78, %arg79, %arg80, %arg81, %arg82, %arg83, %arg84, %arg85) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %10 = loom.block "h.7"(%9, %arg86, %arg87, %arg88, %arg89, %arg90, %arg91, %arg92, %arg93, %arg94, %arg95, %arg96, %arg97) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %11 = loom.block "h.8"(%10, %arg98, %arg99, %arg100, %arg101, %arg102, %arg103, %arg104, %arg105, %arg106, %arg107, %arg108, %arg109) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %12 = loom.block "h.9"(%11, %arg110, %arg111, %arg112, %arg113, %arg114, %arg115, %arg116, %arg117, %arg118, %arg119, %arg120, %arg121) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %13 = loom.block "h.10"(%12, %arg122, %arg123, %arg124, %arg125, %arg126, %arg127, %arg128, %arg129, %arg130, %arg131, %arg132, %arg133) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %14 = loom.block "h.11"(%13, %arg134, %arg135, %arg136, %arg137, %arg138, %arg139, %arg140, %arg141, %arg142, %arg143, %arg144, %arg145) : (tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32>, tensor<768x768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768xf32>, tensor<768x3072xf32>, tensor<3072xf32>, tensor<3072x768xf32>, tensor<768xf32>) -> tensor<8x1024x768xf32> {
     ^bb0(%arg150: tensor<8x1024x768xf32>, %arg151: tensor<768xf32>, %arg152: tensor<768xf32>, %arg153: tensor<768x3x768xf32>, %arg154: tensor<3x768xf32>, %arg155: tensor<768x768xf32>, %arg156: tensor<768xf32>, %arg157: tensor<768xf32>, %arg158: tensor<768xf32>, %arg159: tensor<768x3072xf32>, %arg160: tensor<3072xf32>, %arg161: tensor<3072x768xf32>, %arg162: tensor<768xf32>):
       %18 = loom.layer_norm %arg150, %arg151, %arg152 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
       %19 = loom.linear %18, %arg153, %arg154 : tensor<8x1024x768xf32>, tensor<768x3x768xf32>, tensor<3x768xf32> -> tensor<8x1024x3x768xf32>
-      %20 = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
-      %21 = loom.linear %20, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %22 = loom.add %arg150, %21 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      %23 = loom.layer_norm %22, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
-      %24 = loom.linear %23, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
-      %25 = loom.gelu %24 : tensor<8x1024x3072xf32>
-      %26 = loom.linear %25, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
-      %27 = loom.add %22, %26 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
-      loom.yield %27 : tensor<8x1024x768xf32>
+      %result = loom.attention %19 {num_heads = 12 : i64} : tensor<8x1024x3x768xf32> -> tensor<8x1024x768xf32>
+      %20 = loom.linear %result, %arg155, %arg156 : tensor<8x1024x768xf32>, tensor<768x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %21 = loom.add %arg150, %20 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      %22 = loom.layer_norm %21, %arg157, %arg158 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
+      %23 = loom.linear %22, %arg159, %arg160 : tensor<8x1024x768xf32>, tensor<768x3072xf32>, tensor<3072xf32> -> tensor<8x1024x3072xf32>
+      %24 = loom.gelu %23 : tensor<8x1024x3072xf32>
+      %25 = loom.linear %24, %arg161, %arg162 : tensor<8x1024x3072xf32>, tensor<3072x768xf32>, tensor<768xf32> -> tensor<8x1024x768xf32>
+      %26 = loom.add %21, %25 : tensor<8x1024x768xf32>, tensor<8x1024x768xf32>
+      loom.yield %26 : tensor<8x1024x768xf32>
     }
     %15 = loom.layer_norm %14, %arg146, %arg147 : tensor<8x1024x768xf32>, tensor<768xf32>, tensor<768xf32>
     %16 = loom.matmul %15, %arg0 transpose_rhs : tensor<8x1024x768xf32>, tensor<50257x768xf32> -> tensor<8x1024x50257xf32>

@@ -7,29 +7,29 @@ module {
     ^bb0(%arg30: tensor<8x64x64xf32>, %arg31: tensor<64xf32>, %arg32: tensor<64xf32>, %arg33: tensor<64x3x64xf32>, %arg34: tensor<3x64xf32>, %arg35: tensor<64x64xf32>, %arg36: tensor<64xf32>, %arg37: tensor<64xf32>, %arg38: tensor<64xf32>, %arg39: tensor<64x256xf32>, %arg40: tensor<256xf32>, %arg41: tensor<256x64xf32>, %arg42: tensor<64xf32>):
       %8 = loom.layer_norm %arg30, %arg31, %arg32 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
       %9 = loom.linear %8, %arg33, %arg34 : tensor<8x64x64xf32>, tensor<64x3x64xf32>, tensor<3x64xf32> -> tensor<8x64x3x64xf32>
-      %10 = loom.attention %9 {num_heads = 4 : i64} : tensor<8x64x3x64xf32> -> tensor<8x64x64xf32>
-      %11 = loom.linear %10, %arg35, %arg36 : tensor<8x64x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
-      %12 = loom.add %arg30, %11 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
-      %13 = loom.layer_norm %12, %arg37, %arg38 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
-      %14 = loom.linear %13, %arg39, %arg40 : tensor<8x64x64xf32>, tensor<64x256xf32>, tensor<256xf32> -> tensor<8x64x256xf32>
-      %15 = loom.gelu %14 : tensor<8x64x256xf32>
-      %16 = loom.linear %15, %arg41, %arg42 : tensor<8x64x256xf32>, tensor<256x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
-      %17 = loom.add %12, %16 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
-      loom.yield %17 : tensor<8x64x64xf32>
+      %result = loom.attention %9 {num_heads = 4 : i64} : tensor<8x64x3x64xf32> -> tensor<8x64x64xf32>
+      %10 = loom.linear %result, %arg35, %arg36 : tensor<8x64x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
+      %11 = loom.add %arg30, %10 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
+      %12 = loom.layer_norm %11, %arg37, %arg38 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
+      %13 = loom.linear %12, %arg39, %arg40 : tensor<8x64x64xf32>, tensor<64x256xf32>, tensor<256xf32> -> tensor<8x64x256xf32>
+      %14 = loom.gelu %13 : tensor<8x64x256xf32>
+      %15 = loom.linear %14, %arg41, %arg42 : tensor<8x64x256xf32>, tensor<256x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
+      %16 = loom.add %11, %15 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
+      loom.yield %16 : tensor<8x64x64xf32>
     }
     %4 = loom.block "h.1"(%3, %arg14, %arg15, %arg16, %arg17, %arg18, %arg19, %arg20, %arg21, %arg22, %arg23, %arg24, %arg25) : (tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64x3x64xf32>, tensor<3x64xf32>, tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64x256xf32>, tensor<256xf32>, tensor<256x64xf32>, tensor<64xf32>) -> tensor<8x64x64xf32> {
     ^bb0(%arg30: tensor<8x64x64xf32>, %arg31: tensor<64xf32>, %arg32: tensor<64xf32>, %arg33: tensor<64x3x64xf32>, %arg34: tensor<3x64xf32>, %arg35: tensor<64x64xf32>, %arg36: tensor<64xf32>, %arg37: tensor<64xf32>, %arg38: tensor<64xf32>, %arg39: tensor<64x256xf32>, %arg40: tensor<256xf32>, %arg41: tensor<256x64xf32>, %arg42: tensor<64xf32>):
       %8 = loom.layer_norm %arg30, %arg31, %arg32 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
       %9 = loom.linear %8, %arg33, %arg34 : tensor<8x64x64xf32>, tensor<64x3x64xf32>, tensor<3x64xf32> -> tensor<8x64x3x64xf32>
-      %10 = loom.attention %9 {num_heads = 4 : i64} : tensor<8x64x3x64xf32> -> tensor<8x64x64xf32>
-      %11 = loom.linear %10, %arg35, %arg36 : tensor<8x64x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
-      %12 = loom.add %arg30, %11 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
-      %13 = loom.layer_norm %12, %arg37, %arg38 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
-      %14 = loom.linear %13, %arg39, %arg40 : tensor<8x64x64xf32>, tensor<64x256xf32>, tensor<256xf32> -> tensor<8x64x256xf32>
-      %15 = loom.gelu %14 : tensor<8x64x256xf32>
-      %16 = loom.linear %15, %arg41, %arg42 : tensor<8x64x256xf32>, tensor<256x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
-      %17 = loom.add %12, %16 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
-      loom.yield %17 : tensor<8x64x64xf32>
+      %result = loom.attention %9 {num_heads = 4 : i64} : tensor<8x64x3x64xf32> -> tensor<8x64x64xf32>
+      %10 = loom.linear %result, %arg35, %arg36 : tensor<8x64x64xf32>, tensor<64x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
+      %11 = loom.add %arg30, %10 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
+      %12 = loom.layer_norm %11, %arg37, %arg38 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
+      %13 = loom.linear %12, %arg39, %arg40 : tensor<8x64x64xf32>, tensor<64x256xf32>, tensor<256xf32> -> tensor<8x64x256xf32>
+      %14 = loom.gelu %13 : tensor<8x64x256xf32>
+      %15 = loom.linear %14, %arg41, %arg42 : tensor<8x64x256xf32>, tensor<256x64xf32>, tensor<64xf32> -> tensor<8x64x64xf32>
+      %16 = loom.add %11, %15 : tensor<8x64x64xf32>, tensor<8x64x64xf32>
+      loom.yield %16 : tensor<8x64x64xf32>
     }
     %5 = loom.layer_norm %4, %arg26, %arg27 : tensor<8x64x64xf32>, tensor<64xf32>, tensor<64xf32>
     %6 = loom.matmul %5, %arg0 transpose_rhs : tensor<8x64x64xf32>, tensor<256x64xf32> -> tensor<8x64x256xf32>

@@ -66,7 +66,10 @@ double BlockActivationFigures::paperSelective(int e) const {
 }
 
 double BlockActivationFigures::expectedLoom() const {
-  return sbhOf(*this) * (16.0 + 48.0 / double(t)) * double(valueBytes) / 4.0;
+  // The attention statistics are fp32 [b, a, s] over tp, whatever valueBytes.
+  const double lse = 4.0 * double(s) * double(a) * double(b) / double(t);
+  return sbhOf(*this) * (16.0 + 48.0 / double(t)) * double(valueBytes) / 4.0 +
+         lse;
 }
 
 int64_t BlockActivationFigures::keptBytes() const {
@@ -132,6 +135,9 @@ std::string describeKept(BlockOp forward, Value v) {
   if (auto result = dyn_cast<OpResult>(v);
       result && result.getOwner() == forward) {
     Value yielded = forward.getYield().getValues()[result.getResultNumber()];
+    if (auto att = yielded.getDefiningOp<AttentionOp>();
+        att && yielded == att.getLse())
+      return describeOp(att) + " log-sum-exp";
     if (Operation *def = yielded.getDefiningOp())
       return describeOp(def);
     return "input";
@@ -319,9 +325,10 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
           "  why it differs: Loom has no dropout (no masks) and its attention "
           "keeps q|k|v and recomputes the a*s^2 scores and softmax in the "
           "backward; the paper's {1} tensor-parallel count without masks "
-          "and scores is {2} = {0:F0} bytes\n",
+          "and scores, plus attention's fp32 log-sum-exp per row and head, "
+          "is {2} = {0:F0} bytes\n",
           fig.expectedLoom(), precision,
-          fig.valueBytes == 4 ? "sbh(16+48/t)" : "sbh(8+24/t)");
+          fig.valueBytes == 4 ? "sbh(16+48/t)+4sab/t" : "sbh(8+24/t)+4sab/t");
   }
   if (!fig.paddedTable.empty())
     os << "  vocabulary: " << fig.paddedTable << " padded from "

@@ -67,7 +67,8 @@ struct BlockActivationFigures {
   double paperSelective(int valueBytes) const;
   /// The paper's accounting with Loom's model: values of valueBytes, no
   /// dropout masks, the a·s² scores recomputed in the backward:
-  /// sbh(16 + 48/t) in fp32, sbh(8 + 24/t) in 16 bits.
+  /// sbh(16 + 48/t) in fp32, sbh(8 + 24/t) in 16 bits, plus the fp32
+  /// log-sum-exp the flash backward reads, one per row and head: 4sab/t.
   double expectedLoom() const;
 
   /// What Loom keeps: the forward's values its backward block reads (this

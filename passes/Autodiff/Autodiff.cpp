@@ -41,6 +41,31 @@ DictionaryAttr stateArgAttrs(Builder &b, Role role, StringAttr name) {
       {b.getNamedAttr(LoomDialect::kNameAttr, name), roleAttr(b, role)});
 }
 
+/// Every attention in `func` also returns its f32 log-sum-exp ([B, NH, T]),
+/// so its gradient reads the forward's output and statistics instead of
+/// re-running the forward (FlashAttention-2's backward). The statistics are
+/// one float per query row and head, 1/(hs) of the output's elements, kept
+/// like any other saved activation.
+void keepAttentionStatistics(func::FuncOp func) {
+  SmallVector<AttentionOp> attentions;
+  func.walk([&](AttentionOp att) {
+    if (!att.getLse())
+      attentions.push_back(att);
+  });
+  for (AttentionOp att : attentions) {
+    ArrayRef<int64_t> qkv = att.getQkv().getType().getShape();
+    auto lseType = RankedTensorType::get({qkv[0], att.getNumHeads(), qkv[1]},
+                                         Float32Type::get(att.getContext()));
+    OpBuilder b(att);
+    auto withLse =
+        AttentionOp::create(b, att.getLoc(), att.getResult().getType(), lseType,
+                            att.getQkv(), att.getNumHeadsAttr());
+    withLse->setDiscardableAttrs(att->getDiscardableAttrDictionary());
+    att.getResult().replaceAllUsesWith(withLse.getResult());
+    att.erase();
+  }
+}
+
 /// Sets `loom.updates` = updates[k] on result first + k of `func`, all in
 /// one go: setResultAttr rebuilds the whole result attribute list per call,
 /// quadratic in the parameter count.
@@ -150,6 +175,7 @@ LoomAutodiffPass::buildMicrobatchFunction(func::FuncOp model,
                      {b.getNamedAttr("phase", b.getStringAttr("microbatch")),
                       b.getNamedAttr("microbatches",
                                      b.getI64IntegerAttr(microbatches))}));
+  keepAttentionStatistics(train);
 
   // 1. Gradient accumulators: one argument per parameter.
   unsigned firstAcc = train.getNumArguments();

@@ -6,8 +6,9 @@
 // block inputs then live from the forward pass to the backward pass — the
 // memory of Korthikanti et al.'s full recomputation, at the cost of one more
 // forward per block. `selective` (recompute attention's T×T scores) is what
-// the attention kernels always do here: the forward keeps only qkv and the
-// output, and the backward recomputes the probabilities.
+// the attention kernels always do here: the forward keeps only qkv, the
+// output and its log-sum-exp per row, and the backward recomputes the
+// probabilities from them.
 //
 //===----------------------------------------------------------------------===//
 

@@ -163,9 +163,13 @@ LogicalResult mlir::loom::differentiateBlock(Block &block, OpBuilder &b,
       return op->emitOpError()
              << "has no gradient rule (GradientOpInterface), so the loss "
                 "cannot be differentiated through it";
-    if (llvm::any_of(resultGrads, [](Value g) { return !g; }))
-      return op->emitOpError() << "has results without gradients; rules "
-                                  "need every result's gradient";
+    // A result nothing reads (attention's log-sum-exp, kept for its own
+    // gradient) contributes none: its rule gets a null gradient. Any other
+    // result without one is an error: rules need every used result's.
+    for (auto [r, g] : llvm::zip(op->getResults(), resultGrads))
+      if (!g && !r.use_empty())
+        return op->emitOpError() << "has results without gradients; rules "
+                                    "need every result's gradient";
     SmallVector<Value> operandGrads;
     if (failed(rule.buildGradient(b, resultGrads, operandGrads)))
       return failure();

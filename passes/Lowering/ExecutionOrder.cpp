@@ -85,16 +85,20 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
   };
   if (auto att = dyn_cast<AttentionOp>(op)) {
     // Row statistics [B, NH, T]: the log-sum-exp a tiled (flash) kernel
-    // keeps per query row. No [B, NH, T, T] probabilities: the kernels
-    // never hold all of them at once, and the gradient recomputes its own
+    // keeps per query row, unless the op returns them (its lse result). No
+    // [B, NH, T, T] probabilities: the kernels never hold all of them at
+    // once, and the gradient recomputes its own
     // (KernelBackend::attentionScratchFloats).
+    if (att.getLse())
+      return {};
     auto qkv = cast<RankedTensorType>(att.getQkv().getType()).getShape();
     return {f32({qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1]})};
   }
   if (auto grad = dyn_cast<AttentionGradOp>(op)) {
-    // An fp32 gradient recomputes the forward the flash backward reads (its
-    // output [B, T, C] and the [B, NH, T] log-sum-exp) and the [B, NH, T]
-    // row dot products dO·O: the CUDA kernels' working set
+    // An fp32 gradient needs the [B, NH, T] row dot products dO·O and,
+    // unless the op reads the forward's (saved out, lse), the recomputed
+    // forward the flash backward reads: its output [B, T, C] and [B, NH, T]
+    // log-sum-exp. That is the CUDA kernels' working set
     // (KernelBackend::attentionScratchFloats), planned so that a device
     // step holds nothing beside the arena. The CPU kernels need none; a
     // bf16 gradient runs in the CUDA bf16 kernels' own memory.
@@ -104,6 +108,8 @@ SmallVector<RankedTensorType> mlir::loom::getScratchTypes(Operation *op) {
     const int64_t rows = dout.getShape()[0] *
                          static_cast<int64_t>(grad.getNumHeads()) *
                          dout.getShape()[1];
+    if (grad.getLse())
+      return {f32({rows})};
     return {f32({dout.getNumElements() + 2 * rows})};
   }
   if (auto ar = dyn_cast<AllReduceOp>(op); ar && ar.getInputs().size() > 1) {

@@ -108,6 +108,34 @@ void narrowFunction(func::FuncOp func, const llvm::DenseSet<Value> &keep) {
       ret->getOperandTypes()));
 }
 
+/// Adds to `keep` every attention's log-sum-exp in `func` and the block
+/// results and block arguments that carry it from the forward block to the
+/// backward block: row statistics stay f32 (loom.attention's contract), as
+/// FlashAttention keeps them in fp32 next to bf16 activations.
+void keepRowStatisticsF32(func::FuncOp func, llvm::DenseSet<Value> &keep) {
+  func.walk([&](AttentionOp att) {
+    if (Value lse = att.getLse())
+      keep.insert(lse);
+  });
+  // Forward a kept value through yields (to block results) and block
+  // operands (to block arguments) until nothing changes: a statistic
+  // reaches its gradient through one forward block's results and one
+  // backward block's arguments, so this settles in a few sweeps.
+  for (bool changed = true; changed;) {
+    changed = false;
+    func.walk([&](BlockOp block) {
+      for (auto [value, result] :
+           llvm::zip(block.getYield().getValues(), block.getResults()))
+        if (keep.contains(value))
+          changed |= keep.insert(result).second;
+      for (auto [input, arg] :
+           llvm::zip(block.getInputs(), block.getBody().getArguments()))
+        if (keep.contains(input))
+          changed |= keep.insert(arg).second;
+    });
+  }
+}
+
 /// One gradient accumulation of the micro-batch function: `add` sums the
 /// accumulator argument and the micro-batch's gradient (operand
 /// `gradOperand`).
@@ -390,6 +418,7 @@ void LoomMixedPrecisionPass::runOnOperation() {
     if (gradPrecision == "fp32" &&
         failed(findAccumulations(func, accumulations, keep)))
       return signalPassFailure();
+    keepRowStatisticsF32(func, keep);
     narrowFunction(func, keep);
     widenAccumulatedGradients(accumulations);
     LLVM_DEBUG(llvm::dbgs() << "bf16: @" << func.getSymName() << " ("

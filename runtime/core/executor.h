@@ -362,7 +362,8 @@ private:
   /// holds it (the forward's [B,NH,T]), else a workspace temporary; null
   /// when they need none.
   float *attentionScratch(int64_t B, int64_t T, int64_t C, int64_t NH,
-                          bool grad, const std::vector<uint32_t> &scr);
+                          bool grad, bool saved,
+                          const std::vector<uint32_t> &scr);
 
   const program::Stage *stageTable = nullptr;
   const program::ModelInfo *modelInfo = nullptr;

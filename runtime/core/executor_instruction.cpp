@@ -194,9 +194,12 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &q = shapes[in[0]];
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
+    // A second output: the log-sum-exp the gradient reads (loom.attention's
+    // lse), else the kernel's row statistics go to scratch.
+    float *lse = out.size() == 2 ? outF(1) : nullptr;
     LOOM_RETURN_IF_ERROR(k.attentionForward(
-        dstF, attentionScratch(B, T, C, NH, false, scr), f32(in[0]), B, T, C,
-        NH));
+        dstF, lse, attentionScratch(B, T, C, NH, false, lse != nullptr, scr),
+        f32(in[0]), B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropy: {
@@ -355,9 +358,12 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     const auto &q = shapes[in[1]];
     const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3,
                   NH = ins.num_heads();
-    LOOM_RETURN_IF_ERROR(
-        k.attentionGrad(dstF, f32(in[0]), f32(in[1]),
-                        attentionScratch(B, T, C, NH, true, scr), B, T, C, NH));
+    // in: dout, qkv and optionally the forward's output and log-sum-exp.
+    const bool saved = in.size() == 4;
+    LOOM_RETURN_IF_ERROR(k.attentionGrad(
+        dstF, f32(in[0]), f32(in[1]), saved ? f32(in[2]) : nullptr,
+        saved ? f32(in[3]) : nullptr,
+        attentionScratch(B, T, C, NH, true, saved, scr), B, T, C, NH));
     break;
   }
   case Opcode::CrossEntropyGrad: {
@@ -449,8 +455,10 @@ Status Executor::runInstruction(const program::Instruction &ins) {
 }
 
 float *Executor::attentionScratch(int64_t B, int64_t T, int64_t C, int64_t NH,
-                                  bool grad, const std::vector<uint32_t> &scr) {
-  const int64_t need = kernels->attentionScratchFloats(B, T, C, NH, grad);
+                                  bool grad, bool saved,
+                                  const std::vector<uint32_t> &scr) {
+  const int64_t need =
+      kernels->attentionScratchFloats(B, T, C, NH, grad, saved);
   if (need == 0)
     return nullptr;
   if (!scr.empty() && bufferDType(scr[0]) == DType::F32 &&

@@ -136,23 +136,31 @@ public:
   virtual Status softmaxBackward(float *dinp, const float *dout,
                                  const float *out, int64_t N, int64_t C) = 0;
   /// fp32 scratch the attention forward (grad = false) or gradient needs
-  /// at `att` for these shapes, in floats; 0: none (`att` may be null). The
-  /// program plans [B,NH,T] for the forward, the row statistics a tiled
-  /// kernel keeps, and for an fp32 gradient [B,T,C] + 2 [B,NH,T], the flash
-  /// backward's recomputed output, log-sum-exp and row dot products; the
-  /// executor gives a kernel that needs more a temporary.
+  /// at `att` for these shapes, in floats; 0: none (`att` may be null).
+  /// `saved`: the gradient gets the forward's output and log-sum-exp (the
+  /// forward, its lse output). The program plans [B,NH,T] for a forward
+  /// without lse output, the row statistics a tiled kernel keeps; for an
+  /// fp32 gradient [B,NH,T] row dot products, and without saved operands
+  /// [B,T,C] + [B,NH,T] before them, the flash backward's recomputed output
+  /// and log-sum-exp. The executor gives a kernel that needs more a
+  /// temporary.
   virtual int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C,
-                                         int64_t NH, bool grad) const = 0;
-  /// out[B,T,C] from qkv[B,T,3C], with attentionScratchFloats(..., false)
-  /// floats of scratch at `att` (what is left there is the kernel's).
-  virtual Status attentionForward(float *out, float *att, const float *qkv,
-                                  int64_t B, int64_t T, int64_t C,
-                                  int64_t NH) = 0;
-  /// dqkv from dout and qkv, recomputing what the forward computed, with
-  /// attentionScratchFloats(..., true) floats of scratch at `att`.
+                                         int64_t NH, bool grad,
+                                         bool saved) const = 0;
+  /// out[B,T,C] from qkv[B,T,3C], with attentionScratchFloats(..., false,
+  /// lse != null) floats of scratch at `att` (what is left there is the
+  /// kernel's). `lse` (may be null) gets the log-sum-exp of each query
+  /// row's scaled scores, [B,NH,T].
+  virtual Status attentionForward(float *out, float *lse, float *att,
+                                  const float *qkv, int64_t B, int64_t T,
+                                  int64_t C, int64_t NH) = 0;
+  /// dqkv from dout and qkv with attentionScratchFloats(..., true, saved)
+  /// floats of scratch at `att`. `out` and `lse` are the forward's (both
+  /// or neither; saved = both set): a kernel that can use them skips
+  /// re-running the forward; without them it recomputes what it needs.
   virtual Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                               float *att, int64_t B, int64_t T, int64_t C,
-                               int64_t NH) = 0;
+                               const float *out, const float *lse, float *att,
+                               int64_t B, int64_t T, int64_t C, int64_t NH) = 0;
 
   //===--------------------------------------------------------------------===//
   // Cross entropy. Columns from validV on are vocabulary padding. `tokens`

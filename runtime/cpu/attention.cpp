@@ -61,7 +61,8 @@ inline float expNonPositive(float t) {
 }
 
 /// In place: a[0..n) (scaled scores) -> softmax probabilities; a[n..T) = 0.
-inline void softmaxRow(float *a, int64_t n, int64_t T) {
+/// `lse` (may be null) gets the row's log-sum-exp, max + log(sum).
+inline void softmaxRow(float *a, int64_t n, int64_t T, float *lse) {
   float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
   for (int64_t j = 0; j < n; ++j)
@@ -73,6 +74,8 @@ inline void softmaxRow(float *a, int64_t n, int64_t T) {
     a[j] = e;
     sum += e;
   }
+  if (lse)
+    *lse = maxv + std::log(sum);
   const float inv = 1.0f / sum;
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
@@ -83,14 +86,14 @@ inline void softmaxRow(float *a, int64_t n, int64_t T) {
 
 /// Probabilities of query rows [r0, r1) of one head into `rows` (row i at
 /// rows + (i - r0) T). Q and K point at the head's first q / k entry, row
-/// stride 3C.
+/// stride 3C. `lse` (may be null): the head's [T] log-sum-exp row stats.
 inline void probsBlock(float *rows, const float *Q, const float *K, int64_t C3,
                        int64_t T, int64_t hs, float scale, int64_t r0,
-                       int64_t r1) {
+                       int64_t r1, float *lse = nullptr) {
   sgemm(false, true, r1 - r0, r1, hs, scale, Q + r0 * C3, C3, K, C3, 0.0f,
         rows, T);
   for (int64_t i = r0; i < r1; ++i)
-    softmaxRow(rows + (i - r0) * T, i + 1, T);
+    softmaxRow(rows + (i - r0) * T, i + 1, T, lse ? lse + i : nullptr);
 }
 
 /// One head's probabilities P [T, T] (all row blocks).
@@ -164,7 +167,7 @@ template <typename F> void forEachHead(int64_t BH, F &&f) {
 } // namespace
 
 void attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                      int64_t T, int64_t C, int64_t NH) {
+                      int64_t T, int64_t C, int64_t NH, float *lse) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   forEachHead(B * NH, [&](int64_t bh, std::vector<float> &scratch) {
@@ -179,7 +182,8 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
     for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
       const int64_t r1 = std::min(T, r0 + kBlock);
       float *rows = att ? att + bh * T * T + r0 * T : scratch.data();
-      probsBlock(rows, Q, K, C3, T, hs, scale, r0, r1);
+      probsBlock(rows, Q, K, C3, T, hs, scale, r0, r1,
+                 lse ? lse + bh * T : nullptr);
       sgemm(false, false, r1 - r0, hs, r1, 1.0f, rows, T, V, C3, 0.0f,
             O + r0 * C, C);
     }

@@ -18,9 +18,11 @@ namespace loom::cpu {
 
 /// out[B,T,C] and att[B,NH,T,T] from qkv[B,T,3C]. C must be divisible by NH.
 /// `att` may be null: then each row block's probabilities exist only in a
-/// thread's kBlock x T scratch while its output is computed.
+/// thread's kBlock x T scratch while its output is computed. `lse` (may be
+/// null) gets each query row's log-sum-exp of its scaled scores [B,NH,T],
+/// the statistics loom.attention returns for a flash backward.
 void attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                      int64_t T, int64_t C, int64_t NH);
+                      int64_t T, int64_t C, int64_t NH, float *lse = nullptr);
 
 /// Only the probabilities att[B,NH,T,T] of attentionForward (bitwise equal
 /// to the forward's): the gradient instruction recomputes them instead of

@@ -138,20 +138,21 @@ Status CpuKernels::softmaxBackward(float *dinp, const float *dout,
 }
 
 int64_t CpuKernels::attentionScratchFloats(int64_t, int64_t, int64_t, int64_t,
-                                           bool) const {
+                                           bool, bool) const {
   return 0;
 }
 
-Status CpuKernels::attentionForward(float *out, float *, const float *qkv,
-                                    int64_t B, int64_t T, int64_t C,
-                                    int64_t NH) {
-  cpu::attentionForward(out, nullptr, qkv, B, T, C, NH);
+Status CpuKernels::attentionForward(float *out, float *lse, float *,
+                                    const float *qkv, int64_t B, int64_t T,
+                                    int64_t C, int64_t NH) {
+  cpu::attentionForward(out, nullptr, qkv, B, T, C, NH, lse);
   return Status::success();
 }
 
 Status CpuKernels::attentionGrad(float *dqkv, const float *dout,
-                                 const float *qkv, float *, int64_t B,
-                                 int64_t T, int64_t C, int64_t NH) {
+                                 const float *qkv, const float *, const float *,
+                                 float *, int64_t B, int64_t T, int64_t C,
+                                 int64_t NH) {
   cpu::attentionGrad(dqkv, dout, qkv, B, T, C, NH);
   return Status::success();
 }

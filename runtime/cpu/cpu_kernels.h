@@ -56,12 +56,15 @@ public:
   /// None: the probabilities exist one head (or row block) at a time in a
   /// thread's own buffer (cpu/attention.h).
   int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 bool grad) const override;
-  Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                          int64_t T, int64_t C, int64_t NH) override;
+                                 bool grad, bool saved) const override;
+  Status attentionForward(float *out, float *lse, float *att, const float *qkv,
+                          int64_t B, int64_t T, int64_t C, int64_t NH) override;
+  /// Recomputes each head's probabilities whether or not `out` and `lse`
+  /// are given: the CPU backward is one sgemm-based code path, bitwise the
+  /// same with and without the saved forward.
   Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                       float *att, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) override;
+                       const float *out, const float *lse, float *att,
+                       int64_t B, int64_t T, int64_t C, int64_t NH) override;
   Status crossEntropyForward(float *loss, float *losses, const float *logits,
                              const int32_t *targets, int64_t N, int64_t V,
                              int64_t validV, double tokens) override;

@@ -28,9 +28,11 @@ namespace {
 
 using namespace launch;
 
-/// Row `r` of the (b, h, t) rows: probabilities att[b,h,t,:].
-__global__ void attentionProbsKernel(float *att, const float *qkv, int64_t B,
-                                     int64_t T, int64_t C, int64_t NH) {
+/// Row `r` of the (b, h, t) rows: probabilities att[b,h,t,:] and, when
+/// `lse` is set, their log-sum-exp lse[r].
+__global__ void attentionProbsKernel(float *att, float *lse, const float *qkv,
+                                     int64_t B, int64_t T, int64_t C,
+                                     int64_t NH) {
   const int64_t r = warpIndex();
   const int lane = laneIndex();
   if (r >= B * NH * T)
@@ -57,7 +59,10 @@ __global__ void attentionProbsKernel(float *att, const float *qkv, int64_t B,
     row[k] = e;
     sum += e;
   }
-  const float inv = 1.0f / warpSum(sum);
+  sum = warpSum(sum);
+  if (lse && lane == 0)
+    lse[r] = mx + logf(sum);
+  const float inv = 1.0f / sum;
   for (int64_t k = lane; k < T; k += kWarp)
     row[k] = k <= t ? row[k] * inv : 0.0f;
 }
@@ -145,8 +150,8 @@ __global__ void attentionBackwardKeyKernel(float *dqkv, const float *dpre,
 } // namespace
 
 Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                        int64_t T, int64_t C, int64_t NH,
-                        cudaStream_t stream) {
+                        int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
+                        float *lse) {
   LOOM_CHECK(NH > 0 && C % NH == 0,
              "attention: C = " << C << " is not divisible by " << NH
                                << " heads");
@@ -154,7 +159,7 @@ Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
   if (rows == 0)
     return Status::success();
   LOOM_LAUNCH(attentionProbsKernel, blocksForRows(rows), kThreads, stream, att,
-              qkv, B, T, C, NH);
+              lse, qkv, B, T, C, NH);
   if (out)
     LOOM_LAUNCH(attentionValuesKernel, blocksForRows(rows), kThreads, stream,
                 out, att, qkv, B, T, C, NH);

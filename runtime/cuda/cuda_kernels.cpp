@@ -209,33 +209,49 @@ bool CudaKernels::useFlash(int64_t C, int64_t NH) const {
 }
 
 int64_t CudaKernels::attentionScratchFloats(int64_t B, int64_t T, int64_t C,
-                                            int64_t NH, bool grad) const {
+                                            int64_t NH, bool grad,
+                                            bool saved) const {
   const int64_t rows = B * NH * T;
   if (!useFlash(C, NH))
     return rows * T;
-  return grad ? B * T * C + 2 * rows : rows;
+  if (!grad)
+    return saved ? 0 : rows;
+  return saved ? rows : B * T * C + 2 * rows;
 }
 
-Status CudaKernels::attentionForward(float *out, float *att, const float *qkv,
-                                     int64_t B, int64_t T, int64_t C,
-                                     int64_t NH) {
-  // The flash forward leaves the log-sum-exp [B,NH,T] at the start of the
-  // scratch instead of probabilities (nothing reads the forward's scratch:
-  // the gradient recomputes).
+Status CudaKernels::attentionForward(float *out, float *lse, float *att,
+                                     const float *qkv, int64_t B, int64_t T,
+                                     int64_t C, int64_t NH) {
+  // The flash forward writes the log-sum-exp [B,NH,T] to `lse`, or without
+  // one to the start of the scratch (then nothing reads it: the gradient
+  // recomputes).
   if (out && useFlash(C, NH))
-    return flashAttentionForward(out, att, qkv, B, T, C, NH, computeStream);
-  return cuda::attentionForward(out, att, qkv, B, T, C, NH, computeStream);
+    return flashAttentionForward(out, lse ? lse : att, qkv, B, T, C, NH,
+                                 computeStream);
+  return cuda::attentionForward(out, att, qkv, B, T, C, NH, computeStream, lse);
 }
 
 Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
-                                  const float *qkv, float *att, int64_t B,
+                                  const float *qkv, const float *out,
+                                  const float *lse, float *att, int64_t B,
                                   int64_t T, int64_t C, int64_t NH) {
   if (useFlash(C, NH)) {
-    // The backward needs the forward's output and log-sum-exp, which the
-    // opcode does not pass: recompute them (one extra forward, no T x T)
-    // into the [B,NH,T,T] scratch when it holds them (T >= hs + 2), else
-    // into the workspace. Layout: out [B,T,C] | lse [B,NH,T] | D [B,NH,T].
     const uint64_t rows = static_cast<uint64_t>(B * NH * T);
+    if (out && lse) {
+      // The forward's output and log-sum-exp: only the row dots D to form
+      // (FlashAttention-2's backward), in the planned [B,NH,T] scratch.
+      float *rowDot = att;
+      if (!rowDot) {
+        void *ws = nullptr;
+        LOOM_RETURN_IF_ERROR(workspace(rows * sizeof(float), ws));
+        rowDot = static_cast<float *>(ws);
+      }
+      return flashAttentionBackward(dqkv, rowDot, dout, qkv, out, lse, B, T, C,
+                                    NH, computeStream);
+    }
+    // Without them: recompute (one extra forward, no T x T) into the
+    // [B,NH,T,T] scratch when it holds them (T >= hs + 2), else into the
+    // workspace. Layout: out [B,T,C] | lse [B,NH,T] | D [B,NH,T].
     const uint64_t need = static_cast<uint64_t>(B * T * C) + 2 * rows;
     float *scratch = att;
     if (need > rows * static_cast<uint64_t>(T)) {
@@ -243,10 +259,10 @@ Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
       LOOM_RETURN_IF_ERROR(workspace(need * sizeof(float), ws));
       scratch = static_cast<float *>(ws);
     }
-    float *out = scratch, *lse = out + B * T * C, *rowDot = lse + rows;
+    float *fwd = scratch, *fwdLse = fwd + B * T * C, *rowDot = fwdLse + rows;
     LOOM_RETURN_IF_ERROR(
-        flashAttentionForward(out, lse, qkv, B, T, C, NH, computeStream));
-    return flashAttentionBackward(dqkv, rowDot, dout, qkv, out, lse, B, T, C,
+        flashAttentionForward(fwd, fwdLse, qkv, B, T, C, NH, computeStream));
+    return flashAttentionBackward(dqkv, rowDot, dout, qkv, fwd, fwdLse, B, T, C,
                                   NH, computeStream);
   }
   // Probabilities recomputed (out = null), as cpu::attentionProbs; their

@@ -98,16 +98,17 @@ public:
                         int64_t C) override;
   Status softmaxBackward(float *dinp, const float *dout, const float *out,
                          int64_t N, int64_t C) override;
-  /// Flash: the forward's log-sum-exp [B,NH,T]; the gradient's recomputed
-  /// output and statistics, out [B,T,C] | lse [B,NH,T] | D [B,NH,T].
-  /// Naive: the probabilities [B,NH,T,T] both ways.
+  /// Flash: the forward's log-sum-exp [B,NH,T] (none when it has an lse
+  /// output); the gradient's row dots D [B,NH,T], after the recomputed
+  /// output and log-sum-exp without saved ones: out [B,T,C] | lse [B,NH,T]
+  /// | D [B,NH,T]. Naive: the probabilities [B,NH,T,T] both ways.
   int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 bool grad) const override;
-  Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                          int64_t T, int64_t C, int64_t NH) override;
+                                 bool grad, bool saved) const override;
+  Status attentionForward(float *out, float *lse, float *att, const float *qkv,
+                          int64_t B, int64_t T, int64_t C, int64_t NH) override;
   Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                       float *att, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) override;
+                       const float *out, const float *lse, float *att,
+                       int64_t B, int64_t T, int64_t C, int64_t NH) override;
   Status crossEntropyForward(float *loss, float *losses, const float *logits,
                              const int32_t *targets, int64_t N, int64_t V,
                              int64_t validV, double tokens) override;

@@ -133,19 +133,30 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
   const auto &q = *qkvOp.shape; // [B, T, 3C] or [B, T, 3, C]
   const int64_t B = q[0], T = q[1], C = q.size() == 4 ? q[3] : q[2] / 3;
   const uint64_t rows = static_cast<uint64_t>(B * NH * T);
-  const bool allBF16 =
-      isBF16(qkvOp) && isBF16(out[0]) && (!grad || isBF16(in[0]));
+  // The forward's f32 log-sum-exp output, or the gradient's saved forward
+  // (output and log-sum-exp, inputs 2 and 3).
+  float *lseOut =
+      !grad && out.size() == 2 ? static_cast<float *>(out[1].data) : nullptr;
+  const TypedOperand *savedOut = grad && in.size() == 4 ? &in[2] : nullptr;
+  const float *savedLse =
+      savedOut ? static_cast<const float *>(in[3].data) : nullptr;
+  const bool allBF16 = isBF16(qkvOp) && isBF16(out[0]) &&
+                       (!grad || isBF16(in[0])) &&
+                       (!savedOut || isBF16(*savedOut));
   if (allBF16 && flashAttentionSupports(C, NH)) {
-    void *lse = nullptr;
+    void *stats = nullptr;
     LOOM_RETURN_IF_ERROR(
-        bf16Workspace(kSlotStats, 2 * rows * sizeof(float), lse));
-    float *lse32 = static_cast<float *>(lse), *rowDot = lse32 + rows;
+        bf16Workspace(kSlotStats, 2 * rows * sizeof(float), stats));
+    float *lse32 = static_cast<float *>(stats), *rowDot = lse32 + rows;
     if (!grad)
-      return flashAttentionForward(bf16(out[0]), lse32, bf16(qkvOp), B, T, C,
-                                   NH, computeStream);
-    // The backward needs the forward's output and log-sum-exp, which the
-    // opcode does not keep: recompute them (bf16 output, as the forward
-    // stored it).
+      return flashAttentionForward(bf16(out[0]), lseOut ? lseOut : lse32,
+                                   bf16(qkvOp), B, T, C, NH, computeStream);
+    if (savedOut)
+      return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
+                                    bf16(qkvOp), bf16(*savedOut), savedLse, B,
+                                    T, C, NH, computeStream);
+    // Without the saved forward: recompute its output and log-sum-exp (bf16
+    // output, as the forward stored it).
     void *o = nullptr;
     LOOM_RETURN_IF_ERROR(bf16Workspace(
         kSlotResult, static_cast<uint64_t>(B * T * C) * sizeof(__nv_bfloat16),
@@ -158,7 +169,8 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
                                   computeStream);
   }
   // A head size the flash kernels lack, or mixed dtypes: the fp32 kernels
-  // on widened copies, the [B,NH,T,T] probabilities in workspace.
+  // on widened copies, the [B,NH,T,T] probabilities in workspace. This rare
+  // path recomputes the forward rather than widen a saved one too.
   const float *qkv = nullptr, *dout = nullptr;
   LOOM_RETURN_IF_ERROR(widened(kSlotWidenA, qkvOp, qkv));
   if (grad)
@@ -173,11 +185,11 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
     result = static_cast<float *>(res);
   }
   if (grad)
-    LOOM_RETURN_IF_ERROR(attentionGrad(result, dout, qkv,
+    LOOM_RETURN_IF_ERROR(attentionGrad(result, dout, qkv, nullptr, nullptr,
                                        static_cast<float *>(att), B, T, C, NH));
   else
-    LOOM_RETURN_IF_ERROR(
-        attentionForward(result, static_cast<float *>(att), qkv, B, T, C, NH));
+    LOOM_RETURN_IF_ERROR(attentionForward(
+        result, lseOut, static_cast<float *>(att), qkv, B, T, C, NH));
   if (isBF16(out[0]))
     return convertF32ToBF16(static_cast<uint16_t *>(out[0].data), result,
                             numel(out[0]));

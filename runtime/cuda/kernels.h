@@ -89,9 +89,11 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
 //===----------------------------------------------------------------------===//
 
 /// out[B,T,C] and att[B,NH,T,T] (zeros above the diagonal) from qkv[B,T,3C].
-/// `out` may be null (probabilities only, as cpu::attentionProbs).
+/// `out` may be null (probabilities only, as cpu::attentionProbs); `lse`
+/// (may be null) gets each row's log-sum-exp [B,NH,T].
 Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                        int64_t T, int64_t C, int64_t NH, cudaStream_t stream);
+                        int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
+                        float *lse = nullptr);
 /// dqkv[B,T,3C] overwritten; `dpre` is B*NH*T*T floats of device memory
 /// for the pre-softmax gradients (the caller's, so it is accounted for).
 Status attentionBackward(float *dqkv, const float *dout, const float *qkv,

@@ -128,11 +128,15 @@ Status InstructionChecker::checkCompute() {
     return sameShape(outputs[0], shape(inputs[0]), "result");
   }
   case Opcode::Attention: {
-    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1));
+    // An optional second output: the f32 log-sum-exp [B, NH, T] the
+    // gradient reads (then no scratch: the statistics go there).
+    LOOM_RETURN_IF_ERROR(counts(1, 1, 1, 1, 2));
     LOOM_RETURN_IF_ERROR(floating(inputs[0], "qkv"));
     LOOM_RETURN_IF_ERROR(floating(outputs[0], "result"));
     const auto &q = shape(inputs[0]);
     LOOM_RETURN_IF_ERROR(checkAttentionShape(q, shape(outputs[0]), "result"));
+    if (outputs.size() == 2)
+      LOOM_RETURN_IF_ERROR(checkAttentionRowStats(q, outputs[1], "lse"));
     if (!scratch.empty()) {
       // The row statistics (a flash kernel's log-sum-exp).
       LOOM_RETURN_IF_ERROR(floating(scratch[0], "scratch (row stats)"));
@@ -263,25 +267,40 @@ Status InstructionChecker::checkTraining() {
     return sameShape(outputs[0], x, "dinput");
   }
   case Opcode::AttentionGrad: {
-    // The gradient recomputes what it needs: in its scratch when the
-    // program plans one (F32: the flash backward's recomputed output
-    // [B, T, C], log-sum-exp and row dot products [B, NH, T] each), else
-    // in the kernels' own workspace.
-    LOOM_RETURN_IF_ERROR(counts(2, 2, 1, 1));
+    // dout, qkv and optionally the forward's saved output and log-sum-exp.
+    // The gradient recomputes the rest: in its scratch when the program
+    // plans one (F32: the row dot products [B, NH, T], and without saved
+    // operands the flash backward's recomputed output [B, T, C] and
+    // log-sum-exp [B, NH, T] before them), else in the kernels' own
+    // workspace.
+    LOOM_RETURN_IF_ERROR(counts(2, 4, 1, 1));
+    INSTR_CHECK(inputs.size() != 3,
+                "AttentionGrad takes dout, qkv and optionally both the "
+                "forward's output and log-sum-exp, got 3 inputs");
+    const bool saved = inputs.size() == 4;
     LOOM_RETURN_IF_ERROR(allFloat(inputs, "operand"));
     LOOM_RETURN_IF_ERROR(floating(outputs[0], "dqkv"));
-    LOOM_RETURN_IF_ERROR(
-        checkAttentionShape(shape(inputs[1]), shape(inputs[0]), "dout"));
+    const auto &q = shape(inputs[1]);
+    LOOM_RETURN_IF_ERROR(checkAttentionShape(q, shape(inputs[0]), "dout"));
+    if (saved) {
+      LOOM_RETURN_IF_ERROR(sameShape(inputs[2], shape(inputs[0]),
+                                     "saved out (the forward's result)"));
+      LOOM_RETURN_IF_ERROR(checkAttentionRowStats(q, inputs[3], "saved lse"));
+    }
     if (!scratch.empty()) {
       const auto &d = shape(inputs[0]);
       const int64_t rows = d[0] * ins.num_heads() * d[1];
       LOOM_RETURN_IF_ERROR(dtype(scratch[0], DType::F32, "scratch"));
-      LOOM_RETURN_IF_ERROR(
-          numel(scratch[0], shapeNumel(d) + 2 * rows,
-                "scratch (the recomputed output [B, T, C], log-sum-exp and "
-                "row dot products [B, NH, T])"));
+      if (saved)
+        LOOM_RETURN_IF_ERROR(
+            numel(scratch[0], rows, "scratch (row dot products [B, NH, T])"));
+      else
+        LOOM_RETURN_IF_ERROR(
+            numel(scratch[0], shapeNumel(d) + 2 * rows,
+                  "scratch (the recomputed output [B, T, C], log-sum-exp and "
+                  "row dot products [B, NH, T])"));
     }
-    return sameShape(outputs[0], shape(inputs[1]), "dqkv");
+    return sameShape(outputs[0], q, "dqkv");
   }
   case Opcode::CrossEntropyGrad: {
     LOOM_RETURN_IF_ERROR(counts(3, 3, 1, 0));
@@ -417,6 +436,14 @@ Status InstructionChecker::checkAttentionShape(const std::vector<int64_t> &q,
                                                     << q[1] << "*" << q[1]
                                                     << " overflow");
   return Status::success();
+}
+
+Status InstructionChecker::checkAttentionRowStats(const std::vector<int64_t> &q,
+                                                  uint32_t b,
+                                                  const char *role) {
+  LOOM_RETURN_IF_ERROR(dtype(b, DType::F32, role));
+  return sameShape(b, {q[0], static_cast<int64_t>(ins.num_heads()), q[1]},
+                   role);
 }
 
 Status InstructionChecker::checkShardAxes() {

@@ -111,6 +111,9 @@ private:
                            std::vector<int64_t> &want);
   Status checkAttentionShape(const std::vector<int64_t> &q,
                              const std::vector<int64_t> &out, const char *role);
+  /// Buffer `b` is attention's f32 log-sum-exp [B, NH, T] for qkv `q`.
+  Status checkAttentionRowStats(const std::vector<int64_t> &q, uint32_t b,
+                                const char *role);
 
   const StageFacts &facts;
   const Instruction &ins;

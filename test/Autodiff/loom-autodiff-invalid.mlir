@@ -50,3 +50,15 @@ func.func @frozen(%w: tensor<8xf32> {loom.name = "w", loom.role = #loom.role<par
   %loss = loom.cross_entropy %x, %tgt : tensor<4x8xf32>, tensor<4xi32> -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Attention's log-sum-exp is kept for its own gradient, not differentiated.
+func.func @lse_on_loss_path(%qkv: tensor<1x4x24xf32> {loom.name = "qkv", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                            %tgt: tensor<1x2xi32> {loom.name = "targets", loom.role = #loom.role<target>}) -> tensor<f32>
+    attributes {loom.model = {}} {
+  // expected-error@+1 {{'loom.attention' op has its lse result on the path to the loss; attention's gradient rule differentiates its output only (compute the statistic separately)}}
+  %y, %lse = loom.attention %qkv {num_heads = 2 : i64} : tensor<1x4x24xf32> -> tensor<1x4x8xf32>, tensor<1x2x4xf32>
+  %loss = loom.cross_entropy %lse, %tgt : tensor<1x2x4xf32>, tensor<1x2xi32> -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -3,6 +3,9 @@
 
 #include "TestUtil.h"
 
+#include <algorithm>
+#include <cmath>
+
 using namespace loom;
 using namespace loom::test;
 
@@ -30,6 +33,44 @@ TEST(Attention, ForwardMatchesReference) {
     }
     EXPECT_NEAR(sum, 1.0, 1e-5);
   }
+}
+
+// The log-sum-exp row statistics (loom.attention's lse result) are
+// log sum_{k<=t} exp(scale q_t . k_k) in double, with and without the
+// probabilities kept, across row blocks (T > 32), and leave the output as it
+// was without them.
+TEST(Attention, LogSumExpMatchesDoubleReference) {
+  const int64_t B = 2, T = 41, C = 24, NH = 3, hs = C / NH;
+  auto qkv = randomVector(B * T * 3 * C, 11, -2.0f, 2.0f);
+  std::vector<float> out(B * T * C), outPlain(B * T * C), att(B * NH * T * T),
+      lse(B * NH * T, -1.0f), lse2(B * NH * T, -1.0f);
+  cpu::attentionForward(out.data(), nullptr, qkv.data(), B, T, C, NH,
+                        lse.data());
+  cpu::attentionForward(outPlain.data(), att.data(), qkv.data(), B, T, C, NH,
+                        lse2.data());
+  EXPECT_EQ(lse, lse2);
+  cpu::attentionForward(outPlain.data(), nullptr, qkv.data(), B, T, C, NH);
+  EXPECT_EQ(out, outPlain);
+  const double scale = 1.0 / std::sqrt(double(hs));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        double maxv = -INFINITY;
+        std::vector<double> s(t + 1);
+        for (int64_t k = 0; k <= t; ++k) {
+          double dot = 0;
+          for (int64_t i = 0; i < hs; ++i)
+            dot += double(qkv[(b * T + t) * 3 * C + h * hs + i]) *
+                   qkv[(b * T + k) * 3 * C + C + h * hs + i];
+          s[k] = dot * scale;
+          maxv = std::max(maxv, s[k]);
+        }
+        double sum = 0;
+        for (double v : s)
+          sum += std::exp(v - maxv);
+        EXPECT_NEAR(lse[(b * NH + h) * T + t], maxv + std::log(sum), 1e-5)
+            << "b " << b << " h " << h << " t " << t;
+      }
 }
 
 TEST(Attention, FirstTokenAttendsOnlyToItself) {

@@ -67,12 +67,15 @@ std::vector<float> referenceLse(const std::vector<float> &qkv, const Case &c) {
 /// The CPU kernels' out and dqkv for `c`.
 void cpuAttention(const std::vector<float> &qkv, const std::vector<float> &dout,
                   const Case &c, std::vector<float> &out,
-                  std::vector<float> &dqkv) {
+                  std::vector<float> &dqkv, std::vector<float> *lse = nullptr) {
   const int64_t C = c.NH * c.hs;
   std::vector<float> att(static_cast<size_t>(c.B * c.NH * c.T * c.T));
   out.assign(static_cast<size_t>(c.B * c.T * C), 0.0f);
   dqkv.assign(static_cast<size_t>(c.B * c.T * 3 * C), 0.0f);
-  cpu::attentionForward(out.data(), att.data(), qkv.data(), c.B, c.T, C, c.NH);
+  if (lse)
+    lse->assign(static_cast<size_t>(c.B * c.NH * c.T), 0.0f);
+  cpu::attentionForward(out.data(), att.data(), qkv.data(), c.B, c.T, C, c.NH,
+                        lse ? lse->data() : nullptr);
   cpu::attentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), c.B,
                          c.T, C, c.NH);
 }
@@ -166,20 +169,33 @@ TEST_F(CudaFlashAttentionTest, KernelsChooseFlashOrNaive) {
       const int64_t C = c.NH * c.hs;
       auto qkv = randomVector(c.B * c.T * 3 * C, 31);
       auto dout = randomVector(c.B * c.T * C, 32);
-      std::vector<float> out, dqkv;
-      cpuAttention(qkv, dout, c, out, dqkv);
+      std::vector<float> out, dqkv, lse;
+      cpuAttention(qkv, dout, c, out, dqkv, &lse);
       DeviceVector<float> dQkv(qkv), dDout(dout), dOut(out.size()),
-          dAtt(c.B * c.NH * c.T * c.T, 5.0f), dDqkv(dqkv.size(), 9.0f);
-      ASSERT_TRUE(gpu->attentionForward(dOut.get(), dAtt.get(), dQkv.get(), c.B,
-                                        c.T, C, c.NH)
+          dLse(lse.size(), 7.0f), dAtt(c.B * c.NH * c.T * c.T, 5.0f),
+          dDqkv(dqkv.size(), 9.0f);
+      // The forward with its log-sum-exp output (loom.attention's lse).
+      ASSERT_TRUE(gpu->attentionForward(dOut.get(), dLse.get(), dAtt.get(),
+                                        dQkv.get(), c.B, c.T, C, c.NH)
                       .ok())
           << what;
       expectClose(dOut.host(), out, 1e-4, 2e-5, "out " + what);
+      expectClose(dLse.host(), lse, 1e-5, 1e-5, "lse " + what);
+      // The gradient re-running the forward, then from the saved one.
       ASSERT_TRUE(gpu->attentionGrad(dDqkv.get(), dDout.get(), dQkv.get(),
-                                     dAtt.get(), c.B, c.T, C, c.NH)
+                                     nullptr, nullptr, dAtt.get(), c.B, c.T, C,
+                                     c.NH)
                       .ok())
           << what;
       expectClose(dDqkv.host(), dqkv, 1e-4, 1e-4, "dqkv " + what);
+      DeviceVector<float> dDqkvSaved(dqkv.size(), 9.0f);
+      ASSERT_TRUE(gpu->attentionGrad(dDqkvSaved.get(), dDout.get(), dQkv.get(),
+                                     dOut.get(), dLse.get(), dAtt.get(), c.B,
+                                     c.T, C, c.NH)
+                      .ok())
+          << what;
+      expectClose(dDqkvSaved.host(), dqkv, 1e-4, 1e-4,
+                  "dqkv from the saved forward " + what);
     }
 }
 

@@ -224,19 +224,20 @@ public:
                softmaxBackward(dinp, dout, out, N, C));
   }
   int64_t attentionScratchFloats(int64_t B, int64_t T, int64_t C, int64_t NH,
-                                 bool grad) const override {
-    return cpu.attentionScratchFloats(B, T, C, NH, grad);
+                                 bool grad, bool saved) const override {
+    return cpu.attentionScratchFloats(B, T, C, NH, grad, saved);
   }
-  Status attentionForward(float *out, float *att, const float *qkv, int64_t B,
-                          int64_t T, int64_t C, int64_t NH) override {
-    LOOM_GUARD(attentionForward, (out, att, qkv),
-               attentionForward(out, att, qkv, B, T, C, NH));
+  Status attentionForward(float *out, float *lse, float *att, const float *qkv,
+                          int64_t B, int64_t T, int64_t C,
+                          int64_t NH) override {
+    LOOM_GUARD(attentionForward, (out, lse, att, qkv),
+               attentionForward(out, lse, att, qkv, B, T, C, NH));
   }
   Status attentionGrad(float *dqkv, const float *dout, const float *qkv,
-                       float *att, int64_t B, int64_t T, int64_t C,
-                       int64_t NH) override {
-    LOOM_GUARD(attentionGrad, (dqkv, dout, qkv, att),
-               attentionGrad(dqkv, dout, qkv, att, B, T, C, NH));
+                       const float *out, const float *lse, float *att,
+                       int64_t B, int64_t T, int64_t C, int64_t NH) override {
+    LOOM_GUARD(attentionGrad, (dqkv, dout, qkv, out, lse, att),
+               attentionGrad(dqkv, dout, qkv, out, lse, att, B, T, C, NH));
   }
   Status crossEntropyForward(float *loss, float *losses, const float *logits,
                              const int32_t *targets, int64_t N, int64_t V,

@@ -209,7 +209,7 @@ TEST(ProgramVerifier, OperandIndicesAndCounts) {
                  {"stage 0, instruction #2 'h.0.ln_1' (LayerNorm)",
                   "input #0 is buffer 999"});
   expectRejected([](fb::ProgramT &p) { instr(p, "h.0.attn").outputs.clear(); },
-                 {"instruction #4 'h.0.attn'", "1 output(s), got 0"});
+                 {"instruction #4 'h.0.attn'", "1 to 2 outputs, got 0"});
   expectRejected(
       [](fb::ProgramT &p) { instr(p, "h.0.mlp.gelu").inputs.push_back(0); },
       {"Gelu takes 1 inputs, got 2"});
@@ -1390,6 +1390,60 @@ TEST(ProgramVerifier, GradientShapes) {
       {"(AttentionGrad)", "has 32 elements, expected 320"});
   expectTrainRejected(withGradScratch({320}, fb::DType::BF16),
                       {"(AttentionGrad)", "scratch", "must be F32, got BF16"});
+  // The saved form (what a compiled training step runs): the forward
+  // returns its log-sum-exp as a second output, F32 [B, NH, T], and the
+  // gradient reads it and the forward's output, with only the row dot
+  // products [B, NH, T] = 32 elements of scratch.
+  auto saved = [](fb::ProgramT &p) {
+    auto &fwd = instr(p, "h.0.attn");
+    fwd.outputs.push_back(fwd.scratch[0]);
+    fwd.scratch.clear();
+    auto &grad = instr(p, "h.0.attn.grad");
+    grad.inputs.push_back(fwd.outputs[0]);
+    grad.inputs.push_back(fwd.outputs[1]);
+  };
+  {
+    auto p = miniGptTrain({}, MiniGptTrainOptions());
+    saved(*p);
+    Status s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+    withGradScratch({32}, fb::DType::F32)(*p);
+    s = load(*p);
+    EXPECT_TRUE(s.ok()) << s.toString();
+  }
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        withGradScratch({320}, fb::DType::F32)(p);
+      },
+      {"(AttentionGrad)", "has 320 elements, expected 32", "row dot products"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        instr(p, "h.0.attn.grad").inputs.pop_back();
+      },
+      {"(AttentionGrad)", "optionally both the forward's output and "
+                          "log-sum-exp, got 3 inputs"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        instr(p, "h.0.attn.grad").inputs[3] = bufferIndex(p, "d.att");
+      },
+      {"(AttentionGrad)", "saved lse (buffer",
+       "has shape [2, 8, 16], expected [2, 2, 8]"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        instr(p, "h.0.attn.grad").inputs[2] = bufferIndex(p, "qkv");
+      },
+      {"(AttentionGrad)", "saved out (the forward's result)"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        instr(p, "h.0.attn").outputs[1] = bufferIndex(p, "proj");
+      },
+      {"'h.0.attn' (Attention)", "lse (buffer",
+       "has shape [2, 8, 16], expected [2, 2, 8]"});
   // CrossEntropyGrad: scalar dloss, I32 targets, dlogits like logits.
   expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "d.loss") = {2}; },
                       {"(CrossEntropyGrad)", "dloss (scalar)", "expected 1"});

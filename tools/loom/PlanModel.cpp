@@ -123,8 +123,8 @@ std::string loom::plan::activationFormula(int64_t t, bool sequenceParallel,
                 : "sbh(10+24/t+5as/(ht))";
 }
 
-double loom::plan::loomActivationBytesPerLayer(int64_t s, int64_t b,
-                                               int64_t h, int64_t t,
+double loom::plan::loomActivationBytesPerLayer(int64_t s, int64_t b, int64_t h,
+                                               int64_t a, int64_t t,
                                                bool sequenceParallel,
                                                Recompute recompute,
                                                Precision precision) {
@@ -137,8 +137,10 @@ double loom::plan::loomActivationBytesPerLayer(int64_t s, int64_t b,
     return elementBytes * residual; // the block input
   // q|k|v 3h, attention output h, MLP hidden 4h twice (c_fc, GELU): split
   // over tp; the block input, ln_1 and ln_2 inputs, the attention
-  // residual: the residual stream.
-  return elementBytes * (12.0 * sbh / tp + 4.0 * residual);
+  // residual: the residual stream. Attention's fp32 log-sum-exp [b, a, s]
+  // over tp (whole heads).
+  const double lse = 4.0 * double(s) * double(b) * double(a) / tp;
+  return elementBytes * (12.0 * sbh / tp + 4.0 * residual) + lse;
 }
 
 std::string loom::plan::loomActivationFormula(int64_t t, bool sequenceParallel,
@@ -146,7 +148,7 @@ std::string loom::plan::loomActivationFormula(int64_t t, bool sequenceParallel,
   bool sp = sequenceParallel && t > 1;
   if (recompute == Recompute::Full)
     return sp ? "2sbh/t" : "2sbh";
-  return t == 1 ? "32sbh" : sp ? "32sbh/t" : "sbh(8+24/t)";
+  return t == 1 ? "32sbh+4sab" : sp ? "(32sbh+4sab)/t" : "sbh(8+24/t)+4sab/t";
 }
 
 double loom::plan::ringAllReduceBytes(double bytes, int64_t n) {
@@ -394,9 +396,9 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
   // 2. Memory per stage. Activations: what Loom's backward reads (the
   //    memory), next to Korthikanti et al.'s count for Megatron (reported).
-  cost.activationBytesPerLayer =
-      loomActivationBytesPerLayer(s, b, h, t, work.sequenceParallel,
-                                  plan.recompute, cluster.precision);
+  cost.activationBytesPerLayer = loomActivationBytesPerLayer(
+      s, b, h, model.heads, t, work.sequenceParallel, plan.recompute,
+      cluster.precision);
   cost.formulaActivationBytesPerLayer =
       activationBytesPerLayer(s, b, h, model.heads, t, work.sequenceParallel,
                               plan.recompute, cluster.precision);
@@ -448,12 +450,11 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
       transient = sbhBytes * (1.0 + 8.0 / double(t)) +
                   gradientBytes * 4.0 * double(h) * double(h) / double(t);
       if (plan.recompute == Recompute::Full)
-        transient = std::max(
-            transient, loomActivationBytesPerLayer(s, b, h, t,
-                                                   work.sequenceParallel,
-                                                   Recompute::None,
-                                                   cluster.precision) +
-                           sbhBytes * (1.0 + 4.0 / double(t)));
+        transient = std::max(transient,
+                             loomActivationBytesPerLayer(
+                                 s, b, h, model.heads, t, work.sequenceParallel,
+                                 Recompute::None, cluster.precision) +
+                                 sbhBytes * (1.0 + 4.0 / double(t)));
     }
     // The tied wte's gradient over this rank's vocabulary rows, before it
     // is added to the accumulator (the head's weight gradient, and the
@@ -491,13 +492,15 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
   cost.fits = cost.peakBytes <= cluster.memoryBytes;
 
   // 3. FLOPs: the model's, and what runs with recomputation. Loom's
-  //    attention backward recomputes the scores from q|k|v whatever the
-  //    plan (selective recomputation is what every plan runs); full
-  //    recomputation re-runs the block's matmuls too.
+  //    attention backward recomputes the scores q k^T from q|k|v and the
+  //    saved log-sum-exp whatever the plan (selective recomputation is what
+  //    every plan runs): causal, s·h per token. Full recomputation re-runs
+  //    the block's forward too: its matmuls and attention (2s·h).
   const double tokens = double(work.batch) * double(s);
-  double recomputePerLayer = 2.0 * double(h) * double(s); // per token
+  double recomputePerLayer = double(h) * double(s); // per token
   if (plan.recompute == Recompute::Full)
-    recomputePerLayer += 2.0 * double(model.paramsPerBlock);
+    recomputePerLayer +=
+        2.0 * double(model.paramsPerBlock) + 2.0 * double(h) * double(s);
   cost.modelFlops = modelFlopsPerToken(model, s) * tokens;
   cost.hardwareFlops =
       cost.modelFlops + double(model.layers) * recomputePerLayer * tokens;

@@ -37,8 +37,9 @@
 //  * TP's vocab-parallel embedding all-reduces b·s·h in the forward, the LM
 //    head b·s·h in the backward, the cross-entropy 3 fp32 values per token;
 //  * activations are what Loom's backward reads (no dropout masks, no
-//    attention scores: sbh(8+24/t) in 16-bit, loomActivationBytesPerLayer),
-//    and its attention backward always recomputes the scores, so selective
+//    attention scores: sbh(8+24/t) in 16-bit, loomActivationBytesPerLayer,
+//    plus the fp32 log-sum-exp per query row and head, 4sab/t), and its
+//    attention backward always recomputes the scores, so selective
 //    recomputation is what every plan runs;
 //  * ZeRO-3 gathers only the tensors it splits; the tied wte's gradient
 //    all-reduce between the first and last stage moves the dp shard under
@@ -220,11 +221,12 @@ std::string activationFormula(int64_t t, bool sequenceParallel,
 /// residual: 4h, whole over tp unless SP splits them). No dropout masks
 /// (Loom has no dropout) and no attention scores (its attention backward
 /// recomputes them from q|k|v, as flash attention does): 16-bit
-/// sbh(8+24/t), SP 32sbh/t; full recomputation keeps the block input, 2sbh
-/// (/t with SP). x2 in fp32.
-double loomActivationBytesPerLayer(int64_t s, int64_t b, int64_t h, int64_t t,
-                                   bool sequenceParallel, Recompute recompute,
-                                   Precision precision);
+/// sbh(8+24/t), SP 32sbh/t; x2 in fp32. Plus attention's fp32 log-sum-exp,
+/// one value per query row and head (`a` heads, split over tp): 4sab/t.
+/// Full recomputation keeps the block input, 2sbh (/t with SP).
+double loomActivationBytesPerLayer(int64_t s, int64_t b, int64_t h, int64_t a,
+                                   int64_t t, bool sequenceParallel,
+                                   Recompute recompute, Precision precision);
 /// The same as a formula, e.g. "sbh(8+24/t)".
 std::string loomActivationFormula(int64_t t, bool sequenceParallel,
                                   Recompute recompute);

@@ -105,8 +105,17 @@ LogicalResult CastOp::buildGradient(OpBuilder &b, ValueRange dy,
 LogicalResult AttentionOp::buildGradient(OpBuilder &b, ValueRange dy,
                                          SmallVectorImpl<Value> &grads) {
   resetGrads(*this, grads);
-  grads[0] = AttentionGradOp::create(b, gradLoc(*this), getQkv().getType(),
-                                     dy[0], getQkv(), getNumHeadsAttr());
+  // The log-sum-exp is kept for this gradient, not differentiated through.
+  if (dy.size() > 1 && dy[1])
+    return emitOpError() << "has its lse result on the path to the loss; "
+                            "attention's gradient rule differentiates its "
+                            "output only (compute the statistic separately)";
+  // With the forward's log-sum-exp (the training step asks for it), the
+  // backward reads it and the output instead of re-running the forward.
+  Value out = getLse() ? getResult() : Value();
+  grads[0] =
+      AttentionGradOp::create(b, gradLoc(*this), getQkv().getType(), dy[0],
+                              getQkv(), out, getLse(), getNumHeadsAttr());
   return success();
 }
 

@@ -200,7 +200,13 @@ LogicalResult AttentionOp::verify() {
   if (shapeOf(getResult()) != ArrayRef<int64_t>(expected))
     return emitOpError() << "result shape " << shapeRef(getResult())
                          << " should be " << shapeStr(expected);
-  return verifySameFloatElementType(*this);
+  if (Value lse = getLse()) {
+    SmallVector<int64_t> rows{qkv[0], getNumHeads(), qkv[1]};
+    if (shapeOf(lse) != ArrayRef<int64_t>(rows))
+      return emitOpError() << "lse shape " << shapeRef(lse) << " should be "
+                           << shapeStr(rows) << " ([B, num_heads, T])";
+  }
+  return verifySameFloatElementType(*this, getLse());
 }
 
 int64_t AttentionOp::getFlops() {
@@ -214,7 +220,8 @@ int64_t AttentionOp::getFlops() {
   return batch * heads * pairs * (4 * headSize + 6);
 }
 int64_t AttentionOp::getBytesAccessed() {
-  return bytesOf(getQkv()) + bytesOf(getResult());
+  return bytesOf(getQkv()) + bytesOf(getResult()) +
+         (getLse() ? bytesOf(getLse()) : 0);
 }
 
 //===----------------------------------------------------------------------===//

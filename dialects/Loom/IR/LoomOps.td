@@ -25,6 +25,7 @@ def Loom_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def Loom_IndexTensor : StaticShapeTensorOf<[I32]>;
 def Loom_ScalarFloatTensor : 0DTensorOf<[AnyFloat]>;
 def Loom_ScalarF32Tensor : 0DTensorOf<[F32]>;
+def Loom_F32Tensor : StaticShapeTensorOf<[F32]>;
 
 /// A compute op of the training graph: pure, with a cost and a sharding
 /// rule.
@@ -200,16 +201,25 @@ def Loom_AttentionOp : Loom_DifferentiableOp<"attention"> {
     split across ranks in whole heads (tensor parallelism); the partitioner
     then sets `num_heads` to the heads each rank holds.
 
+    The optional second result `lse` is `[B, num_heads, T]` f32 (whatever
+    the compute precision): the natural-log log-sum-exp of each query row's
+    scaled scores, which a tiled (flash) kernel keeps anyway. The training
+    step asks for it (--loom-autodiff) so that `loom.attention_grad` can
+    rebuild the probabilities from q, k and lse without re-running the
+    forward, as FlashAttention-2's backward does.
+
     ```mlir
     %y = loom.attention %qkv {num_heads = 12 : i64}
         : tensor<4x64x2304xf32> -> tensor<4x64x768xf32>
-    %y = loom.attention %qkv {num_heads = 12 : i64}
-        : tensor<4x64x3x768xf32> -> tensor<4x64x768xf32>
+    %y, %lse = loom.attention %qkv {num_heads = 12 : i64}
+        : tensor<4x64x3x768xbf16> -> tensor<4x64x768xbf16>, tensor<4x12x64xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$qkv, I64Attr:$num_heads);
-  let results = (outs Loom_FloatTensor:$result);
-  let assemblyFormat = "$qkv attr-dict `:` type($qkv) `->` type($result)";
+  let results = (outs Loom_FloatTensor:$result, Optional<Loom_F32Tensor>:$lse);
+  let assemblyFormat = [{
+    $qkv attr-dict `:` type($qkv) `->` type($result) (`,` type($lse)^)?
+  }];
 }
 
 def Loom_SoftmaxOp : Loom_DifferentiableOp<"softmax", [SameOperandsAndResultType]> {

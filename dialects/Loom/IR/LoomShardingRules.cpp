@@ -158,8 +158,11 @@ ShardingRule SoftmaxOp::getShardingRule() { return rowwise(*this); }
 /// channels, in whole heads (Megatron's head-parallel attention: each rank
 /// attends with its heads; the partitioner gives it the local head count).
 /// The sequence and packed `[B, T, 3C]` channels stay whole.
-/// The backward takes (dout, qkv) and returns dqkv.
-static ShardingRule attentionRule(Value qkv, bool backward) {
+/// The backward takes (dout, qkv[, out, lse]) and returns dqkv; the
+/// forward returns out[, lse]. The log-sum-exp `[B, NH, T]` is split like
+/// the batch and the heads: its head dimension takes the channels' factor
+/// (NH = C / hs, so whole heads split both alike).
+static ShardingRule attentionRule(Value qkv, bool backward, bool withLse) {
   ShardingRule rule;
   ArrayRef<int64_t> shape = shapeOf(qkv);
   int64_t b = rule.addFactor(shape[0]);
@@ -169,15 +172,22 @@ static ShardingRule attentionRule(Value qkv, bool backward) {
       shape.size() == 4 ? SmallVector<int64_t>{b, kNone, kNone, h}
                         : SmallVector<int64_t>{b, kNone, kNone};
   SmallVector<int64_t> outFactors{b, kNone, h};
+  SmallVector<int64_t> lseFactors{b, h, kNone};
   if (backward)
     rule.addOperand(outFactors);
   rule.addOperand(qkvFactors);
+  if (backward && withLse) {
+    rule.addOperand(outFactors);
+    rule.addOperand(lseFactors);
+  }
   rule.addResult(backward ? qkvFactors : outFactors);
+  if (!backward && withLse)
+    rule.addResult(lseFactors);
   return rule;
 }
 
 ShardingRule AttentionOp::getShardingRule() {
-  return attentionRule(getQkv(), /*backward=*/false);
+  return attentionRule(getQkv(), /*backward=*/false, bool(getLse()));
 }
 
 ShardingRule CrossEntropyOp::getShardingRule() {
@@ -373,7 +383,7 @@ ShardingRule GeluGradOp::getShardingRule() { return elementwise(*this); }
 ShardingRule SoftmaxGradOp::getShardingRule() { return rowwise(*this); }
 
 ShardingRule AttentionGradOp::getShardingRule() {
-  return attentionRule(getQkv(), /*backward=*/true);
+  return attentionRule(getQkv(), /*backward=*/true, bool(getLse()));
 }
 
 ShardingRule CrossEntropyGradOp::getShardingRule() {

@@ -146,15 +146,30 @@ LogicalResult AttentionGradOp::verify() {
                          {qkv[0], qkv[1], *channels})) ||
       failed(expectShape(*this, "result", getResult(), qkv)))
     return failure();
-  return verifySameFloatElementType(*this);
+  // The parser and the builders take both saved operands or neither.
+  if (Value out = getOut()) {
+    if (failed(expectShape(*this, "saved out", out,
+                           {qkv[0], qkv[1], *channels})) ||
+        failed(expectShape(*this, "saved lse", getLse(),
+                           {qkv[0], getNumHeads(), qkv[1]})))
+      return failure();
+  } else if (getLse()) {
+    return emitOpError() << "has a saved lse without the forward's output; "
+                            "pass both (saved %out, %lse) or neither";
+  }
+  return verifySameFloatElementType(*this, getLse());
 }
 int64_t AttentionGradOp::getFlops() {
   ArrayRef<int64_t> qkv = shapeOf(getQkv());
   int64_t heads = getNumHeads(), headSize = *qkvChannels(qkv) / heads;
   int64_t pairs = qkv[1] * (qkv[1] + 1) / 2;
-  // Recompute q·k and softmax (2·hs + 6), then dv, dp, dq, dk (4 × 2·hs) and
-  // the softmax backward (3) per causal pair.
-  return qkv[0] * heads * pairs * (10 * headSize + 9);
+  // Recompute q·k and the probabilities (2·hs + 6), then dv, dp, dq, dk
+  // (4 × 2·hs) and the softmax backward (3) per causal pair; without the
+  // saved forward, the whole forward first (loom.attention: 4·hs + 6).
+  int64_t perPair = 10 * headSize + 9;
+  if (!getOut())
+    perPair += 4 * headSize + 6;
+  return qkv[0] * heads * pairs * perPair;
 }
 int64_t AttentionGradOp::getBytesAccessed() { return sumBytes(*this); }
 

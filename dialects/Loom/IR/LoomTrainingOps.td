@@ -129,23 +129,34 @@ def Loom_GeluGradOp : Loom_ComputeOp<"gelu_grad",
   let assemblyFormat = "$dout `,` $input attr-dict `:` type($dout)";
 }
 
-def Loom_AttentionGradOp : Loom_ComputeOp<"attention_grad"> {
+def Loom_AttentionGradOp : Loom_ComputeOp<"attention_grad",
+    [AttrSizedOperandSegments]> {
   let summary = "Gradient of causal multi-head attention";
   let description = [{
     Recomputes the attention probabilities from `qkv` (as flash attention
     does) instead of keeping the `[B, NH, T, T]` tensor from the forward.
     `qkv` is `[B, T, 3C]` or `[B, T, 3, C]`, as for `loom.attention`.
 
+    With `saved` operands, the forward's output `[B, T, C]` and its f32
+    log-sum-exp `[B, NH, T]` (`loom.attention`'s second result), the
+    probabilities come from q, k and lse directly (FlashAttention-2's
+    backward); without them the kernel first re-runs the forward for them.
+
     ```mlir
     %dqkv = loom.attention_grad %dy, %qkv {num_heads = 12 : i64}
         : tensor<4x64x768xf32>, tensor<4x64x2304xf32> -> tensor<4x64x2304xf32>
+    %dqkv = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 12 : i64}
+        : tensor<4x64x768xf32>, tensor<4x64x2304xf32>, tensor<4x64x768xf32>,
+          tensor<4x12x64xf32> -> tensor<4x64x2304xf32>
     ```
   }];
   let arguments = (ins Loom_FloatTensor:$dout, Loom_FloatTensor:$qkv,
-                       I64Attr:$num_heads);
+                       Optional<Loom_FloatTensor>:$out,
+                       Optional<Loom_F32Tensor>:$lse, I64Attr:$num_heads);
   let results = (outs Loom_FloatTensor:$result);
   let assemblyFormat = [{
-    $dout `,` $qkv attr-dict `:` type($dout) `,` type($qkv) `->` type($result)
+    $dout `,` $qkv (`saved` $out^ `,` $lse)? attr-dict `:` type($dout) `,`
+    type($qkv) (`,` type($out)^ `,` type($lse))? `->` type($result)
   }];
 }
 

@@ -47,12 +47,15 @@ inline int64_t bytesOf(Value v) { return bytesOf(v.getType()); }
 
 /// All float operands and results of `op` share one element type, except
 /// f32 scalars: bf16 mixed precision keeps rank-0 values (a loss, its seed
-/// gradient, the clip coefficient) f32 next to bf16 tensors.
-inline LogicalResult verifySameFloatElementType(Operation *op) {
+/// gradient, the clip coefficient) f32 next to bf16 tensors. `ignored`
+/// (may be null) is checked elsewhere: attention's f32 log-sum-exp.
+inline LogicalResult verifySameFloatElementType(Operation *op,
+                                                Value ignored = nullptr) {
   Type expected;
   auto check = [&](Value v) -> LogicalResult {
     Type elt = elementTypeOf(v);
-    if (!isa<FloatType>(elt) || (shapeOf(v).empty() && elt.isF32()))
+    if (v == ignored || !isa<FloatType>(elt) ||
+        (shapeOf(v).empty() && elt.isF32()))
       return success();
     if (!expected)
       expected = elt;

@@ -258,8 +258,9 @@ Value GPTBuilder::buildBlock(int64_t layer, Value x,
   Value qkv = LinearOp::create(b, loc(h + "attn.c_attn"), f32({B, T, 3, C}),
                                ln1, p["attn.c_attn.weight"],
                                p["attn.c_attn.bias"]);
-  Value att = AttentionOp::create(b, loc(h + "attn"), act, qkv,
-                                  b.getI64IntegerAttr(c.nHead));
+  Value att = AttentionOp::create(b, loc(h + "attn"), act, /*lse=*/Type(), qkv,
+                                  b.getI64IntegerAttr(c.nHead))
+                  .getResult();
   Value proj = LinearOp::create(b, loc(h + "attn.c_proj"), act, att,
                                 p["attn.c_proj.weight"], p["attn.c_proj.bias"]);
   Value res1 = AddOp::create(b, loc(h + "attn.residual"), act, in, proj);

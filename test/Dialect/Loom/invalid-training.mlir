@@ -112,6 +112,46 @@ func.func @f(%dy: tensor<2x4x4xf32>, %qkv: tensor<2x4x24xf32>) {
 
 // -----
 
+func.func @f(%dy: tensor<2x4x8xf32>, %qkv: tensor<2x4x24xf32>, %y: tensor<2x4x8xf32>, %lse: tensor<2x4x2xf32>) {
+  // expected-error@+1 {{'loom.attention_grad' op saved lse has shape [2, 4, 2] but should be [2, 2, 4]}}
+  %0 = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>, tensor<2x4x2xf32> -> tensor<2x4x24xf32>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<2x4x8xf32>, %qkv: tensor<2x4x24xf32>, %y: tensor<2x4x24xf32>, %lse: tensor<2x2x4xf32>) {
+  // expected-error@+1 {{'loom.attention_grad' op saved out has shape [2, 4, 24] but should be [2, 4, 8]}}
+  %0 = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x24xf32>, tensor<2x2x4xf32> -> tensor<2x4x24xf32>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<2x4x8xbf16>, %qkv: tensor<2x4x24xbf16>, %y: tensor<2x4x8xbf16>, %lse: tensor<2x2x4xbf16>) {
+  // expected-error@+1 {{'loom.attention_grad' op operand #3 must be statically shaped tensor of 32-bit float values, but got 'tensor<2x2x4xbf16>'}}
+  %0 = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 2 : i64} : tensor<2x4x8xbf16>, tensor<2x4x24xbf16>, tensor<2x4x8xbf16>, tensor<2x2x4xbf16> -> tensor<2x4x24xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%dy: tensor<2x4x8xbf16>, %qkv: tensor<2x4x24xbf16>, %y: tensor<2x4x8xf32>, %lse: tensor<2x2x4xf32>) {
+  // expected-error@+1 {{'loom.attention_grad' op mixes element types 'bf16' and 'f32'; cast explicitly before combining}}
+  %0 = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 2 : i64} : tensor<2x4x8xbf16>, tensor<2x4x24xbf16>, tensor<2x4x8xf32>, tensor<2x2x4xf32> -> tensor<2x4x24xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%qkv: tensor<2x4x24xf32>) {
+  // expected-error@+1 {{'loom.attention' op lse shape [2, 4, 2] should be [2, 2, 4] ([B, num_heads, T])}}
+  %0, %1 = loom.attention %qkv {num_heads = 2 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x4x2xf32>
+  return
+}
+
+// -----
+
 func.func @f(%dy: tensor<f32>, %y: tensor<f32>) {
   // expected-error@+1 {{'loom.softmax_grad' op input must have rank >= 1}}
   %0 = loom.softmax_grad %dy, %y : tensor<f32>

@@ -113,6 +113,13 @@ func.func @attention(%qkv: tensor<4x32x192xf32>) -> tensor<4x32x64xf32> {
 }
 
 // q, k and v as a dimension of their own.
+// CHECK-LABEL: func.func @attention_lse
+// CHECK: %{{.*}}, %{{.*}} = loom.attention %{{.*}} {num_heads = 4 : i64} : tensor<4x32x3x64xbf16> -> tensor<4x32x64xbf16>, tensor<4x4x32xf32>
+func.func @attention_lse(%qkv: tensor<4x32x3x64xbf16>) -> tensor<4x4x32xf32> {
+  %0, %1 = loom.attention %qkv {num_heads = 4 : i64} : tensor<4x32x3x64xbf16> -> tensor<4x32x64xbf16>, tensor<4x4x32xf32>
+  return %1 : tensor<4x4x32xf32>
+}
+
 // CHECK-LABEL: func.func @attention_qkv_dim
 // CHECK: loom.attention %{{.*}} {num_heads = 4 : i64} : tensor<4x32x3x64xf32> -> tensor<4x32x64xf32>
 func.func @attention_qkv_dim(%qkv: tensor<4x32x3x64xf32>) -> tensor<4x32x64xf32> {

@@ -23,6 +23,9 @@ func.func @backward(%dy: tensor<2x4x8xf32>, %x: tensor<2x4x8xf32>, %ids: tensor<
   %6 = loom.gelu_grad %dy, %x : tensor<2x4x8xf32>
   // CHECK: loom.attention_grad {{.*}} {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
   %7 = loom.attention_grad %dy, %qkv {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32> -> tensor<2x4x24xf32>
+  // CHECK: loom.attention_grad %{{.*}}, %{{.*}} saved %{{.*}}, %{{.*}} {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>, tensor<2x2x4xf32> -> tensor<2x4x24xf32>
+  %y, %lse = loom.attention %qkv {num_heads = 2 : i64} : tensor<2x4x24xf32> -> tensor<2x4x8xf32>, tensor<2x2x4xf32>
+  %saved_grad = loom.attention_grad %dy, %qkv saved %y, %lse {num_heads = 2 : i64} : tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x4x8xf32>, tensor<2x2x4xf32> -> tensor<2x4x24xf32>
   // CHECK: loom.softmax_grad %{{.*}}, %{{.*}} : tensor<2x4x8xf32>
   %8 = loom.softmax_grad %dy, %x : tensor<2x4x8xf32>
   // CHECK: loom.cross_entropy_grad {{.*}} -> tensor<2x4x16xf32>
