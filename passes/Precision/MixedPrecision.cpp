@@ -113,26 +113,24 @@ void narrowFunction(func::FuncOp func, const llvm::DenseSet<Value> &keep) {
 /// backward block: row statistics stay f32 (loom.attention's contract), as
 /// FlashAttention keeps them in fp32 next to bf16 activations.
 void keepRowStatisticsF32(func::FuncOp func, llvm::DenseSet<Value> &keep) {
+  SmallVector<Value> work;
   func.walk([&](AttentionOp att) {
     if (Value lse = att.getLse())
-      keep.insert(lse);
+      work.push_back(lse);
   });
-  // Forward a kept value through yields (to block results) and block
-  // operands (to block arguments) until nothing changes: a statistic
-  // reaches its gradient through one forward block's results and one
-  // backward block's arguments, so this settles in a few sweeps.
-  for (bool changed = true; changed;) {
-    changed = false;
-    func.walk([&](BlockOp block) {
-      for (auto [value, result] :
-           llvm::zip(block.getYield().getValues(), block.getResults()))
-        if (keep.contains(value))
-          changed |= keep.insert(result).second;
-      for (auto [input, arg] :
-           llvm::zip(block.getInputs(), block.getBody().getArguments()))
-        if (keep.contains(input))
-          changed |= keep.insert(arg).second;
-    });
+  // Follow each statistic's uses: a yield hands it to its block's result,
+  // a block operand to the block's argument.
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    if (!keep.insert(v).second)
+      continue;
+    for (OpOperand &use : v.getUses()) {
+      Operation *user = use.getOwner();
+      if (isa<YieldOp>(user))
+        work.push_back(user->getParentOp()->getResult(use.getOperandNumber()));
+      else if (auto block = dyn_cast<BlockOp>(user))
+        work.push_back(block.getBody().getArgument(use.getOperandNumber()));
+    }
   }
 }
 

@@ -239,15 +239,9 @@ Status CudaKernels::attentionGrad(float *dqkv, const float *dout,
     const uint64_t rows = static_cast<uint64_t>(B * NH * T);
     if (out && lse) {
       // The forward's output and log-sum-exp: only the row dots D to form
-      // (FlashAttention-2's backward), in the planned [B,NH,T] scratch.
-      float *rowDot = att;
-      if (!rowDot) {
-        void *ws = nullptr;
-        LOOM_RETURN_IF_ERROR(workspace(rows * sizeof(float), ws));
-        rowDot = static_cast<float *>(ws);
-      }
-      return flashAttentionBackward(dqkv, rowDot, dout, qkv, out, lse, B, T, C,
-                                    NH, computeStream);
+      // (FlashAttention-2's backward), in the [B,NH,T] scratch at `att`.
+      return flashAttentionBackward(dqkv, att, dout, qkv, out, lse, B, T, C, NH,
+                                    computeStream);
     }
     // Without them: recompute (one extra forward, no T x T) into the
     // [B,NH,T,T] scratch when it holds them (T >= hs + 2), else into the

@@ -1444,6 +1444,13 @@ TEST(ProgramVerifier, GradientShapes) {
       },
       {"'h.0.attn' (Attention)", "lse (buffer",
        "has shape [2, 8, 16], expected [2, 2, 8]"});
+  expectTrainRejected(
+      [&](fb::ProgramT &p) {
+        saved(p);
+        stage0(p).buffers[instr(p, "h.0.attn").outputs[1]]->dtype =
+            fb::DType::BF16;
+      },
+      {"'h.0.attn' (Attention)", "lse", "must be F32, got BF16"});
   // CrossEntropyGrad: scalar dloss, I32 targets, dlogits like logits.
   expectTrainRejected([](fb::ProgramT &p) { shapeOf(p, "d.loss") = {2}; },
                       {"(CrossEntropyGrad)", "dloss (scalar)", "expected 1"});

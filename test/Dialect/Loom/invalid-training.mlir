@@ -359,3 +359,12 @@ func.func @cross_entropy_sums_grad_stats(%dl: tensor<f32>, %l: tensor<2x4x16xf32
   %0 = loom.cross_entropy_sums_grad %dl, %l, %m, %s, %t : tensor<f32>, tensor<2x4x16xf32>, tensor<2x4xf32>, tensor<2x3xf32>, tensor<2x4xi32> -> tensor<2x4x16xf32>
   return
 }
+
+// -----
+
+// Only the generic form can give the statistics without the output.
+func.func @f(%dy: tensor<2x4x8xf32>, %qkv: tensor<2x4x24xf32>, %lse: tensor<2x2x4xf32>) {
+  // expected-error@+1 {{'loom.attention_grad' op has a saved lse without the forward's output; pass both (saved %out, %lse) or neither}}
+  %0 = "loom.attention_grad"(%dy, %qkv, %lse) <{num_heads = 2 : i64, operandSegmentSizes = array<i32: 1, 1, 0, 1>}> : (tensor<2x4x8xf32>, tensor<2x4x24xf32>, tensor<2x2x4xf32>) -> tensor<2x4x24xf32>
+  return
+}
