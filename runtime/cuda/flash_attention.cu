@@ -22,7 +22,7 @@
 #include "runtime/cuda/flash_attention.h"
 
 #include "runtime/cuda/check.h"
-#include "runtime/cuda/flash_attention_wmma.h"
+#include "runtime/cuda/flash_attention_mma.h"
 #include "runtime/cuda/launch.cuh"
 
 #include <cmath>

@@ -20,7 +20,7 @@
 // Each thread owns one row (a query in the forward and in dQ, a key in
 // dK/dV) and computes in fp32 whatever the element type; bf16 variants load
 // and store bf16, and at head size 64 run on tensor cores
-// (flash_attention_wmma.h). Head sizes up to kFlashMaxHeadSize (GPT-2: 64) are
+// (flash_attention_mma.h). Head sizes up to kFlashMaxHeadSize (GPT-2: 64) are
 // supported; the executor falls back to attention.cu beyond that.
 //
 //===----------------------------------------------------------------------===//

@@ -43,6 +43,17 @@ __device__ inline float pairSum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 1);
 }
 
+/// The max / sum of x over the lane quad (4k .. 4k + 3), in every lane of
+/// it: the four lanes that hold one row of an mma.sync tile (mma.cuh).
+__device__ inline float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ inline float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 /// The sum of every thread's `s` over a block of kThreads threads, in a
 /// fixed shared-memory tree (deterministic); valid in thread 0. Every
 /// thread of the block must call it.

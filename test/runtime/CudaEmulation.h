@@ -2,35 +2,35 @@
 //
 // Lets a .cu file whose kernels use only threadIdx / blockIdx / blockDim,
 // __shared__ arrays, __syncthreads / __syncwarp, integer atomicAdd,
-// launch.cuh's warp helpers
-// and WMMA's whole-tile operations (load / store / mma / fill, never a
-// fragment's elements) compile as C++ and run on the CPU, so its indexing, tiling, masking and barrier
-// placement are tested on machines without a GPU (the real kernels are
-// still tested on a device by the Cuda* tests). Blocks run one after
-// another; a block's threads are fibers (CudaEmulation.cpp) on the
-// launching OS thread, scheduled round robin, each running to its next barrier:
-// __syncthreads is a barrier of the block, __syncwarp and the warp helpers
-// (warpSum's butterfly, the pair reductions) barriers of the warp (whole warps call
-// them together, as __shfl_xor_sync with a full mask requires). A thread
-// that has returned no longer counts at a barrier, as on the GPU; a block
-// whose live threads wait at a barrier the others never reach aborts with
-// a message instead of hanging. Between barriers thread t runs before
-// t + 1, so a missing barrier before reading a higher thread's write reads
-// stale data deterministically. A WMMA fragment holds its whole 16 x 16
-// tile in every lane; store_matrix_sync writes from the warp's last lane
-// only, so another lane that reads the stored tile before a __syncwarp()
-// sees stale data, as on the GPU. What it does not model: warp-synchronous
-// code without barriers, fragment element layouts, alignment rules,
-// occupancy, registers and shared-memory limits. One OS thread launches at
-// a time (__shared__ arrays are static).
+// launch.cuh's warp helpers, mma.cuh's m16n8k16 product (on the PTX
+// fragment layouts) and WMMA's whole-tile operations (load / store / mma /
+// fill, never a fragment's elements) compile as C++ and run on the CPU, so
+// its indexing, tiling, masking and barrier placement are tested on
+// machines without a GPU (the real kernels are still tested on a device by
+// the Cuda* tests). Blocks run one after another; a block's threads are
+// fibers (CudaEmulation.cpp) on the launching OS thread, scheduled round
+// robin, each running to its next barrier: __syncthreads is a barrier of the
+// block, __syncwarp and the warp helpers (warpSum's butterfly, the pair
+// reductions) barriers of the warp (whole warps call them together, as
+// __shfl_xor_sync with a full mask requires). A thread that has returned no
+// longer counts at a barrier, as on the GPU; a block whose live threads wait at
+// a barrier the others never reach aborts with a message instead of hanging.
+// Between barriers thread t runs before t + 1, so a missing barrier before
+// reading a higher thread's write reads stale data deterministically. A WMMA
+// fragment holds its whole 16 x 16 tile in every lane; store_matrix_sync writes
+// from the warp's last lane only, so another lane that reads the stored tile
+// before a __syncwarp() sees stale data, as on the GPU. What it does not model:
+// warp-synchronous code without barriers, WMMA fragment element layouts,
+// alignment rules, occupancy, registers and shared-memory limits. One OS thread
+// launches at a time (__shared__ arrays are static).
 //
 // Two ways to use it: include it, then a .cu file inside a namespace of the
 // test's own (FlashAttentionEmulationTest, BF16KernelEmulationTest), or link
 // loom_cuda_emulated (test/runtime/CMakeLists.txt), the whole CUDA backend
 // with each .cu compiled on it.
 //
-// Include it first, then the .cu file (launch.cuh is replaced: its include
-// guard is defined here).
+// Include it first, then the .cu file (launch.cuh and mma.cuh are replaced:
+// their include guards are defined here).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_TEST_RUNTIME_CUDAEMULATION_H
@@ -153,6 +153,23 @@ inline float pairExchange(float x) {
 }
 inline float pairMax(float x) { return std::max(x, pairExchange(x)); }
 inline float pairSum(float x) { return x + pairExchange(x); }
+/// launch.cuh's quad reductions: the xor-1 then xor-2 butterfly.
+inline float laneExchange(float x, int mask) {
+  const int lane = threadIdx.x % kWarp;
+  warpSlots[threadIdx.x] = x;
+  syncWarp();
+  const float other = warpSlots[threadIdx.x - lane + (lane ^ mask)];
+  syncWarp();
+  return other;
+}
+inline float quadMax(float x) {
+  x = std::max(x, laneExchange(x, 1));
+  return std::max(x, laneExchange(x, 2));
+}
+inline float quadSum(float x) {
+  x += laneExchange(x, 1);
+  return x + laneExchange(x, 2);
+}
 /// launch.cuh's fixed shared-memory tree over a block of kThreads.
 inline double blockSum(double s) {
   static double partial[kThreads];
@@ -169,6 +186,67 @@ inline double blockSum(double s) {
   return total;
 }
 } // namespace launch
+
+/// mma.cuh's contents. bf16m16n8k16 runs lane by lane on the PTX ISA's
+/// fragment layouts (mma.cuh's table): every lane posts its registers,
+/// then computes its own four accumulators from the elements the other
+/// lanes' registers hold, so a kernel that puts an element in the wrong
+/// register or half computes a wrong product here, as on the GPU.
+namespace mma {
+/// Each thread's a[0..3], b0, b1 for the warp's current product.
+inline thread_local uint32_t slots[fibers::kMaxThreads][6];
+inline float bf16BitsToFloat(uint32_t bits) {
+  const uint32_t u = (bits & 0xffffu) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline void bf16m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                         uint32_t b1) {
+  const int lane = threadIdx.x % 32, warpBase = threadIdx.x - lane;
+  uint32_t *mine = slots[threadIdx.x];
+  for (int i = 0; i < 4; ++i)
+    mine[i] = a[i];
+  mine[4] = b0;
+  mine[5] = b1;
+  syncWarp();
+  // A(r, k): lane 4 (r % 8) + (k % 8) / 2, register r / 8 + 2 (k / 8),
+  // half k % 2. B(k, n): lane 4 n + (k % 8) / 2, register k / 8, half k % 2.
+  auto elementA = [&](int r, int k) {
+    const uint32_t reg =
+        slots[warpBase + 4 * (r % 8) + (k % 8) / 2][r / 8 + 2 * (k / 8)];
+    return bf16BitsToFloat(reg >> (16 * (k % 2)));
+  };
+  auto elementB = [&](int k, int n) {
+    const uint32_t reg = slots[warpBase + 4 * n + (k % 8) / 2][4 + k / 8];
+    return bf16BitsToFloat(reg >> (16 * (k % 2)));
+  };
+  const int g = lane / 4, t = lane % 4;
+  float out[4];
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k)
+      acc += elementA(r, k) * elementB(k, n);
+    out[i] = acc;
+  }
+  syncWarp(); // every lane has read the slots before the next product
+  for (int i = 0; i < 4; ++i)
+    d[i] = out[i];
+}
+inline uint32_t packBf16(float lo, float hi) {
+  const __nv_bfloat16 l = __float2bfloat16(lo), h = __float2bfloat16(hi);
+  uint16_t lb, hb;
+  std::memcpy(&lb, &l, sizeof lb);
+  std::memcpy(&hb, &h, sizeof hb);
+  return static_cast<uint32_t>(lb) | static_cast<uint32_t>(hb) << 16;
+}
+inline uint32_t load2(const __nv_bfloat16 *p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+} // namespace mma
 
 } // namespace cuda_emulation
 
@@ -260,6 +338,7 @@ template <typename A, typename B> inline auto min(A a, B b) {
 
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
+#define LOOM_RUNTIME_CUDA_MMA_CUH
 #define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
   do {                                                                         \
     (void)(stream);                                                            \

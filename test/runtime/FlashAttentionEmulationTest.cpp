@@ -1,6 +1,6 @@
 //===- FlashAttentionEmulationTest.cpp - flash_attention.cu on the CPU ----===//
 //
-// The source of runtime/cuda/flash_attention.cu and flash_attention_wmma.cu
+// The source of runtime/cuda/flash_attention.cu and flash_attention_mma.cu
 // (bf16 at head size 64: tensor cores), compiled as C++ on CudaEmulation.h's
 // host threads, against the CPU attention kernels: the tiling, causal masks,
 // zero-padding of the head size, tails of T that are not a tile multiple,
@@ -19,7 +19,7 @@
 #include "runtime/cuda/bf16_host.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/flash_attention.h"
-#include "runtime/cuda/flash_attention_wmma.h"
+#include "runtime/cuda/flash_attention_mma.h"
 
 #include <cmath>
 #include <type_traits>
@@ -32,10 +32,14 @@ using ::loom::cuda::flashAttentionSupports;
 using ::loom::cuda::kFlashMaxHeadSize;
 using ::loom::cuda::kFlashTensorCoreHeadSize;
 namespace launch = ::cuda_emulation::launch;
+namespace mma = ::cuda_emulation::mma;
 } // namespace cuda
 } // namespace loom
-#include "runtime/cuda/flash_attention_wmma.cu"
+// flash_attention.cu calls the tensor-core kernels: they come first.
+// clang-format off
+#include "runtime/cuda/flash_attention_mma.cu"
 #include "runtime/cuda/flash_attention.cu"
+// clang-format on
 } // namespace loom_emulated
 
 using namespace loom;

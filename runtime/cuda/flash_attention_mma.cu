@@ -1,0 +1,502 @@
+//===- flash_attention_mma.cu - Tensor-core bf16 flash attention ----------===//
+//
+// See flash_attention_mma.h. Every kernel runs 4 warps (128 threads); a
+// block owns 64 rows of one (b, h) head (queries in the forward and in dQ,
+// keys in dK/dV), each warp 16 of them, and streams the other side in tiles
+// of 64 rows through shared memory. Per warp and tile, with every product
+// an mma.sync over 16 x 64 register tiles (mma.cuh):
+//
+//   forward   S = Q_w K^T; the online softmax in base 2: P = 2^(S' - m)
+//             with S' = S scale log2(e), masked, against the running row
+//             max m, the row sum l and O rescaled by 2^(m_old - m);
+//             O += P V
+//   dK/dV     S^T = K_w Q^T, P^T = 2^(S'^T - lse'), dV_w += P^T dO,
+//             dP^T = V_w dO^T, dS^T = P^T (dP^T - D), dK_w += dS^T Q
+//   dQ        S = Q_w K^T, P, dP = dO_w V^T, dS = P (dP - D), dQ_w += dS K
+//
+// The warp's own 16 x 64 operand (Q_w, K_w, V_w, dO_w) stays in A
+// fragments for the whole kernel; S, P, dP and dS live in accumulator
+// registers and become the next product's A fragments in place (lane
+// 4g + t holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
+// block). B operands are read from shared tiles with 32-bit loads: a
+// product with X^T reads X's row-major tile, a product with X reads the
+// transposed copy staged from the same global loads. Tiles have a padded
+// row stride (kLd) so the 8 rows a B load touches fall in distinct banks.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cuda/flash_attention_mma.h"
+
+#include "runtime/cuda/check.h"
+#include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/mma.cuh"
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kHs = 64;           // head size
+constexpr int kWarps = 4;         // warps per block
+constexpr int kTc = 32 * kWarps;  // threads per block
+constexpr int kRows = 16;         // rows per warp (one mma tile's M)
+constexpr int kBlockRows = 64;    // rows per block = kWarps * kRows
+constexpr int kTile = 64;         // streamed rows per tile
+constexpr int kLd = kHs + 8;      // bf16 row stride of shared tiles
+constexpr int kSteps = kHs / 16;  // k-steps of 16 over a 64-wide operand
+constexpr int kBlocks8 = kHs / 8; // 8-column mma tiles across 64 columns
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBlockRows == kWarps * kRows && kTile == kHs,
+              "one 64 x 64 tile shape for every shared operand");
+
+/// A warp's 16 x 64 bf16 operand as the A fragments of its four k-steps.
+using FragsA = uint32_t[kSteps][4];
+/// A warp's 16 x 64 fp32 tile as the accumulators of eight 16 x 8 tiles.
+using Accs = float[kBlocks8][4];
+
+/// tile[r][d] (row stride kLd) = src[(r0 + r) * stride + d] for the 64 rows
+/// from r0, zero past T, and the same in tileT[d][r] when tileT is given
+/// (either may be null). All threads of the block take part. Consecutive
+/// lanes take consecutive rows, so a warp's transposed 16-bit stores fill
+/// 16 consecutive words (no bank conflicts). `vec`: src and stride keep
+/// 16-byte alignment, so each thread moves 8 elements per load.
+__device__ inline void stageRows(__nv_bfloat16 *tile, __nv_bfloat16 *tileT,
+                                 const __nv_bfloat16 *src, int64_t stride,
+                                 int64_t r0, int64_t T, bool vec) {
+  constexpr int kVec = 8; // bf16 per 16 bytes
+  for (int e = threadIdx.x; e < kTile * kHs / kVec; e += kTc) {
+    const int r = e % kTile, d = (e / kTile) * kVec;
+    const int64_t row = r0 + r;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    auto *h = reinterpret_cast<__nv_bfloat16 *>(&v);
+    if (row < T) {
+      if (vec) {
+        v = *reinterpret_cast<const uint4 *>(src + row * stride + d);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i)
+          h[i] = src[row * stride + d + i];
+      }
+    }
+    if (tile)
+      *reinterpret_cast<uint4 *>(tile + r * kLd + d) = v;
+    if (tileT) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+        tileT[(d + i) * kLd + r] = h[i];
+    }
+  }
+}
+
+/// The warp's rows [16 warp, 16 warp + 16) of a staged tile as A fragments.
+__device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile,
+                                   int warp, int g, int t) {
+  const __nv_bfloat16 *top = tile + (warp * kRows + g) * kLd + 2 * t;
+  const __nv_bfloat16 *bottom = top + 8 * kLd;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    a[s][0] = mma::load2(top + 16 * s);
+    a[s][1] = mma::load2(bottom + 16 * s);
+    a[s][2] = mma::load2(top + 16 * s + 8);
+    a[s][3] = mma::load2(bottom + 16 * s + 8);
+  }
+}
+
+/// acc += A x^T for the warp's A (16 x 64) and a staged [64][64] tile x:
+/// S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T; with x a transposed
+/// tile X^T it is A X: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+__device__ inline void timesTransposed(Accs &acc, const FragsA &a,
+                                       const __nv_bfloat16 *x, int g, int t) {
+#pragma unroll
+  for (int n = 0; n < kBlocks8; ++n) {
+    // Column n of B is row 8n + g of x; rows 2t, 2t + 1 (+ 8) of B are two
+    // adjacent elements of it.
+    const __nv_bfloat16 *row = x + (8 * n + g) * kLd + 2 * t;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+      mma::bf16m16n8k16(acc[n], a[s], mma::load2(row + 16 * s),
+                        mma::load2(row + 16 * s + 8));
+  }
+}
+
+/// The A fragments (bf16) of a 16 x 64 tile held as accumulators: k-step s
+/// is 8-column tiles 2s and 2s + 1, element for element (mma.cuh).
+__device__ inline void accumulatorsAsA(FragsA &a, const Accs &c) {
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    a[s][0] = mma::packBf16(c[2 * s][0], c[2 * s][1]);
+    a[s][1] = mma::packBf16(c[2 * s][2], c[2 * s][3]);
+    a[s][2] = mma::packBf16(c[2 * s + 1][0], c[2 * s + 1][1]);
+    a[s][3] = mma::packBf16(c[2 * s + 1][2], c[2 * s + 1][3]);
+  }
+}
+
+__device__ inline void zero(Accs &acc) {
+#pragma unroll
+  for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      acc[n][i] = 0.0f;
+}
+
+/// Rows row[0], row[1] (the lane's g and g + 8) of acc times `scale` into
+/// dst (row stride `stride`), rows from T on skipped.
+__device__ inline void storeRows(__nv_bfloat16 *dst, int64_t stride,
+                                 const Accs &acc, const int64_t (&row)[2],
+                                 int64_t T, float scale, int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    if (row[half] >= T)
+      continue;
+    __nv_bfloat16 *out = dst + row[half] * stride + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n) {
+      out[8 * n] = __float2bfloat16(acc[n][2 * half] * scale);
+      out[8 * n + 1] = __float2bfloat16(acc[n][2 * half + 1] * scale);
+    }
+  }
+}
+
+/// Column (within a 64-wide tile) of accumulator element i of 8-column
+/// tile n in lane 4g + t.
+__device__ inline int columnOf(int n, int i, int t) {
+  return 8 * n + 2 * t + (i & 1);
+}
+
+/// Where the calling thread works: its warp, its lane's quad coordinates
+/// (g = lane / 4, t = lane % 4), the block's head (b, hd) and its 64 rows
+/// from r0 (tile `tile` of the head), the warp's 16 from w0.
+struct Place {
+  int warp, g, t;
+  int64_t bh, b, hd, r0, w0;
+};
+__device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
+  Place p;
+  p.warp = threadIdx.x / 32;
+  p.g = threadIdx.x % 32 / 4;
+  p.t = threadIdx.x % 4;
+  p.bh = bh;
+  p.b = bh / NH;
+  p.hd = bh % NH;
+  p.r0 = tile * kBlockRows;
+  p.w0 = p.r0 + p.warp * kRows;
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
+/// head bh.
+__global__ void __launch_bounds__(kTc)
+    flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
+                         const __nv_bfloat16 *qkv, int64_t T, int64_t C,
+                         int64_t NH, float scaleLog2, int tiles, bool vec) {
+  __shared__ __align__(16) __nv_bfloat16 kTileS[kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 vTileT[kHs * kLd];
+  // The last query tiles see the most keys: they start first, so the
+  // grid's tail is short blocks.
+  const Place at =
+      placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles, NH);
+  const int warp = at.warp, g = at.g, t = at.t;
+  const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
+  const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
+
+  // 1. Q_w as A fragments (staged through kTileS).
+  stageRows(kTileS, nullptr, head, C3, q0, T, vec);
+  __syncthreads();
+  FragsA q;
+  loadOwnRows(q, kTileS, warp, g, t);
+
+  // 2. Key tiles up to the block's last query. The lane's rows are
+  //    row[0] = w0 + g and row[1] = w0 + g + 8: their running max m (base
+  //    2), the lane's part of the row sum l, and O.
+  const int64_t row[2] = {w0 + g, w0 + g + 8};
+  const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  Accs o;
+  zero(o);
+  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
+    __syncthreads(); // previous tile consumed (and Q loaded from kTileS)
+    stageRows(kTileS, nullptr, head + C, C3, k0, T, vec);
+    stageRows(nullptr, vTileT, head + 2 * C, C3, k0, T, vec);
+    __syncthreads();
+    Accs s;
+    zero(s);
+    timesTransposed(s, q, kTileS, g, t); // S = Q_w K^T
+    // Scores in base 2, -inf for keys after the row or past T (only tiles
+    // that reach past the warp's first row or past T hold any).
+    const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
+    float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t key = k0 + columnOf(n, i, t);
+        float v = s[n][i] * scaleLog2;
+        if (masked && (key > row[i >> 1] || key >= T))
+          v = -INFINITY;
+        s[n][i] = v;
+        tileMax[i >> 1] = fmaxf(tileMax[i >> 1], v);
+      }
+    float alpha[2], base[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float mNew = fmaxf(m[half], launch::quadMax(tileMax[half]));
+      // A row with no key yet (m = -inf) has nothing to rescale.
+      base[half] = mNew == -INFINITY ? 0.0f : mNew;
+      alpha[half] = exp2f(m[half] - base[half]);
+      m[half] = mNew;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float p = exp2f(s[n][i] - base[i >> 1]);
+        s[n][i] = p;
+        sum[i >> 1] += p;
+        o[n][i] *= alpha[i >> 1];
+      }
+    l[0] = l[0] * alpha[0] + sum[0];
+    l[1] = l[1] * alpha[1] + sum[1];
+    FragsA p;
+    accumulatorsAsA(p, s);
+    timesTransposed(o, p, vTileT, g, t); // O += P V
+  }
+
+  // 3. out = O / l and lse = (m + log2 l) ln 2 for the lane's rows.
+  __nv_bfloat16 *outHead = out + at.b * T * C + at.hd * kHs;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float rowSum = launch::quadSum(l[half]);
+    if (row[half] >= T)
+      continue;
+    const float inv = 1.0f / rowSum;
+    __nv_bfloat16 *dst = outHead + row[half] * C + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n) {
+      dst[8 * n] = __float2bfloat16(o[n][2 * half] * inv);
+      dst[8 * n + 1] = __float2bfloat16(o[n][2 * half + 1] * inv);
+    }
+    if (t == 0)
+      lse[bh * T + row[half]] = (m[half] + log2f(rowSum)) / kLog2e;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+/// blockIdx.x = bh * tiles + tile: keys [tile*64, +64) of head bh (the
+/// first key tiles see the most queries, and start first); writes their dk
+/// and dv.
+__global__ void __launch_bounds__(kTc)
+    flashBackwardKeyTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                             const __nv_bfloat16 *qkv, const float *lse,
+                             const float *rowDot, int64_t T, int64_t C,
+                             int64_t NH, float scale, int tiles, bool vec) {
+  __shared__ __align__(16) __nv_bfloat16 qTileS[kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 qTileT[kHs * kLd];
+  __shared__ __align__(16) __nv_bfloat16 dyTileS[kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 dyTileT[kHs * kLd];
+  __shared__ float lseTile[kTile], dTile[kTile];
+  const Place at = placeOf(blockIdx.x % tiles, blockIdx.x / tiles, NH);
+  const int warp = at.warp, g = at.g, t = at.t;
+  const int64_t bh = at.bh, k0 = at.r0, w0 = at.w0, C3 = 3 * C;
+  const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
+  const __nv_bfloat16 *dyHead = dout + at.b * T * C + at.hd * kHs;
+  const float scaleLog2 = scale * kLog2e;
+
+  // 1. K_w and V_w as A fragments (staged through the Q and dO tiles).
+  stageRows(qTileS, nullptr, head + C, C3, k0, T, vec);
+  stageRows(dyTileS, nullptr, head + 2 * C, C3, k0, T, vec);
+  __syncthreads();
+  FragsA kw, vw;
+  loadOwnRows(kw, qTileS, warp, g, t);
+  loadOwnRows(vw, dyTileS, warp, g, t);
+  Accs dk, dv;
+  zero(dk);
+  zero(dv);
+  const int64_t key[2] = {w0 + g, w0 + g + 8};
+
+  // 2. Query tiles from the block's first key on (earlier queries do not
+  //    see these keys).
+  for (int64_t t0 = k0; t0 < T; t0 += kTile) {
+    __syncthreads(); // previous tile consumed (and K, V loaded)
+    stageRows(qTileS, qTileT, head, C3, t0, T, vec);
+    stageRows(dyTileS, dyTileT, dyHead, C, t0, T, vec);
+    if (threadIdx.x < kTile) {
+      const int64_t q = t0 + threadIdx.x;
+      lseTile[threadIdx.x] = q < T ? lse[bh * T + q] * kLog2e : 0.0f;
+      dTile[threadIdx.x] = q < T ? rowDot[bh * T + q] : 0.0f;
+    }
+    __syncthreads();
+    // P^T (16 keys x 64 queries), zero where the query precedes the key
+    // or is past T (only tiles that start before the warp's last key or
+    // reach past T hold any).
+    Accs s;
+    zero(s);
+    timesTransposed(s, kw, qTileS, g, t); // S^T = K_w Q^T
+    const bool masked = t0 < w0 + kRows - 1 || t0 + kTile > T;
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = columnOf(n, i, t);
+        const int64_t q = t0 + c;
+        s[n][i] = masked && (q < key[i >> 1] || q >= T)
+                      ? 0.0f
+                      : exp2f(s[n][i] * scaleLog2 - lseTile[c]);
+      }
+    FragsA a;
+    accumulatorsAsA(a, s);
+    timesTransposed(dv, a, dyTileT, g, t); // dV += P^T dO
+    Accs dp;
+    zero(dp);
+    timesTransposed(dp, vw, dyTileS, g, t); // dP^T = V_w dO^T
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dp[n][i] = s[n][i] * (dp[n][i] - dTile[columnOf(n, i, t)]);
+    accumulatorsAsA(a, dp);
+    timesTransposed(dk, a, qTileT, g, t); // dK += dS^T Q (scale at the end)
+  }
+
+  // 3. dk and dv rows of this lane.
+  __nv_bfloat16 *dkHead = dqkv + at.b * T * C3 + C + at.hd * kHs;
+  storeRows(dkHead, C3, dk, key, T, scale, t);
+  storeRows(dkHead + C, C3, dv, key, T, 1.0f, t);
+}
+
+/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
+/// head bh; writes their dq.
+__global__ void __launch_bounds__(kTc)
+    flashBackwardQueryTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
+                               const __nv_bfloat16 *qkv, const float *lse,
+                               const float *rowDot, int64_t T, int64_t C,
+                               int64_t NH, float scale, int tiles, bool vec) {
+  __shared__ __align__(16) __nv_bfloat16 kTileS[kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 kTileT[kHs * kLd];
+  __shared__ __align__(16) __nv_bfloat16 vTileS[kTile * kLd];
+  const Place at = placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles,
+                           NH); // longest first, as in the forward
+  const int warp = at.warp, g = at.g, t = at.t;
+  const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
+  const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
+  const __nv_bfloat16 *dyHead = dout + at.b * T * C + at.hd * kHs;
+  const float scaleLog2 = scale * kLog2e;
+
+  // 1. Q_w and dO_w as A fragments (staged through the K and V tiles); the
+  //    lane's rows' lse (base 2) and D.
+  stageRows(kTileS, nullptr, head, C3, q0, T, vec);
+  stageRows(vTileS, nullptr, dyHead, C, q0, T, vec);
+  __syncthreads();
+  FragsA qw, dyw;
+  loadOwnRows(qw, kTileS, warp, g, t);
+  loadOwnRows(dyw, vTileS, warp, g, t);
+  const int64_t row[2] = {w0 + g, w0 + g + 8};
+  float rowLse[2], rowD[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    rowLse[half] = row[half] < T ? lse[bh * T + row[half]] * kLog2e : 0.0f;
+    rowD[half] = row[half] < T ? rowDot[bh * T + row[half]] : 0.0f;
+  }
+  Accs dq;
+  zero(dq);
+
+  // 2. Key tiles up to the block's last query row.
+  const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
+  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
+    __syncthreads(); // previous tile consumed (and Q, dO loaded)
+    stageRows(kTileS, kTileT, head + C, C3, k0, T, vec);
+    stageRows(vTileS, nullptr, head + 2 * C, C3, k0, T, vec);
+    __syncthreads();
+    Accs s;
+    zero(s);
+    timesTransposed(s, qw, kTileS, g, t); // S = Q_w K^T
+    const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t k = k0 + columnOf(n, i, t);
+        s[n][i] = masked && (k > row[i >> 1] || k >= T)
+                      ? 0.0f
+                      : exp2f(s[n][i] * scaleLog2 - rowLse[i >> 1]);
+      }
+    Accs dp;
+    zero(dp);
+    timesTransposed(dp, dyw, vTileS, g, t); // dP = dO_w V^T
+#pragma unroll
+    for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        dp[n][i] = s[n][i] * (dp[n][i] - rowD[i >> 1]);
+    FragsA a;
+    accumulatorsAsA(a, dp);
+    timesTransposed(dq, a, kTileT, g, t); // dQ += dS K (scale at the end)
+  }
+
+  // 3. dq rows of this lane.
+  storeRows(dqkv + at.b * T * C3 + at.hd * kHs, C3, dq, row, T, scale, t);
+}
+
+/// Whether every pointer is 16-byte aligned: stageRows' 16-byte loads (the
+/// row strides, C and 3C elements with C = 64 NH, keep that alignment).
+bool allAligned16(std::initializer_list<const void *> pointers) {
+  for (const void *p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      return false;
+  return true;
+}
+
+Status checkTensorCoreShape(int64_t B, int64_t T, int64_t C, int64_t NH,
+                            int &tiles, unsigned &blocks) {
+  LOOM_CHECK(NH > 0 && C == NH * kFlashTensorCoreHeadSize,
+             "tensor-core flash attention: C = " << C << " over " << NH
+                                                 << " heads is not head size "
+                                                 << kFlashTensorCoreHeadSize);
+  const int64_t t = (T + kBlockRows - 1) / kBlockRows, n = t * B * NH;
+  LOOM_CHECK(n < (int64_t(1) << 31),
+             "flash attention: " << n << " blocks exceed CUDA's grid limit");
+  tiles = static_cast<int>(t);
+  blocks = static_cast<unsigned>(n);
+  return Status::success();
+}
+
+} // namespace
+
+Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
+                                        const __nv_bfloat16 *qkv, int64_t B,
+                                        int64_t T, int64_t C, int64_t NH,
+                                        cudaStream_t stream) {
+  int tiles = 0;
+  unsigned blocks = 0;
+  LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
+  const float scaleLog2 = kLog2e / sqrtf(static_cast<float>(kHs));
+  LOOM_LAUNCH(flashForwardTcKernel, blocks, kTc, stream, out, lse, qkv, T, C,
+              NH, scaleLog2, tiles, allAligned16({qkv}));
+  return Status::success();
+}
+
+Status flashAttentionBackwardTensorCores(
+    __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
+    const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
+    int64_t NH, cudaStream_t stream) {
+  int tiles = 0;
+  unsigned blocks = 0;
+  LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
+  const float scale = 1.0f / sqrtf(static_cast<float>(kHs));
+  const bool vec = allAligned16({qkv, dout});
+  LOOM_LAUNCH(flashBackwardKeyTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
+              lse, rowDot, T, C, NH, scale, tiles, vec);
+  LOOM_LAUNCH(flashBackwardQueryTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
+              lse, rowDot, T, C, NH, scale, tiles, vec);
+  return Status::success();
+}
+
+} // namespace loom::cuda

@@ -1,0 +1,46 @@
+//===- flash_attention_mma.h - Tensor-core bf16 flash attention -*- C++ -*-===//
+//
+// The bf16, head-size-64 (GPT-2) case of flash_attention.h on tensor cores
+// (PTX mma.sync m16n8k16 through mma.cuh, fp32 accumulation).
+// flashAttentionForward / flashAttentionBackward call these for bf16 at
+// hs = 64; other head sizes and fp32 run the CUDA-core kernels of
+// flash_attention.cu.
+//
+// As in FlashAttention-2: scores, probabilities and dS stay in registers
+// between the products (the accumulator layout of one mma is the operand
+// layout of the next); the forward is one pass with an online softmax; the
+// backward is a key-major kernel (dK, dV) and a query-major one (dQ), both
+// reading the forward's log-sum-exp, so neither re-runs the forward and no
+// atomics make dQ depend on scheduling. Probabilities and dS enter the
+// tensor-core products rounded to bf16.
+//
+//===----------------------------------------------------------------------===//
+#ifndef LOOM_RUNTIME_CUDA_FLASH_ATTENTION_MMA_H
+#define LOOM_RUNTIME_CUDA_FLASH_ATTENTION_MMA_H
+
+#include "runtime/core/status.h"
+
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+namespace loom::cuda {
+
+/// The only head size the tensor-core kernels are compiled for.
+constexpr int64_t kFlashTensorCoreHeadSize = 64;
+
+/// flashAttentionForward's contract for bf16 with C / NH == 64.
+Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
+                                        const __nv_bfloat16 *qkv, int64_t B,
+                                        int64_t T, int64_t C, int64_t NH,
+                                        cudaStream_t stream);
+/// dK/dV and dQ of flashAttentionBackward for bf16 with C / NH == 64, given
+/// rowDot (D_i = dout_i . out_i, already computed).
+Status flashAttentionBackwardTensorCores(
+    __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
+    const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
+    int64_t NH, cudaStream_t stream);
+
+} // namespace loom::cuda
+
+#endif // LOOM_RUNTIME_CUDA_FLASH_ATTENTION_MMA_H
