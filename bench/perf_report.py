@@ -8,7 +8,9 @@ Reads what step d's runs wrote and prints
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
-     how far apart their results are.
+     how far apart their results are; beside them PyTorch's attention on the
+     same shape (torch_attention.py --json) and the bf16 flash kernels'
+     speed against it.
 and each of issue 8's goals with met / not met. A figure whose run failed
 is reported missing with the file it was looked for in. With --json F the
 figures are also written for scripts. Exit status: 0 when every figure is
@@ -18,6 +20,7 @@ they are measurements, not checks).
   perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
       [--loom-warmup 2] [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
+      [--attention-torch F.json]
       [--peak-tflops 989] [--device NAME] [--json F]
 """
 import argparse
@@ -87,6 +90,7 @@ def main():
     ap.add_argument("--gemm-loom")
     ap.add_argument("--gemm-torch")
     ap.add_argument("--attention")
+    ap.add_argument("--attention-torch")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--device", default="")
     ap.add_argument("--json")
@@ -203,6 +207,24 @@ def main():
                   f"{b16['max_abs_diff_dqkv']:.3g}")
             report.setdefault("attention", {})["bf16_total_ms"] = \
                 b16["forward_ms"] + b16["grad_ms"]
+    if args.attention_torch:
+        torch_att = read_json(args.attention_torch, missing,
+                              "PyTorch attention benchmark")
+        if torch_att:
+            t = torch_att[0]
+            print(f"  {t['kernel']:<10} {t['forward_ms']:>11.3f} "
+                  f"{t['grad_ms']:>9.3f} {t['forward_ms'] + t['grad_ms']:>9.3f}"
+                  f"  (PyTorch, {t['dtype']})")
+            b16 = {r["kernel"]: r for r in (att or [])}.get("flash-bf16")
+            if b16 and t["dtype"] == "bf16":
+                speed = {part: t[part] / b16[part]
+                         for part in ("forward_ms", "grad_ms")}
+                speed["total"] = (t["forward_ms"] + t["grad_ms"]) / \
+                    (b16["forward_ms"] + b16["grad_ms"])
+                print(f"  flash-bf16 speed vs {t['kernel']} (> 1: Loom "
+                      f"faster): forward {speed['forward_ms']:.2f}x, grad "
+                      f"{speed['grad_ms']:.2f}x, total {speed['total']:.2f}x")
+                report.setdefault("attention", {})["bf16_vs_torch"] = speed
 
     for m in missing:
         print(f"missing: {m}")
