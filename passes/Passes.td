@@ -749,6 +749,30 @@ def LoomPipelineReport : Pass<"loom-pipeline-report", "::mlir::ModuleOp"> {
 // Lowering
 //===----------------------------------------------------------------------===//
 
+def LoomFoldAccumulation : Pass<"loom-fold-accumulation", "::mlir::ModuleOp"> {
+  let summary = "With one micro-batch, gradients are written to their "
+                "accumulators instead of added to them";
+  let description = [{
+    A training step's micro-batch function returns `acc + g` for every
+    parameter's gradient accumulator. The executor zeroes the accumulators
+    before the step's first micro-batch, so with one micro-batch
+    (`loom.train = {phase = "microbatch", microbatches = 1}`) the sum is
+    `g`: the add is dropped and `g` returned as the accumulator's update.
+    `--loom-plan-buffers` then places g's storage in the accumulator's, and
+    the op that computes the gradient writes it there (Megatron's
+    gradient-accumulation fusion): one elementwise kernel and one transient
+    buffer fewer per parameter.
+
+    Folds only where it is exact and the planner can honour it: the add is
+    the returned value and its only reader, the accumulator has the add as
+    its only reader, `g` has the accumulator's type, is read by nothing
+    else, and owns storage of the same bytes that holds no argument or other
+    returned value. Pipeline stages and steps of several micro-batches are
+    left as they are.
+  }];
+  let dependentDialects = ["::mlir::loom::LoomDialect"];
+}
+
 def LoomPlanBuffers : Pass<"loom-plan-buffers", "::mlir::ModuleOp"> {
   let summary = "Give every tensor a static offset in one arena per rank";
   let description = [{

@@ -75,6 +75,10 @@ void mlir::loom::buildCompilePipeline(OpPassManager &pm,
     comm.bucketMb = options.bucketMb;
     pm.addPass(createLoomScheduleComm(comm));
   }
+  // With one micro-batch the backward writes the gradients where the
+  // accumulators are (after every pass that looks for the accumulation).
+  if (options.train)
+    pm.addPass(createLoomFoldAccumulation());
   LoomPlanBuffersOptions plan;
   plan.alignment = options.alignment;
   pm.addPass(createLoomPlanBuffers(plan));

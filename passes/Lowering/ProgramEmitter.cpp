@@ -471,9 +471,13 @@ StageEmitter::emitBody(func::FuncOp func) {
       if (!isa<BlockArgument>(value)) {
         unsigned argBuffer =
             bufferIndex.lookup(func.getArgument(updates.getInt()));
-        inPlace[value] = argBuffer;
+        // A block's result is the op result it yields (the instruction
+        // that writes it).
+        Value written = order.representative(value);
+        inPlace[written] = argBuffer;
         // An in-place reduction's input is written where its result is.
-        if (auto r = dyn_cast<OpResult>(value); r && reducesInPlace(r.getOwner()))
+        if (auto r = dyn_cast<OpResult>(written);
+            r && reducesInPlace(r.getOwner()))
           inPlace[r.getOwner()->getOperand(r.getResultNumber())] = argBuffer;
       }
 
