@@ -440,6 +440,117 @@ __global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
     st(dbias, c, db);
 }
 
+// The bf16 layer-norm gradient in one pass when every operand is bf16,
+// 16-byte aligned and C a multiple of 8 up to 32 * 8 * kMaxLnGroups: a
+// block (8 warps) owns kRowChunk rows, a warp every 8th of them, a lane
+// 8-column groups lane, lane + 32, ... of each. Each warp reads its rows'
+// dout and inp once, 16 bytes a load, writes dinp and keeps the lane's
+// columns' dweight and dbias sums in registers; the block then adds its 8
+// warps' sums in warp order into the chunk's partial (the layout of
+// layernormParamPartialKernel's, finished by layernormParamFinishKernel),
+// so the sums are deterministic. The separate partial and input kernels
+// read both operands twice, in 2-byte loads.
+constexpr int kLnWarps = kThreads / kWarp;
+constexpr int kMaxLnGroups = 4;
+constexpr int64_t kMaxLnFusedColumns = int64_t(kWarp) * kVec * kMaxLnGroups;
+
+template <int kGroups>
+__global__ void __launch_bounds__(kThreads)
+    layernormBackwardFusedKernel(__nv_bfloat16 *dinp, float *partial,
+                                 const __nv_bfloat16 *dout,
+                                 const __nv_bfloat16 *inp,
+                                 const __nv_bfloat16 *weight, const float *mean,
+                                 const float *rstd, int64_t N, int64_t C) {
+  __shared__ float warpSums[kLnWarps * kMaxLnFusedColumns];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t chunk = blockIdx.x, chunks = (N + kRowChunk - 1) / kRowChunk;
+  const int64_t begin = chunk * kRowChunk, end = min(N, begin + kRowChunk);
+  const int64_t groups = C / kVec;
+  // The row's operands stay packed (4 registers per 8 columns) between the
+  // two passes over it; the sums are fp32.
+  uint4 wBits[kGroups], dyBits[kGroups], xBits[kGroups];
+  float dw[kGroups][kVec], db[kGroups][kVec];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t group = lane + int64_t(kWarp) * g;
+    wBits[g] = group < groups ? reinterpret_cast<const uint4 *>(weight)[group]
+                              : make_uint4(0, 0, 0, 0);
+    dyBits[g] = xBits[g] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      dw[g][k] = db[g][k] = 0.0f;
+  }
+  for (int64_t row = begin + warp; row < end; row += kLnWarps) {
+    const float m = mean[row], r = rstd[row];
+    const auto *dyRow = reinterpret_cast<const uint4 *>(dout + row * C);
+    const auto *xRow = reinterpret_cast<const uint4 *>(inp + row * C);
+    float sumD = 0.0f, sumDX = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t group = lane + int64_t(kWarp) * g;
+      if (group >= groups)
+        continue;
+      dyBits[g] = dyRow[group];
+      xBits[g] = xRow[group];
+      float w[kVec], dy[kVec], x[kVec];
+      widen8(w, wBits[g]);
+      widen8(dy, dyBits[g]);
+      widen8(x, xBits[g]);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float xhat = (x[k] - m) * r, d = w[k] * dy[k];
+        sumD += d;
+        sumDX += d * xhat;
+        dw[g][k] += xhat * dy[k];
+        db[g][k] += dy[k];
+      }
+    }
+    sumD = warpSum(sumD) / C;
+    sumDX = warpSum(sumDX) / C;
+    if (!dinp)
+      continue;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t group = lane + int64_t(kWarp) * g;
+      if (group >= groups)
+        continue;
+      float w[kVec], dy[kVec], x[kVec], out[kVec];
+      widen8(w, wBits[g]);
+      widen8(dy, dyBits[g]);
+      widen8(x, xBits[g]);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float xhat = (x[k] - m) * r;
+        out[k] = (w[k] * dy[k] - sumD - xhat * sumDX) * r;
+      }
+      reinterpret_cast<uint4 *>(dinp + row * C)[group] = round8(out);
+    }
+  }
+  if (!partial)
+    return;
+  // The chunk's partials: dweight's, then dbias's, each the 8 warps' sums
+  // added in warp order.
+  for (int which = 0; which < 2; ++which) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t col = (lane + int64_t(kWarp) * g) * kVec;
+      if (col < C)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k)
+          warpSums[warp * kMaxLnFusedColumns + col + k] =
+              which == 0 ? dw[g][k] : db[g][k];
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += kThreads) {
+      float sum = 0.0f;
+      for (int v = 0; v < kLnWarps; ++v)
+        sum += warpSums[v * kMaxLnFusedColumns + c];
+      partial[(which * chunks + chunk) * C + c] = sum;
+    }
+    __syncthreads(); // the sums read before dbias's overwrite them
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax and cross-entropy
 //===----------------------------------------------------------------------===//
@@ -779,7 +890,42 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               const float *mean32, const float *rstd32,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream) {
-  if (dweight.data || dbias.data) {
+  const bool params = dweight.data || dbias.data;
+  const int64_t groupsPerLane = (C / kVec + kWarp - 1) / kWarp;
+  if (C <= kMaxLnFusedColumns && N > 0 &&
+      vectorizable(C, {dout, inp, weight}) &&
+      (!dinp.data || vectorizable(C, {dinp}))) {
+    auto *dx = static_cast<__nv_bfloat16 *>(dinp.data);
+    float *partial = params ? partials : nullptr;
+    const auto *dy = static_cast<const __nv_bfloat16 *>(dout.data);
+    const auto *x = static_cast<const __nv_bfloat16 *>(inp.data);
+    const auto *w = static_cast<const __nv_bfloat16 *>(weight.data);
+    const unsigned blocks = static_cast<unsigned>(rowChunks(N));
+    switch (groupsPerLane) {
+    case 1:
+      LOOM_LAUNCH(layernormBackwardFusedKernel<1>, blocks, kThreads, stream, dx,
+                  partial, dy, x, w, mean32, rstd32, N, C);
+      break;
+    case 2:
+      LOOM_LAUNCH(layernormBackwardFusedKernel<2>, blocks, kThreads, stream, dx,
+                  partial, dy, x, w, mean32, rstd32, N, C);
+      break;
+    case 3:
+      LOOM_LAUNCH(layernormBackwardFusedKernel<3>, blocks, kThreads, stream, dx,
+                  partial, dy, x, w, mean32, rstd32, N, C);
+      break;
+    default:
+      LOOM_LAUNCH(layernormBackwardFusedKernel<kMaxLnGroups>, blocks, kThreads,
+                  stream, dx, partial, dy, x, w, mean32, rstd32, N, C);
+      break;
+    }
+    if (params)
+      LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
+                  dweight, dbias, static_cast<const float *>(partials),
+                  rowChunks(N), C);
+    return Status::success();
+  }
+  if (params) {
     const int64_t chunks = rowChunks(N), colBlocks = blocksFor(C);
     LOOM_LAUNCH(layernormParamPartialKernel,
                 static_cast<unsigned>(chunks * colBlocks), kThreads, stream,

@@ -296,10 +296,10 @@ TEST(BF16KernelEmulation, EmbeddingRowsAndDeterministicGradient) {
   EXPECT_EQ(dt32, rdt32);
 }
 
-TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
-  // C not a warp multiple; N past two 128-row chunks of the parameter
-  // gradients, with a tail.
-  const int64_t N = 260, C = 100;
+/// Layer norm forward and gradient of N x C against the CPU kernels.
+static void checkLayerNorm(int64_t N, int64_t C) {
+  const std::string shape =
+      " (N " + std::to_string(N) + ", C " + std::to_string(C) + ")";
   BF16Tensor x = randomBF16(N * C, 11, -2, 3), w = randomBF16(C, 12),
              b = randomBF16(C, 13), dout = randomBF16(N * C, 14);
   BF16Tensor y(N * C), mean(N), rstd(N), dx(N * C), dw(C), dbias(C);
@@ -315,10 +315,10 @@ TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
                                     x.values.data(), w.values.data(),
                                     b.values.data(), N, C, eps)
                   .ok());
-  expectBF16Close(y, ry, "layernorm");
-  expectBF16Close(mean, rm, "mean");
-  expectBF16Close(rstd, rr, "rstd");
-  // The gradient: fp32 statistics recomputed into workspace, then both
+  expectBF16Close(y, ry, ("layernorm" + shape).c_str());
+  expectBF16Close(mean, rm, ("mean" + shape).c_str());
+  expectBF16Close(rstd, rr, ("rstd" + shape).c_str());
+  // The gradient: fp32 statistics recomputed into workspace, then the
   // backward kernels (as CudaKernels::runBF16Natively runs LayerNormGrad).
   ASSERT_TRUE(emulated::mixedLayernormForward(
                   {}, mean.ref(), rstd.ref(), mean32.data(), rstd32.data(),
@@ -337,11 +337,20 @@ TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
                                  w.values.data(), rm.data(), rr.data(), N, C,
                                  eps)
                   .ok());
-  expectF32Close(mean32, rm, "mean32");
-  expectF32Close(rstd32, rr, "rstd32");
-  expectBF16Close(dx, rdx, "layernormGrad dinp");
-  expectBF16Close(dw, rdw, "layernormGrad dweight");
-  expectBF16Close(dbias, rdb, "layernormGrad dbias");
+  expectF32Close(mean32, rm, ("mean32" + shape).c_str());
+  expectF32Close(rstd32, rr, ("rstd32" + shape).c_str());
+  expectBF16Close(dx, rdx, ("layernormGrad dinp" + shape).c_str());
+  expectBF16Close(dw, rdw, ("layernormGrad dweight" + shape).c_str());
+  expectBF16Close(dbias, rdb, ("layernormGrad dbias" + shape).c_str());
+}
+
+TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
+  // N past two 128-row chunks of the parameter gradients, with a tail.
+  // C = 100 (not a multiple of 8): the two-pass gradient kernels; C = 264
+  // and 768: the fused one-pass kernel (8-column groups: 33, so lane 0
+  // holds two and the others one; 96, GPT-2's three per lane).
+  for (int64_t C : {100, 264, 768})
+    checkLayerNorm(260, C);
 }
 
 TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {
