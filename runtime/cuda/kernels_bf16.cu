@@ -340,6 +340,22 @@ __global__ void embeddingGradRowsKernel(FloatRef dtable, FloatRef dout,
 // Layer norm
 //===----------------------------------------------------------------------===//
 
+/// Row statistics of the layer-norm forward: the program's mean and rstd
+/// results (in their own dtypes, when requested) and the fp32 copies the
+/// backward reads (when requested).
+__device__ void storeRowStatistics(FloatRef mean, FloatRef rstd, float *mean32,
+                                   float *rstd32, int64_t row, float m,
+                                   float r) {
+  if (mean.data)
+    st(mean, row, m);
+  if (rstd.data)
+    st(rstd, row, r);
+  if (mean32)
+    mean32[row] = m;
+  if (rstd32)
+    rstd32[row] = r;
+}
+
 __global__ void layernormForwardKernel(FloatRef out, FloatRef mean,
                                        FloatRef rstd, float *mean32,
                                        float *rstd32, FloatRef inp,
@@ -360,20 +376,98 @@ __global__ void layernormForwardKernel(FloatRef out, FloatRef mean,
     v += d * d;
   }
   const float r = rsqrtf(warpSum(v) / C + eps);
-  if (lane == 0) {
-    if (mean.data)
-      st(mean, row, m);
-    if (rstd.data)
-      st(rstd, row, r);
-    if (mean32)
-      mean32[row] = m;
-    if (rstd32)
-      rstd32[row] = r;
-  }
+  if (lane == 0)
+    storeRowStatistics(mean, rstd, mean32, rstd32, row, m, r);
   if (out.data)
     for (int64_t c = lane; c < C; c += kWarp)
       st(out, base + c,
          (ld(inp, base + c) - m) * r * ld(weight, c) + ld(bias, c));
+}
+
+// The 16-byte layer-norm kernels below: a lane holds up to kMaxLnGroups
+// 8-column groups of a row, so rows up to kMaxLnFusedColumns wide.
+constexpr int kLnWarps = kThreads / kWarp;
+constexpr int kMaxLnGroups = 4;
+constexpr int64_t kMaxLnFusedColumns = int64_t(kWarp) * kVec * kMaxLnGroups;
+static_assert(kMaxLnGroups == 4, "byLnGroups picks among four kernels");
+
+/// The instance of a 16-byte layer-norm kernel whose lanes hold as many
+/// 8-column groups as a row of C (at most kMaxLnFusedColumns) needs, so
+/// narrow rows keep fewer registers live.
+template <typename Kernel>
+Kernel byLnGroups(int64_t C, Kernel one, Kernel two, Kernel three,
+                  Kernel four) {
+  switch ((C / kVec + kWarp - 1) / kWarp) {
+  case 1:
+    return one;
+  case 2:
+    return two;
+  case 3:
+    return three;
+  default:
+    return four;
+  }
+}
+
+/// layernormForwardKernel for bf16 rows of C (a multiple of 8, at most
+/// kMaxLnFusedColumns) in 16-byte loads: the lane's 8-column groups (lane,
+/// lane + 32, ...) are read once and kept packed for the mean, the
+/// variance and the output. out (and then weight and bias) are bf16 and
+/// 16-byte aligned, or out is null (statistics only).
+template <int kGroups>
+__global__ void layernormForwardRowsKernel(
+    __nv_bfloat16 *out, FloatRef mean, FloatRef rstd, float *mean32,
+    float *rstd32, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
+    const __nv_bfloat16 *bias, int64_t N, int64_t C, float eps) {
+  const int64_t row = warpIndex();
+  const int lane = laneIndex();
+  if (row >= N)
+    return;
+  const int64_t groups = C / kVec;
+  const auto *xRow = reinterpret_cast<const uint4 *>(inp + row * C);
+  uint4 xBits[kGroups];
+  float s = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t group = lane + int64_t(kWarp) * g;
+    xBits[g] = group < groups ? xRow[group] : make_uint4(0, 0, 0, 0);
+    float x[kVec];
+    widen8(x, xBits[g]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      s += x[k];
+  }
+  const float m = warpSum(s) / C;
+  float v = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (lane + int64_t(kWarp) * g >= groups)
+      continue;
+    float x[kVec];
+    widen8(x, xBits[g]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      v += (x[k] - m) * (x[k] - m);
+  }
+  const float r = rsqrtf(warpSum(v) / C + eps);
+  if (lane == 0)
+    storeRowStatistics(mean, rstd, mean32, rstd32, row, m, r);
+  if (!out)
+    return;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const int64_t group = lane + int64_t(kWarp) * g;
+    if (group >= groups)
+      continue;
+    float x[kVec], w[kVec], b[kVec], y[kVec];
+    widen8(x, xBits[g]);
+    widen8(w, reinterpret_cast<const uint4 *>(weight)[group]);
+    widen8(b, reinterpret_cast<const uint4 *>(bias)[group]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      y[k] = (x[k] - m) * r * w[k] + b[k];
+    reinterpret_cast<uint4 *>(out + row * C)[group] = round8(y);
+  }
 }
 
 __global__ void layernormBackwardInputKernel(FloatRef dinp, FloatRef dout,
@@ -450,10 +544,6 @@ __global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
 // layernormParamPartialKernel's, finished by layernormParamFinishKernel),
 // so the sums are deterministic. The separate partial and input kernels
 // read both operands twice, in 2-byte loads.
-constexpr int kLnWarps = kThreads / kWarp;
-constexpr int kMaxLnGroups = 4;
-constexpr int64_t kMaxLnFusedColumns = int64_t(kWarp) * kVec * kMaxLnGroups;
-
 template <int kGroups>
 __global__ void __launch_bounds__(kThreads)
     layernormBackwardFusedKernel(__nv_bfloat16 *dinp, float *partial,
@@ -880,6 +970,19 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
                              float *mean32, float *rstd32, FloatRef inp,
                              FloatRef weight, FloatRef bias, int64_t N,
                              int64_t C, float eps, cudaStream_t stream) {
+  if (C <= kMaxLnFusedColumns && vectorizable(C, {inp}) &&
+      (!out.data || vectorizable(C, {out, weight, bias}))) {
+    auto *y = static_cast<__nv_bfloat16 *>(out.data);
+    const auto *x = static_cast<const __nv_bfloat16 *>(inp.data);
+    const auto *w = static_cast<const __nv_bfloat16 *>(weight.data);
+    const auto *b = static_cast<const __nv_bfloat16 *>(bias.data);
+    const auto kernel = byLnGroups(
+        C, layernormForwardRowsKernel<1>, layernormForwardRowsKernel<2>,
+        layernormForwardRowsKernel<3>, layernormForwardRowsKernel<4>);
+    LOOM_LAUNCH(kernel, blocksForRows(N), kThreads, stream, y, mean, rstd,
+                mean32, rstd32, x, w, b, N, C, eps);
+    return Status::success();
+  }
   LOOM_LAUNCH(layernormForwardKernel, blocksForRows(N), kThreads, stream, out,
               mean, rstd, mean32, rstd32, inp, weight, bias, N, C, eps);
   return Status::success();
@@ -891,7 +994,6 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream) {
   const bool params = dweight.data || dbias.data;
-  const int64_t groupsPerLane = (C / kVec + kWarp - 1) / kWarp;
   if (C <= kMaxLnFusedColumns && N > 0 &&
       vectorizable(C, {dout, inp, weight}) &&
       (!dinp.data || vectorizable(C, {dinp}))) {
@@ -901,24 +1003,11 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
     const auto *x = static_cast<const __nv_bfloat16 *>(inp.data);
     const auto *w = static_cast<const __nv_bfloat16 *>(weight.data);
     const unsigned blocks = static_cast<unsigned>(rowChunks(N));
-    switch (groupsPerLane) {
-    case 1:
-      LOOM_LAUNCH(layernormBackwardFusedKernel<1>, blocks, kThreads, stream, dx,
-                  partial, dy, x, w, mean32, rstd32, N, C);
-      break;
-    case 2:
-      LOOM_LAUNCH(layernormBackwardFusedKernel<2>, blocks, kThreads, stream, dx,
-                  partial, dy, x, w, mean32, rstd32, N, C);
-      break;
-    case 3:
-      LOOM_LAUNCH(layernormBackwardFusedKernel<3>, blocks, kThreads, stream, dx,
-                  partial, dy, x, w, mean32, rstd32, N, C);
-      break;
-    default:
-      LOOM_LAUNCH(layernormBackwardFusedKernel<kMaxLnGroups>, blocks, kThreads,
-                  stream, dx, partial, dy, x, w, mean32, rstd32, N, C);
-      break;
-    }
+    const auto kernel = byLnGroups(
+        C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
+        layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
+    LOOM_LAUNCH(kernel, blocks, kThreads, stream, dx, partial, dy, x, w, mean32,
+                rstd32, N, C);
     if (params)
       LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
                   dweight, dbias, static_cast<const float *>(partials),
