@@ -18,14 +18,21 @@
 // fragments for the whole kernel; S, P, dP and dS live in accumulator
 // registers and become the next product's A fragments in place (lane
 // 4g + t holds rows g and g + 8, columns 2t and 2t + 1 of each 8-column
-// block). B operands are read from shared tiles with 32-bit loads: a
-// product with X^T reads X's row-major tile, a product with X reads the
-// transposed copy staged from the same global loads. Tiles have a padded
-// row stride (kLd) so the 8 rows a B load touches fall in distinct banks.
+// block). B operands come from shared tiles through ldmatrix, four
+// registers per instruction: a product with X^T reads X's row-major tile,
+// a product with X the same tile transposed by ldmatrix .trans, so one
+// copy of each tile serves both. Tiles have a padded row stride (kLd) so
+// the 8 rows an ldmatrix phase reads fall in distinct banks.
+//
+// The streamed tiles are double-buffered: cp.async (async_copy.cuh) brings
+// tile i + 1 into one buffer while the warps compute on tile i in the
+// other, so global-memory latency hides behind the products instead of
+// stalling the block at every tile.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/flash_attention_mma.h"
 
+#include "runtime/cuda/async_copy.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/mma.cuh"
@@ -55,38 +62,40 @@ using FragsA = uint32_t[kSteps][4];
 /// A warp's 16 x 64 fp32 tile as the accumulators of eight 16 x 8 tiles.
 using Accs = float[kBlocks8][4];
 
-/// tile[r][d] (row stride kLd) = src[(r0 + r) * stride + d] for the 64 rows
-/// from r0, zero past T, and the same in tileT[d][r] when tileT is given
-/// (either may be null). All threads of the block take part. Consecutive
-/// lanes take consecutive rows, so a warp's transposed 16-bit stores fill
-/// 16 consecutive words (no bank conflicts). `vec`: src and stride keep
-/// 16-byte alignment, so each thread moves 8 elements per load.
-__device__ inline void stageRows(__nv_bfloat16 *tile, __nv_bfloat16 *tileT,
-                                 const __nv_bfloat16 *src, int64_t stride,
-                                 int64_t r0, int64_t T, bool vec) {
-  constexpr int kVec = 8; // bf16 per 16 bytes
-  for (int e = threadIdx.x; e < kTile * kHs / kVec; e += kTc) {
-    const int r = e % kTile, d = (e / kTile) * kVec;
+/// Issues the copies of tile[r][d] (row stride kLd) = src[(r0 + r) *
+/// stride + d] for the 64 rows from r0, zero past T; all threads of the
+/// block take part, 16 bytes each per copy, eight consecutive threads per
+/// 128-byte row. With `vec` (src and stride keep 16-byte alignment) they
+/// are cp.async copies that land by the caller's async_copy::wait; without
+/// it, element by element before returning.
+__device__ inline void stageRows(__nv_bfloat16 *tile, const __nv_bfloat16 *src,
+                                 int64_t stride, int64_t r0, int64_t T,
+                                 bool vec) {
+  constexpr int kVec = 8;                   // bf16 per 16 bytes
+  constexpr int kChunksPerRow = kHs / kVec; // 16-byte chunks of a row
+  for (int e = threadIdx.x; e < kTile * kChunksPerRow; e += kTc) {
+    const int r = e / kChunksPerRow, d = (e % kChunksPerRow) * kVec;
     const int64_t row = r0 + r;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    auto *h = reinterpret_cast<__nv_bfloat16 *>(&v);
-    if (row < T) {
-      if (vec) {
-        v = *reinterpret_cast<const uint4 *>(src + row * stride + d);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i)
-          h[i] = src[row * stride + d + i];
-      }
-    }
-    if (tile)
-      *reinterpret_cast<uint4 *>(tile + r * kLd + d) = v;
-    if (tileT) {
+    const bool valid = row < T;
+    __nv_bfloat16 *dst = tile + r * kLd + d;
+    if (vec) {
+      async_copy::copy16(dst, valid ? src + row * stride + d : src, valid);
+    } else {
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
-        tileT[(d + i) * kLd + r] = h[i];
+        dst[i] = valid ? src[row * stride + d + i] : __float2bfloat16(0.0f);
     }
   }
+}
+
+/// stageRows for key/value tile [k0, k0 + 64) of a head (its columns of
+/// qkv from `head`, row stride 3C) into kTile and vTile.
+__device__ inline void stageKeysValues(__nv_bfloat16 *kTile,
+                                       __nv_bfloat16 *vTile,
+                                       const __nv_bfloat16 *head, int64_t C,
+                                       int64_t k0, int64_t T, bool vec) {
+  stageRows(kTile, head + C, 3 * C, k0, T, vec);
+  stageRows(vTile, head + 2 * C, 3 * C, k0, T, vec);
 }
 
 /// The warp's rows [16 warp, 16 warp + 16) of a staged tile as A fragments.
@@ -104,20 +113,44 @@ __device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile,
 }
 
 /// acc += A x^T for the warp's A (16 x 64) and a staged [64][64] tile x:
-/// S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T; with x a transposed
-/// tile X^T it is A X: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+/// S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T.
 __device__ inline void timesTransposed(Accs &acc, const FragsA &a,
-                                       const __nv_bfloat16 *x, int g, int t) {
+                                       const __nv_bfloat16 *x, int lane) {
 #pragma unroll
   for (int n = 0; n < kBlocks8; ++n) {
-    // Column n of B is row 8n + g of x; rows 2t, 2t + 1 (+ 8) of B are two
-    // adjacent elements of it.
-    const __nv_bfloat16 *row = x + (8 * n + g) * kLd + 2 * t;
+    // Column n of B is row 8n + g of x. Matrix j of one ldmatrix is
+    // columns [8j, 8j + 8) of rows 8n..8n + 7 (lane 8j + r gives row r),
+    // so it yields b0, b1 of k-steps 0 and 1, the second of k-steps 2, 3.
+    const __nv_bfloat16 *row = x + (8 * n + lane % 8) * kLd + 8 * (lane / 8);
+    uint32_t b[2][4];
+    mma::loadMatrices(b[0], row);
+    mma::loadMatrices(b[1], row + 32);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
-      mma::bf16m16n8k16(acc[n], a[s], mma::load2(row + 16 * s),
-                        mma::load2(row + 16 * s + 8));
+      mma::bf16m16n8k16(acc[n], a[s], b[s / 2][2 * (s % 2)],
+                        b[s / 2][2 * (s % 2) + 1]);
   }
+}
+
+/// acc += A X for the warp's A (16 x 64) and a staged [64][64] tile X read
+/// transposed by ldmatrix: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+__device__ inline void times(Accs &acc, const FragsA &a, const __nv_bfloat16 *x,
+                             int lane) {
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+    for (int n = 0; n < kBlocks8; n += 2) {
+      // Matrix j = lane / 8 holds rows 16s + 8 (j % 2) .. + 7 and columns
+      // 8 (n + j / 2) .. + 7 of X: transposed, b0 and b1 of 8-column tiles
+      // n and n + 1 at k-step s.
+      const int j = lane / 8;
+      const __nv_bfloat16 *row =
+          x + (16 * s + 8 * (j % 2) + lane % 8) * kLd + 8 * (n + j / 2);
+      uint32_t b[4];
+      mma::loadMatricesTransposed(b, row);
+      mma::bf16m16n8k16(acc[n], a[s], b[0], b[1]);
+      mma::bf16m16n8k16(acc[n + 1], a[s], b[2], b[3]);
+    }
 }
 
 /// The A fragments (bf16) of a 16 x 64 tile held as accumulators: k-step s
@@ -168,13 +201,14 @@ __device__ inline int columnOf(int n, int i, int t) {
 /// (g = lane / 4, t = lane % 4), the block's head (b, hd) and its 64 rows
 /// from r0 (tile `tile` of the head), the warp's 16 from w0.
 struct Place {
-  int warp, g, t;
+  int warp, lane, g, t;
   int64_t bh, b, hd, r0, w0;
 };
 __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
   Place p;
   p.warp = threadIdx.x / 32;
-  p.g = threadIdx.x % 32 / 4;
+  p.lane = threadIdx.x % 32;
+  p.g = p.lane / 4;
   p.t = threadIdx.x % 4;
   p.bh = bh;
   p.b = bh / NH;
@@ -194,38 +228,51 @@ __global__ void __launch_bounds__(kTc)
     flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
                          const __nv_bfloat16 *qkv, int64_t T, int64_t C,
                          int64_t NH, float scaleLog2, int tiles, bool vec) {
-  __shared__ __align__(16) __nv_bfloat16 kTileS[kTile * kLd];
-  __shared__ __align__(16) __nv_bfloat16 vTileT[kHs * kLd];
+  // Key and value tiles, double-buffered: tile i in buffer i % 2 while
+  // tile i + 1's copies land in the other.
+  __shared__ __align__(16) __nv_bfloat16 kTiles[2][kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 vTiles[2][kTile * kLd];
   // The last query tiles see the most keys: they start first, so the
   // grid's tail is short blocks.
   const Place at =
       placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles, NH);
-  const int warp = at.warp, g = at.g, t = at.t;
+  const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
+  const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
 
-  // 1. Q_w as A fragments (staged through kTileS).
-  stageRows(kTileS, nullptr, head, C3, q0, T, vec);
+  // 1. Q_w as A fragments (staged through buffer 1, free until key tile
+  //    1), with key tile 0 already on its way.
+  stageRows(vTiles[1], head, C3, q0, T, vec);
+  async_copy::commit();
+  stageKeysValues(kTiles[0], vTiles[0], head, C, 0, T, vec);
+  async_copy::commit();
+  async_copy::wait<1>();
   __syncthreads();
   FragsA q;
-  loadOwnRows(q, kTileS, warp, g, t);
+  loadOwnRows(q, vTiles[1], warp, g, t);
 
   // 2. Key tiles up to the block's last query. The lane's rows are
   //    row[0] = w0 + g and row[1] = w0 + g + 8: their running max m (base
   //    2), the lane's part of the row sum l, and O.
   const int64_t row[2] = {w0 + g, w0 + g + 8};
-  const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   Accs o;
   zero(o);
-  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
-    __syncthreads(); // previous tile consumed (and Q loaded from kTileS)
-    stageRows(kTileS, nullptr, head + C, C3, k0, T, vec);
-    stageRows(nullptr, vTileT, head + 2 * C, C3, k0, T, vec);
+  int buf = 0;
+  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile, buf ^= 1) {
+    // Every warp is done with the other buffer (the previous tile, or Q):
+    // the next tile's copies go there, and land while this one computes.
+    __syncthreads();
+    if (k0 + kTile <= lastRow)
+      stageKeysValues(kTiles[buf ^ 1], vTiles[buf ^ 1], head, C, k0 + kTile, T,
+                      vec);
+    async_copy::commit();
+    async_copy::wait<1>(); // this tile's copies (all but the next tile's)
     __syncthreads();
     Accs s;
     zero(s);
-    timesTransposed(s, q, kTileS, g, t); // S = Q_w K^T
+    timesTransposed(s, q, kTiles[buf], lane); // S = Q_w K^T
     // Scores in base 2, -inf for keys after the row or past T (only tiles
     // that reach past the warp's first row or past T hold any).
     const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
@@ -264,7 +311,7 @@ __global__ void __launch_bounds__(kTc)
     l[1] = l[1] * alpha[1] + sum[1];
     FragsA p;
     accumulatorsAsA(p, s);
-    timesTransposed(o, p, vTileT, g, t); // O += P V
+    times(o, p, vTiles[buf], lane); // O += P V
   }
 
   // 3. out = O / l and lse = (m + log2 l) ln 2 for the lane's rows.
@@ -298,25 +345,41 @@ __global__ void __launch_bounds__(kTc)
                              const __nv_bfloat16 *qkv, const float *lse,
                              const float *rowDot, int64_t T, int64_t C,
                              int64_t NH, float scale, int tiles, bool vec) {
-  __shared__ __align__(16) __nv_bfloat16 qTileS[kTile * kLd];
-  __shared__ __align__(16) __nv_bfloat16 qTileT[kHs * kLd];
-  __shared__ __align__(16) __nv_bfloat16 dyTileS[kTile * kLd];
-  __shared__ __align__(16) __nv_bfloat16 dyTileT[kHs * kLd];
-  __shared__ float lseTile[kTile], dTile[kTile];
+  // Query-side tiles (Q, dO, lse, D), double-buffered as in the forward.
+  __shared__ __align__(16) __nv_bfloat16 qTiles[2][kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 dyTiles[2][kTile * kLd];
+  __shared__ __align__(16) float lseTiles[2][kTile], dTiles[2][kTile];
   const Place at = placeOf(blockIdx.x % tiles, blockIdx.x / tiles, NH);
-  const int warp = at.warp, g = at.g, t = at.t;
+  const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, k0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
   const __nv_bfloat16 *dyHead = dout + at.b * T * C + at.hd * kHs;
   const float scaleLog2 = scale * kLog2e;
 
-  // 1. K_w and V_w as A fragments (staged through the Q and dO tiles).
-  stageRows(qTileS, nullptr, head + C, C3, k0, T, vec);
-  stageRows(dyTileS, nullptr, head + 2 * C, C3, k0, T, vec);
+  // Issues the copies of query tile [q0, q0 + 64) into buffer `buf`.
+  auto stageQueries = [&](int64_t q0, int buf) {
+    stageRows(qTiles[buf], head, C3, q0, T, vec);
+    stageRows(dyTiles[buf], dyHead, C, q0, T, vec);
+    if (threadIdx.x < kTile) {
+      const int64_t q = q0 + threadIdx.x;
+      const bool valid = q < T;
+      const int64_t index = valid ? bh * T + q : 0;
+      async_copy::copy4(&lseTiles[buf][threadIdx.x], lse + index, valid);
+      async_copy::copy4(&dTiles[buf][threadIdx.x], rowDot + index, valid);
+    }
+  };
+
+  // 1. K_w and V_w as A fragments (staged through buffer 1, free until
+  //    query tile 1), with query tile 0 (the block's first key) on its way.
+  stageKeysValues(qTiles[1], dyTiles[1], head, C, k0, T, vec);
+  async_copy::commit();
+  stageQueries(k0, 0);
+  async_copy::commit();
+  async_copy::wait<1>();
   __syncthreads();
   FragsA kw, vw;
-  loadOwnRows(kw, qTileS, warp, g, t);
-  loadOwnRows(vw, dyTileS, warp, g, t);
+  loadOwnRows(kw, qTiles[1], warp, g, t);
+  loadOwnRows(vw, dyTiles[1], warp, g, t);
   Accs dk, dv;
   zero(dk);
   zero(dv);
@@ -324,22 +387,25 @@ __global__ void __launch_bounds__(kTc)
 
   // 2. Query tiles from the block's first key on (earlier queries do not
   //    see these keys).
-  for (int64_t t0 = k0; t0 < T; t0 += kTile) {
-    __syncthreads(); // previous tile consumed (and K, V loaded)
-    stageRows(qTileS, qTileT, head, C3, t0, T, vec);
-    stageRows(dyTileS, dyTileT, dyHead, C, t0, T, vec);
-    if (threadIdx.x < kTile) {
-      const int64_t q = t0 + threadIdx.x;
-      lseTile[threadIdx.x] = q < T ? lse[bh * T + q] * kLog2e : 0.0f;
-      dTile[threadIdx.x] = q < T ? rowDot[bh * T + q] : 0.0f;
-    }
+  int buf = 0;
+  for (int64_t t0 = k0; t0 < T; t0 += kTile, buf ^= 1) {
+    __syncthreads(); // every warp is done with the other buffer
+    if (t0 + kTile < T)
+      stageQueries(t0 + kTile, buf ^ 1);
+    async_copy::commit();
+    async_copy::wait<1>(); // this tile's copies
+    // The lse to base 2, by the thread that copied it.
+    if (threadIdx.x < kTile)
+      lseTiles[buf][threadIdx.x] *= kLog2e;
     __syncthreads();
+    const __nv_bfloat16 *qTile = qTiles[buf], *dyTile = dyTiles[buf];
+    const float *lseTile = lseTiles[buf], *dTile = dTiles[buf];
     // P^T (16 keys x 64 queries), zero where the query precedes the key
     // or is past T (only tiles that start before the warp's last key or
     // reach past T hold any).
     Accs s;
     zero(s);
-    timesTransposed(s, kw, qTileS, g, t); // S^T = K_w Q^T
+    timesTransposed(s, kw, qTile, lane); // S^T = K_w Q^T
     const bool masked = t0 < w0 + kRows - 1 || t0 + kTile > T;
 #pragma unroll
     for (int n = 0; n < kBlocks8; ++n)
@@ -353,17 +419,17 @@ __global__ void __launch_bounds__(kTc)
       }
     FragsA a;
     accumulatorsAsA(a, s);
-    timesTransposed(dv, a, dyTileT, g, t); // dV += P^T dO
+    times(dv, a, dyTile, lane); // dV += P^T dO
     Accs dp;
     zero(dp);
-    timesTransposed(dp, vw, dyTileS, g, t); // dP^T = V_w dO^T
+    timesTransposed(dp, vw, dyTile, lane); // dP^T = V_w dO^T
 #pragma unroll
     for (int n = 0; n < kBlocks8; ++n)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         dp[n][i] = s[n][i] * (dp[n][i] - dTile[columnOf(n, i, t)]);
     accumulatorsAsA(a, dp);
-    timesTransposed(dk, a, qTileT, g, t); // dK += dS^T Q (scale at the end)
+    times(dk, a, qTile, lane); // dK += dS^T Q (scale at the end)
   }
 
   // 3. dk and dv rows of this lane.
@@ -379,25 +445,30 @@ __global__ void __launch_bounds__(kTc)
                                const __nv_bfloat16 *qkv, const float *lse,
                                const float *rowDot, int64_t T, int64_t C,
                                int64_t NH, float scale, int tiles, bool vec) {
-  __shared__ __align__(16) __nv_bfloat16 kTileS[kTile * kLd];
-  __shared__ __align__(16) __nv_bfloat16 kTileT[kHs * kLd];
-  __shared__ __align__(16) __nv_bfloat16 vTileS[kTile * kLd];
+  // Key and value tiles, double-buffered as in the forward.
+  __shared__ __align__(16) __nv_bfloat16 kTiles[2][kTile * kLd];
+  __shared__ __align__(16) __nv_bfloat16 vTiles[2][kTile * kLd];
   const Place at = placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles,
                            NH); // longest first, as in the forward
-  const int warp = at.warp, g = at.g, t = at.t;
+  const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
   const __nv_bfloat16 *dyHead = dout + at.b * T * C + at.hd * kHs;
   const float scaleLog2 = scale * kLog2e;
 
-  // 1. Q_w and dO_w as A fragments (staged through the K and V tiles); the
-  //    lane's rows' lse (base 2) and D.
-  stageRows(kTileS, nullptr, head, C3, q0, T, vec);
-  stageRows(vTileS, nullptr, dyHead, C, q0, T, vec);
+  // 1. Q_w and dO_w as A fragments (staged through buffer 1, free until
+  //    key tile 1, with key tile 0 on its way); the lane's rows' lse (base
+  //    2) and D.
+  stageRows(kTiles[1], head, C3, q0, T, vec);
+  stageRows(vTiles[1], dyHead, C, q0, T, vec);
+  async_copy::commit();
+  stageKeysValues(kTiles[0], vTiles[0], head, C, 0, T, vec);
+  async_copy::commit();
+  async_copy::wait<1>();
   __syncthreads();
   FragsA qw, dyw;
-  loadOwnRows(qw, kTileS, warp, g, t);
-  loadOwnRows(dyw, vTileS, warp, g, t);
+  loadOwnRows(qw, kTiles[1], warp, g, t);
+  loadOwnRows(dyw, vTiles[1], warp, g, t);
   const int64_t row[2] = {w0 + g, w0 + g + 8};
   float rowLse[2], rowD[2];
 #pragma unroll
@@ -410,14 +481,18 @@ __global__ void __launch_bounds__(kTc)
 
   // 2. Key tiles up to the block's last query row.
   const int64_t lastRow = min(T, q0 + kBlockRows) - 1;
-  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile) {
-    __syncthreads(); // previous tile consumed (and Q, dO loaded)
-    stageRows(kTileS, kTileT, head + C, C3, k0, T, vec);
-    stageRows(vTileS, nullptr, head + 2 * C, C3, k0, T, vec);
+  int buf = 0;
+  for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile, buf ^= 1) {
+    __syncthreads(); // every warp is done with the other buffer
+    if (k0 + kTile <= lastRow)
+      stageKeysValues(kTiles[buf ^ 1], vTiles[buf ^ 1], head, C, k0 + kTile, T,
+                      vec);
+    async_copy::commit();
+    async_copy::wait<1>(); // this tile's copies
     __syncthreads();
     Accs s;
     zero(s);
-    timesTransposed(s, qw, kTileS, g, t); // S = Q_w K^T
+    timesTransposed(s, qw, kTiles[buf], lane); // S = Q_w K^T
     const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
 #pragma unroll
     for (int n = 0; n < kBlocks8; ++n)
@@ -430,7 +505,7 @@ __global__ void __launch_bounds__(kTc)
       }
     Accs dp;
     zero(dp);
-    timesTransposed(dp, dyw, vTileS, g, t); // dP = dO_w V^T
+    timesTransposed(dp, dyw, vTiles[buf], lane); // dP = dO_w V^T
 #pragma unroll
     for (int n = 0; n < kBlocks8; ++n)
 #pragma unroll
@@ -438,7 +513,7 @@ __global__ void __launch_bounds__(kTc)
         dp[n][i] = s[n][i] * (dp[n][i] - rowD[i >> 1]);
     FragsA a;
     accumulatorsAsA(a, dp);
-    timesTransposed(dq, a, kTileT, g, t); // dQ += dS K (scale at the end)
+    times(dq, a, kTiles[buf], lane); // dQ += dS K (scale at the end)
   }
 
   // 3. dq rows of this lane.

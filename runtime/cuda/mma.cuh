@@ -19,7 +19,9 @@
 // are, element for element, the A fragment of k-step s of the next product:
 // a softmax's probabilities go from S = Q K^T into P V without leaving the
 // registers (FlashAttention-2). B's column n = g, rows 2t, 2t + 1 are two
-// adjacent elements of row n of a row-major [n][k] array: one 32-bit load.
+// adjacent elements of row n of a row-major [n][k] array: one 32-bit load,
+// or four such registers in one ldmatrix (loadMatrices); ldmatrix .trans
+// reads them from a row-major [k][n] array (loadMatricesTransposed).
 //
 // CudaEmulation.h replaces this header with the same operations lane by
 // lane on the documented layouts.
@@ -48,6 +50,32 @@ __device__ inline void bf16m16n8k16(float (&d)[4], const uint32_t (&a)[4],
 __device__ inline uint32_t packBf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+/// Four 8 x 8 bf16 matrices from shared memory (ldmatrix .x4): lane
+/// 8j + r gives the address of row r of matrix j (8 contiguous elements,
+/// 16-byte aligned), and r[j] receives elements (g, 2t) and (g, 2t + 1) of
+/// matrix j. That pair is a B register of a product with X^T read from
+/// X's row-major [n][k] tile: column n = g, rows k = 2t, 2t + 1.
+__device__ inline void loadMatrices(uint32_t (&r)[4],
+                                    const __nv_bfloat16 *row) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+/// loadMatrices transposed (ldmatrix .x4 .trans): r[j] receives elements
+/// (2t, g) and (2t + 1, g) of matrix j, a B register of a product with X
+/// read from X's row-major [k][n] tile, without a transposed copy.
+__device__ inline void loadMatricesTransposed(uint32_t (&r)[4],
+                                              const __nv_bfloat16 *row) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+               "{%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
 }
 
 /// Two adjacent bf16 (4-byte aligned) as one register.

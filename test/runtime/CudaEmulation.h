@@ -2,16 +2,17 @@
 //
 // Lets a .cu file whose kernels use only threadIdx / blockIdx / blockDim,
 // __shared__ arrays, __syncthreads / __syncwarp, integer atomicAdd,
-// launch.cuh's warp helpers, mma.cuh's m16n8k16 product (on the PTX
-// fragment layouts) and WMMA's whole-tile operations (load / store / mma /
-// fill, never a fragment's elements) compile as C++ and run on the CPU, so
-// its indexing, tiling, masking and barrier placement are tested on
-// machines without a GPU (the real kernels are still tested on a device by
-// the Cuda* tests). Blocks run one after another; a block's threads are
-// fibers (CudaEmulation.cpp) on the launching OS thread, scheduled round
-// robin, each running to its next barrier: __syncthreads is a barrier of the
-// block, __syncwarp and the warp helpers (warpSum's butterfly, the pair
-// reductions) barriers of the warp (whole warps call them together, as
+// launch.cuh's warp helpers, mma.cuh's m16n8k16 product and ldmatrix (on
+// the PTX fragment layouts), async_copy.cuh's cp.async groups and WMMA's
+// whole-tile operations (load / store / mma / fill, never a fragment's
+// elements) compile as C++ and run on the CPU, so its indexing, tiling, masking
+// and barrier placement are tested on machines without a GPU (the real kernels
+// are still tested on a device by the Cuda* tests). Blocks run one after
+// another; a block's threads are fibers (CudaEmulation.cpp) on the launching OS
+// thread, scheduled round robin, each running to its next barrier:
+// __syncthreads is a barrier of the block, __syncwarp and the warp helpers
+// (warpSum's butterfly, the pair reductions) barriers of the warp (whole warps
+// call them together, as
 // __shfl_xor_sync with a full mask requires). A thread that has returned no
 // longer counts at a barrier, as on the GPU; a block whose live threads wait at
 // a barrier the others never reach aborts with a message instead of hanging.
@@ -29,8 +30,8 @@
 // loom_cuda_emulated (test/runtime/CMakeLists.txt), the whole CUDA backend
 // with each .cu compiled on it.
 //
-// Include it first, then the .cu file (launch.cuh and mma.cuh are replaced:
-// their include guards are defined here).
+// Include it first, then the .cu file (launch.cuh, mma.cuh and async_copy.cuh
+// are replaced: their include guards are defined here).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_TEST_RUNTIME_CUDAEMULATION_H
@@ -44,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <type_traits>
 #include <vector>
 
@@ -83,6 +85,11 @@ void arrive(int scope);
 
 } // namespace fibers
 
+namespace async_copy {
+/// Drops copies a finished block issued and never waited for.
+inline void resetBlock();
+} // namespace async_copy
+
 /// Runs kernel(args...) over `blocks` blocks of `threads` threads, blocks
 /// one after another (a block's __shared__ arrays are the next block's),
 /// each block's threads as fibers on the calling OS thread.
@@ -98,6 +105,7 @@ void runKernel(Kernel kernel, unsigned blocks, unsigned threads, Args... args) {
   auto call = [](void *b) { (*static_cast<decltype(body) *>(b))(); };
   for (unsigned b = 0; b < blocks; ++b) {
     blockIdx = {b, 0, 0};
+    async_copy::resetBlock();
     fibers::runBlock(threads, call, &body);
   }
 }
@@ -246,7 +254,90 @@ inline uint32_t load2(const __nv_bfloat16 *p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
+/// Each thread's row address for the warp's current ldmatrix.
+inline thread_local const __nv_bfloat16 *rowSlots[fibers::kMaxThreads];
+/// ldmatrix .x4 (.trans when `transposed`) lane by lane: lane 8j + r posts
+/// row r of matrix j; lane 4g + t takes elements (g, 2t), (g, 2t + 1) of
+/// each matrix, or (2t, g), (2t + 1, g) transposed.
+inline void loadMatrices(uint32_t (&r)[4], const __nv_bfloat16 *row,
+                         bool transposed) {
+  const int lane = threadIdx.x % 32, warpBase = threadIdx.x - lane;
+  rowSlots[threadIdx.x] = row;
+  syncWarp();
+  const int g = lane / 4, t = lane % 4;
+  auto element = [&](int j, int rowIndex, int column) {
+    uint16_t bits;
+    std::memcpy(&bits, rowSlots[warpBase + 8 * j + rowIndex] + column,
+                sizeof bits);
+    return static_cast<uint32_t>(bits);
+  };
+  uint32_t out[4];
+  for (int j = 0; j < 4; ++j)
+    out[j] = transposed ? element(j, 2 * t, g) | element(j, 2 * t + 1, g) << 16
+                        : element(j, g, 2 * t) | element(j, g, 2 * t + 1) << 16;
+  syncWarp(); // every lane has read the rows before the next load posts
+  for (int j = 0; j < 4; ++j)
+    r[j] = out[j];
+}
+inline void loadMatrices(uint32_t (&r)[4], const __nv_bfloat16 *row) {
+  loadMatrices(r, row, false);
+}
+inline void loadMatricesTransposed(uint32_t (&r)[4], const __nv_bfloat16 *row) {
+  loadMatrices(r, row, true);
+}
 } // namespace mma
+
+/// async_copy.cuh's contents. A copy's destination is undefined from its
+/// issue until the issuing thread waits for its group: here it reads as
+/// all-ones bytes (NaN in bf16 and fp32) in between, and the data lands at
+/// the wait. So reading a tile before the wait, or another thread's part
+/// before the barrier after the waits, reads NaN; so does a thread still
+/// reading a buffer that another thread, past the barrier that should have
+/// held it, has started copying the next tile into.
+namespace async_copy {
+struct Copy {
+  void *dst;
+  const void *src;
+  int bytes;
+  bool valid;
+};
+/// Per thread of the block: copies issued since the last commit, and the
+/// committed groups still in flight, oldest first.
+inline thread_local std::vector<Copy> issued[fibers::kMaxThreads];
+inline thread_local std::deque<std::vector<Copy>> inFlight[fibers::kMaxThreads];
+inline void resetBlock() {
+  for (unsigned i = 0; i < fibers::kMaxThreads; ++i) {
+    issued[i].clear();
+    inFlight[i].clear();
+  }
+}
+inline void issue(void *dst, const void *src, int bytes, bool valid) {
+  std::memset(dst, 0xff, bytes);
+  issued[threadIdx.x].push_back({dst, src, bytes, valid});
+}
+inline void copy16(void *dst, const void *src, bool valid) {
+  issue(dst, src, 16, valid);
+}
+inline void copy4(void *dst, const void *src, bool valid) {
+  issue(dst, src, 4, valid);
+}
+inline void commit() {
+  inFlight[threadIdx.x].push_back(std::move(issued[threadIdx.x]));
+  issued[threadIdx.x].clear();
+}
+template <int kPending> inline void wait() {
+  auto &groups = inFlight[threadIdx.x];
+  while (groups.size() > static_cast<size_t>(kPending)) {
+    for (const Copy &c : groups.front()) {
+      if (c.valid)
+        std::memcpy(c.dst, c.src, c.bytes);
+      else
+        std::memset(c.dst, 0, c.bytes);
+    }
+    groups.pop_front();
+  }
+}
+} // namespace async_copy
 
 } // namespace cuda_emulation
 
@@ -339,6 +430,7 @@ template <typename A, typename B> inline auto min(A a, B b) {
 
 #define LOOM_RUNTIME_CUDA_LAUNCH_CUH
 #define LOOM_RUNTIME_CUDA_MMA_CUH
+#define LOOM_RUNTIME_CUDA_ASYNC_COPY_CUH
 #define LOOM_LAUNCH(kernel, blocks, threads, stream, ...)                      \
   do {                                                                         \
     (void)(stream);                                                            \

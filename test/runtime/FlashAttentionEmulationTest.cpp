@@ -33,6 +33,7 @@ using ::loom::cuda::kFlashMaxHeadSize;
 using ::loom::cuda::kFlashTensorCoreHeadSize;
 namespace launch = ::cuda_emulation::launch;
 namespace mma = ::cuda_emulation::mma;
+namespace async_copy = ::cuda_emulation::async_copy;
 } // namespace cuda
 } // namespace loom
 // flash_attention.cu calls the tensor-core kernels: they come first.
@@ -112,34 +113,45 @@ TEST(FlashAttentionEmulation, Fp32MatchesCpuKernels) {
 }
 
 TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
-  for (const Case &c : kCases) {
-    const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
-    auto qkv = cuda::roundedToBf16(randomVector(c.B * c.T * 3 * C, 51));
-    auto dout = cuda::roundedToBf16(randomVector(c.B * c.T * C, 52));
-    Reference want = cpuAttention(qkv, dout, c);
-    auto qkv16 = cuda::bf16Bits(qkv), dout16 = cuda::bf16Bits(dout);
-    std::vector<uint16_t> out16(want.out.size()), dqkv16(qkv.size());
-    std::vector<float> lse(rows), rowDot(rows);
-    auto bf = [](auto &v) { return reinterpret_cast<__nv_bfloat16 *>(v.data()); };
-    ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
-                                                bf(qkv16), c.B, c.T, C, c.NH,
-                                                nullptr)
-                    .ok())
-        << c.name();
-    ASSERT_TRUE(emulated::flashAttentionBackward(
-                    bf(dqkv16), rowDot.data(), bf(dout16), bf(qkv16),
-                    bf(out16), lse.data(), c.B, c.T, C, c.NH, nullptr)
-                    .ok())
-        << c.name();
-    // |error| <= 2^-9 (max|v| + |out|): out is rounded once to bf16, and
-    // the tensor-core kernels (hs 64) round each probability to bf16 before
-    // P V (sum_k |dp_k v_k| <= 2^-9 max|v| with v in [-1, 1)).
-    expectClose(cuda::floatsFromBf16(out16), want.out, 1.0 / 256, 2.5e-3,
-                "emulated bf16 flash out " + c.name());
-    expectClose(cuda::floatsFromBf16(dqkv16), want.dqkv, 0,
-                2e-2 * maxAbs(want.dqkv),
-                "emulated bf16 flash dqkv " + c.name());
-  }
+  // offset 1 moves every tensor one element off 16-byte alignment: the
+  // tensor-core kernels then stage tiles element by element instead of
+  // with 16-byte asynchronous copies.
+  for (int offset : {0, 1})
+    for (const Case &c : kCases) {
+      const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
+      auto qkv = cuda::roundedToBf16(randomVector(c.B * c.T * 3 * C, 51));
+      auto dout = cuda::roundedToBf16(randomVector(c.B * c.T * C, 52));
+      Reference want = cpuAttention(qkv, dout, c);
+      auto qkv16 = cuda::bf16Bits(qkv), dout16 = cuda::bf16Bits(dout);
+      qkv16.insert(qkv16.begin(), offset, 0);
+      dout16.insert(dout16.begin(), offset, 0);
+      std::vector<uint16_t> out16(want.out.size() + offset),
+          dqkv16(qkv.size() + offset);
+      std::vector<float> lse(rows), rowDot(rows);
+      auto bf = [offset](auto &v) {
+        return reinterpret_cast<__nv_bfloat16 *>(v.data() + offset);
+      };
+      const std::string name = c.name() + " offset " + std::to_string(offset);
+      ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
+                                                  bf(qkv16), c.B, c.T, C, c.NH,
+                                                  nullptr)
+                      .ok())
+          << name;
+      ASSERT_TRUE(emulated::flashAttentionBackward(
+                      bf(dqkv16), rowDot.data(), bf(dout16), bf(qkv16),
+                      bf(out16), lse.data(), c.B, c.T, C, c.NH, nullptr)
+                      .ok())
+          << name;
+      out16.erase(out16.begin(), out16.begin() + offset);
+      dqkv16.erase(dqkv16.begin(), dqkv16.begin() + offset);
+      // |error| <= 2^-9 (max|v| + |out|): out is rounded once to bf16, and
+      // the tensor-core kernels (hs 64) round each probability to bf16
+      // before P V (sum_k |dp_k v_k| <= 2^-9 max|v| with v in [-1, 1)).
+      expectClose(cuda::floatsFromBf16(out16), want.out, 1.0 / 256, 2.5e-3,
+                  "emulated bf16 flash out " + name);
+      expectClose(cuda::floatsFromBf16(dqkv16), want.dqkv, 0,
+                  2e-2 * maxAbs(want.dqkv), "emulated bf16 flash dqkv " + name);
+    }
 }
 
 TEST(FlashAttentionEmulation, RefusesHeadSizesItIsNotCompiledFor) {
