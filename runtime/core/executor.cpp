@@ -238,6 +238,14 @@ Status Executor::create(const program::LoadedProgram &program,
     return staged.withContext("the bf16 staging memory of stage " +
                               std::to_string(stageIndex));
   ex->bf16StagingSize = stagingBytes;
+  // 5. AdamW groups of the update (a backend that runs them as one call).
+  if (ex->kernels->groupsAdamW() && stage->update_instructions())
+    for (AdamWGroupPlan &g :
+         planAdamWGroups(*stage, *stage->update_instructions())) {
+      const program::Instruction *first =
+          stage->update_instructions()->Get(g.first);
+      ex->adamwGroups.emplace(first, std::move(g));
+    }
   out = std::move(ex);
   return Status::success();
 }

@@ -15,6 +15,7 @@
 #ifndef LOOM_RUNTIME_CORE_EXECUTOR_H
 #define LOOM_RUNTIME_CORE_EXECUTOR_H
 
+#include "runtime/core/adamw_groups.h"
 #include "runtime/core/bf16_staging.h"
 #include "runtime/core/buffer_memory.h"
 #include "runtime/core/communicator.h"
@@ -46,6 +47,9 @@ struct InstructionTiming {
   /// `backward`, the backward) list of Pipeline.chunks[chunk]; -1 otherwise.
   int32_t chunk = -1;
   bool backward = false;
+  /// Instructions the span covers from `index` on: more than one for an
+  /// AdamW group (adamw_groups.h), which runs as one call.
+  uint32_t count = 1;
 };
 
 /// What one training step reports.
@@ -281,6 +285,13 @@ private:
                             std::vector<InstructionTiming> *timings,
                             bool forwardOnly = false);
   Status runInstruction(const program::Instruction &ins);
+  /// The instructions of `group` (from `list`) in one
+  /// KernelBackend::adamwGroup call, once collectives in flight on their
+  /// buffers have completed.
+  Status runAdamWGroup(
+      const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
+          &list,
+      const AdamWGroupPlan &group);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.
   Status runBF16Natively(const program::Instruction &ins,
@@ -379,6 +390,9 @@ private:
   /// The staging plan of every instruction with BF16 operands (made at
   /// load; instructions without one run on their buffers as they are).
   std::unordered_map<const program::Instruction *, BF16StagingPlan> bf16Plans;
+  /// The update list's AdamW groups by their first instruction (made at
+  /// load when the kernels group AdamW updates; empty otherwise).
+  std::unordered_map<const program::Instruction *, AdamWGroupPlan> adamwGroups;
   uint8_t *bf16Staging = nullptr;
   uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and

@@ -517,4 +517,34 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
   return Status::success();
 }
 
+//===----------------------------------------------------------------------===//
+// A group of AdamW updates
+//===----------------------------------------------------------------------===//
+
+Status Executor::runAdamWGroup(
+    const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
+    const AdamWGroupPlan &group) {
+  for (uint32_t k = group.first; k < group.first + group.count; ++k)
+    LOOM_RETURN_IF_ERROR(completeInFlight(list.Get(k)));
+  auto f32 = [&](uint32_t b) { return static_cast<float *>(bufferData(b)); };
+  std::vector<AdamWGroupMember> members;
+  members.reserve(group.members.size());
+  for (const AdamWGroupPlan::Member &m : group.members) {
+    AdamWGroupMember member;
+    member.params = f32(m.params);
+    member.grads = bufferData(m.grads);
+    member.gradsBF16 = bufferDType(m.grads) == DType::BF16;
+    member.m = f32(m.m);
+    member.v = f32(m.v);
+    if (m.bf16Params >= 0)
+      member.bf16Params = static_cast<uint16_t *>(
+          bufferData(static_cast<uint32_t>(m.bf16Params)));
+    member.n = bufferNumel(m.params);
+    member.weightDecay = m.weightDecay;
+    members.push_back(member);
+  }
+  return kernels->adamwGroup(members, f32(group.lr), f32(group.step),
+                             f32(group.gradScale), group.hyper);
+}
+
 } // namespace loom

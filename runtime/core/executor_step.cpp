@@ -46,11 +46,24 @@ Status Executor::runList(
     if (ins->last_microbatch_only() &&
         static_cast<int64_t>(microbatch) + 1 < stageTable->microbatches())
       continue;
+    // An AdamW group (adamw_groups.h) runs its instructions in one call.
+    const AdamWGroupPlan *group = nullptr;
+    if (update && !adamwGroups.empty()) {
+      auto g = adamwGroups.find(ins);
+      if (g != adamwGroups.end() && i + g->second.count <= end)
+        group = &g->second;
+    }
+    const uint32_t covered = group ? group->count : 1;
     const int64_t start = timings ? steadyNowNs() : 0;
-    Status s = completeInFlight(ins);
+    Status s = Status::success();
     try {
-      if (s.ok())
-        s = runInstruction(*ins);
+      if (group) {
+        s = runAdamWGroup(*list, *group);
+      } else {
+        s = completeInFlight(ins);
+        if (s.ok())
+          s = runInstruction(*ins);
+      }
     } catch (const std::bad_alloc &) {
       s = Status::error("out of memory allocating a temporary");
     } catch (const std::exception &e) {
@@ -64,18 +77,22 @@ Status Executor::runList(
                             (backward ? " backward " : " forward ")
                       : std::string()) +
           (update ? "update instruction #" : "instruction #") +
-          std::to_string(i) + " '" +
-          (ins->name() ? ins->name()->str() : std::string()) + "' (" +
-          program::opcodeName(ins->opcode()) + ")");
+          std::to_string(i) +
+          (group ? " to #" + std::to_string(i + covered - 1) + " (a group of " +
+                       std::to_string(group->members.size()) +
+                       " AdamW updates in one call)"
+                 : " '" + (ins->name() ? ins->name()->str() : std::string()) +
+                       "' (" + program::opcodeName(ins->opcode()) + ")"));
     if (timings) {
       // A device backend returns before its kernels finish: waiting for
       // them makes the recorded span the instruction's device time (the
       // trace then shows where a step's time goes, at the cost of the
       // overlap between host and device).
       LOOM_RETURN_IF_ERROR(memory->synchronize());
-      timings->push_back(
-          {i, start, steadyNowNs(), microbatch, update, chunk, backward});
+      timings->push_back({i, start, steadyNowNs(), microbatch, update, chunk,
+                          backward, covered});
     }
+    i += covered - 1;
     if (!inFlight.empty())
       comm->progress();
   }

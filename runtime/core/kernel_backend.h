@@ -73,6 +73,23 @@ struct AdamWHyperParams {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 1e-2;
 };
 
+/// One parameter of a grouped AdamW update (KernelBackend::adamwGroup):
+/// what its AdamW instruction reads and writes in place, and the bf16
+/// compute copy the Cast after it writes (mixed precision), if any.
+struct AdamWGroupMember {
+  /// fp32 master weights, updated in place.
+  float *params = nullptr;
+  /// n gradients, bf16 when gradsBF16 (widened exactly), else fp32.
+  const void *grads = nullptr;
+  bool gradsBF16 = false;
+  float *m = nullptr, *v = nullptr;
+  /// Receives the updated params rounded to bf16 (convertF32ToBF16's
+  /// rounding); null: no copy.
+  uint16_t *bf16Params = nullptr;
+  int64_t n = 0;
+  double weightDecay = 0;
+};
+
 class KernelBackend {
 public:
   virtual ~KernelBackend() = default;
@@ -256,6 +273,22 @@ public:
                        int64_t n, const float *lr, const float *step,
                        const float *gradScale,
                        const AdamWHyperParams &hyper) = 0;
+  /// Whether adamwGroup runs. The executor then gives it each run of an
+  /// update's in-place AdamW instructions (with the Casts of their results
+  /// to bf16) that share lr, step, gradScale and all hyper-parameters but
+  /// the weight decay: one launch for what is otherwise two per parameter
+  /// (PyTorch's fused / foreach AdamW makes the same trade).
+  virtual bool groupsAdamW() const { return false; }
+  /// Every member's adamw (`hyper` but its weightDecay, which is each
+  /// member's), then its bf16 copy: bit for bit what the instructions give
+  /// one by one. The members' buffers are disjoint from one another's.
+  virtual Status adamwGroup(const std::vector<AdamWGroupMember> &members,
+                            const float *lr, const float *step,
+                            const float *gradScale,
+                            const AdamWHyperParams &hyper) {
+    (void)members, (void)lr, (void)step, (void)gradScale, (void)hyper;
+    return Status::error("this kernel backend does not group AdamW updates");
+  }
 
   //===--------------------------------------------------------------------===//
   // Mixed precision

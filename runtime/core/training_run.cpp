@@ -619,6 +619,13 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
         std::string op = program::opcodeName(ins->opcode());
         std::string name =
             ins->name() && ins->name()->size() ? ins->name()->str() : op;
+        if (t.count > 1) {
+          // An AdamW group (adamw_groups.h): one span, and a row of its own
+          // in per-opcode sums (bench/trace_breakdown.py).
+          op += " group";
+          name = op + ": " + std::to_string(t.count) +
+                 " update instructions from '" + name + "' in one call";
+        }
         trace.addComplete(name,
                           program::isCollective(ins->opcode()) ? "communication"
                           : t.update                           ? "optimizer"

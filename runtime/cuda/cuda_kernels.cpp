@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/cuda_kernels.h"
 
+#include "runtime/cuda/adamw_group.h"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/convert.h"
 #include "runtime/cuda/flash_attention.h"
@@ -36,12 +37,29 @@ Status parseAttentionKernel(const char *value, AttentionKernel &out) {
                 "default) or naive (materialized probabilities)");
 }
 
+Status parseGroupAdamW(const char *value, bool &out) {
+  if (!value || !*value || std::strcmp(value, "1") == 0) {
+    out = true;
+    return Status::success();
+  }
+  if (std::strcmp(value, "0") == 0) {
+    out = false;
+    return Status::success();
+  }
+  LOOM_ERROR("LOOM_CUDA_GROUP_ADAMW='"
+             << value
+             << "' is not 0 or 1; use 1 (an update's AdamW instructions in "
+                "one launch, the default) or 0 (a launch per instruction)");
+}
+
 Status CudaKernels::create(cudaStream_t computeStream,
                            std::unique_ptr<CudaKernels> &out) {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
   k->computeStream = computeStream;
   LOOM_RETURN_IF_ERROR(
       parseAttentionKernel(std::getenv("LOOM_CUDA_ATTENTION"), k->attention));
+  LOOM_RETURN_IF_ERROR(
+      parseGroupAdamW(std::getenv("LOOM_CUDA_GROUP_ADAMW"), k->groupAdamW));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();
@@ -454,17 +472,31 @@ Status CudaKernels::clipCoef(float *norm, float *coef, const float *sumSq,
   return cuda::clipCoefficient(norm, coef, sumSq, maxNorm, computeStream);
 }
 
-Status CudaKernels::adamw(float *params, const float *grads, float *m, float *v,
-                          int64_t n, const float *lr, const float *step,
-                          const float *gradScale,
-                          const AdamWHyperParams &hyper) {
+/// The device kernels' copy of `hyper` (they take it by value).
+static AdamWHyper deviceHyper(const AdamWHyperParams &hyper) {
   AdamWHyper h;
   h.beta1 = hyper.beta1;
   h.beta2 = hyper.beta2;
   h.eps = hyper.eps;
   h.weightDecay = hyper.weightDecay;
-  return cuda::adamwStep(params, grads, m, v, n, lr, step, gradScale, h,
-                         computeStream);
+  return h;
+}
+
+Status CudaKernels::adamw(float *params, const float *grads, float *m, float *v,
+                          int64_t n, const float *lr, const float *step,
+                          const float *gradScale,
+                          const AdamWHyperParams &hyper) {
+  return cuda::adamwStep(params, grads, m, v, n, lr, step, gradScale,
+                         deviceHyper(hyper), computeStream);
+}
+
+Status CudaKernels::adamwGroup(const std::vector<AdamWGroupMember> &members,
+                               const float *lr, const float *step,
+                               const float *gradScale,
+                               const AdamWHyperParams &hyper) {
+  // Each member's weight decay is its own (AdamWGroupMember::weightDecay).
+  return adamwGroupStep(members.data(), members.size(), lr, step, gradScale,
+                        deviceHyper(hyper), computeStream);
 }
 
 } // namespace loom::cuda

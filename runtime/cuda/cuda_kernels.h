@@ -44,12 +44,19 @@ enum class AttentionKernel {
 /// variable and the accepted values.
 Status parseAttentionKernel(const char *value, AttentionKernel &out);
 
+/// Parses the value of LOOM_CUDA_GROUP_ADAMW: "1" or null / empty (the
+/// default: an update's AdamW instructions run grouped, adamw_group.h) or
+/// "0" (one launch per instruction, to compare); anything else is an error.
+Status parseGroupAdamW(const char *value, bool &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
   /// `computeStream` (not owned; must outlive this object). The attention
   /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
-  /// parseAttentionKernel); a bad value is an error here.
+  /// parseAttentionKernel), and whether AdamW updates run grouped
+  /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW); a bad value is an error
+  /// here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -164,6 +171,11 @@ public:
   Status adamw(float *params, const float *grads, float *m, float *v, int64_t n,
                const float *lr, const float *step, const float *gradScale,
                const AdamWHyperParams &hyper) override;
+  /// adamw_group.h's launches, unless LOOM_CUDA_GROUP_ADAMW=0.
+  bool groupsAdamW() const override { return groupAdamW; }
+  Status adamwGroup(const std::vector<AdamWGroupMember> &members,
+                    const float *lr, const float *step, const float *gradScale,
+                    const AdamWHyperParams &hyper) override;
   Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
   Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
   /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
@@ -215,6 +227,7 @@ private:
   std::vector<DevicePool> bf16Pools;
   cudaStream_t computeStream = nullptr;
   AttentionKernel attention = AttentionKernel::Flash;
+  bool groupAdamW = true;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

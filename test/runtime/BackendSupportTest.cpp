@@ -175,25 +175,10 @@ TEST(BackendSupport, HandBuiltBF16GptStagesNothingOnCuda) {
 #if defined(LOOM_PATH) && defined(LOOM_SOURCE_DIR)
 namespace {
 
-/// Compiles `config` with `loom compile ... --precision bf16 -o` into a
-/// temporary file and loads it; false (with a test failure) on error.
+/// Compiles `config` with `loom compile ... --precision bf16` and loads it.
 bool compileBF16(const std::string &config, const std::string &flags,
                  fb::LoadedProgram &loaded) {
-  const std::string out = ::testing::TempDir() + "bf16-" +
-                          std::to_string(std::hash<std::string>()(flags)) +
-                          ".loom";
-  const std::string cmd = std::string(LOOM_PATH) + " compile --config " +
-                          LOOM_SOURCE_DIR + "/examples/" + config + " " +
-                          flags + " --precision bf16 -o " + out +
-                          " >/dev/null 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
-    ADD_FAILURE() << "failed: " << cmd;
-    return false;
-  }
-  Status s = fb::loadProgramFile(out, loaded);
-  std::remove(out.c_str());
-  EXPECT_TRUE(s.ok()) << s.toString();
-  return s.ok();
+  return compileExample(config, flags + " --precision bf16", loaded);
 }
 
 /// Instructions of `program` with at least one BF16 operand.

@@ -10,6 +10,8 @@
 #include "CudaTestUtil.h"
 #include "TestUtil.h"
 
+#include "runtime/core/bfloat16.h"
+#include "runtime/core/communicator.h"
 #include "runtime/cpu/adamw.h"
 #include "runtime/cpu/attention.h"
 #include "runtime/cpu/cpu_kernels.h"
@@ -21,7 +23,7 @@
 #include "runtime/cpu/layernorm.h"
 #include "runtime/cpu/softmax.h"
 #include "runtime/cpu/tensor_movement.h"
-#include "runtime/core/communicator.h"
+#include "runtime/cuda/adamw_group.h"
 #include "runtime/cuda/convert.h"
 #include "runtime/cuda/gemm.h"
 #include "runtime/cuda/kernels.h"
@@ -277,6 +279,102 @@ TEST_F(CudaKernelTest, SumSquaresClipAndAdamW) {
   expectClose(dp.host(), pw, 1e-6, 1e-7, "adamw params");
   expectClose(dm.host(), mw, 1e-6, 1e-7, "adamw m");
   expectClose(dv.host(), vw, 1e-6, 1e-8, "adamw v");
+}
+
+// The grouped update (adamw_group.h) against the instructions one by one:
+// AdamW (fp32 or bf16 gradients, the mixed kernel for the latter) and the
+// Cast of the new master to bf16, bit for bit. 100 tensors take three
+// launches (48 + 48 + 4); their sizes go from 0 and 1 element to more than
+// the grid covers in one pass, packed side by side as in an arena.
+TEST_F(CudaKernelTest, AdamWGroupMatchesTheInstructionsOneByOne) {
+  const int64_t sizes[] = {1, 7, 768, 1000, 33, 0, 3000, 64, 2304, 5};
+  const size_t count = 100, big = 6;
+  std::vector<int64_t> offset(count + 1, 0);
+  for (size_t j = 0; j < count; ++j)
+    offset[j + 1] = offset[j] + (j == big ? 300000 : sizes[j % 10]);
+  const int64_t total = offset[count];
+  auto p = randomVector(total, 31), g = randomVector(total, 32),
+       m = randomVector(total, 33, 0, 0.1f),
+       v = randomVector(total, 34, 0, 0.01f);
+  for (float &x : v)
+    x = std::fabs(x);
+  std::vector<uint16_t> gBF16(static_cast<size_t>(total));
+  floatsToBF16(gBF16.data(), g.data(), total);
+  DeviceVector<float> groupP(p), groupM(m), groupV(v), soloP(p), soloM(m),
+      soloV(v), gradsF32(g);
+  DeviceVector<uint16_t> gradsBF16(gBF16),
+      groupCopy(static_cast<size_t>(total), 0),
+      soloCopy(static_cast<size_t>(total), 0);
+  DeviceVector<float> lr(std::vector<float>{3e-4f}),
+      step(std::vector<float>{7.0f}), coef(std::vector<float>{0.625f});
+  cuda::AdamWHyper hyper;
+  hyper.beta2 = 0.95;
+  std::vector<AdamWGroupMember> members;
+  for (size_t j = 0; j < count; ++j) {
+    const int64_t at = offset[j], n = offset[j + 1] - offset[j];
+    AdamWGroupMember t;
+    t.gradsBF16 = j % 2 == 1;
+    t.params = groupP.get() + at;
+    t.grads = t.gradsBF16 ? static_cast<const void *>(gradsBF16.get() + at)
+                          : static_cast<const void *>(gradsF32.get() + at);
+    t.m = groupM.get() + at;
+    t.v = groupV.get() + at;
+    t.bf16Params = j % 3 == 0 ? nullptr : groupCopy.get() + at;
+    t.n = n;
+    t.weightDecay = j % 4 == 0 ? 0.0 : 0.1;
+    members.push_back(t);
+    // The instructions one by one.
+    cuda::AdamWHyper one = hyper;
+    one.weightDecay = t.weightDecay;
+    if (t.gradsBF16)
+      ASSERT_TRUE(cuda::mixedAdamW(
+                      {soloP.get() + at, false}, {gradsBF16.get() + at, true},
+                      {soloM.get() + at, false}, {soloV.get() + at, false}, n,
+                      {lr.get()}, {step.get()}, {coef.get()}, one, stream)
+                      .ok());
+    else
+      ASSERT_TRUE(cuda::adamwStep(soloP.get() + at, gradsF32.get() + at,
+                                  soloM.get() + at, soloV.get() + at, n,
+                                  lr.get(), step.get(), coef.get(), one, stream)
+                      .ok());
+    if (t.bf16Params) {
+      ASSERT_TRUE(cuda::convertF32ToBF16(soloCopy.get() + at, soloP.get() + at,
+                                         n, stream)
+                      .ok());
+    }
+  }
+  Status s = cuda::adamwGroupStep(members.data(), members.size(), lr.get(),
+                                  step.get(), coef.get(), hyper, stream);
+  ASSERT_TRUE(s.ok()) << s.message();
+  auto bitsOf = [](const std::vector<float> &x) {
+    std::vector<uint32_t> bits(x.size());
+    std::memcpy(bits.data(), x.data(), x.size() * sizeof(float));
+    return bits;
+  };
+  EXPECT_EQ(bitsOf(groupP.host()), bitsOf(soloP.host()));
+  EXPECT_EQ(bitsOf(groupM.host()), bitsOf(soloM.host()));
+  EXPECT_EQ(bitsOf(groupV.host()), bitsOf(soloV.host()));
+  EXPECT_EQ(groupCopy.host(), soloCopy.host());
+  // It did update every tensor: the largest moved off its start, and a
+  // member without a copy left its bytes alone.
+  EXPECT_NE(bitsOf(groupP.host()), bitsOf(p));
+  EXPECT_EQ(groupCopy.host()[static_cast<size_t>(offset[0])], 0);
+  // And it is AdamW: within round-off of the CPU kernel on the largest.
+  std::vector<float> pw(p.begin() + offset[big], p.begin() + offset[big + 1]),
+      mw(m.begin() + offset[big], m.begin() + offset[big + 1]),
+      vw(v.begin() + offset[big], v.begin() + offset[big + 1]);
+  cpu::AdamWConfig cfg;
+  cfg.lr = 3e-4f;
+  cfg.step = 7;
+  cfg.beta2 = 0.95;
+  cfg.weightDecay = 0.1;
+  cfg.gradScale = 0.625f;
+  cpu::adamwStep(pw.data(), g.data() + offset[big], mw.data(), vw.data(),
+                 offset[big + 1] - offset[big], cfg);
+  const std::vector<float> all = groupP.host();
+  expectClose(std::vector<float>(all.begin() + offset[big],
+                                 all.begin() + offset[big + 1]),
+              pw, 1e-6, 1e-7, "grouped adamw params vs cpu::adamwStep");
 }
 
 TEST_F(CudaKernelTest, EmbeddingRowsOfOneRank) {

@@ -18,6 +18,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -206,6 +209,29 @@ inline std::unique_ptr<fb::ProgramT> emptyProgram(int64_t batch, int64_t seq,
   p->stages.push_back(std::make_unique<fb::StageT>());
   return p;
 }
+
+#if defined(LOOM_PATH) && defined(LOOM_SOURCE_DIR)
+/// Compiles examples/`config` with `loom compile --config ... FLAGS -o`
+/// into a temporary file and loads it; false (with a test failure) on
+/// error.
+inline bool compileExample(const std::string &config, const std::string &flags,
+                           fb::LoadedProgram &loaded) {
+  const std::string out =
+      ::testing::TempDir() + "compiled-" +
+      std::to_string(std::hash<std::string>()(config + flags)) + ".loom";
+  const std::string cmd = std::string(LOOM_PATH) + " compile --config " +
+                          LOOM_SOURCE_DIR + "/examples/" + config + " " +
+                          flags + " -o " + out + " >/dev/null 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "failed: " << cmd;
+    return false;
+  }
+  const Status s = fb::loadProgramFile(out, loaded);
+  std::remove(out.c_str());
+  EXPECT_TRUE(s.ok()) << s.toString();
+  return s.ok();
+}
+#endif
 
 /// Serializes `program` into program file bytes (FlatBuffer + envelope).
 inline std::string serialize(const fb::ProgramT &program) {
