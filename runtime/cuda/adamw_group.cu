@@ -48,11 +48,8 @@ __global__ void adamwGroupKernel(LaunchTensors batch, const float *lrPtr,
     const float decay = adamwDecay(s, t.weightDecay);
     for (int64_t i = first; i < t.n; i += stride) {
       const float g =
-          t.gradsBF16
-              ? __uint_as_float(static_cast<uint32_t>(
-                                    static_cast<const uint16_t *>(t.grads)[i])
-                                << 16)
-              : static_cast<const float *>(t.grads)[i];
+          t.gradsBF16 ? widenBF16Bits(static_cast<const uint16_t *>(t.grads)[i])
+                      : static_cast<const float *>(t.grads)[i];
       float p = t.params[i], m = t.m[i], v = t.v[i];
       adamwUpdate(g * scale, p, m, v, s, decay);
       t.params[i] = p;

@@ -1,5 +1,4 @@
-//===- adamw_step.cuh - One AdamW element, shared by the kernels -*- CUDA
-//-*-===//
+//===- adamw_step.cuh - One AdamW element, for every kernel ----*- CUDA -*-===//
 //
 // The fp32 AdamW kernel (kernels.cu), the mixed-storage one (kernels_bf16.cu:
 // bf16 gradients on fp32 masters) and the grouped one (adamw_group.cu) must

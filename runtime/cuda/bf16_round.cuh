@@ -1,4 +1,4 @@
-//===- bf16_round.cuh - fp32 to bf16 bits on the device -------*- CUDA -*-===//
+//===- bf16_round.cuh - fp32 <-> bf16 bits on the device -------*- CUDA -*-===//
 //
 // The rounding of runtime/core/bfloat16.h's floatToBF16 as a device
 // function, for every kernel that stores a bf16 copy of an fp32 value that
@@ -22,6 +22,11 @@ __device__ inline uint16_t roundToBF16Bits(float x) {
     return static_cast<uint16_t>((bits >> 16) | 0x0040u); // quiet NaN
   bits += 0x7fffu + ((bits >> 16) & 1u);                  // ties to even
   return static_cast<uint16_t>(bits >> 16);
+}
+
+/// bf16 bits widened to the fp32 value they stand for (exact).
+__device__ inline float widenBF16Bits(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
 }
 
 } // namespace loom::cuda

@@ -26,7 +26,7 @@ __global__ void f32ToBF16Kernel(uint16_t *out, const float *in, int64_t n) {
 __global__ void bf16ToF32Kernel(float *out, const uint16_t *in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n)
-    out[i] = __uint_as_float(static_cast<uint32_t>(in[i]) << 16);
+    out[i] = widenBF16Bits(in[i]);
 }
 
 } // namespace
