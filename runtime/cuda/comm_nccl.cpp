@@ -2,6 +2,7 @@
 #include "runtime/cuda/comm_nccl.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/cuda_libraries.h"
 #include "runtime/cuda/reduce_members.h"
 
 #include <cerrno>
@@ -66,6 +67,7 @@ size_t elemBytes(program::DType dtype) {
 Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
                                 cudaStream_t computeStream,
                                 std::unique_ptr<NcclCommunicator> &out) {
+  LOOM_RETURN_IF_ERROR(loadNccl());
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size));
   c->compute = computeStream;
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -454,6 +456,7 @@ Status NcclCommunicator::doBarrier() {
 Status createNcclWorldCommunicator(const Communicator &bootstrap,
                                    cudaStream_t computeStream,
                                    std::unique_ptr<NcclCommunicator> &out) {
+  LOOM_RETURN_IF_ERROR(loadNccl());
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (bootstrap.rank() == 0)
@@ -487,6 +490,7 @@ Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
                                                    "through a file: set "
                                                    "LOOM_NCCL_ID_FILE to a "
                                                    "fresh path for the job");
+  LOOM_RETURN_IF_ERROR(loadNccl());
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (rank == 0) {

@@ -11,6 +11,7 @@
 #include "runtime/cuda/gemm.h"
 
 #include "runtime/cuda/check.h"
+#include "runtime/cuda/cuda_libraries.h"
 
 #include <cublasLt.h>
 
@@ -76,6 +77,7 @@ Gemm::Gemm() = default;
 
 Status Gemm::create(Gemm &out) {
   LOOM_CHECK(!out.handle, "cuBLASLt handle already created");
+  LOOM_RETURN_IF_ERROR(loadCublasLt());
   LOOM_CUBLAS_CHECK(cublasLtCreate(&out.handle));
   out.workspaceBytes = size_t(32) << 20;
   LOOM_CUDA_CHECK(cudaMalloc(&out.workspace, out.workspaceBytes));

@@ -1,19 +1,19 @@
-//===- CudaEmulation.h - Run simple CUDA kernels on host threads -*- C++ -*-===//
+//===- CudaEmulation.h - Run simple CUDA kernels on CPU threads -*- C++ -*-===//
 //
 // Lets a .cu file whose kernels use only threadIdx / blockIdx / blockDim,
 // __shared__ arrays, __syncthreads / __syncwarp, integer atomicAdd,
 // launch.cuh's warp helpers, mma.cuh's m16n8k16 product and ldmatrix (on
 // the PTX fragment layouts), async_copy.cuh's cp.async groups and WMMA's
 // whole-tile operations (load / store / mma / fill, never a fragment's
-// elements) compile as C++ and run on the CPU, so its indexing, tiling, masking
-// and barrier placement are tested on machines without a GPU (the real kernels
-// are still tested on a device by the Cuda* tests). Blocks run one after
-// another; a block's threads are fibers (CudaEmulation.cpp) on the launching OS
-// thread, scheduled round robin, each running to its next barrier:
-// __syncthreads is a barrier of the block, __syncwarp and the warp helpers
-// (warpSum's butterfly, the pair reductions) barriers of the warp (whole warps
-// call them together, as
-// __shfl_xor_sync with a full mask requires). A thread that has returned no
+// elements) compile as C++ and run on the CPU, so its indexing, tiling,
+// masking and barrier placement are tested on machines without a GPU (the real
+// kernels are still tested on a device by the Cuda* tests). Blocks run one
+// after another; a block's threads are fibers (CudaEmulation.cpp) on the
+// launching OS thread, scheduled round robin, each running to its next
+// barrier: __syncthreads is a barrier of the block, __syncwarp and the warp
+// helpers (warpSum's butterfly, the pair reductions) barriers of the warp
+// (whole warps call them together, as __shfl_xor_sync with a full mask
+// requires). A thread that has returned no
 // longer counts at a barrier, as on the GPU; a block whose live threads wait at
 // a barrier the others never reach aborts with a message instead of hanging.
 // Between barriers thread t runs before t + 1, so a missing barrier before
@@ -48,8 +48,6 @@
 #include <deque>
 #include <type_traits>
 #include <vector>
-
-
 
 #undef __global__
 #undef __device__
@@ -112,7 +110,9 @@ void runKernel(Kernel kernel, unsigned blocks, unsigned threads, Args... args) {
 
 /// __syncthreads and __syncwarp on the fibers.
 inline void syncBlock() { fibers::arrive(0); }
-inline void syncWarp() { fibers::arrive(1 + static_cast<int>(threadIdx.x / 32)); }
+inline void syncWarp() {
+  fibers::arrive(1 + static_cast<int>(threadIdx.x / 32));
+}
 
 /// launch.cuh's contents, on the emulated threads.
 namespace launch {

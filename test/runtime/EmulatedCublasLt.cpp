@@ -14,6 +14,8 @@
 // without a bias pointer, attributes of the wrong size.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/cuda/cuda_libraries.h"
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -280,3 +282,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
     }
   return CUBLAS_STATUS_SUCCESS;
 }
+
+/// The cublasLt* functions above are linked in: nothing to load.
+loom::Status loom::cuda::loadCublasLt() { return Status::success(); }

@@ -59,6 +59,7 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/comm_nccl.h"
 #include "runtime/cuda/cuda_kernels.h"
+#include "runtime/cuda/cuda_libraries.h"
 #include "runtime/cuda/cuda_memory.h"
 #include "runtime/cuda/device.h"
 #endif
@@ -141,12 +142,18 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
   LOOM_RETURN_IF_ERROR(program::loadProgramFile(opts.program, loaded));
   LOOM_RETURN_IF_ERROR(checkBackendSupports(*loaded.root(), opts.program,
                                             KernelBackendKind::Cuda));
-  // 2. This rank's device: local rank r of the node takes device r. NCCL
+  // 2. The libraries the backend loads when first used (cuda_libraries.h):
+  //    cuBLASLt always, NCCL when there are several ranks.
+  const int rank = env.size > 1 ? env.rank : world.rank();
+  const int size = env.size > 1 ? env.size : world.size();
+  LOOM_RETURN_IF_ERROR(cuda::loadCublasLt().withContext("--backend cuda"));
+  if (size > 1)
+    LOOM_RETURN_IF_ERROR(cuda::loadNccl().withContext(
+        "--backend cuda on " + std::to_string(size) + " ranks"));
+  // 3. This rank's device: local rank r of the node takes device r. NCCL
   //    refuses two ranks on one device, so say so before it does.
   int devices = 0;
   LOOM_RETURN_IF_ERROR(cuda::probeDevice(devices));
-  const int rank = env.size > 1 ? env.rank : world.rank();
-  const int size = env.size > 1 ? env.size : world.size();
   int localRank = 0, localSize = 0, mpiLocal = 0;
   LOOM_RETURN_IF_ERROR(envInt("MPI_LOCALRANKID", rank, mpiLocal));
   LOOM_RETURN_IF_ERROR(
@@ -166,7 +173,7 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
   LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
   LOOM_CUDA_CHECK(
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
-  // 3. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
+  // 4. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
   //    MPI), or one rank's device-to-device copies.
   if (env.size > 1) {
     const char *idFile = std::getenv("LOOM_NCCL_ID_FILE");
@@ -191,7 +198,7 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
     out.deviceComm = std::make_unique<SingleRankCommunicator>();
   }
   out.comm = out.deviceComm.get();
-  // 4. The executor's kernels and memory, on the compute stream.
+  // 5. The executor's kernels and memory, on the compute stream.
   cudaStream_t stream = out.stream;
   out.factory = [stream](std::unique_ptr<KernelBackend> &kernels,
                          std::unique_ptr<BufferMemory> &memory) -> Status {
