@@ -241,9 +241,10 @@ void runCase(Communicator &comm, const CollectiveCase &c) {
     ASSERT_FLOAT_EQ(out[i], want[i]) << "element " << i << " rank "
                                      << comm.rank();
   // Planned, the blocks moved through the arena alone.
-  if (c.planned)
+  if (c.planned) {
     EXPECT_EQ(ex->peakTensorBytes(), ex->arenaBytes())
         << scratch.size() << " scratch buffers";
+  }
 }
 
 } // namespace
