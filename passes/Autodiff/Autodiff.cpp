@@ -54,8 +54,9 @@ void keepAttentionStatistics(func::FuncOp func) {
   });
   for (AttentionOp att : attentions) {
     ArrayRef<int64_t> qkv = att.getQkv().getType().getShape();
-    auto lseType = RankedTensorType::get({qkv[0], att.getNumHeads(), qkv[1]},
-                                         Float32Type::get(att.getContext()));
+    auto lseType = RankedTensorType::get(
+        {qkv[0], static_cast<int64_t>(att.getNumHeads()), qkv[1]},
+        Float32Type::get(att.getContext()));
     OpBuilder b(att);
     auto withLse =
         AttentionOp::create(b, att.getLoc(), att.getResult().getType(), lseType,

@@ -54,10 +54,12 @@ static LogicalResult collectComm(func::FuncOp func,
     return success();
   for (Operation &op : func.getBody().front()) {
     if (auto send = dyn_cast<SendOp>(op))
-      events.push_back({true, send.getPeer(), send.getTag(),
+      events.push_back({true, static_cast<int64_t>(send.getPeer()),
+                        static_cast<int64_t>(send.getTag()),
                         tensorBytes(send.getInput().getType())});
     else if (auto recv = dyn_cast<RecvOp>(op))
-      events.push_back({false, recv.getPeer(), recv.getTag(),
+      events.push_back({false, static_cast<int64_t>(recv.getPeer()),
+                        static_cast<int64_t>(recv.getTag()),
                         tensorBytes(recv.getResult().getType())});
   }
   return success();

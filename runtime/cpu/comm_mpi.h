@@ -118,10 +118,11 @@ private:
   /// MPI_Ireduce_scatter_block, a BF16 reduce-scatter's MPI_Ialltoall) by
   /// ticket; an average is divided by the group size on completion.
   struct PendingCollective {
-    MPI_Request request;
-    void *averageBuf;   // non-null: divide `count` elements by groupSize
-    int64_t count;
-    int64_t groupSize;
+    MPI_Request request = MPI_REQUEST_NULL;
+    /// Non-null: divide `count` elements by groupSize on completion.
+    void *averageBuf = nullptr;
+    int64_t count = 0;
+    int64_t groupSize = 1;
     std::shared_ptr<BF16AllReduce> bf16; // a BF16 all-reduce's second half
     /// A BF16 reduce-scatter's second half: reduce what the all-to-all
     /// received in fp32 and round once into the output.

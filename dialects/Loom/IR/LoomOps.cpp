@@ -201,7 +201,8 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "result shape " << shapeRef(getResult())
                          << " should be " << shapeStr(expected);
   if (Value lse = getLse()) {
-    SmallVector<int64_t> rows{qkv[0], getNumHeads(), qkv[1]};
+    SmallVector<int64_t> rows{qkv[0], static_cast<int64_t>(getNumHeads()),
+                              qkv[1]};
     if (shapeOf(lse) != ArrayRef<int64_t>(rows))
       return emitOpError() << "lse shape " << shapeRef(lse) << " should be "
                            << shapeStr(rows) << " ([B, num_heads, T])";
@@ -237,7 +238,8 @@ LogicalResult CrossEntropyOp::verify() {
     return emitOpError() << "targets shape " << shapeRef(getTargets())
                          << " should be the logits shape without the vocab "
                          << "dimension " << shapeStr(logits.drop_back());
-  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+  if (auto n = getNumTokens();
+      n && static_cast<int64_t>(*n) < numElements(getTargets()))
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
@@ -317,7 +319,8 @@ LogicalResult CrossEntropyFromSumsOp::verify() {
                             {{"sum_exp", getSumExp()},
                              {"target_logit", getTargetLogit()}})))
     return failure();
-  if (auto n = getNumTokens(); n && *n < numElements(getRowMax()))
+  if (auto n = getNumTokens();
+      n && static_cast<int64_t>(*n) < numElements(getRowMax()))
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getRowMax()) << " tokens";

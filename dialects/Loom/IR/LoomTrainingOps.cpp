@@ -150,8 +150,9 @@ LogicalResult AttentionGradOp::verify() {
   if (Value out = getOut()) {
     if (failed(expectShape(*this, "saved out", out,
                            {qkv[0], qkv[1], *channels})) ||
-        failed(expectShape(*this, "saved lse", getLse(),
-                           {qkv[0], getNumHeads(), qkv[1]})))
+        failed(
+            expectShape(*this, "saved lse", getLse(),
+                        {qkv[0], static_cast<int64_t>(getNumHeads()), qkv[1]})))
       return failure();
   } else if (getLse()) {
     return emitOpError() << "has a saved lse without the forward's output; "
@@ -189,7 +190,8 @@ LogicalResult CrossEntropyGradOp::verify() {
                          << " without the vocab dimension";
   if (failed(expectShape(*this, "result", getResult(), logits)))
     return failure();
-  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+  if (auto n = getNumTokens();
+      n && static_cast<int64_t>(*n) < numElements(getTargets()))
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
@@ -219,7 +221,8 @@ LogicalResult CrossEntropySumsGradOp::verify() {
   if (failed(verifyVocabSize(*this, getVocabSize(), getLogits(),
                              getVocabAxesAttr() != nullptr)))
     return failure();
-  if (auto n = getNumTokens(); n && *n < numElements(getTargets()))
+  if (auto n = getNumTokens();
+      n && static_cast<int64_t>(*n) < numElements(getTargets()))
     return emitOpError() << "num_tokens " << *n
                          << " is less than this rank's "
                          << numElements(getTargets()) << " tokens";
