@@ -8,8 +8,9 @@
 // buffers, and the executor turns them into pointers at each step.
 //
 // A run qualifies when grouping cannot change a bit of any result: every
-// AdamW updates fp32 parameters and moments in place (a ZeRO update that
-// writes a fresh shard does not), all read the same lr / step / clip
+// AdamW updates fp32 parameters and moments in place (bf16 programs' master
+// shards at every ZeRO stage do; an fp32 ZeRO update that writes a fresh
+// shard of the parameter does not), all read the same lr / step / clip
 // coefficient and share beta1, beta2 and eps, none runs only on the last
 // micro-batch, and no member's written bytes touch another member's (or
 // the scalars'). The instructions then commute, so one pass over all of

@@ -179,12 +179,19 @@ TEST(AdamWGroups, WhatCouldChangeAResultSplitsTheRun) {
 TEST(AdamWGroups, CompiledUpdatesGroupWhole) {
   // What `loom compile --train` emits: after SumSquares and ClipCoef, every
   // AdamW (and in bf16 the Cast of its master) in one group; GPT-2 124M's
-  // 296 update instructions run as one call. A ZeRO-1 update writes fresh
-  // parameter shards (then all-gathered): nothing to group there.
+  // 296 update instructions run as one call. An fp32 ZeRO-1 update writes
+  // fresh parameter shards (then all-gathered): nothing to group there. In
+  // bf16 every ZeRO stage updates its fp32 master shards in place: one group
+  // again, after the squares' all-reduce and ClipCoef (and at ZeRO-1 after
+  // taking its blocks of the gradients reduce-scattered in place, one
+  // LocalSlice each); ZeRO-1/2 then all-gather the new bf16 shards, one
+  // AllGather after the group.
   struct Case {
     const char *config, *flags;
     size_t params;
     bool casts;
+    uint32_t first = 2; // after SumSquares, ClipCoef
+    uint32_t after = 0; // instructions after the group
   };
   const Case cases[] = {
       {"tiny.json", "--batch 4 --seq 32 --train", 28, false},
@@ -193,6 +200,15 @@ TEST(AdamWGroups, CompiledUpdatesGroupWhole) {
        true},
       {"tiny.json", "--batch 8 --seq 32 --train --mesh dp=2 --zero 1", 0,
        false},
+      {"tiny.json",
+       "--batch 8 --seq 32 --train --mesh dp=2 --zero 1 --precision bf16", 28,
+       true, 28 + 3, 1},
+      {"tiny.json",
+       "--batch 8 --seq 32 --train --mesh dp=2 --zero 2 --precision bf16", 28,
+       true, 3, 1},
+      {"tiny.json",
+       "--batch 8 --seq 32 --train --mesh dp=2 --zero 3 --precision bf16", 28,
+       true, 3},
   };
   for (const Case &c : cases) {
     fb::LoadedProgram loaded;
@@ -206,9 +222,9 @@ TEST(AdamWGroups, CompiledUpdatesGroupWhole) {
       continue;
     }
     ASSERT_EQ(groups.size(), 1u);
-    EXPECT_EQ(groups[0].first, 2u);
+    EXPECT_EQ(groups[0].first, c.first);
     EXPECT_EQ(groups[0].count, c.params * (c.casts ? 2 : 1));
-    EXPECT_EQ(groups[0].first + groups[0].count,
+    EXPECT_EQ(groups[0].first + groups[0].count + c.after,
               stage.update_instructions()->size());
     ASSERT_EQ(groups[0].members.size(), c.params);
     for (const AdamWGroupPlan::Member &m : groups[0].members)

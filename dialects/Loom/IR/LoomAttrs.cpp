@@ -113,7 +113,7 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
     return {};
   if (parser.parseCommaSeparatedList([&]() -> ParseResult {
         std::string name;
-        int64_t size;
+        int64_t size = 0;
         if (parser.parseKeywordOrString(&name) || parser.parseEqual() ||
             parser.parseInteger(size))
           return failure();
