@@ -315,9 +315,7 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
     // The all-to-all half runs in the background; the reduction and the
     // gather happen at completion (the same program point on every rank,
     // so MPI sees the group's collectives in one order).
-    PendingCollective pending;
-    pending.count = count;
-    pending.groupSize = groupSize(axes);
+    PendingCollective pending = pendingOver(count, axes);
     LOOM_RETURN_IF_ERROR(startBF16AllReduce(buf, count, op, axes,
                                             /*nonblocking=*/true,
                                             pending.bf16));
@@ -330,10 +328,8 @@ Status MpiCommunicator::doStartAllReduce(void *buf, int64_t count,
   MPI_Op mop;
   int n = 0;
   LOOM_RETURN_IF_ERROR(reductionArgs(axes, op, dtype, count, comm, mop, n));
-  PendingCollective pending;
+  PendingCollective pending = pendingOver(count, axes);
   pending.averageBuf = op == Reduction::Avg ? buf : nullptr;
-  pending.count = count;
-  pending.groupSize = groupSize(axes);
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, n, mpiType(dtype), mop, comm,
                            &pending.request),
             "MPI_Iallreduce failed");
@@ -350,9 +346,7 @@ Status MpiCommunicator::doStartAllGather(const void *in, void *out,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   int n = 0;
   LOOM_RETURN_IF_ERROR(intCount(count, n));
-  PendingCollective pending;
-  pending.count = count;
-  pending.groupSize = groupSize(axes);
+  PendingCollective pending = pendingOver(count, axes);
   MPI_CHECK(MPI_Iallgather(in, n, mpiType(dtype), out, n, mpiType(dtype),
                            comm, &pending.request),
             "MPI_Iallgather failed");
@@ -366,9 +360,7 @@ Status MpiCommunicator::doStartReduceScatter(const void *in, void *out,
                                              Reduction op,
                                              const std::vector<uint32_t> &axes,
                                              Ticket &ticket) {
-  PendingCollective pending;
-  pending.count = count;
-  pending.groupSize = groupSize(axes);
+  PendingCollective pending = pendingOver(count, axes);
   if (dtype == DType::BF16) {
     // Member j receives everyone's block j (an all-to-all, in the
     // background) and at completion reduces them in fp32, rounding once.

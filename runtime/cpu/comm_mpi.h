@@ -128,6 +128,14 @@ private:
     /// received in fp32 and round once into the output.
     std::function<void()> finish;
   };
+  /// A collective of `count` elements over `axes`, not started yet.
+  PendingCollective pendingOver(int64_t count,
+                                const std::vector<uint32_t> &axes) const {
+    PendingCollective p;
+    p.count = count;
+    p.groupSize = groupSize(axes);
+    return p;
+  }
   std::map<Ticket, PendingCollective> started;
   Ticket nextTicket = 0;
   std::vector<uint8_t> scratch;

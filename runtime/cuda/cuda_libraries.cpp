@@ -142,16 +142,12 @@ SharedLibrary openLibrary(const char *what, const std::string &soname,
   } else {
     // 2. The soname through the loader's search, then where CMake found it.
     bool found = attempt(soname);
-    std::string dirs = directories;
-    for (size_t at = 0; !found && at < dirs.size();) {
-      size_t end = dirs.find(':', at);
-      if (end == std::string::npos)
-        end = dirs.size();
-      const std::string path = dirs.substr(at, end - at) + "/" + soname;
-      if (end > at &&
+    std::istringstream dirs(directories);
+    for (std::string dir; !found && std::getline(dirs, dir, ':');) {
+      const std::string path = dir + "/" + soname;
+      if (!dir.empty() &&
           std::find(tried.begin(), tried.end(), path) == tried.end())
         found = attempt(path);
-      at = end + 1;
     }
     if (!found) {
       std::ostringstream msg;
@@ -204,19 +200,18 @@ template <typename Fn> Fn resolve(const SharedLibrary &lib, const char *name) {
   return reinterpret_cast<Fn>(dlsym(lib.handle, name));
 }
 
+loom::Status statusOf(const SharedLibrary &lib) {
+  return lib.error.empty() ? loom::Status::success()
+                           : loom::Status::error(lib.error);
+}
+
 } // namespace
 
 namespace loom::cuda {
 
-Status loadCublasLt() {
-  const SharedLibrary &lib = cublasLtLibrary();
-  return lib.error.empty() ? Status::success() : Status::error(lib.error);
-}
+Status loadCublasLt() { return statusOf(cublasLtLibrary()); }
 
-Status loadNccl() {
-  const SharedLibrary &lib = ncclLibrary();
-  return lib.error.empty() ? Status::success() : Status::error(lib.error);
-}
+Status loadNccl() { return statusOf(ncclLibrary()); }
 
 } // namespace loom::cuda
 
