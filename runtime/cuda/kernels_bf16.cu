@@ -4,7 +4,9 @@
 // FloatRef (kernels_bf16.h): the same thread layouts (one thread per
 // element, one warp per row, one thread per column for reductions over
 // rows) and summation orders, with loads widened to fp32 and stores rounded
-// to bf16 where the operand is bf16.
+// to bf16 where the operand is bf16. Where GPT-2's bf16 tensors are
+// aligned, the element-wise kernels, layer norm and cross-entropy have
+// variants that move 16 bytes (8 values) per load instead.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/kernels_bf16.h"
@@ -750,6 +752,121 @@ __global__ void crossEntropyBackwardKernel(FloatRef dlogits, FloatRef logits,
   }
 }
 
+// GPT-2's logits (16K rows of 50304 bf16) in 16-byte loads, a block per
+// row: the warp-per-row kernels above read them two bytes per lane, an
+// instruction per element. A block's rows stay few enough on the GPU at
+// once (kCeThreads: at most 4 blocks, 4 rows of 100 KB, per SM) that the
+// gradient's second pass over its row still finds it in L2, and it reads
+// the row back to front so the most recently read part comes first.
+constexpr int kCeThreads = 512;
+constexpr int kCeWarps = kCeThreads / kWarp;
+
+/// (m, s) = the running max and sum of exp(x - m) of a set of values,
+/// merged with another set's (m2, s2). An empty set is (-inf, 0); a set
+/// holding a NaN has s = NaN, which every merge keeps.
+__device__ inline void mergeSoftmaxStats(float &m, float &s, float m2,
+                                         float s2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) {
+    s += s2; // both empty: 0, or a NaN carried along
+    return;
+  }
+  s = s * expf(m - mx) + s2 * expf(m2 - mx); // expf(-inf) = 0: empty adds 0
+  m = mx;
+}
+
+/// The row max and log-sum-exp of the first validV values of a row of
+/// `groups` 16-byte groups, in every thread of the block: each thread's
+/// groups (t, t + kCeThreads, ...) in one online-softmax pass, then a fixed
+/// tree over lanes and warps (deterministic). Ends with a barrier, so every
+/// thread has read its part of the row on return.
+__device__ void blockRowLogSumExp(const uint4 *row, int64_t groups,
+                                  int64_t validV, float &mx, float &lse) {
+  __shared__ float warpM[kCeWarps], warpS[kCeWarps];
+  float m = -INFINITY, s = 0.0f;
+  bool nan = false; // fmaxf skips NaN: a NaN logit must still give NaN
+  for (int64_t g = threadIdx.x; g < groups; g += kCeThreads) {
+    float x[kVec];
+    widen8(x, row[g]);
+    float gm = -INFINITY;
+    for (int k = 0; k < kVec; ++k) {
+      if (g * kVec + k >= validV)
+        x[k] = -INFINITY; // vocabulary padding
+      nan |= x[k] != x[k];
+      gm = fmaxf(gm, x[k]);
+    }
+    if (gm == -INFINITY)
+      continue; // nothing valid here (a -inf logit adds 0)
+    if (gm > m) {
+      s *= expf(m - gm);
+      m = gm;
+    }
+    for (int k = 0; k < kVec; ++k)
+      s += expf(x[k] - m);
+  }
+  if (nan)
+    s = NAN;
+  for (int o = kWarp / 2; o > 0; o /= 2)
+    mergeSoftmaxStats(m, s, laneXor(m, o), laneXor(s, o));
+  const int warp = threadIdx.x / kWarp;
+  if (laneIndex() == 0) {
+    warpM[warp] = m;
+    warpS[warp] = s;
+  }
+  __syncthreads();
+  m = warpM[0];
+  s = warpS[0];
+  for (int w = 1; w < kCeWarps; ++w)
+    mergeSoftmaxStats(m, s, warpM[w], warpS[w]);
+  mx = m;
+  lse = logf(s);
+  __syncthreads(); // warpM / warpS are free again; the row is read
+}
+
+__global__ void __launch_bounds__(kCeThreads)
+    crossEntropyRowsBF16x8Kernel(float *losses, const __nv_bfloat16 *logits,
+                                 const int32_t *targets, int64_t V,
+                                 int64_t validV) {
+  const int64_t row = blockIdx.x;
+  float mx, lse;
+  blockRowLogSumExp(reinterpret_cast<const uint4 *>(logits + row * V), V / kVec,
+                    validV, mx, lse);
+  if (threadIdx.x != 0)
+    return;
+  const int32_t t = targets[row];
+  losses[row] = (t >= 0 && t < validV)
+                    ? mx + lse - __bfloat162float(logits[row * V + t])
+                    : NAN;
+}
+
+__global__ void __launch_bounds__(kCeThreads) crossEntropyBackwardBF16x8Kernel(
+    __nv_bfloat16 *dlogits, const __nv_bfloat16 *logits, const int32_t *targets,
+    int64_t N, int64_t V, int64_t validV, FloatRef dloss, float dlossScale) {
+  const int64_t row = blockIdx.x, groups = V / kVec;
+  const auto *in = reinterpret_cast<const uint4 *>(logits + row * V);
+  auto *out = reinterpret_cast<uint4 *>(dlogits + row * V);
+  float mx, lse;
+  blockRowLogSumExp(in, groups, validV, mx, lse);
+  // dlogits may alias logits: past the barrier above every thread has read
+  // the row, and below each thread rewrites only the groups it reads.
+  const float g = ld(dloss, 0) * dlossScale / N;
+  const int32_t t = targets[row];
+  if (threadIdx.x >= groups)
+    return;
+  const int64_t last =
+      threadIdx.x + (groups - 1 - threadIdx.x) / kCeThreads * kCeThreads;
+  for (int64_t gi = last; gi >= 0; gi -= kCeThreads) {
+    float x[kVec];
+    widen8(x, in[gi]);
+    for (int k = 0; k < kVec; ++k) {
+      const int64_t c = gi * kVec + k;
+      x[k] = c < validV ? (expf(x[k] - mx - lse) - (c == t ? 1.0f : 0.0f)) * g
+                        : 0.0f;
+    }
+    out[gi] = round8(x);
+  }
+}
+
 __global__ void rowMaxKernel(FloatRef rowMax, FloatRef logits, int64_t N,
                              int64_t V, int64_t cols) {
   const int64_t row = warpIndex();
@@ -1047,8 +1164,14 @@ Status mixedCrossEntropyForward(FloatRef loss, float *losses, FloatRef logits,
                                 const int32_t *targets, int64_t N, int64_t V,
                                 int64_t validV, float scale,
                                 cudaStream_t stream) {
-  LOOM_LAUNCH(crossEntropyRowsKernel, blocksForRows(N), kThreads, stream,
-              losses, logits, targets, N, V, validV);
+  if (vectorizable(V, {logits}))
+    LOOM_LAUNCH(crossEntropyRowsBF16x8Kernel, static_cast<unsigned>(N),
+                kCeThreads, stream, losses,
+                static_cast<const __nv_bfloat16 *>(logits.data), targets, V,
+                validV);
+  else
+    LOOM_LAUNCH(crossEntropyRowsKernel, blocksForRows(N), kThreads, stream,
+                losses, logits, targets, N, V, validV);
   LOOM_LAUNCH(meanKernel, 1u, kThreads, stream, loss,
               static_cast<const float *>(losses), N, scale);
   return Status::success();
@@ -1058,6 +1181,13 @@ Status mixedCrossEntropyBackward(FloatRef dlogits, FloatRef logits,
                                  const int32_t *targets, int64_t N, int64_t V,
                                  int64_t validV, FloatRef dloss,
                                  float dlossScale, cudaStream_t stream) {
+  if (vectorizable(V, {dlogits, logits})) {
+    LOOM_LAUNCH(crossEntropyBackwardBF16x8Kernel, static_cast<unsigned>(N),
+                kCeThreads, stream, static_cast<__nv_bfloat16 *>(dlogits.data),
+                static_cast<const __nv_bfloat16 *>(logits.data), targets, N, V,
+                validV, dloss, dlossScale);
+    return Status::success();
+  }
   LOOM_LAUNCH(crossEntropyBackwardKernel, blocksForRows(N), kThreads, stream,
               dlogits, logits, targets, N, V, validV, dloss, dlossScale);
   return Status::success();

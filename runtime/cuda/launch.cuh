@@ -34,6 +34,11 @@ __device__ inline float warpMax(float x) {
   return x;
 }
 
+/// x as lane (lane ^ mask) of this warp holds it (the whole warp calls it).
+__device__ inline float laneXor(float x, int mask) {
+  return __shfl_xor_sync(0xffffffffu, x, mask);
+}
+
 /// The max / sum of x over the lane pair (2k, 2k + 1), in both lanes: two
 /// lanes that share a row.
 __device__ inline float pairMax(float x) {

@@ -380,10 +380,24 @@ TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {
   expectBF16Close(inPlace, ry, "softmax in place");
 }
 
-TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
-  const int64_t N = 7, V = 50, validV = 45;
-  BF16Tensor logits = randomBF16(N * V, 17, -4, 4);
-  const auto targets = randomIds(N, validV, 18);
+namespace {
+
+/// Cross-entropy loss and gradient over N rows of V bf16 logits, the last
+/// V - validV columns vocabulary padding, against the CPU kernels. V % 8 ==
+/// 0 takes the block-per-row kernels (16-byte loads), any other V the
+/// warp-per-row ones.
+void expectCrossEntropyMatchesCpu(int64_t N, int64_t V, int64_t validV,
+                                  uint32_t seed) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " V=" + std::to_string(V) +
+               " validV=" + std::to_string(validV));
+  BF16Tensor logits = randomBF16(N * V, seed, -4, 4);
+  // A large logit in a late column of row 0: its running max grows late.
+  logits = BF16Tensor([&] {
+    std::vector<float> v = logits.values;
+    v[validV - 1] = 30.0f;
+    return v;
+  }());
+  const auto targets = randomIds(N, validV, seed + 1);
   std::vector<float> loss(1), losses(N), dloss = {0.75f};
   const double tokens = 4 * N; // this rank's share of 4x the tokens
   ASSERT_TRUE(emulated::mixedCrossEntropyForward(
@@ -398,8 +412,12 @@ TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
                   .ok());
   expectF32Close(loss, rloss, "loss");
   expectF32Close(losses, rlosses, "row losses");
-  // The gradient over the logits' own bytes (CrossEntropyGrad may alias).
+  // The gradient over the logits' own bytes (CrossEntropyGrad may alias);
+  // the padding columns hold garbage it must not read.
   BF16Tensor dlogits = logits;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = validV; c < V; ++c)
+      dlogits.bits[n * V + c] = 0x7f80; // +inf
   ASSERT_TRUE(emulated::mixedCrossEntropyBackward(
                   dlogits.ref(), dlogits.ref(), targets.data(), N, V, validV,
                   f32(dloss), static_cast<float>(N / tokens), kNoStream)
@@ -414,6 +432,36 @@ TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = validV; c < V; ++c)
       EXPECT_EQ(dlogits.bits[n * V + c], 0u) << "padding column " << c;
+}
+
+} // namespace
+
+TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
+  expectCrossEntropyMatchesCpu(7, 50, 45, 17); // warp per row
+  expectCrossEntropyMatchesCpu(5, 64, 45, 19); // block per row
+  // More 8-column groups than the block has threads: each thread takes
+  // several, and the gradient walks them back to front.
+  expectCrossEntropyMatchesCpu(2, 8 * 512 * 2 + 16, 8 * 512 * 2 + 3, 21);
+}
+
+TEST(BF16KernelEmulation, CrossEntropyNaNLogitGivesNaN) {
+  // fmaxf skips NaN, so a row max alone would hide one.
+  for (const int64_t V : {50, 64}) {
+    SCOPED_TRACE("V=" + std::to_string(V));
+    const int64_t N = 2;
+    BF16Tensor logits = randomBF16(N * V, 23);
+    for (int64_t c = 8; c < 16; ++c)
+      logits.bits[c] = 0x7fc0; // a whole 8-column group of row 0: NaN
+    const std::vector<int32_t> targets = {1, 2};
+    std::vector<float> loss(1), losses(N);
+    ASSERT_TRUE(emulated::mixedCrossEntropyForward(f32(loss), losses.data(),
+                                                   logits.ref(), targets.data(),
+                                                   N, V, V, 1.0f, kNoStream)
+                    .ok());
+    EXPECT_TRUE(std::isnan(losses[0]));
+    EXPECT_TRUE(std::isfinite(losses[1]));
+    EXPECT_TRUE(std::isnan(loss[0]));
+  }
 }
 
 TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {

@@ -161,8 +161,8 @@ inline float pairExchange(float x) {
 }
 inline float pairMax(float x) { return std::max(x, pairExchange(x)); }
 inline float pairSum(float x) { return x + pairExchange(x); }
-/// launch.cuh's quad reductions: the xor-1 then xor-2 butterfly.
-inline float laneExchange(float x, int mask) {
+/// launch.cuh's laneXor: x from lane (lane ^ mask) of the warp.
+inline float laneXor(float x, int mask) {
   const int lane = threadIdx.x % kWarp;
   warpSlots[threadIdx.x] = x;
   syncWarp();
@@ -170,13 +170,14 @@ inline float laneExchange(float x, int mask) {
   syncWarp();
   return other;
 }
+/// launch.cuh's quad reductions: the xor-1 then xor-2 butterfly.
 inline float quadMax(float x) {
-  x = std::max(x, laneExchange(x, 1));
-  return std::max(x, laneExchange(x, 2));
+  x = std::max(x, laneXor(x, 1));
+  return std::max(x, laneXor(x, 2));
 }
 inline float quadSum(float x) {
-  x += laneExchange(x, 1);
-  return x + laneExchange(x, 2);
+  x += laneXor(x, 1);
+  return x + laneXor(x, 2);
 }
 /// launch.cuh's fixed shared-memory tree over a block of kThreads.
 inline double blockSum(double s) {

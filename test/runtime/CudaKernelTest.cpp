@@ -224,6 +224,55 @@ TEST_F(CudaKernelTest, CrossEntropyWithPadding) {
   expectClose(g.host(), dl, 1e-5, 1e-7, "cross-entropy backward");
 }
 
+// The bf16 cross-entropy at GPT-2's padded vocabulary (50304 columns, 50257
+// valid): kernels_bf16.cu's block-per-row kernels (16-byte loads, shuffles
+// and barriers on the device) against the CPU kernels on the same bf16
+// values, the gradient in place over the logits as CrossEntropyGrad runs.
+// bf16 gradients are held to 2^-7 relative (one bf16 ulp, the rounding of
+// nearly equal fp32 results) plus 1e-5 of the largest.
+TEST_F(CudaKernelTest, BF16CrossEntropyAtGpt2Vocabulary) {
+  const int64_t N = 48, V = 50304, validV = 50257;
+  std::vector<float> logits = randomVector(N * V, 40, -6, 6);
+  std::vector<uint16_t> bits(logits.size());
+  floatsToBF16(bits.data(), logits.data(), N * V);
+  for (int64_t i = 0; i < N * V; ++i)
+    logits[i] = bf16ToFloat(bits[i]); // the values the device holds
+  const auto targets = randomIds(N, static_cast<int32_t>(validV), 41);
+  float loss = 0;
+  std::vector<float> losses(N), dl(N * V);
+  ASSERT_TRUE(cpu::crossEntropyForward(&loss, losses.data(), logits.data(),
+                                       targets.data(), N, V, validV)
+                  .ok());
+  ASSERT_TRUE(cpu::crossEntropyBackward(dl.data(), logits.data(),
+                                        targets.data(), N, V, validV, 0.5f)
+                  .ok());
+  DeviceVector<uint16_t> dLogits(bits);
+  DeviceVector<float> dLoss(1), dRows(N), dSeed(std::vector<float>{0.5f});
+  DeviceVector<int32_t> dTargets(targets);
+  const cuda::FloatRef logitsRef{dLogits.get(), true};
+  ASSERT_TRUE(cuda::mixedCrossEntropyForward({dLoss.get(), false}, dRows.get(),
+                                             logitsRef, dTargets.get(), N, V,
+                                             validV, 1.0f, stream)
+                  .ok());
+  ASSERT_TRUE(cuda::mixedCrossEntropyBackward(
+                  logitsRef, logitsRef, dTargets.get(), N, V, validV,
+                  {dSeed.get(), false}, 1.0f, stream)
+                  .ok());
+  expectClose(dLoss.host(), {loss}, 1e-5, 1e-6, "bf16 cross-entropy loss");
+  expectClose(dRows.host(), losses, 1e-5, 1e-6, "bf16 row losses");
+  const std::vector<uint16_t> gBits = dLogits.host();
+  std::vector<float> got(gBits.size()), want(dl.size());
+  for (size_t i = 0; i < gBits.size(); ++i)
+    got[i] = bf16ToFloat(gBits[i]);
+  floatsToBF16(bits.data(), dl.data(), N * V); // the reference, rounded
+  float largest = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    want[i] = bf16ToFloat(bits[i]);
+    largest = std::max(largest, std::fabs(want[i]));
+  }
+  expectClose(got, want, 1.0 / 128, 1e-5 * largest, "bf16 cross-entropy grad");
+}
+
 TEST_F(CudaKernelTest, CausalAttention) {
   const int64_t B = 2, T = 37, C = 48, NH = 4;
   auto qkv = randomVector(B * T * 3 * C, 19), dout = randomVector(B * T * C, 20);
