@@ -454,17 +454,17 @@ Status CudaKernels::unpackBlocks(void *dst, const void *src,
 
 Status CudaKernels::sumSquares(float *out,
                                const std::vector<BufferSpan> &tensors) {
-  std::vector<DeviceSpan> spans;
+  std::vector<MixedSpan> spans;
   spans.reserve(tensors.size());
   for (const BufferSpan &t : tensors)
-    spans.push_back({t.data, t.size});
+    spans.push_back({{const_cast<float *>(t.data), false}, t.size});
   void *partials = nullptr;
-  LOOM_RETURN_IF_ERROR(workspace(
-      static_cast<uint64_t>(cuda::sumSquaresPartials(spans.size())) *
-          sizeof(double),
-      partials));
-  return cuda::sumSquares(out, spans, static_cast<double *>(partials),
-                          computeStream);
+  LOOM_RETURN_IF_ERROR(workspace(static_cast<uint64_t>(kMixedSumBlocks) *
+                                     std::max<size_t>(1, spans.size()) *
+                                     sizeof(double),
+                                 partials));
+  return mixedSumSquares({out, false}, spans, static_cast<double *>(partials),
+                         computeStream);
 }
 
 Status CudaKernels::clipCoef(float *norm, float *coef, const float *sumSq,

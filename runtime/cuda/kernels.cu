@@ -285,33 +285,6 @@ __global__ void crossEntropyBackwardKernel(float *dlogits, const float *logits,
 // Optimizer
 //===----------------------------------------------------------------------===//
 
-constexpr int kSumBlocks = 128;
-
-__global__ void sumSquaresPartialKernel(double *partial, const float *x,
-                                        int64_t n) {
-  double s = 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    s += static_cast<double>(x[i]) * x[i];
-  s = blockSum(s);
-  if (threadIdx.x == 0)
-    partial[blockIdx.x] = s;
-}
-
-/// One block of kThreads: thread t sums partials t, t + kThreads, ... in
-/// order, then blockSum's fixed tree (the same order every run). With one
-/// thread summing the 148 x 128 partials of GPT-2's gradients, the whole
-/// SumSquares instruction took 3.07 ms per step on an H200.
-__global__ void sumPartialsKernel(float *out, const double *partial,
-                                  int64_t count) {
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < count; i += kThreads)
-    s += partial[i];
-  s = blockSum(s);
-  if (threadIdx.x == 0)
-    out[0] = static_cast<float>(s);
-}
-
 __global__ void clipCoefKernel(float *norm, float *coef, const float *sumSq,
                                double maxNorm) {
   double n = sqrt(static_cast<double>(sumSq[0]));
@@ -449,26 +422,6 @@ Status crossEntropyBackward(float *dlogits, const float *logits,
                                                 << V << "]");
   LOOM_LAUNCH(crossEntropyBackwardKernel, blocksForRows(N), kThreads, stream,
               dlogits, logits, targets, N, V, validV, dloss, dlossScale);
-  return Status::success();
-}
-
-int64_t sumSquaresPartials(size_t tensors) {
-  return std::max<int64_t>(1, static_cast<int64_t>(tensors) * kSumBlocks);
-}
-
-Status sumSquares(float *out, const std::vector<DeviceSpan> &tensors,
-                  double *partial, cudaStream_t stream) {
-  const int64_t count = static_cast<int64_t>(tensors.size()) * kSumBlocks;
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    // Every block writes its partial; an empty tensor's are zeros.
-    if (tensors[t].size > 0)
-      LOOM_LAUNCH(sumSquaresPartialKernel, kSumBlocks, kThreads, stream,
-                  partial + t * kSumBlocks, tensors[t].data, tensors[t].size);
-    else
-      LOOM_CUDA_CHECK(cudaMemsetAsync(partial + t * kSumBlocks, 0,
-                                      kSumBlocks * sizeof(double), stream));
-  }
-  LOOM_LAUNCH(sumPartialsKernel, 1u, kThreads, stream, out, partial, count);
   return Status::success();
 }
 

@@ -104,19 +104,8 @@ Status attentionBackward(float *dqkv, const float *dout, const float *qkv,
 // Optimizer (runtime/cpu/adamw.h)
 //===----------------------------------------------------------------------===//
 
-/// A tensor SumSquares reads.
-struct DeviceSpan {
-  const float *data;
-  int64_t size;
-};
-/// The device doubles sumSquares needs for the partial sums of `tensors`
-/// tensors (at least one).
-int64_t sumSquaresPartials(size_t tensors);
-/// out[0] = sum of squares over all spans: each tensor's sum in double over
-/// a fixed tree, tensors added in order, rounded once to f32. `partials`
-/// holds sumSquaresPartials(tensors.size()) doubles of device memory.
-Status sumSquares(float *out, const std::vector<DeviceSpan> &tensors,
-                  double *partials, cudaStream_t stream);
+// The sum of squares of the gradients is kernels_bf16.h's mixedSumSquares,
+// which takes fp32 tensors too.
 /// norm[0] = sqrt(*sumSq), coef[0] = min(1, maxNorm / (norm + 1e-6)) (1 when
 /// maxNorm <= 0), in double.
 Status clipCoefficient(float *norm, float *coef, const float *sumSq,

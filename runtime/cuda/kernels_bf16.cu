@@ -15,10 +15,11 @@
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/launch.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <initializer_list>
 #include <cuda_bf16.h>
+#include <initializer_list>
 
 namespace loom::cuda {
 namespace {
@@ -938,12 +939,26 @@ __global__ void sumsBackwardKernel(FloatRef dlogits, FloatRef logits,
 // Optimizer
 //===----------------------------------------------------------------------===//
 
-__global__ void sumSquaresPartialKernel(double *partial, FloatRef x,
-                                        int64_t n) {
+/// Tensors whose sums of squares one launch takes (GPT-2's 148 gradients:
+/// three launches instead of 148, most of them for a few thousand values).
+constexpr int kSumSquaresGroup = 64;
+struct SumSquaresGroup {
+  FloatRef x[kSumSquaresGroup];
+  int64_t n[kSumSquaresGroup];
+};
+
+/// kMixedSumBlocks blocks per tensor of the group: block b of tensor t sums
+/// the squares of elements b * kThreads + threadIdx.x + k * kMixedSumBlocks
+/// * kThreads (k = 0, 1, ...) in order, then blockSum's fixed tree, into
+/// partial[t * kMixedSumBlocks + b].
+__global__ void sumSquaresPartialKernel(double *partial, SumSquaresGroup g) {
+  const int t = blockIdx.x / kMixedSumBlocks;
+  const int64_t n = g.n[t];
   double s = 0;
-  for (int64_t i = threadIndex(); i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const double v = ld(x, i);
+  for (int64_t i =
+           (blockIdx.x % kMixedSumBlocks) * int64_t(blockDim.x) + threadIdx.x;
+       i < n; i += int64_t(kMixedSumBlocks) * blockDim.x) {
+    const double v = ld(g.x[t], i);
     s += v * v;
   }
   s = blockSum(s);
@@ -1237,11 +1252,18 @@ Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
                        double *partials, cudaStream_t stream) {
   // Each tensor's partials in its own block range, then one ordered sum of
   // all of them (tensor by tensor, block by block): a fixed order.
-  int64_t count = 0;
-  for (const MixedSpan &t : tensors) {
-    LOOM_LAUNCH(sumSquaresPartialKernel, static_cast<unsigned>(kMixedSumBlocks),
-                kThreads, stream, partials + count, t.data, t.size);
-    count += kMixedSumBlocks;
+  const int64_t count = int64_t(tensors.size()) * kMixedSumBlocks;
+  for (size_t first = 0; first < tensors.size(); first += kSumSquaresGroup) {
+    const size_t members =
+        std::min<size_t>(kSumSquaresGroup, tensors.size() - first);
+    SumSquaresGroup g;
+    for (size_t j = 0; j < members; ++j) {
+      g.x[j] = tensors[first + j].data;
+      g.n[j] = tensors[first + j].size;
+    }
+    LOOM_LAUNCH(sumSquaresPartialKernel,
+                static_cast<unsigned>(members * kMixedSumBlocks), kThreads,
+                stream, partials + first * kMixedSumBlocks, g);
   }
   LOOM_LAUNCH(sumPartialsKernel, 1u, kThreads, stream, out,
               static_cast<const double *>(partials), count);

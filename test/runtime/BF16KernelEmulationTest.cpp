@@ -523,6 +523,50 @@ TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {
   expectBF16Close(dlogits, rd, "crossEntropySumsGrad");
 }
 
+TEST(BF16KernelEmulation, SumSquaresOverManyTensorsInGroupedLaunches) {
+  // 70 tensors: two launches (64, then 6; GPT-2's 148 gradients take
+  // three). Each tensor's kMixedSumBlocks partials must hold its own sum,
+  // at its own place, whichever launch took it; bf16 and fp32 mixed.
+  const int tensors = 70;
+  std::vector<BF16Tensor> halves;
+  std::vector<std::vector<float>> singles;
+  std::vector<cuda::MixedSpan> spans;
+  std::vector<BufferSpan> cpuSpans;
+  std::vector<double> want(tensors);
+  halves.reserve(tensors);
+  singles.reserve(tensors);
+  for (int t = 0; t < tensors; ++t) {
+    const int64_t n = (t * 7919) % 5000 + (t % 10 == 0 ? 0 : 1);
+    const float *values;
+    if (t % 3 == 0) {
+      singles.push_back(randomVector(n, 100 + t));
+      spans.push_back({f32(singles.back()), n});
+      values = singles.back().data();
+    } else {
+      halves.push_back(randomBF16(n, 100 + t));
+      spans.push_back({halves.back().ref(), n});
+      values = halves.back().values.data();
+    }
+    cpuSpans.push_back({values, n});
+    for (int64_t i = 0; i < n; ++i)
+      want[t] += double(values[i]) * values[i];
+  }
+  std::vector<float> sumSq(1), rsum(1);
+  std::vector<double> partials(tensors * cuda::kMixedSumBlocks, -1.0);
+  ASSERT_TRUE(
+      emulated::mixedSumSquares(f32(sumSq), spans, partials.data(), kNoStream)
+          .ok());
+  for (int t = 0; t < tensors; ++t) {
+    double got = 0;
+    for (int b = 0; b < cuda::kMixedSumBlocks; ++b)
+      got += partials[t * cuda::kMixedSumBlocks + b];
+    EXPECT_NEAR(got, want[t], 1e-12 * std::max(1.0, want[t]))
+        << "tensor " << t << " (" << spans[t].size << " values)";
+  }
+  ASSERT_TRUE(cpuKernels.sumSquares(rsum.data(), cpuSpans).ok());
+  expectF32Close(sumSq, rsum, "sumSquares");
+}
+
 TEST(BF16KernelEmulation, SumSquaresClipAndAdamWOnFp32Masters) {
   // bf16 gradients of four tensors (one empty; the last fills every block
   // of its partials, past the final sum's first 256), fp32 masters and

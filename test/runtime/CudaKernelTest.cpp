@@ -298,11 +298,11 @@ TEST_F(CudaKernelTest, SumSquaresClipAndAdamW) {
       {cpu::FloatSpan{g1.data(), 1000}, cpu::FloatSpan{g2.data(), 77}});
   const cpu::ClipCoefficient clip = cpu::clipCoefficient(sum, 1.0);
   DeviceVector<float> d1(g1), d2(g2), s(1), norm(1), coef(1);
-  DeviceVector<double> partials(cuda::sumSquaresPartials(2));
-  ASSERT_TRUE(cuda::sumSquares(s.get(),
-                               {cuda::DeviceSpan{d1.get(), 1000},
-                                cuda::DeviceSpan{d2.get(), 77}},
-                               partials.get(), stream)
+  DeviceVector<double> partials(2 * cuda::kMixedSumBlocks);
+  ASSERT_TRUE(cuda::mixedSumSquares(
+                  {s.get(), false},
+                  {{{d1.get(), false}, 1000}, {{d2.get(), false}, 77}},
+                  partials.get(), stream)
                   .ok());
   ASSERT_TRUE(
       cuda::clipCoefficient(norm.get(), coef.get(), s.get(), 1.0, stream).ok());
