@@ -10,15 +10,13 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/cuda_libraries.h"
 
+#include "runtime/core/shared_library.h"
+
 #include <cublasLt.h>
 #include <dlfcn.h>
 #include <nccl.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <sstream>
 #include <string>
-#include <vector>
 
 // Every function the backend calls, with its parameters and the names it
 // passes them on as: X(name, (parameters), (arguments)).
@@ -107,89 +105,30 @@
 
 namespace {
 
-/// One library opened for the process: its handle, or why it is not there.
-struct SharedLibrary {
-  void *handle = nullptr;
-  std::string error; // empty when handle is set and every function resolved
-};
-
-/// Opens `soname` (or the file $`overrideVar` names) and checks `functions`
-/// resolve. `what` and `fix` phrase the error.
-SharedLibrary openLibrary(const char *what, const std::string &soname,
-                          const char *overrideVar, const char *directories,
-                          const std::vector<const char *> &functions,
-                          const char *fix) {
-  SharedLibrary lib;
-  std::vector<std::string> tried;
-  std::string reasons;
-  auto attempt = [&](const std::string &path) {
-    tried.push_back(path);
-    lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib.handle)
-      reasons += std::string("\n  ") + dlerror();
-    return lib.handle != nullptr;
-  };
-  // 1. The file the user named, and nothing else: a wrong path is an error
-  //    even when the library sits elsewhere.
-  const char *named = std::getenv(overrideVar);
-  if (named && *named) {
-    if (!attempt(named)) {
-      lib.error = std::string(what) + ": cannot load " + overrideVar + "='" +
-                  named + "':" + reasons + "\n  set " + overrideVar +
-                  " to the library file, or unset it to search for " + soname;
-      return lib;
-    }
-  } else {
-    // 2. The soname through the loader's search, then where CMake found it.
-    bool found = attempt(soname);
-    std::istringstream dirs(directories);
-    for (std::string dir; !found && std::getline(dirs, dir, ':');) {
-      const std::string path = dir + "/" + soname;
-      if (!dir.empty() &&
-          std::find(tried.begin(), tried.end(), path) == tried.end())
-        found = attempt(path);
-    }
-    if (!found) {
-      std::ostringstream msg;
-      msg << what << ": " << soname << " not found (tried";
-      for (const std::string &t : tried)
-        msg << " " << t;
-      msg << "):" << reasons << "\n  " << fix << ", put its directory on "
-          << "LD_LIBRARY_PATH, or set " << overrideVar << " to its file";
-      lib.error = msg.str();
-      return lib;
-    }
-  }
-  // 3. Every function the backend calls (an older library may lack one).
-  std::string missing;
-  for (const char *f : functions)
-    if (!dlsym(lib.handle, f))
-      missing += std::string(" ") + f;
-  if (!missing.empty())
-    lib.error = std::string(what) + ": " + tried.back() + " lacks" + missing +
-                "; Loom was built against " + soname + ": " + fix +
-                ", or set " + overrideVar + " to that version's file";
-  return lib;
-}
+using loom::SharedLibrary;
 
 #define LOOM_FUNCTION_NAME(name, params, args) #name,
 
 const SharedLibrary &cublasLtLibrary() {
-  static const SharedLibrary lib = openLibrary(
-      "cuBLASLt", "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR),
-      "LOOM_CUBLASLT_LIBRARY", LOOM_CUBLASLT_DIRS,
-      {LOOM_CUBLASLT_FUNCTIONS(LOOM_FUNCTION_NAME)},
-      "install the CUDA toolkit's cuBLASLt or PyTorch's nvidia-cublas "
-      "wheel");
+  static const SharedLibrary lib = loom::openSharedLibrary(
+      {"cuBLASLt",
+       "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR),
+       "LOOM_CUBLASLT_LIBRARY",
+       LOOM_CUBLASLT_DIRS,
+       {LOOM_CUBLASLT_FUNCTIONS(LOOM_FUNCTION_NAME)},
+       "install the CUDA toolkit's cuBLASLt or PyTorch's nvidia-cublas "
+       "wheel"});
   return lib;
 }
 
 const SharedLibrary &ncclLibrary() {
-  static const SharedLibrary lib = openLibrary(
-      "NCCL", "libnccl.so." + std::to_string(NCCL_MAJOR), "LOOM_NCCL_LIBRARY",
-      LOOM_NCCL_DIRS,
-      {LOOM_NCCL_FUNCTIONS(LOOM_FUNCTION_NAME) "ncclGetErrorString"},
-      "install NCCL or PyTorch's nvidia-nccl wheel");
+  static const SharedLibrary lib = loom::openSharedLibrary(
+      {"NCCL",
+       "libnccl.so." + std::to_string(NCCL_MAJOR),
+       "LOOM_NCCL_LIBRARY",
+       LOOM_NCCL_DIRS,
+       {LOOM_NCCL_FUNCTIONS(LOOM_FUNCTION_NAME) "ncclGetErrorString"},
+       "install NCCL or PyTorch's nvidia-nccl wheel"});
   return lib;
 }
 

@@ -12,7 +12,8 @@
 // LOOM_NCCL_LIBRARY (a file path) when set; otherwise the soname the build
 // was compiled against (libcublasLt.so.<CUBLAS_VER_MAJOR>,
 // libnccl.so.<NCCL_MAJOR>) through the usual search (LD_LIBRARY_PATH, the
-// ld.so cache), then in the directories CMake found them in.
+// ld.so cache), then in the directories CMake found them in
+// (runtime/core/shared_library.h does the search and phrases the errors).
 //
 // The emulated backend (test/runtime) replaces both libraries with host
 // code; its EmulatedCublasLt.cpp / EmulatedNccl.cpp define these loaders

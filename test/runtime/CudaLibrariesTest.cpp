@@ -5,7 +5,8 @@
 // the forwarders reach the real library: calls that need no device return
 // what the library returns, not the "not loaded" fallbacks. The error
 // messages for a library that cannot be loaded are checked end to end in
-// test/Tools/loom-run-backend-cuda.test (the loaders run once per process).
+// test/Tools/loom-run-backend-cuda.test (the loaders run once per process),
+// the search behind them in SharedLibraryTest.cpp.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/cuda_libraries.h"
