@@ -195,17 +195,23 @@ TEST(BF16KernelEmulation, GeluEightAtATimeRoundsTheOneElementMath) {
 }
 
 TEST(BF16KernelEmulation, ReduceLeadingAndFill) {
-  // Rows past two 128-row chunks (with a tail), columns past one block.
-  const int64_t outer = 300, inner = 300;
-  BF16Tensor x = randomBF16(outer * inner, 5), db(inner);
-  std::vector<double> partials(emulated::rowChunks(outer) * inner);
-  ASSERT_TRUE(emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner,
-                                       partials.data(), kNoStream)
-                  .ok());
-  std::vector<float> ref(inner);
-  ASSERT_TRUE(
-      cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner).ok());
-  expectBF16Close(db, ref, "reduceLeading");
+  // Rows past two 128-row chunks (with a tail), columns past one block: 300
+  // columns a thread each, 264 and 776 (multiples of 8) 8 a thread in
+  // 16-byte loads, the last block part full.
+  const int64_t outer = 300;
+  for (const int64_t inner : {300, 264, 776}) {
+    SCOPED_TRACE("inner " + std::to_string(inner));
+    BF16Tensor x = randomBF16(outer * inner, 5), db(inner);
+    std::vector<double> partials(emulated::rowChunks(outer) * inner);
+    ASSERT_TRUE(emulated::mixedColumnSum(db.ref(), x.ref(), outer, inner,
+                                         partials.data(), kNoStream)
+                    .ok());
+    std::vector<float> ref(inner);
+    ASSERT_TRUE(
+        cpuKernels.reduceLeading(ref.data(), x.values.data(), outer, inner)
+            .ok());
+    expectBF16Close(db, ref, "reduceLeading");
+  }
   BF16Tensor filled(300);
   ASSERT_TRUE(emulated::mixedFill(filled.ref(), 0.1f, 300, kNoStream).ok());
   expectBF16Close(filled, std::vector<float>(300, 0.1f), "fill");

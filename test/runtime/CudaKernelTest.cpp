@@ -273,6 +273,33 @@ TEST_F(CudaKernelTest, BF16CrossEntropyAtGpt2Vocabulary) {
   expectClose(got, want, 1.0 / 128, 1e-5 * largest, "bf16 cross-entropy grad");
 }
 
+// The bias gradient of a bf16 GPT-2 MLP layer's first Linear (rows of 3072
+// columns; 1000 of them, past seven 128-row chunks) through the 16-byte
+// column-sum kernel on the device, against the CPU's sum of the same bf16
+// values, rounded to bf16 (2^-7 relative).
+TEST_F(CudaKernelTest, BF16BiasGradientInWideLoads) {
+  const int64_t outer = 1000, inner = 3072;
+  std::vector<float> x = randomVector(outer * inner, 42);
+  std::vector<uint16_t> bits(x.size()), dbBits(inner);
+  floatsToBF16(bits.data(), x.data(), outer * inner);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = bf16ToFloat(bits[i]);
+  std::vector<float> want(inner);
+  cpu::CpuKernels cpuKernels;
+  ASSERT_TRUE(
+      cpuKernels.reduceLeading(want.data(), x.data(), outer, inner).ok());
+  DeviceVector<uint16_t> dX(bits), dDb(dbBits);
+  DeviceVector<double> partials(cuda::rowChunks(outer) * inner);
+  ASSERT_TRUE(cuda::mixedColumnSum({dDb.get(), true}, {dX.get(), true}, outer,
+                                   inner, partials.get(), stream)
+                  .ok());
+  const std::vector<uint16_t> got = dDb.host();
+  std::vector<float> gotF(inner);
+  for (int64_t j = 0; j < inner; ++j)
+    gotF[j] = bf16ToFloat(got[j]);
+  expectClose(gotF, want, 1.0 / 128, 1e-5, "bf16 bias gradient");
+}
+
 TEST_F(CudaKernelTest, CausalAttention) {
   const int64_t B = 2, T = 37, C = 48, NH = 4;
   auto qkv = randomVector(B * T * 3 * C, 19), dout = randomVector(B * T * C, 20);
