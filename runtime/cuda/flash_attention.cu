@@ -21,6 +21,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/flash_attention.h"
 
+#include "runtime/cuda/bf16x8.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/flash_attention_mma.h"
 #include "runtime/cuda/launch.cuh"
@@ -168,6 +169,53 @@ __global__ void flashRowDotKernel(float *rowDot, const Elem *dout,
   s = warpSum(s);
   if (laneIndex() == 0)
     rowDot[r] = s;
+}
+
+/// flashRowDotKernel for bf16 heads of 64 in 16-byte loads: 8 lanes per
+/// row, taken in memory order (row m = (b T + i) NH + h of dout and out),
+/// their 8-value dots summed over the 8 lanes. A warp per row read two
+/// bytes per lane and left the GPU mostly waiting on 200K short warps a
+/// GPT-2 layer.
+constexpr int kRowDotLanes = kFlashTensorCoreHeadSize / kVec;
+
+__global__ void flashRowDotBF16x8Kernel(float *rowDot, const uint4 *dout,
+                                        const uint4 *out, int64_t rows,
+                                        int64_t T, int64_t NH) {
+  const int64_t thread =
+      static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t m = thread / kRowDotLanes;
+  float s = 0.0f;
+  if (m < rows) {
+    float dy[kVec], y[kVec];
+    widen8(dy, dout[thread]);
+    widen8(y, out[thread]);
+    for (int k = 0; k < kVec; ++k)
+      s += dy[k] * y[k];
+  }
+  // Every lane of the warp takes part in the exchanges.
+  for (int o = 1; o < kRowDotLanes; o *= 2)
+    s += laneXor(s, o);
+  if (m < rows && thread % kRowDotLanes == 0) {
+    const int64_t h = m % NH, bi = m / NH;
+    rowDot[(bi / T * NH + h) * T + bi % T] = s;
+  }
+}
+
+/// rowDot for one of the tensor-core kernels' layers (bf16, heads of 64).
+Status rowDotTensorCores(float *rowDot, const __nv_bfloat16 *dout,
+                         const __nv_bfloat16 *out, int64_t B, int64_t T,
+                         int64_t C, int64_t NH, cudaStream_t stream) {
+  const int64_t rows = B * T * NH;
+  if (reinterpret_cast<uintptr_t>(dout) % sizeof(uint4) == 0 &&
+      reinterpret_cast<uintptr_t>(out) % sizeof(uint4) == 0) {
+    LOOM_LAUNCH(flashRowDotBF16x8Kernel, blocksFor(rows * kRowDotLanes),
+                kThreads, stream, rowDot, reinterpret_cast<const uint4 *>(dout),
+                reinterpret_cast<const uint4 *>(out), rows, T, NH);
+    return Status::success();
+  }
+  LOOM_LAUNCH(flashRowDotKernel<__nv_bfloat16>, blocksForRows(rows), kThreads,
+              stream, rowDot, dout, out, B, T, C, NH);
+  return Status::success();
 }
 
 /// Loads rows [r0, r0 + rows) of the head's column block at `column` (q: 0,
@@ -434,8 +482,8 @@ Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
     return Status::success();
   if constexpr (std::is_same_v<Elem, __nv_bfloat16>)
     if (C / NH == kFlashTensorCoreHeadSize) {
-      LOOM_LAUNCH(flashRowDotKernel<Elem>, blocksForRows(B * NH * T), kThreads,
-                  stream, rowDot, dout, out, B, T, C, NH);
+      LOOM_RETURN_IF_ERROR(
+          rowDotTensorCores(rowDot, dout, out, B, T, C, NH, stream));
       return flashAttentionBackwardTensorCores(dqkv, rowDot, dout, qkv, lse, B,
                                                T, C, NH, stream);
     }

@@ -12,6 +12,7 @@
 #include "runtime/cuda/kernels_bf16.h"
 
 #include "runtime/cuda/adamw_step.cuh"
+#include "runtime/cuda/bf16x8.cuh"
 #include "runtime/cuda/check.h"
 #include "runtime/cuda/launch.cuh"
 
@@ -65,28 +66,9 @@ __global__ void addKernel(FloatRef out, FloatRef a, FloatRef b, int64_t n,
 }
 
 // Element-wise kernels on bf16 operands of one size run 8 elements (16
-// bytes) per thread: one element per thread, GPT-2's residual adds (25 MB
-// operands) ran at under a third of the H200's memory bandwidth. The math
-// is the one-element kernels' (fp32, rounded once), so results are equal
-// bit for bit. memcpy, not a pointer cast, views the bits as bf16, which
-// C++ defines (the host build of this file too).
-constexpr int kVec = 8;
-
-__device__ inline void widen8(float (&v)[kVec], const uint4 &bits) {
-  unsigned short e[kVec];
-  memcpy(e, &bits, sizeof bits);
-  for (int k = 0; k < kVec; ++k)
-    v[k] = __bfloat162float(__ushort_as_bfloat16(e[k]));
-}
-
-__device__ inline uint4 round8(const float (&v)[kVec]) {
-  unsigned short e[kVec];
-  for (int k = 0; k < kVec; ++k)
-    e[k] = __bfloat16_as_ushort(__float2bfloat16(v[k]));
-  uint4 bits;
-  memcpy(&bits, e, sizeof bits);
-  return bits;
-}
+// bytes) per thread (bf16x8.cuh): one element per thread, GPT-2's residual
+// adds (25 MB operands) ran at under a third of the H200's memory
+// bandwidth.
 
 /// Whether every operand is bf16 and 16-byte aligned and n a multiple of
 /// kVec: the 8-wide kernels apply.

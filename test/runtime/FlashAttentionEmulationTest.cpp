@@ -59,10 +59,11 @@ struct Case {
 
 /// Every compiled head size (16, 32, 64, 128; 48 padded to 64), T inside
 /// one tile, T = 1, and T past several forward / backward tiles with tails
-/// (hs 64 in bf16: the tensor-core kernels, tiles of 64 rows).
+/// (hs 64 in bf16: the tensor-core kernels, tiles of 64 rows), and hs 64
+/// over several sequences and heads.
 const Case kCases[] = {{2, 37, 3, 16},  {1, 100, 2, 64}, {1, 130, 1, 32},
                        {1, 71, 1, 128}, {1, 50, 1, 48},  {1, 1, 2, 64},
-                       {1, 192, 1, 64}};
+                       {1, 192, 1, 64}, {2, 45, 3, 64}};
 
 struct Reference {
   std::vector<float> out, dqkv;
@@ -144,6 +145,20 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
           << name;
       out16.erase(out16.begin(), out16.begin() + offset);
       dqkv16.erase(dqkv16.begin(), dqkv16.begin() + offset);
+      // The backward's row dots D[b, h, i] = dout[b, i, h, :] . out[b, i,
+      // h, :] of the stored out, where the kernels left them.
+      const std::vector<float> outF = cuda::floatsFromBf16(out16);
+      std::vector<float> wantDot(rows);
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t h = 0; h < c.NH; ++h)
+          for (int64_t i = 0; i < c.T; ++i) {
+            double dot = 0;
+            const int64_t at = (b * c.T + i) * C + h * c.hs;
+            for (int64_t d = 0; d < c.hs; ++d)
+              dot += double(dout[at + d]) * outF[at + d];
+            wantDot[(b * c.NH + h) * c.T + i] = static_cast<float>(dot);
+          }
+      expectClose(rowDot, wantDot, 1e-5, 1e-6, "row dots " + name);
       // |error| <= 2^-9 (max|v| + |out|): out is rounded once to bf16, and
       // the tensor-core kernels (hs 64) round each probability to bf16
       // before P V (sum_k |dp_k v_k| <= 2^-9 max|v| with v in [-1, 1)).
