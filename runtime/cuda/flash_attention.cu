@@ -173,9 +173,8 @@ __global__ void flashRowDotKernel(float *rowDot, const Elem *dout,
 
 /// flashRowDotKernel for bf16 heads of 64 in 16-byte loads: 8 lanes per
 /// row, taken in memory order (row m = (b T + i) NH + h of dout and out),
-/// their 8-value dots summed over the 8 lanes. A warp per row read two
-/// bytes per lane and left the GPU mostly waiting on 200K short warps a
-/// GPT-2 layer.
+/// their 8-value dots summed over the 8 lanes. (A warp per row reads two
+/// bytes per lane: 196 608 warps of two loads each for a GPT-2 layer.)
 constexpr int kRowDotLanes = kFlashTensorCoreHeadSize / kVec;
 
 __global__ void flashRowDotBF16x8Kernel(float *rowDot, const uint4 *dout,

@@ -779,10 +779,11 @@ __global__ void crossEntropyBackwardKernel(FloatRef dlogits, FloatRef logits,
 
 // GPT-2's logits (16K rows of 50304 bf16) in 16-byte loads, a block per
 // row: the warp-per-row kernels above read them two bytes per lane, an
-// instruction per element. A block's rows stay few enough on the GPU at
-// once (kCeThreads: at most 4 blocks, 4 rows of 100 KB, per SM) that the
-// gradient's second pass over its row still finds it in L2, and it reads
-// the row back to front so the most recently read part comes first.
+// instruction per element. Blocks of kCeThreads keep few rows in flight
+// (at most 4 a SM: 528 rows of 100 KB on 132 SMs, about the 50 MB of an
+// H100's or H200's L2), so the gradient's second pass over a row mostly
+// finds it still in L2; it reads the row back to front, the part its
+// first pass read last first.
 constexpr int kCeThreads = 512;
 constexpr int kCeWarps = kCeThreads / kWarp;
 
