@@ -34,6 +34,11 @@ const char *const kLoomRunUsage =
     "                          needs a build with the CUDA backend and a GPU\n"
     "  --quiet                 no progress output\n"
     "Training programs:\n"
+    "  --peak-tflops F         report each step's model FLOPs utilization\n"
+    "                          (MFU: 6N + 6LCT FLOPs per token) against F\n"
+    "                          TFLOP/s per device (default with --backend\n"
+    "                          cuda: the GPU's bf16 peak when known, e.g.\n"
+    "                          989 on an H100 SXM or H200)\n"
     "  --lr F                  peak learning rate (default 1e-3)\n"
     "  --min-lr F              where the decay ends (default 0)\n"
     "  --warmup W              linear warmup steps (default 0)\n"
@@ -194,7 +199,8 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                                     "--time-limit",
                                     "--val-data",
                                     "--eval-every",
-                                    "--eval-steps"};
+                                    "--eval-steps",
+                                    "--peak-tflops"};
     bool known = false;
     for (const char *k : kValued)
       known |= flag == k;
@@ -283,6 +289,11 @@ Status parseRunOptions(int argc, char **argv, RunOptions &opts, bool &help) {
                  "--decay-fraction expects a share in (0, 1], got '" << value
                                                                      << "'");
       hasDecayFraction = true;
+    } else if (flag == "--peak-tflops") {
+      LOOM_RETURN_IF_ERROR(parseNonNegative(flag, value, opts.peakTflops));
+      LOOM_CHECK(opts.peakTflops > 0,
+                 "--peak-tflops expects a device's peak in TFLOP/s > 0, got '"
+                     << value << "'");
     } else if (flag == "--time-limit") {
       LOOM_RETURN_IF_ERROR(
           parseNonNegative(flag, value, opts.timeLimitMinutes));

@@ -59,6 +59,11 @@ struct RunOptions {
   uint32_t stage = 0;
   bool quiet = false;
   std::string backend = "cpu";
+  /// --peak-tflops F: one device's peak (TFLOP/s) that a training step's
+  /// model FLOPs utilization is reported against (model_flops.h); 0:
+  /// the device's known bf16 peak (--backend cuda on an H100 / H200 /
+  /// A100), else none reported.
+  double peakTflops = 0;
   /// Validation during training (--val-data F): the mean loss over
   /// --eval-steps batches of F (default: the file's batches, at most 100)
   /// after every --eval-every steps (default: only after the last).

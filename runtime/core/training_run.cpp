@@ -15,6 +15,7 @@
 #include "runtime/core/executor.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
+#include "runtime/core/model_flops.h"
 #include "runtime/core/sampler.h"
 #include "runtime/core/sampling_contexts.h"
 #include "runtime/core/stop_request.h"
@@ -354,6 +355,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   const program::ModelInfo &model = ex->model();
   const program::Stage &stage = ex->stage();
   const bool training = ex->isTraining();
+  const double flopsPerToken = trainingFlopsPerToken(*loaded.root());
   const int64_t B = model.batch(), T = model.seq();
   const int64_t localB = ex->localBatch();
   LOOM_CHECK(training || opts.steps >= 1,
@@ -644,17 +646,28 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     }
     line.set("step_ms", JsonValue::number(stepSec * 1e3));
     line.set("tokens_per_s", JsonValue::number(tokPerSec));
+    // Every rank's device works on the step: MFU is per device.
+    const double mfu = training
+                           ? modelFlopsUtilization(flopsPerToken, tokPerSec,
+                                                   opts.peakTflops, comm.size())
+                           : 0.0;
+    if (mfu > 0)
+      line.set("mfu", JsonValue::number(mfu));
     LOOM_RETURN_IF_ERROR(log.write(line));
     if (!opts.quiet) {
       const double elapsed = (t2 - origin) * 1e-9;
       const int64_t done = s - startStep + 1;
       const double eta = elapsed / done * (lastStep - s - 1);
+      char mfuText[32] = "";
+      if (mfu > 0)
+        std::snprintf(mfuText, sizeof mfuText, " | MFU %.2f%%", 100 * mfu);
       if (training)
         std::printf("step %" PRId64 "/%" PRId64
-                    " | loss %.9g | lr %.4e | grad norm %.4g | %.0f tok/s | "
+                    " | loss %.9g | lr %.4e | grad norm %.4g | %.0f tok/s%s | "
                     "elapsed %s | eta %s\n",
                     s + 1, lastStep, loss, lr, result.gradNorm, tokPerSec,
-                    formatSeconds(elapsed).c_str(), formatSeconds(eta).c_str());
+                    mfuText, formatSeconds(elapsed).c_str(),
+                    formatSeconds(eta).c_str());
       else
         std::printf("step %" PRId64 "/%" PRId64
                     " | loss %.9g | %.0f tok/s | elapsed %s | eta %s\n",

@@ -3,6 +3,8 @@
 
 #include "runtime/cuda/check.h"
 
+#include <string>
+
 namespace loom::cuda {
 
 Status probeDevice(int &count) {
@@ -21,6 +23,32 @@ Status probeDevice(int &count) {
                         "machine with an NVIDIA GPU, or run with --backend "
                         "cpu");
   return Status::success();
+}
+
+double bf16PeakTflops(const char *deviceName) {
+  const std::string name = deviceName ? deviceName : "";
+  auto has = [&](const char *part) {
+    return name.find(part) != std::string::npos;
+  };
+  // Most specific first: "H100 NVL" and "H100 PCIe" also contain "H100".
+  if (has("H100 NVL") || has("H200 NVL"))
+    return 835;
+  if (has("H100 PCIe"))
+    return 756;
+  if (has("H100") || has("H200"))
+    return 989;
+  if (has("A100"))
+    return 312;
+  return 0;
+}
+
+double deviceBf16PeakTflops(int device) {
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return bf16PeakTflops(props.name);
 }
 
 DeviceArena::~DeviceArena() {

@@ -21,6 +21,16 @@ namespace loom::cuda {
 /// that says what cudaGetDeviceCount returned and to use --backend cpu.
 Status probeDevice(int &count);
 
+/// A GPU's dense bf16 tensor-core peak in TFLOP/s by its name (what
+/// cudaGetDeviceProperties reports), the denominator of the MFU loom-run
+/// reports: 989 for the H100 SXM, H200 and GH200, 835 for the H100 / H200
+/// NVL, 756 for the H100 PCIe, 312 for the A100; 0 for any other (then no
+/// MFU unless --peak-tflops gives the peak).
+double bf16PeakTflops(const char *deviceName);
+
+/// bf16PeakTflops of device `device` (0 when it cannot be queried).
+double deviceBf16PeakTflops(int device);
+
 /// One rank's device memory: a single allocation, zeroed.
 class DeviceArena {
 public:

@@ -195,6 +195,16 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
+/// A device no peak table knows (device.h's bf16PeakTflops gives 0).
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+  if (!prop || device < 0 || device >= deviceCount())
+    return fail(cudaErrorInvalidDevice);
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof prop->name, "CudaEmulation host device %d",
+                device);
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError(void) {
   Registry &r = registry();
   cudaError_t e = r.lastError;

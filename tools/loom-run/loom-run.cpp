@@ -84,6 +84,8 @@ Communicator *gComm = nullptr;
 struct Backend {
   ExecutorBackendFactory factory; // empty: CPU kernels on host memory
   Communicator *comm = nullptr;
+  /// The device's bf16 peak (TFLOP/s), 0 when unknown (the CPU).
+  double peakTflops = 0;
 #ifdef LOOM_HAVE_CUDA
   cudaStream_t stream = nullptr;
   std::unique_ptr<Communicator> deviceComm; // NCCL, or one rank's copies
@@ -171,6 +173,7 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
                                 << " ranks per node (mpirun -np / "
                                    "--npernode)");
   LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
+  out.peakTflops = cuda::deviceBf16PeakTflops(localRank % devices);
   LOOM_CUDA_CHECK(
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
   // 4. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
@@ -276,6 +279,8 @@ int main(int argc, char **argv) {
     s = createBackend(opts, *comm, backend);
     if (!s.ok())
       return fail(s.message(), /*usage=*/false);
+    if (opts.peakTflops == 0)
+      opts.peakTflops = backend.peakTflops;
     // Ranks started without mpirun know each other only through NCCL: a
     // failing one names itself and aborts its NCCL communicators.
     if (backend.comm->size() > comm->size())

@@ -99,6 +99,10 @@ optimizer flags (train):
     in F: one file per save, e.g. ckpt-{step}.safetensors; else F is replaced).
   --time-limit M stops after the first step ending M minutes after the start,
     saving --save-checkpoint (Megatron's --exit-duration-in-mins; exit 0).
+  --peak-tflops F (one device's peak, TFLOP/s) also has loom-run report each
+    step's model FLOPs utilization (MFU: 6N + 6LCT FLOPs per token, as llm.c
+    and torchtitan count) against F; --backend cuda knows the H100, H200 and
+    A100 bf16 peaks without it.
   --shuffle reads the --data sequences in a new order each epoch (seeded by
     --seed; every sequence once per epoch; a resumed run continues the order).
   --data and --val-data take a token file or a quoted glob pattern of shards
@@ -427,7 +431,10 @@ int compileProgram(const Invocation &inv, const std::string &output,
   for (const char *flag : {"--peak-tflops", "--bandwidth-gbs", "--link-gbs"}) {
     if (!inv.values.count(flag))
       continue;
-    if (inv.strategy.mesh.at("pp") == 1)
+    // train's --peak-tflops is also the peak loom-run reports MFU against.
+    const bool mfuPeak =
+        inv.command == "train" && std::string(flag) == "--peak-tflops";
+    if (inv.strategy.mesh.at("pp") == 1 && !mfuPeak)
       return fail(inv.command,
                   std::string(flag) + " sets the cost model the pipeline "
                                       "stages are balanced and simulated "
@@ -581,7 +588,8 @@ int runProgram(const char *argv0, const std::string &command,
                                                "--eval-every",
                                                "--eval-steps",
                                                "--decay-fraction",
-                                               "--time-limit"};
+                                               "--time-limit",
+                                               "--peak-tflops"};
   if (train) {
     valueFlags.insert(compiledFlags.begin(), compiledFlags.end());
     valueFlags.insert(scheduleFlags.begin(), scheduleFlags.end());
