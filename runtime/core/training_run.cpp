@@ -114,6 +114,22 @@ uint64_t rssPeakBytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
 }
 
+/// "N tok/s[, MFU x%] after the first step" (the first step left out of a
+/// run of several), or "no steps timed".
+std::string throughputText(int64_t timedSteps, int64_t stepsRun,
+                           double tokPerSec, double mfu) {
+  if (timedSteps <= 0)
+    return "no steps timed";
+  char text[128];
+  std::snprintf(text, sizeof text, "%.0f tok/s", tokPerSec);
+  std::string out = text;
+  if (mfu > 0) {
+    std::snprintf(text, sizeof text, ", MFU %.2f%%", 100 * mfu);
+    out += text;
+  }
+  return out + (stepsRun > 1 ? " after the first step" : "");
+}
+
 /// The executor of stage `opts.stage` on `backend`'s kernels and memory
 /// (the CPU defaults when it is empty); `comm` may be null (sampling).
 Status createExecutor(const program::LoadedProgram &loaded,
@@ -574,6 +590,10 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     return Status::success();
   };
   double lossSum = 0;
+  // The run's throughput: its steps after the first (which also warms up
+  // the kernels, the allocator and the communicators, as llm.c leaves its
+  // first iteration out), or the one step of a one-step run.
+  double timedSec = 0, firstSec = 0;
   int64_t pipelineNs = 0, pipelineWaitNs = 0; // a pipeline stage's phase
   int64_t stashPeakBytes = 0; // ... and the activations it stashed at most
   comm.resetStats();
@@ -637,6 +657,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     }
     const double stepSec = (t2 - t0) * 1e-9;
     const double tokPerSec = stepSec > 0 ? B * T / stepSec : 0.0;
+    (s == startStep ? firstSec : timedSec) += stepSec;
     JsonValue line = JsonValue::object();
     line.set("step", JsonValue::integer(s));
     line.set("loss", JsonValue::number(loss));
@@ -902,6 +923,21 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   if (stopCode)
     summary.set("stopped_by", JsonValue::string(stoppedBy));
   summary.set("mean_loss", JsonValue::number(meanLoss));
+  // Throughput over the steps after the first (the first alone when the
+  // run has one).
+  const int64_t timedSteps = stepsRun > 1 ? stepsRun - 1 : stepsRun;
+  const double timedSpan = stepsRun > 1 ? timedSec : firstSec;
+  const double meanTokPerSec =
+      timedSpan > 0 ? static_cast<double>(timedSteps * B * T) / timedSpan : 0;
+  const double meanMfu =
+      training ? modelFlopsUtilization(flopsPerToken, meanTokPerSec,
+                                       opts.peakTflops, comm.size())
+               : 0.0;
+  if (timedSteps > 0) {
+    summary.set("tokens_per_s", JsonValue::number(meanTokPerSec));
+    if (meanMfu > 0)
+      summary.set("mfu", JsonValue::number(meanMfu));
+  }
   if (valData && stepsRun > 0 && !std::isnan(lastValLoss))
     summary.set("val_loss", JsonValue::number(lastValLoss));
   LOOM_RETURN_IF_ERROR(log.write(summary));
@@ -916,16 +952,17 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   LOOM_RETURN_IF_ERROR(comm.barrier());
   if (!opts.quiet)
     std::printf(
-        "done: %" PRId64 " steps, mean loss %.9g, peak tensor memory "
+        "done: %" PRId64 " steps, mean loss %.9g, %s, peak tensor memory "
         "%s (planned arena %s%s)%s, peak RSS %s\n",
-        stepsRun, meanLoss, formatBytes(ex->peakTensorBytes()).c_str(),
+        stepsRun, meanLoss,
+        throughputText(timedSteps, stepsRun, meanTokPerSec, meanMfu).c_str(),
+        formatBytes(ex->peakTensorBytes()).c_str(),
         formatBytes(stage.arena_bytes()).c_str(),
         ex->bf16StagingBytes() > 0
             ? (", bf16 staging " + formatBytes(ex->bf16StagingBytes())).c_str()
             : "",
         ex->kernelWorkspaceBytes() > 0
-            ? (" + kernel workspace " +
-               formatBytes(ex->kernelWorkspaceBytes()))
+            ? (" + kernel workspace " + formatBytes(ex->kernelWorkspaceBytes()))
                   .c_str()
             : "",
         formatBytes(rssPeakBytes()).c_str());
