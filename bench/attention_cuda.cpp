@@ -8,7 +8,12 @@
 // bf16 flash kernels (tensor cores at head size 64) on the same inputs
 // rounded to bf16: forward, and the backward given the forward's out and
 // lse (no recompute: the API a bf16 executor calls); its differences from
-// naive are bf16 roundings, reported, not judged. Prints
+// naive are bf16 roundings, reported, not judged. At head size 64 two
+// more rows time the tensor-core kernels alone (the backward given the
+// row dots) in each FlashTcOccupancy: tc-spill0 as training runs them,
+// tc-blocks with the forward and dQ compiled for more blocks per SM at a
+// few bytes of spills; their differences are from tc-spill0 (the same
+// arithmetic, so 0 unless the compiler reorders it). Prints
 //   kernel | forward ms | grad ms | total ms | max |diff| out | dqkv
 // (median of --iters, CUDA events) and, with --json F, the same for
 // scripts. Needs a GPU; without one it says so and exits 1.
@@ -22,6 +27,7 @@
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/device.h"
 #include "runtime/cuda/flash_attention.h"
+#include "runtime/cuda/flash_attention_mma.h"
 
 #include <algorithm>
 #include <cmath>
@@ -49,7 +55,110 @@ double maxAbsDiff(const std::vector<float> &a, const std::vector<float> &b) {
   return m;
 }
 
+/// Median milliseconds of `forward` and of `grad` (calls that launch on
+/// `stream` and return a Status) over `iters` runs after one warm-up,
+/// timed by CUDA events. Returns main's exit code on an error, 0 otherwise.
+template <typename Forward, typename Grad>
+int timePasses(cudaStream_t stream, int iters, Forward forward, Grad grad,
+               double &forwardMs, double &gradMs) {
+  cudaEvent_t e0, e1, e2;
+  BENCH_CUDA(cudaEventCreate(&e0));
+  BENCH_CUDA(cudaEventCreate(&e1));
+  BENCH_CUDA(cudaEventCreate(&e2));
+  std::vector<float> fwdMs(iters), gradMsAll(iters);
+  for (int i = -1; i < iters; ++i) { // i = -1: warm-up
+    BENCH_CUDA(cudaEventRecord(e0, stream));
+    BENCH_CHECK(forward());
+    BENCH_CUDA(cudaEventRecord(e1, stream));
+    BENCH_CHECK(grad());
+    BENCH_CUDA(cudaEventRecord(e2, stream));
+    BENCH_CUDA(cudaEventSynchronize(e2));
+    if (i < 0)
+      continue;
+    BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
+    BENCH_CUDA(cudaEventElapsedTime(&gradMsAll[i], e1, e2));
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e2);
+  std::sort(fwdMs.begin(), fwdMs.end());
+  std::sort(gradMsAll.begin(), gradMsAll.end());
+  forwardMs = fwdMs[iters / 2];
+  gradMs = gradMsAll[iters / 2];
+  return 0;
+}
+
+/// Prints one row of the table (`note` after it) and appends it to the
+/// JSON list `json` (opened with "[").
+void addRow(std::string &json, const char *kernel, double forwardMs,
+            double gradMs, double diffOut, double diffDqkv,
+            const char *note = "") {
+  std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g%s\n", kernel, forwardMs,
+              gradMs, forwardMs + gradMs, diffOut, diffDqkv, note);
+  char row[256];
+  std::snprintf(row, sizeof(row),
+                "%s{\"kernel\": \"%s\", \"forward_ms\": %.6f, "
+                "\"grad_ms\": %.6f, \"max_abs_diff_out\": %.6g, "
+                "\"max_abs_diff_dqkv\": %.6g}",
+                json.size() > 1 ? ", " : "", kernel, forwardMs, gradMs, diffOut,
+                diffDqkv);
+  json += row;
+}
+
 } // namespace
+
+/// The tc-spill0 and tc-blocks rows (see the file comment): the
+/// tensor-core kernels on bf16 `qkv` and `dout`, given `rowDot` (the row
+/// dots of the forward's out, already computed). Returns main's exit code
+/// on a CUDA error, 0 otherwise.
+int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
+                    const float *rowDot, int64_t B, int64_t T, int64_t C,
+                    int64_t NH, int iters, cudaStream_t stream,
+                    std::string &json) {
+  using loom::cuda::FlashTcOccupancy;
+  const int64_t nQkv = B * T * 3 * C, nOut = B * T * C;
+  __nv_bfloat16 *out = nullptr, *dqkv = nullptr;
+  float *lse = nullptr;
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&out), nOut * 2));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&dqkv), nQkv * 2));
+  BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&lse), B * NH * T * 4));
+  std::vector<float> firstOut, firstDqkv;
+  for (FlashTcOccupancy occupancy :
+       {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks}) {
+    double f = 0, g = 0;
+    if (int rc = timePasses(
+            stream, iters,
+            [&] {
+              return loom::cuda::flashAttentionForwardTensorCores(
+                  out, lse, qkv, B, T, C, NH, stream, occupancy);
+            },
+            [&] {
+              return loom::cuda::flashAttentionBackwardTensorCores(
+                  dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream, occupancy);
+            },
+            f, g))
+      return rc;
+    std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
+    BENCH_CUDA(cudaMemcpy(out16.data(), out, nOut * 2, cudaMemcpyDeviceToHost));
+    BENCH_CUDA(
+        cudaMemcpy(dqkv16.data(), dqkv, nQkv * 2, cudaMemcpyDeviceToHost));
+    const std::vector<float> outF = loom::cuda::floatsFromBf16(out16),
+                             dqkvF = loom::cuda::floatsFromBf16(dqkv16);
+    if (firstOut.empty()) {
+      firstOut = outF;
+      firstDqkv = dqkvF;
+    }
+    addRow(json,
+           occupancy == FlashTcOccupancy::FewestSpills ? "tc-spill0"
+                                                       : "tc-blocks",
+           f, g, maxAbsDiff(outF, firstOut), maxAbsDiff(dqkvF, firstDqkv),
+           "  (vs tc-spill0)");
+  }
+  cudaFree(out);
+  cudaFree(dqkv);
+  cudaFree(lse);
+  return 0;
+}
 
 int main(int argc, char **argv) {
   const int64_t B = loom::bench::flagInteger(kTool, argc, argv, "--batch", 16);
@@ -96,10 +205,6 @@ int main(int argc, char **argv) {
   BENCH_CUDA(cudaMemcpy(dDout, dout.data(), nOut * 4, cudaMemcpyHostToDevice));
   cudaStream_t stream = nullptr;
   BENCH_CUDA(cudaStreamCreate(&stream));
-  cudaEvent_t e0, e1, e2;
-  BENCH_CUDA(cudaEventCreate(&e0));
-  BENCH_CUDA(cudaEventCreate(&e1));
-  BENCH_CUDA(cudaEventCreate(&e2));
   std::unique_ptr<loom::cuda::CudaKernels> kernels;
   BENCH_CHECK(loom::cuda::CudaKernels::create(stream, kernels));
 
@@ -116,41 +221,27 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2; ++k) {
     kernels->setAttentionKernel(order[k]);
     const char *name = k == 0 ? "naive" : "flash";
-    std::vector<float> fwdMs(iters), gradMs(iters);
-    for (int i = -1; i < iters; ++i) { // i = -1: warm-up
-      BENCH_CUDA(cudaEventRecord(e0, stream));
-      BENCH_CHECK(
-          kernels->attentionForward(dOut, dLse, dAtt, dQkv, B, T, C, NH));
-      BENCH_CUDA(cudaEventRecord(e1, stream));
-      BENCH_CHECK(kernels->attentionGrad(dDqkv, dDout, dQkv, dOut, dLse, dAtt,
-                                         B, T, C, NH));
-      BENCH_CUDA(cudaEventRecord(e2, stream));
-      BENCH_CUDA(cudaEventSynchronize(e2));
-      if (i < 0)
-        continue;
-      BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
-      BENCH_CUDA(cudaEventElapsedTime(&gradMs[i], e1, e2));
-    }
+    double f = 0, g = 0;
+    if (int rc = timePasses(
+            stream, iters,
+            [&] {
+              return kernels->attentionForward(dOut, dLse, dAtt, dQkv, B, T, C,
+                                               NH);
+            },
+            [&] {
+              return kernels->attentionGrad(dDqkv, dDout, dQkv, dOut, dLse,
+                                            dAtt, B, T, C, NH);
+            },
+            f, g))
+      return rc;
     outs[k].resize(nOut);
     grads[k].resize(nQkv);
     BENCH_CUDA(cudaMemcpy(outs[k].data(), dOut, nOut * 4,
                           cudaMemcpyDeviceToHost));
     BENCH_CUDA(cudaMemcpy(grads[k].data(), dDqkv, nQkv * 4,
                           cudaMemcpyDeviceToHost));
-    std::sort(fwdMs.begin(), fwdMs.end());
-    std::sort(gradMs.begin(), gradMs.end());
-    const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
-    const double dOutDiff = k ? maxAbsDiff(outs[1], outs[0]) : 0;
-    const double dGradDiff = k ? maxAbsDiff(grads[1], grads[0]) : 0;
-    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g\n", name, f, g, f + g,
-                dOutDiff, dGradDiff);
-    char row[256];
-    std::snprintf(row, sizeof(row),
-                  "%s{\"kernel\": \"%s\", \"forward_ms\": %.6f, \"grad_ms\": "
-                  "%.6f, \"max_abs_diff_out\": %.6g, \"max_abs_diff_dqkv\": "
-                  "%.6g}",
-                  k ? ", " : "", name, f, g, dOutDiff, dGradDiff);
-    json += row;
+    addRow(json, name, f, g, k ? maxAbsDiff(outs[1], outs[0]) : 0,
+           k ? maxAbsDiff(grads[1], grads[0]) : 0);
   }
   // flash-bf16: the same values rounded to bf16, out / lse / rowDot kept.
   {
@@ -169,42 +260,32 @@ int main(int argc, char **argv) {
         cudaMemcpy(bQkv, qkv16.data(), nQkv * 2, cudaMemcpyHostToDevice));
     BENCH_CUDA(
         cudaMemcpy(bDout, dout16.data(), nOut * 2, cudaMemcpyHostToDevice));
-    std::vector<float> fwdMs(iters), gradMs(iters);
-    for (int i = -1; i < iters; ++i) {
-      BENCH_CUDA(cudaEventRecord(e0, stream));
-      BENCH_CHECK(loom::cuda::flashAttentionForward(bOut, lse, bQkv, B, T, C,
-                                                    NH, stream));
-      BENCH_CUDA(cudaEventRecord(e1, stream));
-      BENCH_CHECK(loom::cuda::flashAttentionBackward(
-          bDqkv, rowDot, bDout, bQkv, bOut, lse, B, T, C, NH, stream));
-      BENCH_CUDA(cudaEventRecord(e2, stream));
-      BENCH_CUDA(cudaEventSynchronize(e2));
-      if (i < 0)
-        continue;
-      BENCH_CUDA(cudaEventElapsedTime(&fwdMs[i], e0, e1));
-      BENCH_CUDA(cudaEventElapsedTime(&gradMs[i], e1, e2));
-    }
+    double f = 0, g = 0;
+    if (int rc = timePasses(
+            stream, iters,
+            [&] {
+              return loom::cuda::flashAttentionForward(bOut, lse, bQkv, B, T, C,
+                                                       NH, stream);
+            },
+            [&] {
+              return loom::cuda::flashAttentionBackward(
+                  bDqkv, rowDot, bDout, bQkv, bOut, lse, B, T, C, NH, stream);
+            },
+            f, g))
+      return rc;
     std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
     BENCH_CUDA(
         cudaMemcpy(out16.data(), bOut, nOut * 2, cudaMemcpyDeviceToHost));
     BENCH_CUDA(
         cudaMemcpy(dqkv16.data(), bDqkv, nQkv * 2, cudaMemcpyDeviceToHost));
-    std::sort(fwdMs.begin(), fwdMs.end());
-    std::sort(gradMs.begin(), gradMs.end());
-    const double f = fwdMs[iters / 2], g = gradMs[iters / 2];
-    const double dOutDiff =
-        maxAbsDiff(loom::cuda::floatsFromBf16(out16), outs[0]);
-    const double dGradDiff =
-        maxAbsDiff(loom::cuda::floatsFromBf16(dqkv16), grads[0]);
-    std::printf("%-10s %11.3f %11.3f %11.3f %14.3g %14.3g  (bf16 inputs)\n",
-                "flash-bf16", f, g, f + g, dOutDiff, dGradDiff);
-    char row[256];
-    std::snprintf(row, sizeof(row),
-                  ", {\"kernel\": \"flash-bf16\", \"forward_ms\": %.6f, "
-                  "\"grad_ms\": %.6f, \"max_abs_diff_out\": %.6g, "
-                  "\"max_abs_diff_dqkv\": %.6g}",
-                  f, g, dOutDiff, dGradDiff);
-    json += row;
+    addRow(json, "flash-bf16", f, g,
+           maxAbsDiff(loom::cuda::floatsFromBf16(out16), outs[0]),
+           maxAbsDiff(loom::cuda::floatsFromBf16(dqkv16), grads[0]),
+           "  (bf16 inputs)");
+    if (C / NH == loom::cuda::kFlashTensorCoreHeadSize)
+      if (int rc = timeOccupancies(bQkv, bDout, rowDot, B, T, C, NH, iters,
+                                   stream, json))
+        return rc;
     cudaFree(bQkv);
     cudaFree(bDout);
     cudaFree(bOut);

@@ -223,8 +223,10 @@ __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
 //===----------------------------------------------------------------------===//
 
 /// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
-/// head bh.
-__global__ void __launch_bounds__(kTc)
+/// head bh. Compiled to fit kMinBlocks blocks per SM (launch bounds; 0
+/// leaves the registers to ptxas), as the backward kernels.
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kTc, kMinBlocks)
     flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
                          const __nv_bfloat16 *qkv, int64_t T, int64_t C,
                          int64_t NH, float scaleLog2, int tiles, bool vec) {
@@ -340,7 +342,8 @@ __global__ void __launch_bounds__(kTc)
 /// blockIdx.x = bh * tiles + tile: keys [tile*64, +64) of head bh (the
 /// first key tiles see the most queries, and start first); writes their dk
 /// and dv.
-__global__ void __launch_bounds__(kTc)
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kTc, kMinBlocks)
     flashBackwardKeyTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *qkv, const float *lse,
                              const float *rowDot, int64_t T, int64_t C,
@@ -440,7 +443,8 @@ __global__ void __launch_bounds__(kTc)
 
 /// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
 /// head bh; writes their dq.
-__global__ void __launch_bounds__(kTc)
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kTc, kMinBlocks)
     flashBackwardQueryTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                                const __nv_bfloat16 *qkv, const float *lse,
                                const float *rowDot, int64_t T, int64_t C,
@@ -548,29 +552,41 @@ Status checkTensorCoreShape(int64_t B, int64_t T, int64_t C, int64_t NH,
 Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
                                         const __nv_bfloat16 *qkv, int64_t B,
                                         int64_t T, int64_t C, int64_t NH,
-                                        cudaStream_t stream) {
+                                        cudaStream_t stream,
+                                        FlashTcOccupancy occupancy) {
   int tiles = 0;
   unsigned blocks = 0;
   LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
   const float scaleLog2 = kLog2e / sqrtf(static_cast<float>(kHs));
-  LOOM_LAUNCH(flashForwardTcKernel, blocks, kTc, stream, out, lse, qkv, T, C,
-              NH, scaleLog2, tiles, allAligned16({qkv}));
+  const bool vec = allAligned16({qkv});
+  if (occupancy == FlashTcOccupancy::MoreBlocks)
+    LOOM_LAUNCH(flashForwardTcKernel<4>, blocks, kTc, stream, out, lse, qkv, T,
+                C, NH, scaleLog2, tiles, vec);
+  else
+    LOOM_LAUNCH(flashForwardTcKernel<0>, blocks, kTc, stream, out, lse, qkv, T,
+                C, NH, scaleLog2, tiles, vec);
   return Status::success();
 }
 
 Status flashAttentionBackwardTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
-    int64_t NH, cudaStream_t stream) {
+    int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy) {
   int tiles = 0;
   unsigned blocks = 0;
   LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
   const float scale = 1.0f / sqrtf(static_cast<float>(kHs));
   const bool vec = allAligned16({qkv, dout});
-  LOOM_LAUNCH(flashBackwardKeyTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
+  // dK/dV keeps its 2 blocks per SM either way (3 would leave it 168
+  // registers for 248 live).
+  LOOM_LAUNCH(flashBackwardKeyTcKernel<0>, blocks, kTc, stream, dqkv, dout, qkv,
               lse, rowDot, T, C, NH, scale, tiles, vec);
-  LOOM_LAUNCH(flashBackwardQueryTcKernel, blocks, kTc, stream, dqkv, dout, qkv,
-              lse, rowDot, T, C, NH, scale, tiles, vec);
+  if (occupancy == FlashTcOccupancy::MoreBlocks)
+    LOOM_LAUNCH(flashBackwardQueryTcKernel<3>, blocks, kTc, stream, dqkv, dout,
+                qkv, lse, rowDot, T, C, NH, scale, tiles, vec);
+  else
+    LOOM_LAUNCH(flashBackwardQueryTcKernel<0>, blocks, kTc, stream, dqkv, dout,
+                qkv, lse, rowDot, T, C, NH, scale, tiles, vec);
   return Status::success();
 }
 

@@ -29,17 +29,32 @@ namespace loom::cuda {
 /// The only head size the tensor-core kernels are compiled for.
 constexpr int64_t kFlashTensorCoreHeadSize = 64;
 
+/// How the kernels trade registers for blocks per SM (the launch bounds
+/// they are compiled with). The two compute the same values; which is
+/// faster is a measurement (bench/attention_cuda.cpp times both, and
+/// scripts/gpu-check prints them).
+enum class FlashTcOccupancy {
+  /// ptxas' own register choice, no spills: forward 133 registers (3
+  /// blocks of 128 threads per SM), dK/dV 248 (2), dQ 180 (2). What
+  /// training runs.
+  FewestSpills,
+  /// The forward capped to 4 blocks per SM (128 registers, 52 bytes of
+  /// spill stores) and dQ to 3 (168 registers, 20 bytes); dK/dV as above.
+  MoreBlocks,
+};
+
 /// flashAttentionForward's contract for bf16 with C / NH == 64.
-Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
-                                        const __nv_bfloat16 *qkv, int64_t B,
-                                        int64_t T, int64_t C, int64_t NH,
-                                        cudaStream_t stream);
+Status flashAttentionForwardTensorCores(
+    __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int64_t B,
+    int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
+    FlashTcOccupancy occupancy = FlashTcOccupancy::FewestSpills);
 /// dK/dV and dQ of flashAttentionBackward for bf16 with C / NH == 64, given
 /// rowDot (D_i = dout_i . out_i, already computed).
 Status flashAttentionBackwardTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
-    int64_t NH, cudaStream_t stream);
+    int64_t NH, cudaStream_t stream,
+    FlashTcOccupancy occupancy = FlashTcOccupancy::FewestSpills);
 
 } // namespace loom::cuda
 

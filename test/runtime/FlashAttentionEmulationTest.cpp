@@ -29,6 +29,7 @@ namespace loom {
 using ::loom::Status;
 namespace cuda {
 using ::loom::cuda::flashAttentionSupports;
+using ::loom::cuda::FlashTcOccupancy;
 using ::loom::cuda::kFlashMaxHeadSize;
 using ::loom::cuda::kFlashTensorCoreHeadSize;
 namespace launch = ::cuda_emulation::launch;
@@ -167,6 +168,51 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
       expectClose(cuda::floatsFromBf16(dqkv16), want.dqkv, 0,
                   2e-2 * maxAbs(want.dqkv), "emulated bf16 flash dqkv " + name);
     }
+}
+
+// The tensor-core kernels compiled for more blocks per SM (the launch
+// bounds bench/attention_cuda.cpp times) are the same code: their out, lse
+// and dqkv equal the default's bit for bit, and the dispatch launches the
+// right kernels for each.
+TEST(FlashAttentionEmulation, TensorCoreOccupanciesComputeTheSameValues) {
+  const Case c{2, 130, 2, 64};
+  const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
+  auto qkv16 = cuda::bf16Bits(randomVector(c.B * c.T * 3 * C, 61));
+  auto dout16 = cuda::bf16Bits(randomVector(c.B * c.T * C, 62));
+  auto bf = [](auto &v) { return reinterpret_cast<__nv_bfloat16 *>(v.data()); };
+  struct Result {
+    std::vector<uint16_t> out, dqkv;
+    std::vector<float> lse;
+  };
+  std::vector<float> rowDot(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    rowDot[r] = 0.01f * static_cast<float>(r % 17) - 0.08f;
+  auto run = [&](cuda::FlashTcOccupancy occupancy) {
+    Result r{std::vector<uint16_t>(c.B * c.T * C, 0x7fc0),
+             std::vector<uint16_t>(qkv16.size(), 0x7fc0),
+             std::vector<float>(rows, NAN)};
+    EXPECT_TRUE(emulated::flashAttentionForwardTensorCores(
+                    bf(r.out), r.lse.data(), bf(qkv16), c.B, c.T, C, c.NH,
+                    nullptr, occupancy)
+                    .ok());
+    EXPECT_TRUE(emulated::flashAttentionBackwardTensorCores(
+                    bf(r.dqkv), rowDot.data(), bf(dout16), bf(qkv16),
+                    r.lse.data(), c.B, c.T, C, c.NH, nullptr, occupancy)
+                    .ok());
+    return r;
+  };
+  const Result spill0 = run(cuda::FlashTcOccupancy::FewestSpills),
+               blocks = run(cuda::FlashTcOccupancy::MoreBlocks);
+  EXPECT_EQ(blocks.out, spill0.out);
+  EXPECT_EQ(blocks.dqkv, spill0.dqkv);
+  ASSERT_EQ(blocks.lse.size(), spill0.lse.size());
+  for (size_t i = 0; i < spill0.lse.size(); ++i)
+    ASSERT_EQ(blocks.lse[i], spill0.lse[i]) << "lse " << i;
+  // Every output written (no NaN left from the fill).
+  for (float x : cuda::floatsFromBf16(blocks.dqkv))
+    ASSERT_FALSE(std::isnan(x));
+  for (float x : cuda::floatsFromBf16(blocks.out))
+    ASSERT_FALSE(std::isnan(x));
 }
 
 TEST(FlashAttentionEmulation, RefusesHeadSizesItIsNotCompiledFor) {
