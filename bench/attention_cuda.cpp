@@ -105,7 +105,14 @@ void addRow(std::string &json, const char *kernel, double forwardMs,
   json += row;
 }
 
-} // namespace
+/// `out` = the n bf16 values at device `src`, widened to float. Returns
+/// main's exit code on a CUDA error, 0 otherwise.
+int bf16ToHost(const __nv_bfloat16 *src, int64_t n, std::vector<float> &out) {
+  std::vector<uint16_t> bits(n);
+  BENCH_CUDA(cudaMemcpy(bits.data(), src, n * 2, cudaMemcpyDeviceToHost));
+  out = loom::cuda::floatsFromBf16(bits);
+  return 0;
+}
 
 /// The tc-spill0 and tc-blocks rows (see the file comment): the
 /// tensor-core kernels on bf16 `qkv` and `dout`, given `rowDot` (the row
@@ -138,12 +145,11 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
             },
             f, g))
       return rc;
-    std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
-    BENCH_CUDA(cudaMemcpy(out16.data(), out, nOut * 2, cudaMemcpyDeviceToHost));
-    BENCH_CUDA(
-        cudaMemcpy(dqkv16.data(), dqkv, nQkv * 2, cudaMemcpyDeviceToHost));
-    const std::vector<float> outF = loom::cuda::floatsFromBf16(out16),
-                             dqkvF = loom::cuda::floatsFromBf16(dqkv16);
+    std::vector<float> outF, dqkvF;
+    if (int rc = bf16ToHost(out, nOut, outF))
+      return rc;
+    if (int rc = bf16ToHost(dqkv, nQkv, dqkvF))
+      return rc;
     if (firstOut.empty()) {
       firstOut = outF;
       firstDqkv = dqkvF;
@@ -159,6 +165,8 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
   cudaFree(lse);
   return 0;
 }
+
+} // namespace
 
 int main(int argc, char **argv) {
   const int64_t B = loom::bench::flagInteger(kTool, argc, argv, "--batch", 16);
@@ -273,15 +281,13 @@ int main(int argc, char **argv) {
             },
             f, g))
       return rc;
-    std::vector<uint16_t> out16(nOut), dqkv16(nQkv);
-    BENCH_CUDA(
-        cudaMemcpy(out16.data(), bOut, nOut * 2, cudaMemcpyDeviceToHost));
-    BENCH_CUDA(
-        cudaMemcpy(dqkv16.data(), bDqkv, nQkv * 2, cudaMemcpyDeviceToHost));
-    addRow(json, "flash-bf16", f, g,
-           maxAbsDiff(loom::cuda::floatsFromBf16(out16), outs[0]),
-           maxAbsDiff(loom::cuda::floatsFromBf16(dqkv16), grads[0]),
-           "  (bf16 inputs)");
+    std::vector<float> outF, dqkvF;
+    if (int rc = bf16ToHost(bOut, nOut, outF))
+      return rc;
+    if (int rc = bf16ToHost(bDqkv, nQkv, dqkvF))
+      return rc;
+    addRow(json, "flash-bf16", f, g, maxAbsDiff(outF, outs[0]),
+           maxAbsDiff(dqkvF, grads[0]), "  (bf16 inputs)");
     if (C / NH == loom::cuda::kFlashTensorCoreHeadSize)
       if (int rc = timeOccupancies(bQkv, bDout, rowDot, B, T, C, NH, iters,
                                    stream, json))

@@ -114,11 +114,10 @@ uint64_t rssPeakBytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024; // Linux: kilobytes
 }
 
-/// "N tok/s[, MFU x%] after the first step" (the first step left out of a
-/// run of several), or "no steps timed".
-std::string throughputText(int64_t timedSteps, int64_t stepsRun,
-                           double tokPerSec, double mfu) {
-  if (timedSteps <= 0)
+/// "N tok/s[, MFU x%][ after the first step]" (the first step left out of
+/// a run of several), or "no steps timed" for a run of none.
+std::string throughputText(int64_t stepsRun, double tokPerSec, double mfu) {
+  if (stepsRun <= 0)
     return "no steps timed";
   char text[128];
   std::snprintf(text, sizeof text, "%.0f tok/s", tokPerSec);
@@ -955,7 +954,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
         "done: %" PRId64 " steps, mean loss %.9g, %s, peak tensor memory "
         "%s (planned arena %s%s)%s, peak RSS %s\n",
         stepsRun, meanLoss,
-        throughputText(timedSteps, stepsRun, meanTokPerSec, meanMfu).c_str(),
+        throughputText(stepsRun, meanTokPerSec, meanMfu).c_str(),
         formatBytes(ex->peakTensorBytes()).c_str(),
         formatBytes(stage.arena_bytes()).c_str(),
         ex->bf16StagingBytes() > 0

@@ -558,13 +558,11 @@ Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
   unsigned blocks = 0;
   LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
   const float scaleLog2 = kLog2e / sqrtf(static_cast<float>(kHs));
-  const bool vec = allAligned16({qkv});
-  if (occupancy == FlashTcOccupancy::MoreBlocks)
-    LOOM_LAUNCH(flashForwardTcKernel<4>, blocks, kTc, stream, out, lse, qkv, T,
-                C, NH, scaleLog2, tiles, vec);
-  else
-    LOOM_LAUNCH(flashForwardTcKernel<0>, blocks, kTc, stream, out, lse, qkv, T,
-                C, NH, scaleLog2, tiles, vec);
+  auto *kernel = occupancy == FlashTcOccupancy::MoreBlocks
+                     ? flashForwardTcKernel<4>
+                     : flashForwardTcKernel<0>;
+  LOOM_LAUNCH(kernel, blocks, kTc, stream, out, lse, qkv, T, C, NH, scaleLog2,
+              tiles, allAligned16({qkv}));
   return Status::success();
 }
 
@@ -581,12 +579,11 @@ Status flashAttentionBackwardTensorCores(
   // registers for 248 live).
   LOOM_LAUNCH(flashBackwardKeyTcKernel<0>, blocks, kTc, stream, dqkv, dout, qkv,
               lse, rowDot, T, C, NH, scale, tiles, vec);
-  if (occupancy == FlashTcOccupancy::MoreBlocks)
-    LOOM_LAUNCH(flashBackwardQueryTcKernel<3>, blocks, kTc, stream, dqkv, dout,
-                qkv, lse, rowDot, T, C, NH, scale, tiles, vec);
-  else
-    LOOM_LAUNCH(flashBackwardQueryTcKernel<0>, blocks, kTc, stream, dqkv, dout,
-                qkv, lse, rowDot, T, C, NH, scale, tiles, vec);
+  auto *queryKernel = occupancy == FlashTcOccupancy::MoreBlocks
+                          ? flashBackwardQueryTcKernel<3>
+                          : flashBackwardQueryTcKernel<0>;
+  LOOM_LAUNCH(queryKernel, blocks, kTc, stream, dqkv, dout, qkv, lse, rowDot, T,
+              C, NH, scale, tiles, vec);
   return Status::success();
 }
 

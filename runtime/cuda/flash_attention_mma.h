@@ -44,17 +44,17 @@ enum class FlashTcOccupancy {
 };
 
 /// flashAttentionForward's contract for bf16 with C / NH == 64.
-Status flashAttentionForwardTensorCores(
-    __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv, int64_t B,
-    int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
-    FlashTcOccupancy occupancy = FlashTcOccupancy::FewestSpills);
+Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
+                                        const __nv_bfloat16 *qkv, int64_t B,
+                                        int64_t T, int64_t C, int64_t NH,
+                                        cudaStream_t stream,
+                                        FlashTcOccupancy occupancy);
 /// dK/dV and dQ of flashAttentionBackward for bf16 with C / NH == 64, given
 /// rowDot (D_i = dout_i . out_i, already computed).
 Status flashAttentionBackwardTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
-    int64_t NH, cudaStream_t stream,
-    FlashTcOccupancy occupancy = FlashTcOccupancy::FewestSpills);
+    int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy);
 
 } // namespace loom::cuda
 
