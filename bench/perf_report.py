@@ -5,6 +5,9 @@ Reads what step d's runs wrote and prints
   1. GPT-2 training: Loom (loom-run --log-json) and PyTorch (torch_gpt2.py
      --json) tokens/s, MFU (llm.c: 6N + 6LCT flops per token, N from the
      HF config with the tied wte counted once) and the Loom/PyTorch ratio;
+     with --loom-log-unfused, the same Loom program run with its GELUs on
+     their own (LOOM_CUDA_GELU_EPILOGUE=0) and the fused run's speed
+     against it;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
@@ -19,7 +22,7 @@ there and flash agrees with naive, 1 otherwise (goals do not change it:
 they are measurements, not checks).
 
   perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
-      [--loom-warmup 2] [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
+      [--loom-log-unfused F.jsonl] [--loom-warmup 2] [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
       [--attention-torch F.json]
       [--peak-tflops 989] [--device NAME] [--json F]
@@ -55,22 +58,22 @@ def read_json(path, missing, what):
         return None
 
 
-def loom_figures(path, warmup, tokens_per_step, missing):
+def loom_figures(path, warmup, tokens_per_step, missing,
+                 what="Loom GPT-2 training"):
     """Mean step time of the steps after `warmup` from loom-run --log-json."""
     if not path:
-        missing.append("Loom GPT-2 training: not run")
+        missing.append(f"{what}: not run")
         return None
     try:
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
     except (OSError, ValueError) as e:
-        missing.append(f"Loom GPT-2 training: no log in {path} "
-                       f"({e.__class__.__name__})")
+        missing.append(f"{what}: no log in {path} ({e.__class__.__name__})")
         return None
     steps = [r for r in rows if "step" in r and "step_ms" in r]
     timed = steps[warmup:]
     if not timed:
-        missing.append(f"Loom GPT-2 training: {len(steps)} steps in {path}, "
+        missing.append(f"{what}: {len(steps)} steps in {path}, "
                        f"none after the {warmup} warm-up steps")
         return None
     ms = sum(r["step_ms"] for r in timed) / len(timed)
@@ -85,6 +88,7 @@ def main():
     ap.add_argument("--batch", type=int, required=True)
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--loom-log")
+    ap.add_argument("--loom-log-unfused")
     ap.add_argument("--loom-warmup", type=int, default=2)
     ap.add_argument("--loom-precision", default="fp32")
     ap.add_argument("--torch-gpt2")
@@ -136,9 +140,24 @@ def main():
                  f"{', compiled' if torch_fig.get('compiled') else ', eager'})")
         rows.append((label, t))
         report["torch_training"] = dict(t, label=label)
+    # The same program with each GELU on its own (LOOM_CUDA_GELU_EPILOGUE=0;
+    # gelu_epilogues.h): what running them in the GEMMs' epilogues gains.
+    unfused = None
+    if args.loom_log_unfused:
+        unfused = loom_figures(args.loom_log_unfused, args.loom_warmup, B * T,
+                               missing, "Loom GPT-2 training, GELUs unfused")
+    if unfused:
+        unfused["mfu"] = flops_per_token * unfused["tokens_per_s"] / peak
+        rows.insert(1 if loom else 0,
+                    ("Loom, GELUs on their own", unfused))
     for label, fig in rows:
         print(f"  {label:<34} {fig['tokens_per_s']:>10.0f} "
               f"{100 * fig['mfu']:>7.2f}% {fig['step_ms']:>9.2f}")
+    if loom and unfused:
+        speed = unfused["step_ms"] / loom["step_ms"]
+        report["gelu_epilogue_speed"] = speed
+        print(f"  GELU epilogues speed (> 1: GEMM and GELU in one call "
+              f"faster): {speed:.3f}x")
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio

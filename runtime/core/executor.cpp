@@ -246,6 +246,11 @@ Status Executor::create(const program::LoadedProgram &program,
           stage->update_instructions()->Get(g.first);
       ex->adamwGroups.emplace(first, std::move(g));
     }
+  // 6. GEMM + GELU pairs of the micro-batch list (a backend that runs the
+  //    GELU in the GEMM's epilogue).
+  if (ex->kernels->fusesGeluEpilogues())
+    for (const GeluEpiloguePlan &p : planGeluEpilogues(*stage))
+      ex->geluEpilogues.emplace(stage->instructions()->Get(p.first), p);
   out = std::move(ex);
   return Status::success();
 }

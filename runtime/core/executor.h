@@ -19,6 +19,7 @@
 #include "runtime/core/bf16_staging.h"
 #include "runtime/core/buffer_memory.h"
 #include "runtime/core/communicator.h"
+#include "runtime/core/gelu_epilogues.h"
 #include "runtime/core/kernel_backend.h"
 #include "runtime/core/status.h"
 #include "runtime/program/program.h"
@@ -292,6 +293,13 @@ private:
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
       const AdamWGroupPlan &group);
+  /// Instructions plan.first and plan.first + 1 of `list` in one
+  /// KernelBackend::linearGelu / linearGradGelu call (gelu_epilogues.h),
+  /// or one by one when the backend declines the pair.
+  Status runGeluEpilogue(
+      const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
+          &list,
+      const GeluEpiloguePlan &plan);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.
   Status runBF16Natively(const program::Instruction &ins,
@@ -393,6 +401,10 @@ private:
   /// The update list's AdamW groups by their first instruction (made at
   /// load when the kernels group AdamW updates; empty otherwise).
   std::unordered_map<const program::Instruction *, AdamWGroupPlan> adamwGroups;
+  /// The micro-batch list's GEMM + GELU pairs by their first instruction
+  /// (made at load when the kernels fuse them; empty otherwise).
+  std::unordered_map<const program::Instruction *, GeluEpiloguePlan>
+      geluEpilogues;
   uint8_t *bf16Staging = nullptr;
   uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and

@@ -547,4 +547,41 @@ Status Executor::runAdamWGroup(
                              f32(group.gradScale), group.hyper);
 }
 
+//===----------------------------------------------------------------------===//
+// A GEMM and its GELU in one call
+//===----------------------------------------------------------------------===//
+
+Status Executor::runGeluEpilogue(
+    const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
+    const GeluEpiloguePlan &plan) {
+  const program::Instruction &gemm = *list.Get(plan.first),
+                             &gelu = *list.Get(plan.first + 1);
+  LOOM_RETURN_IF_ERROR(completeInFlight(&gemm));
+  LOOM_RETURN_IF_ERROR(completeInFlight(&gelu));
+  auto typed = [&](uint32_t b) {
+    return TypedOperand{bufferData(b), bufferDType(b), &shapes[b]};
+  };
+  auto typedAll = [&](const flatbuffers::Vector<uint32_t> &buffers) {
+    std::vector<TypedOperand> out;
+    for (uint32_t b : buffers)
+      out.push_back(typed(b));
+    return out;
+  };
+  const std::vector<TypedOperand> inputs = typedAll(*gemm.inputs()),
+                                  outputs = typedAll(*gemm.outputs());
+  bool ran = false;
+  if (plan.backward)
+    // GeluGrad: in (dout = the LinearGrad's dx, pre), out dpre.
+    LOOM_RETURN_IF_ERROR(
+        kernels->linearGradGelu(inputs, outputs, typed(gelu.inputs()->Get(1)),
+                                typed(gelu.outputs()->Get(0)), ran));
+  else
+    LOOM_RETURN_IF_ERROR(kernels->linearGelu(
+        inputs, outputs[0], typed(gelu.outputs()->Get(0)), ran));
+  if (ran)
+    return Status::success();
+  LOOM_RETURN_IF_ERROR(runInstruction(gemm));
+  return runInstruction(gelu);
+}
+
 } // namespace loom

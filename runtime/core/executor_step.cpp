@@ -53,12 +53,21 @@ Status Executor::runList(
       if (g != adamwGroups.end() && i + g->second.count <= end)
         group = &g->second;
     }
-    const uint32_t covered = group ? group->count : 1;
+    // A GEMM and its GELU (gelu_epilogues.h) run as one call.
+    const GeluEpiloguePlan *fused = nullptr;
+    if (!update && chunk < 0 && !geluEpilogues.empty()) {
+      auto f = geluEpilogues.find(ins);
+      if (f != geluEpilogues.end() && i + 2 <= end)
+        fused = &f->second;
+    }
+    const uint32_t covered = group ? group->count : fused ? 2 : 1;
     const int64_t start = timings ? steadyNowNs() : 0;
     Status s = Status::success();
     try {
       if (group) {
         s = runAdamWGroup(*list, *group);
+      } else if (fused) {
+        s = runGeluEpilogue(*list, *fused);
       } else {
         s = completeInFlight(ins);
         if (s.ok())
@@ -82,7 +91,13 @@ Status Executor::runList(
                        std::to_string(group->members.size()) +
                        " AdamW updates in one call)"
                  : " '" + (ins->name() ? ins->name()->str() : std::string()) +
-                       "' (" + program::opcodeName(ins->opcode()) + ")"));
+                       "' (" + program::opcodeName(ins->opcode()) +
+                       (fused ? ", with the " +
+                                    program::opcodeName(
+                                        list->Get(i + 1)->opcode()) +
+                                    " after it in its GEMM's epilogue"
+                              : std::string()) +
+                       ")"));
     if (timings) {
       // A device backend returns before its kernels finish: waiting for
       // them makes the recorded span the instruction's device time (the

@@ -291,6 +291,39 @@ public:
   }
 
   //===--------------------------------------------------------------------===//
+  // GELU in a GEMM's epilogue (gelu_epilogues.h)
+  //===--------------------------------------------------------------------===//
+  /// Whether linearGelu and linearGradGelu run. The executor then gives
+  /// them the pairs planGeluEpilogues finds (all their GEMM operands BF16).
+  virtual bool fusesGeluEpilogues() const { return false; }
+  /// A Linear and the Gelu of its result in one GEMM: `pre` = x weight
+  /// (+ bias), `out` = gelu(pre), the GELU taken before `out`'s rounding.
+  /// `inputs` are the Linear's (x, weight[, bias]). `ran` false: nothing
+  /// was done (an unsupported shape or alignment), and the executor runs
+  /// the two instructions.
+  virtual Status linearGelu(const std::vector<TypedOperand> &inputs,
+                            const TypedOperand &pre, const TypedOperand &out,
+                            bool &ran) {
+    (void)inputs, (void)pre, (void)out;
+    ran = false;
+    return Status::success();
+  }
+  /// A LinearGrad and the GeluGrad of its input gradient: first the
+  /// LinearGrad's dweight (and dbias) as it computes them, then `dpre` =
+  /// (dout weight^T) * gelu'(pre) from the input-gradient GEMM, whose
+  /// product is not written (outputs[0] is left as it was). `inputs` and
+  /// `outputs` are the LinearGrad's; `ran` as for linearGelu (false:
+  /// nothing was done).
+  virtual Status linearGradGelu(const std::vector<TypedOperand> &inputs,
+                                const std::vector<TypedOperand> &outputs,
+                                const TypedOperand &pre,
+                                const TypedOperand &dpre, bool &ran) {
+    (void)inputs, (void)outputs, (void)pre, (void)dpre;
+    ran = false;
+    return Status::success();
+  }
+
+  //===--------------------------------------------------------------------===//
   // Mixed precision
   //===--------------------------------------------------------------------===//
   /// out[i] = in[i] rounded to bfloat16: to nearest, ties to even; a NaN

@@ -640,12 +640,17 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
         std::string op = program::opcodeName(ins->opcode());
         std::string name =
             ins->name() && ins->name()->size() ? ins->name()->str() : op;
-        if (t.count > 1) {
+        if (t.count > 1 && t.update) {
           // An AdamW group (adamw_groups.h): one span, and a row of its own
           // in per-opcode sums (bench/trace_breakdown.py).
           op += " group";
           name = op + ": " + std::to_string(t.count) +
                  " update instructions from '" + name + "' in one call";
+        } else if (t.count > 1) {
+          // A GEMM and its GELU (gelu_epilogues.h): "Linear+Gelu",
+          // "LinearGrad+GeluGrad".
+          op += "+" + program::opcodeName(list->Get(t.index + 1)->opcode());
+          name += " (" + op + " in one GEMM)";
         }
         trace.addComplete(name,
                           program::isCollective(ins->opcode()) ? "communication"

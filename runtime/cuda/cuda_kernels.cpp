@@ -37,7 +37,12 @@ Status parseAttentionKernel(const char *value, AttentionKernel &out) {
                 "default) or naive (materialized probabilities)");
 }
 
-Status parseGroupAdamW(const char *value, bool &out) {
+namespace {
+
+/// An on / off environment variable: "1" or null / empty (on, the default)
+/// or "0"; anything else is an error naming both choices.
+Status parseSwitch(const char *variable, const char *value, const char *on,
+                   const char *off, bool &out) {
   if (!value || !*value || std::strcmp(value, "1") == 0) {
     out = true;
     return Status::success();
@@ -46,10 +51,22 @@ Status parseGroupAdamW(const char *value, bool &out) {
     out = false;
     return Status::success();
   }
-  LOOM_ERROR("LOOM_CUDA_GROUP_ADAMW='"
-             << value
-             << "' is not 0 or 1; use 1 (an update's AdamW instructions in "
-                "one launch, the default) or 0 (a launch per instruction)");
+  LOOM_ERROR(variable << "='" << value << "' is not 0 or 1; use 1 (" << on
+                      << ", the default) or 0 (" << off << ")");
+}
+
+} // namespace
+
+Status parseGroupAdamW(const char *value, bool &out) {
+  return parseSwitch("LOOM_CUDA_GROUP_ADAMW", value,
+                     "an update's AdamW instructions in one launch",
+                     "a launch per instruction", out);
+}
+
+Status parseGeluEpilogue(const char *value, bool &out) {
+  return parseSwitch("LOOM_CUDA_GELU_EPILOGUE", value,
+                     "a GEMM and its GELU in one call",
+                     "the instructions one by one", out);
 }
 
 Status CudaKernels::create(cudaStream_t computeStream,
@@ -60,6 +77,8 @@ Status CudaKernels::create(cudaStream_t computeStream,
       parseAttentionKernel(std::getenv("LOOM_CUDA_ATTENTION"), k->attention));
   LOOM_RETURN_IF_ERROR(
       parseGroupAdamW(std::getenv("LOOM_CUDA_GROUP_ADAMW"), k->groupAdamW));
+  LOOM_RETURN_IF_ERROR(parseGeluEpilogue(std::getenv("LOOM_CUDA_GELU_EPILOGUE"),
+                                         k->geluEpilogue));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();

@@ -49,14 +49,21 @@ Status parseAttentionKernel(const char *value, AttentionKernel &out);
 /// "0" (one launch per instruction, to compare); anything else is an error.
 Status parseGroupAdamW(const char *value, bool &out);
 
+/// Parses the value of LOOM_CUDA_GELU_EPILOGUE: "1" or null / empty (the
+/// default: a bf16 Linear and its Gelu, and a LinearGrad and its GeluGrad,
+/// run as one GEMM with the GELU in its epilogue, gelu_epilogues.h) or "0"
+/// (the instructions one by one, to compare); anything else is an error.
+Status parseGeluEpilogue(const char *value, bool &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
   /// `computeStream` (not owned; must outlive this object). The attention
   /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
-  /// parseAttentionKernel), and whether AdamW updates run grouped
-  /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW); a bad value is an error
-  /// here.
+  /// parseAttentionKernel), whether AdamW updates run grouped
+  /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW) and whether GELUs run in
+  /// their GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue); a
+  /// bad value is an error here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -176,6 +183,16 @@ public:
   Status adamwGroup(const std::vector<AdamWGroupMember> &members,
                     const float *lr, const float *step, const float *gradScale,
                     const AdamWHyperParams &hyper) override;
+  /// cuBLASLt's GELU epilogues on bf16 operands (cuda_kernels_bf16.cpp),
+  /// unless LOOM_CUDA_GELU_EPILOGUE=0.
+  bool fusesGeluEpilogues() const override { return geluEpilogue; }
+  Status linearGelu(const std::vector<TypedOperand> &inputs,
+                    const TypedOperand &pre, const TypedOperand &out,
+                    bool &ran) override;
+  Status linearGradGelu(const std::vector<TypedOperand> &inputs,
+                        const std::vector<TypedOperand> &outputs,
+                        const TypedOperand &pre, const TypedOperand &dpre,
+                        bool &ran) override;
   Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
   Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
   /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
@@ -219,6 +236,12 @@ private:
                    const TypedOperand &A, int64_t lda, const TypedOperand &B,
                    int64_t ldb, const TypedOperand &C, int64_t ldc,
                    const TypedOperand *bias);
+  /// fp64 per-chunk partial sums for mixedColumnSum of outer x inner.
+  Status columnSumWorkspace(int64_t outer, int64_t inner, double *&partials);
+  /// A LinearGrad's dweight and, with a third output, dbias (in: dout,
+  /// input, weight; out: dinput (untouched), dweight[, dbias]).
+  Status linearWeightGrads(const std::vector<TypedOperand> &in,
+                           const std::vector<TypedOperand> &out);
   /// Attention (in: qkv) or AttentionGrad (in: dout, qkv) on bf16 operands.
   Status attentionBF16(const std::vector<TypedOperand> &in,
                        const std::vector<TypedOperand> &out, bool grad,
@@ -228,6 +251,7 @@ private:
   cudaStream_t computeStream = nullptr;
   AttentionKernel attention = AttentionKernel::Flash;
   bool groupAdamW = true;
+  bool geluEpilogue = true;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

@@ -196,6 +196,86 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
   return Status::success();
 }
 
+Status CudaKernels::columnSumWorkspace(int64_t outer, int64_t inner,
+                                       double *&partials) {
+  void *ws = nullptr;
+  LOOM_RETURN_IF_ERROR(bf16Workspace(
+      kSlotStats,
+      static_cast<uint64_t>(rowChunks(outer) * inner) * sizeof(double), ws));
+  partials = static_cast<double *>(ws);
+  return Status::success();
+}
+
+Status CudaKernels::linearWeightGrads(const std::vector<TypedOperand> &in,
+                                      const std::vector<TypedOperand> &out) {
+  const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
+  const int64_t M = numel(in[1]) / K;
+  // dweight[K,N] = input^T dout; dbias[N] = dout's column sums.
+  LOOM_RETURN_IF_ERROR(
+      gemmMixed(true, false, K, N, M, in[1], K, in[0], N, out[1], N, nullptr));
+  if (out.size() < 3)
+    return Status::success();
+  double *partials = nullptr;
+  LOOM_RETURN_IF_ERROR(columnSumWorkspace(M, N, partials));
+  return mixedColumnSum(ref(out[2]), ref(in[0]), M, N, partials, computeStream);
+}
+
+//===----------------------------------------------------------------------===//
+// GELU in the GEMM's epilogue (gelu_epilogues.h)
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::linearGelu(const std::vector<TypedOperand> &in,
+                               const TypedOperand &pre, const TypedOperand &out,
+                               bool &ran) {
+  ran = false;
+  const TypedOperand *bias = in.size() == 3 ? &in[2] : nullptr;
+  if (!geluEpilogue || !isBF16(in[0]) || !isBF16(in[1]) || !isBF16(pre) ||
+      !isBF16(out) || (bias && !isBF16(*bias)) ||
+      (bias && reinterpret_cast<uintptr_t>(bias->data) % 16 != 0))
+    return Status::success();
+  const int64_t K = (*in[1].shape)[0], N = numel(in[1]) / K;
+  const int64_t M = numel(in[0]) / K;
+  GemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.A = in[0].data, g.lda = K, g.B = in[1].data, g.ldb = N;
+  g.C = out.data, g.ldc = N;
+  g.inputType = GemmType::BF16, g.outputType = GemmType::BF16;
+  g.bias = bias ? bias->data : nullptr;
+  g.activation = GemmActivation::Gelu;
+  g.aux = pre.data, g.ldaux = N;
+  return gemmEngine.tryMatmul(g, computeStream, ran);
+}
+
+Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
+                                   const std::vector<TypedOperand> &out,
+                                   const TypedOperand &pre,
+                                   const TypedOperand &dpre, bool &ran) {
+  ran = false;
+  if (!geluEpilogue || !isBF16(in[0]) || !isBF16(in[2]) || !isBF16(pre) ||
+      !isBF16(dpre))
+    return Status::success();
+  const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
+  const int64_t M = numel(in[1]) / K;
+  // dpre[M,K] = (dout[M,N] weight^T) * gelu'(pre), after the weight
+  // gradients: dpre may overlap the LinearGrad's x (planGeluEpilogues).
+  GemmArgs g;
+  g.transB = true;
+  g.M = M, g.N = K, g.K = N;
+  g.A = in[0].data, g.lda = N, g.B = in[2].data, g.ldb = N;
+  g.C = dpre.data, g.ldc = K;
+  g.inputType = GemmType::BF16, g.outputType = GemmType::BF16;
+  g.activation = GemmActivation::GeluGrad;
+  g.aux = pre.data, g.ldaux = K;
+  bool supported = false;
+  LOOM_RETURN_IF_ERROR(gemmEngine.canRun(g, supported));
+  if (!supported)
+    return Status::success();
+  LOOM_RETURN_IF_ERROR(linearWeightGrads(in, out));
+  LOOM_RETURN_IF_ERROR(gemmEngine.matmul(g, computeStream));
+  ran = true;
+  return Status::success();
+}
+
 Status CudaKernels::runBF16Natively(const program::Instruction &ins,
                                     const std::vector<TypedOperand> &in,
                                     const std::vector<TypedOperand> &out,
@@ -215,12 +295,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   };
   auto columnSumPartials = [&](int64_t outer, int64_t inner,
                                double *&p) -> Status {
-    void *ws = nullptr;
-    LOOM_RETURN_IF_ERROR(bf16Workspace(
-        kSlotStats,
-        static_cast<uint64_t>(rowChunks(outer) * inner) * sizeof(double), ws));
-    p = static_cast<double *>(ws);
-    return Status::success();
+    return columnSumWorkspace(outer, inner, p);
   };
   // The loss's share of the global token count (CrossEntropy's `value`).
   auto tokenScale = [](int64_t N, double tokens) {
@@ -265,17 +340,10 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   case Opcode::LinearGrad: {
     const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
     const int64_t M = numel(in[1]) / K;
-    // dinput[M,K] = dout[M,N] weight^T; dweight[K,N] = input^T dout.
+    // dinput[M,K] = dout[M,N] weight^T.
     LOOM_RETURN_IF_ERROR(gemmMixed(false, true, M, K, N, in[0], N, in[2], N,
                                    out[0], K, nullptr));
-    LOOM_RETURN_IF_ERROR(gemmMixed(true, false, K, N, M, in[1], K, in[0], N,
-                                   out[1], N, nullptr));
-    if (out.size() == 3) {
-      double *partials = nullptr;
-      LOOM_RETURN_IF_ERROR(columnSumPartials(M, N, partials));
-      return mixedColumnSum(ref(out[2]), ref(in[0]), M, N, partials, s);
-    }
-    return Status::success();
+    return linearWeightGrads(in, out);
   }
   case Opcode::Matmul: {
     const auto &r = *in[1].shape;

@@ -5,7 +5,8 @@
 // 2. Look the shape up in the plan cache; on a miss create the descriptors
 //    (operation, three layouts, preference with the real pointer
 //    alignments) and ask the heuristic for its best algorithm.
-// 3. Point the cached operation at this call's bias and run cublasLtMatmul.
+// 3. Point the cached operation at this call's bias (and GELU epilogue
+//    companion) and run cublasLtMatmul.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/gemm.h"
@@ -46,6 +47,36 @@ cudaDataType_t cudaType(GemmType t) {
 }
 
 const char *typeName(GemmType t) { return t == GemmType::BF16 ? "bf16" : "fp32"; }
+
+cublasLtEpilogue_t epilogueOf(const GemmArgs &g) {
+  switch (g.activation) {
+  case GemmActivation::Gelu:
+    return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                  : CUBLASLT_EPILOGUE_GELU_AUX;
+  case GemmActivation::GeluGrad:
+    return CUBLASLT_EPILOGUE_DGELU;
+  case GemmActivation::None:
+    break;
+  }
+  return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// Why a GELU epilogue cannot take these arguments (cuBLASLt's rules for
+/// the auxiliary matrix), or null.
+const char *epilogueMismatch(const GemmArgs &g) {
+  if (g.activation == GemmActivation::None)
+    return nullptr;
+  if (!g.aux)
+    return "a GELU epilogue needs its pre-activation matrix (aux)";
+  if (reinterpret_cast<uintptr_t>(g.aux) % 16 != 0)
+    return "the GELU epilogue's pre-activation matrix is not 16-byte aligned";
+  if (g.ldaux % 8 != 0 || g.ldaux < g.N)
+    return "the GELU epilogue's pre-activation leading dimension is not a "
+           "multiple of 8 at least N";
+  if (g.activation == GemmActivation::GeluGrad && g.bias)
+    return "the GELU gradient epilogue takes no bias";
+  return nullptr;
+}
 
 /// The largest power of two (at most 256, cuBLASLt's default assumption)
 /// dividing the address: the heuristic must not pick a kernel that needs
@@ -95,10 +126,24 @@ Gemm::~Gemm() {
 Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
   const int alignA = alignmentOf(g.A), alignB = alignmentOf(g.B),
             alignC = alignmentOf(g.C);
-  const PlanKey key{g.transA,          g.transB,           g.M,    g.N,
-                    g.K,               g.lda,              g.ldb,  g.ldc,
-                    int(g.inputType),  int(g.outputType),  g.bias != nullptr,
-                    alignA,            alignB,             alignC};
+  const int alignAux = g.aux ? alignmentOf(g.aux) : 0;
+  const PlanKey key{g.transA,
+                    g.transB,
+                    g.M,
+                    g.N,
+                    g.K,
+                    g.lda,
+                    g.ldb,
+                    g.ldc,
+                    int(g.inputType),
+                    int(g.outputType),
+                    g.bias != nullptr,
+                    alignA,
+                    alignB,
+                    alignC,
+                    int(g.activation),
+                    g.ldaux,
+                    alignAux};
   auto it = plans.find(key);
   if (it != plans.end()) {
     plan = it->second.get();
@@ -116,11 +161,20 @@ Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
       p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opFirst, sizeof(opFirst)));
   LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
       p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opSecond, sizeof(opSecond)));
-  if (g.bias) {
-    // The bias has C's element type (cuBLASLt's default for non-fp8).
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = epilogueOf(g);
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+    // The bias and the GELU pre-activation have C's element type
+    // (cuBLASLt's default for non-fp8).
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (g.activation != GemmActivation::None) {
+    // The heuristic reads the pointer's alignment; each call sets its own.
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+        sizeof(g.aux)));
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.ldaux,
+        sizeof(g.ldaux)));
   }
   // Stored shapes (rows x cols, column-major, leading dimension).
   const cudaDataType_t in = cudaType(g.inputType), out = cudaType(g.outputType);
@@ -162,24 +216,23 @@ Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
   }
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  LOOM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b,
-                                                   p->c, p->c, pref.pref, 1,
-                                                   &heuristic, &found));
-  LOOM_CHECK(found > 0, "cuBLASLt has no algorithm for a "
-                            << typeName(g.inputType) << " -> "
-                            << typeName(g.outputType) << " " << g.M << "x"
-                            << g.N << "x" << g.K << " GEMM (lda " << g.lda
-                            << ", ldb " << g.ldb << ", ldc " << g.ldc
-                            << (g.bias ? ", bias" : "") << ")");
+  const cublasStatus_t searched = cublasLtMatmulAlgoGetHeuristic(
+      handle, p->op, p->a, p->b, p->c, p->c, pref.pref, 1, &heuristic, &found);
+  if (searched == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
+    // Remembered as a null plan: the next call of the shape asks no more.
+    plan = nullptr;
+    plans.emplace(key, nullptr);
+    return Status::success();
+  }
+  LOOM_CUBLAS_CHECK(searched);
   p->algo = heuristic.algo;
   plan = p.get();
   plans.emplace(key, std::move(p));
   return Status::success();
 }
 
-Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
+Status Gemm::checkArgs(const GemmArgs &g) const {
   LOOM_CHECK(handle, "Gemm used before Gemm::create");
-  // 1. Arguments.
   LOOM_CHECK(g.inputType == GemmType::BF16 || g.outputType == GemmType::F32,
              "GEMM " << g.M << "x" << g.N << "x" << g.K
                      << ": fp32 inputs need an fp32 output, got bf16; "
@@ -191,15 +244,52 @@ Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
                      << ": the bias pointer " << g.bias
                      << " is not 16-byte aligned, which cuBLASLt's bias "
                         "epilogue requires; add the bias separately");
-  if (g.M == 0 || g.N == 0)
+  return Status::success();
+}
+
+Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
+  bool ran = false;
+  LOOM_RETURN_IF_ERROR(tryMatmul(g, stream, ran));
+  LOOM_CHECK(
+      ran,
+      "cuBLASLt has no algorithm for a "
+          << typeName(g.inputType) << " -> " << typeName(g.outputType) << " "
+          << g.M << "x" << g.N << "x" << g.K << " GEMM (lda " << g.lda
+          << ", ldb " << g.ldb << ", ldc " << g.ldc << (g.bias ? ", bias" : "")
+          << (g.activation == GemmActivation::None ? "" : ", GELU epilogue")
+          << ")"
+          << (epilogueMismatch(g) ? std::string(": ") + epilogueMismatch(g)
+                                  : std::string()));
+  return Status::success();
+}
+
+Status Gemm::canRun(const GemmArgs &g, bool &ok) {
+  ok = false;
+  LOOM_RETURN_IF_ERROR(checkArgs(g));
+  if (epilogueMismatch(g))
     return Status::success();
-  // 2. The cached plan of this shape.
+  GemmPlan *plan = nullptr;
+  if (g.M > 0 && g.N > 0)
+    LOOM_RETURN_IF_ERROR(planFor(g, plan));
+  ok = plan || g.M == 0 || g.N == 0;
+  return Status::success();
+}
+
+Status Gemm::tryMatmul(const GemmArgs &g, cudaStream_t stream, bool &ran) {
+  // 1. Arguments; 2. the cached plan of this shape.
+  LOOM_RETURN_IF_ERROR(canRun(g, ran));
+  if (!ran || g.M == 0 || g.N == 0)
+    return Status::success();
   GemmPlan *plan = nullptr;
   LOOM_RETURN_IF_ERROR(planFor(g, plan));
   // 3. Run. K == 0 gives C = beta C (+ bias), which cuBLASLt also handles.
   if (g.bias)
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+  if (g.activation != GemmActivation::None)
+    LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+        sizeof(g.aux)));
   LOOM_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &g.alpha, g.B, plan->a,
                                    g.A, plan->b, &g.beta, g.C, plan->c, g.C,
                                    plan->c, &plan->algo, workspace,

@@ -39,6 +39,20 @@ namespace loom::cuda {
 /// Element type of a GEMM operand in device memory.
 enum class GemmType { F32, BF16 };
 
+/// What the epilogue applies after the bias: cuBLASLt's GELU epilogues,
+/// whose GELU is the tanh approximation (GPT-2's, the model's Gelu).
+enum class GemmActivation {
+  None,
+  /// C = gelu(product + bias); `aux` receives product + bias (the
+  /// pre-activation a GELU's gradient reads). CUBLASLT_EPILOGUE_GELU_AUX
+  /// (_BIAS).
+  Gelu,
+  /// C = product * gelu'(aux), `aux` holding the pre-activation: the
+  /// gradient through a GELU of a product's result, without the result
+  /// itself. CUBLASLT_EPILOGUE_DGELU; no bias.
+  GeluGrad,
+};
+
 /// One GEMM in cpu::gemm's row-major contract. A and B are `inputType`, C and
 /// `bias` are `outputType`. bf16 inputs take an fp32 or bf16 output; fp32
 /// inputs take only an fp32 output.
@@ -57,6 +71,12 @@ struct GemmArgs {
   /// Optional [N] row added to every row of C in the epilogue (a linear
   /// layer's bias); must be 16-byte aligned (cuBLASLt's requirement).
   const void *bias = nullptr;
+  /// The epilogue's activation, and its [M, N] row-major companion of C's
+  /// type (leading dimension ldaux, a multiple of 8; 16-byte aligned):
+  /// written by Gelu, read by GeluGrad.
+  GemmActivation activation = GemmActivation::None;
+  void *aux = nullptr;
+  int64_t ldaux = 0;
 };
 
 class GemmPlan;
@@ -74,6 +94,13 @@ public:
   /// Any supported GEMM (see GemmArgs), on `stream`. The first call of a
   /// shape runs the cuBLASLt heuristic; later calls reuse its choice.
   Status matmul(const GemmArgs &args, cudaStream_t stream);
+  /// matmul for a GEMM the caller can also run another way (a GELU
+  /// epilogue): `ran` is false, and nothing is enqueued, when cuBLASLt
+  /// offers no algorithm for it or the arguments miss an epilogue's
+  /// alignment rules; other failures are errors as in matmul.
+  Status tryMatmul(const GemmArgs &args, cudaStream_t stream, bool &ran);
+  /// Whether tryMatmul would run `args` (plans it; enqueues nothing).
+  Status canRun(const GemmArgs &args, bool &ok);
 
   /// cpu::gemm's contract in fp32 (TF32 off), on `stream`.
   Status gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
@@ -100,9 +127,13 @@ public:
 
 private:
   /// Everything the cuBLASLt descriptors and the algorithm depend on.
-  using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, int64_t, int, int, bool, int, int, int>;
+  using PlanKey =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t, int, int, bool, int, int, int, int, int64_t, int>;
+  /// The cached plan of the call's shape; `plan` is null when cuBLASLt has
+  /// no algorithm for it (remembered too).
   Status planFor(const GemmArgs &args, GemmPlan *&plan);
+  Status checkArgs(const GemmArgs &args) const;
 
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;

@@ -3,8 +3,9 @@
 // gemm.h's bf16 path (bf16 A/B, fp32 accumulation, bf16 or fp32 C, bias
 // epilogue) against a double-precision reference on the same bf16-rounded
 // inputs, for every transpose combination and shapes that are and are not
-// multiples of the tensor-core tiles; the plan cache; and the argument
-// errors. Skipped without a device.
+// multiples of the tensor-core tiles; the GELU epilogues (gelu_epilogues.h)
+// against the model's GELU and its slope, and what they decline; the plan
+// cache; and the argument errors. Skipped without a device.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -14,6 +15,7 @@
 #include "runtime/cuda/gemm.h"
 
 #include <cmath>
+#include <functional>
 
 using namespace loom;
 using namespace loom::test;
@@ -166,3 +168,135 @@ TEST_F(CudaGemmTest, RefusesWhatCuBlasLtCannotDo) {
 }
 
 } // namespace
+
+namespace {
+
+/// GPT-2's GELU (tanh approximation) and its slope, in double.
+double geluReference(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+double geluSlopeReference(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) +
+         0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+__nv_bfloat16 *bf16Ptr(DeviceVector<uint16_t> &v) {
+  return reinterpret_cast<__nv_bfloat16 *>(v.get());
+}
+
+} // namespace
+
+TEST_F(CudaGemmTest, GeluEpiloguesApplyTheModelsGeluToTheFp32Product) {
+  // gelu_epilogues.h's two GEMMs at an MLP's shapes (bf16, C = 4 x 18):
+  // forward pre = x w + b and act = gelu(pre), backward dpre = (dact w^T)
+  // * gelu'(pre), each held to one bf16 rounding of the double reference.
+  cuda::Gemm gemm;
+  ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
+  const int64_t M = 48, C = 72, H = 40; // rows, model width, hidden width
+  const auto x = cuda::roundedToBf16(randomVector(M * C, 21, -2, 2));
+  const auto w = cuda::roundedToBf16(randomVector(C * H, 22, -0.3f, 0.3f));
+  const auto b = cuda::roundedToBf16(randomVector(H, 23));
+  DeviceVector<uint16_t> dX(cuda::bf16Bits(x)), dW(cuda::bf16Bits(w)),
+      dB(cuda::bf16Bits(b)), dPre(static_cast<size_t>(M * H)),
+      dAct(static_cast<size_t>(M * H));
+  cuda::GemmArgs fwd;
+  fwd.M = M, fwd.N = H, fwd.K = C;
+  fwd.A = dX.get(), fwd.lda = C, fwd.B = dW.get(), fwd.ldb = H;
+  fwd.C = dAct.get(), fwd.ldc = H;
+  fwd.inputType = fwd.outputType = cuda::GemmType::BF16;
+  fwd.bias = dB.get();
+  fwd.activation = cuda::GemmActivation::Gelu;
+  fwd.aux = dPre.get(), fwd.ldaux = H;
+  bool ran = false;
+  ASSERT_TRUE(gemm.tryMatmul(fwd, stream, ran).ok());
+  ASSERT_TRUE(ran);
+  const std::vector<float> zero(static_cast<size_t>(M * H), 0.0f);
+  const std::vector<float> pre =
+      referenceGemm(false, false, M, H, C, 1.0f, x, C, w, H, 0.0f, zero, b);
+  std::vector<float> act(pre.size());
+  for (size_t i = 0; i < pre.size(); ++i)
+    act[i] = static_cast<float>(geluReference(pre[i]));
+  expectClose(cuda::floatsFromBf16(dPre.host()), pre, 1.0 / 128, 1e-3,
+              "GELU_AUX_BIAS pre-activation");
+  expectClose(cuda::floatsFromBf16(dAct.host()), act, 1.0 / 128, 1e-3,
+              "GELU_AUX_BIAS gelu(pre)");
+
+  // Backward through the second linear (act [M,H] w2 [H,C]): dpre [M,H] =
+  // (dy [M,C] w2^T) * gelu'(pre), pre as the forward stored it.
+  const auto w2 = cuda::roundedToBf16(randomVector(H * C, 24, -0.3f, 0.3f));
+  const auto dy = cuda::roundedToBf16(randomVector(M * C, 25));
+  const auto storedPre = cuda::floatsFromBf16(dPre.host());
+  DeviceVector<uint16_t> dW2(cuda::bf16Bits(w2)), dDy(cuda::bf16Bits(dy)),
+      dDpre(static_cast<size_t>(M * H));
+  cuda::GemmArgs bwd;
+  bwd.transB = true;
+  bwd.M = M, bwd.N = H, bwd.K = C;
+  bwd.A = dDy.get(), bwd.lda = C, bwd.B = dW2.get(), bwd.ldb = C;
+  bwd.C = dDpre.get(), bwd.ldc = H;
+  bwd.inputType = bwd.outputType = cuda::GemmType::BF16;
+  bwd.activation = cuda::GemmActivation::GeluGrad;
+  bwd.aux = dPre.get(), bwd.ldaux = H;
+  ASSERT_TRUE(gemm.tryMatmul(bwd, stream, ran).ok());
+  ASSERT_TRUE(ran);
+  std::vector<float> dpre =
+      referenceGemm(false, true, M, H, C, 1.0f, dy, C, w2, C, 0.0f, zero, {});
+  for (size_t i = 0; i < dpre.size(); ++i)
+    dpre[i] = static_cast<float>(dpre[i] * geluSlopeReference(storedPre[i]));
+  expectClose(cuda::floatsFromBf16(dDpre.host()), dpre, 1.0 / 128, 1e-3,
+              "DGELU dpre");
+  EXPECT_FALSE(HasFailure());
+}
+
+TEST_F(CudaGemmTest, GeluEpiloguesDeclineWhatCuBlasLtRules) {
+  // tryMatmul leaves them to the caller (nothing enqueued, `ran` false);
+  // matmul says why.
+  cuda::Gemm gemm;
+  ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
+  DeviceVector<uint16_t> A(16 * 32, 0), B(32 * 24, 0), C(16 * 24, 0x3f80),
+      aux(16 * 32 + 8, 0);
+  cuda::GemmArgs g;
+  g.M = 16, g.N = 24, g.K = 32;
+  g.A = A.get(), g.lda = 32, g.B = B.get(), g.ldb = 24;
+  g.C = C.get(), g.ldc = 24;
+  g.inputType = g.outputType = cuda::GemmType::BF16;
+  g.activation = cuda::GemmActivation::Gelu;
+  g.aux = aux.get(), g.ldaux = 24;
+  struct Case {
+    const char *what;
+    std::function<void(cuda::GemmArgs &)> edit;
+    const char *message;
+  };
+  const Case cases[] = {
+      {"no aux", [](cuda::GemmArgs &a) { a.aux = nullptr; },
+       "needs its pre-activation matrix"},
+      {"aux 2 bytes off", [&](cuda::GemmArgs &a) { a.aux = bf16Ptr(aux) + 1; },
+       "not 16-byte aligned"},
+      {"ldaux 28", [](cuda::GemmArgs &a) { a.ldaux = 28; },
+       "not a multiple of 8"},
+      {"ldaux below N", [](cuda::GemmArgs &a) { a.ldaux = 16; },
+       "not a multiple of 8 at least N"},
+      {"gradient with a bias",
+       [&](cuda::GemmArgs &a) {
+         a.activation = cuda::GemmActivation::GeluGrad;
+         a.bias = aux.get();
+       },
+       "takes no bias"},
+  };
+  for (const Case &c : cases) {
+    cuda::GemmArgs a = g;
+    c.edit(a);
+    bool ran = true;
+    ASSERT_TRUE(gemm.tryMatmul(a, stream, ran).ok()) << c.what;
+    EXPECT_FALSE(ran) << c.what;
+    const Status s = gemm.matmul(a, stream);
+    EXPECT_FALSE(s.ok()) << c.what;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << c.what << ": " << s.message();
+  }
+  // Nothing ran: C still holds its ones.
+  for (uint16_t bits : C.host())
+    ASSERT_EQ(bits, 0x3f80);
+}

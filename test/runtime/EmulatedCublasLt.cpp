@@ -8,10 +8,15 @@
 //     D = alpha op(A) op(B) + beta C (+ bias broadcast over D's columns)
 // on column-major layouts (element (i, j) of a rows x cols matrix at
 // i + j ld), fp32 or bf16 elements, fp32 accumulation; C is not read when
-// beta is 0. It refuses (CUBLAS_STATUS_INVALID_VALUE) what the real library
-// refuses and gemm.cpp could get wrong: operand shapes that do not chain,
-// a leading dimension below the rows, mixed A/B types, a bias epilogue
-// without a bias pointer, attributes of the wrong size.
+// beta is 0. The GELU epilogues (GPT-2's tanh approximation, in fp32):
+// GELU_AUX(_BIAS) stores x = the value above in the auxiliary matrix and
+// gelu(x) in D; DGELU stores value * gelu'(aux) in D. It refuses
+// (CUBLAS_STATUS_INVALID_VALUE) what the real library refuses and gemm.cpp
+// could get wrong: operand shapes that do not chain, a leading dimension
+// below the rows, mixed A/B types, a bias epilogue without a bias pointer,
+// a GELU epilogue without its auxiliary matrix or with a leading dimension
+// that is not a multiple of 8 at least D's rows, attributes of the wrong
+// size.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/cuda_libraries.h"
@@ -19,6 +24,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -32,6 +38,8 @@ struct MatmulDesc {
   cublasOperation_t transA = CUBLAS_OP_N, transB = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void *bias = nullptr;
+  void *aux = nullptr;
+  int64_t auxLd = 0;
 };
 static_assert(sizeof(MatmulDesc) <= sizeof(cublasLtMatmulDescOpaque_t));
 
@@ -70,6 +78,32 @@ void store(void *base, cudaDataType_t type, int64_t index, float value) {
     static_cast<float *>(base)[index] = value;
 }
 
+bool hasBias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool writesGelu(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool usesAux(cublasLtEpilogue_t e) {
+  return writesGelu(e) || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f; // sqrt(2 / pi)
+
+float gelu(float x) {
+  return 0.5f * x *
+         (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+
+/// d gelu(x) / dx.
+float geluSlope(float x) {
+  const float u = kGeluScale * (x + 0.044715f * x * x * x);
+  const float t = std::tanh(u);
+  const float du = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
 /// Rows and columns of op(X) for a stored layout.
 void opShape(const Layout &l, cublasOperation_t op, uint64_t &rows,
              uint64_t &cols) {
@@ -103,8 +137,11 @@ bool consistent(const MatmulDesc &d, const Layout &a, const Layout &b,
   for (const Layout *l : {&a, &b, &c, &dl})
     if (l->ld < int64_t(l->rows > 0 ? l->rows : 1))
       return false;
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT &&
-      d.epilogue != CUBLASLT_EPILOGUE_BIAS)
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !hasBias(d.epilogue) &&
+      !usesAux(d.epilogue))
+    return false;
+  if (usesAux(d.epilogue) &&
+      (d.auxLd % 8 != 0 || d.auxLd < int64_t(dl.rows > 0 ? dl.rows : 1)))
     return false;
   return true;
 }
@@ -161,6 +198,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
     return set(d.epilogue);
   case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
     return set(d.bias);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+    return set(d.aux);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+    return set(d.auxLd);
   default:
     // Not modelled: the emulated GEMM would silently ignore it.
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -243,7 +284,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
                &dl = layout(Ddesc);
   if (!consistent(d, a, b, c, dl))
     return CUBLAS_STATUS_INVALID_VALUE;
-  if (d.epilogue == CUBLASLT_EPILOGUE_BIAS && !d.bias)
+  if ((hasBias(d.epilogue) && !d.bias) || (usesAux(d.epilogue) && !d.aux))
     return CUBLAS_STATUS_INVALID_VALUE;
   const uint64_t M = dl.rows, N = dl.cols;
   uint64_t K, unused;
@@ -276,8 +317,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
       float v = al * out[i * N + j];
       if (be != 0)
         v += be * load(C, c.type, int64_t(i + j * c.ld));
-      if (d.epilogue == CUBLASLT_EPILOGUE_BIAS)
+      if (hasBias(d.epilogue))
         v += load(d.bias, dl.type, int64_t(i));
+      const int64_t auxAt = int64_t(i + j * d.auxLd);
+      if (writesGelu(d.epilogue)) {
+        store(d.aux, dl.type, auxAt, v);
+        v = gelu(v);
+      } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+        v *= geluSlope(load(d.aux, dl.type, auxAt));
+      }
       store(D, dl.type, int64_t(i + j * dl.ld), v);
     }
   return CUBLAS_STATUS_SUCCESS;
