@@ -294,12 +294,12 @@ private:
           &list,
       const AdamWGroupPlan &group);
   /// Instructions plan.first and plan.first + 1 of `list` in one
-  /// KernelBackend::linearGelu / linearGradGelu call (gelu_epilogues.h),
-  /// or one by one when the backend declines the pair.
+  /// KernelBackend::linearGelu / linearGradGelu call (gelu_epilogues.h);
+  /// `ran` false: the backend declined the pair and nothing ran.
   Status runGeluEpilogue(
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
-      const GeluEpiloguePlan &plan);
+      const GeluEpiloguePlan &plan, bool &ran);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.
   Status runBF16Natively(const program::Instruction &ins,
@@ -402,7 +402,8 @@ private:
   /// load when the kernels group AdamW updates; empty otherwise).
   std::unordered_map<const program::Instruction *, AdamWGroupPlan> adamwGroups;
   /// The micro-batch list's GEMM + GELU pairs by their first instruction
-  /// (made at load when the kernels fuse them; empty otherwise).
+  /// (made at load when the kernels fuse them; empty otherwise; a pair the
+  /// backend declines is dropped when it first runs).
   std::unordered_map<const program::Instruction *, GeluEpiloguePlan>
       geluEpilogues;
   uint8_t *bf16Staging = nullptr;

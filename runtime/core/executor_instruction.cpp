@@ -553,7 +553,7 @@ Status Executor::runAdamWGroup(
 
 Status Executor::runGeluEpilogue(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
-    const GeluEpiloguePlan &plan) {
+    const GeluEpiloguePlan &plan, bool &ran) {
   const program::Instruction &gemm = *list.Get(plan.first),
                              &gelu = *list.Get(plan.first + 1);
   LOOM_RETURN_IF_ERROR(completeInFlight(&gemm));
@@ -569,7 +569,7 @@ Status Executor::runGeluEpilogue(
   };
   const std::vector<TypedOperand> inputs = typedAll(*gemm.inputs()),
                                   outputs = typedAll(*gemm.outputs());
-  bool ran = false;
+  ran = false;
   if (plan.backward)
     // GeluGrad: in (dout = the LinearGrad's dx, pre), out dpre.
     LOOM_RETURN_IF_ERROR(
@@ -578,10 +578,7 @@ Status Executor::runGeluEpilogue(
   else
     LOOM_RETURN_IF_ERROR(kernels->linearGelu(
         inputs, outputs[0], typed(gelu.outputs()->Get(0)), ran));
-  if (ran)
-    return Status::success();
-  LOOM_RETURN_IF_ERROR(runInstruction(gemm));
-  return runInstruction(gelu);
+  return Status::success();
 }
 
 } // namespace loom

@@ -60,15 +60,25 @@ Status Executor::runList(
       if (f != geluEpilogues.end() && i + 2 <= end)
         fused = &f->second;
     }
-    const uint32_t covered = group ? group->count : fused ? 2 : 1;
+    uint32_t covered = group ? group->count : fused ? 2 : 1;
     const int64_t start = timings ? steadyNowNs() : 0;
     Status s = Status::success();
     try {
+      bool ranFused = false;
       if (group) {
         s = runAdamWGroup(*list, *group);
       } else if (fused) {
-        s = runGeluEpilogue(*list, *fused);
-      } else {
+        s = runGeluEpilogue(*list, *fused, ranFused);
+        if (s.ok() && !ranFused) {
+          // The backend declined the pair (its shapes and pointers stay the
+          // same every step): the two instructions run one by one from now
+          // on, each its own span.
+          fused = nullptr;
+          covered = 1;
+          geluEpilogues.erase(ins);
+        }
+      }
+      if (s.ok() && !group && !ranFused) {
         s = completeInFlight(ins);
         if (s.ok())
           s = runInstruction(*ins);
