@@ -5,9 +5,10 @@ Reads what step d's runs wrote and prints
   1. GPT-2 training: Loom (loom-run --log-json) and PyTorch (torch_gpt2.py
      --json) tokens/s, MFU (llm.c: 6N + 6LCT flops per token, N from the
      HF config with the tied wte counted once) and the Loom/PyTorch ratio;
-     with --loom-log-unfused, the same Loom program run with its GELUs on
-     their own (LOOM_CUDA_GELU_EPILOGUE=0) and the fused run's speed
-     against it;
+     with --loom-log-unfused, the same Loom program run with no instruction
+     pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_RESIDUAL_NORM=0: each
+     GELU outside its GEMM, each residual Add apart from its layer norm)
+     and the fused run's speed against it;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
@@ -22,7 +23,8 @@ there and flash agrees with naive, 1 otherwise (goals do not change it:
 they are measurements, not checks).
 
   perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
-      [--loom-log-unfused F.jsonl] [--loom-warmup 2] [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
+      [--loom-log-unfused F.jsonl] [--loom-warmup 2]
+      [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
       [--attention-torch F.json]
       [--peak-tflops 989] [--device NAME] [--json F]
@@ -140,24 +142,24 @@ def main():
                  f"{', compiled' if torch_fig.get('compiled') else ', eager'})")
         rows.append((label, t))
         report["torch_training"] = dict(t, label=label)
-    # The same program with each GELU on its own (LOOM_CUDA_GELU_EPILOGUE=0;
-    # gelu_epilogues.h): what running them in the GEMMs' epilogues gains.
+    # The same program with no pairs fused (gelu_epilogues.h,
+    # residual_norms.h): what running them as one call each gains.
     unfused = None
     if args.loom_log_unfused:
         unfused = loom_figures(args.loom_log_unfused, args.loom_warmup, B * T,
-                               missing, "Loom GPT-2 training, GELUs unfused")
+                               missing, "Loom GPT-2 training, pairs unfused")
     if unfused:
         unfused["mfu"] = flops_per_token * unfused["tokens_per_s"] / peak
         rows.insert(1 if loom else 0,
-                    ("Loom, GELUs on their own", unfused))
+                    ("Loom, instruction pairs unfused", unfused))
     for label, fig in rows:
         print(f"  {label:<34} {fig['tokens_per_s']:>10.0f} "
               f"{100 * fig['mfu']:>7.2f}% {fig['step_ms']:>9.2f}")
     if loom and unfused:
         speed = unfused["step_ms"] / loom["step_ms"]
-        report["gelu_epilogue_speed"] = speed
-        print(f"  GELU epilogues speed (> 1: GEMM and GELU in one call "
-              f"faster): {speed:.3f}x")
+        report["fused_pairs_speed"] = speed
+        print(f"  fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm in "
+              f"one call each faster): {speed:.3f}x")
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio

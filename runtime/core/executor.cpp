@@ -17,7 +17,9 @@
 
 #include "runtime/core/bf16_staging.h"
 #include "runtime/core/bfloat16.h"
+#include "runtime/core/gelu_epilogues.h"
 #include "runtime/core/param_init.h"
+#include "runtime/core/residual_norms.h"
 #include "runtime/cpu/cpu_kernels.h"
 #include "runtime/cpu/host_memory.h"
 
@@ -246,11 +248,18 @@ Status Executor::create(const program::LoadedProgram &program,
           stage->update_instructions()->Get(g.first);
       ex->adamwGroups.emplace(first, std::move(g));
     }
-  // 6. GEMM + GELU pairs of the micro-batch list (a backend that runs the
-  //    GELU in the GEMM's epilogue).
+  // 6. Pairs of the micro-batch list the backend runs as one call: a GEMM
+  //    and its GELU, a residual Add and a layer norm.
   if (ex->kernels->fusesGeluEpilogues())
     for (const GeluEpiloguePlan &p : planGeluEpilogues(*stage))
-      ex->geluEpilogues.emplace(stage->instructions()->Get(p.first), p);
+      ex->fusedPairs.emplace(stage->instructions()->Get(p.first),
+                             p.backward ? FusedPair::LinearGradGelu
+                                        : FusedPair::LinearGelu);
+  if (ex->kernels->fusesResidualNorms())
+    for (const ResidualNormPlan &p : planResidualNorms(*stage))
+      ex->fusedPairs.emplace(stage->instructions()->Get(p.first),
+                             p.backward ? FusedPair::LayerNormGradAdd
+                                        : FusedPair::AddLayerNorm);
   out = std::move(ex);
   return Status::success();
 }

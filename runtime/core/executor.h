@@ -19,7 +19,6 @@
 #include "runtime/core/bf16_staging.h"
 #include "runtime/core/buffer_memory.h"
 #include "runtime/core/communicator.h"
-#include "runtime/core/gelu_epilogues.h"
 #include "runtime/core/kernel_backend.h"
 #include "runtime/core/status.h"
 #include "runtime/program/program.h"
@@ -293,13 +292,22 @@ private:
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
       const AdamWGroupPlan &group);
-  /// Instructions plan.first and plan.first + 1 of `list` in one
-  /// KernelBackend::linearGelu / linearGradGelu call (gelu_epilogues.h);
-  /// `ran` false: the backend declined the pair and nothing ran.
-  Status runGeluEpilogue(
+  /// Two adjacent instructions of the micro-batch list a backend runs as
+  /// one call: a GEMM and its GELU (gelu_epilogues.h), a residual Add and
+  /// a layer norm (residual_norms.h).
+  enum class FusedPair {
+    LinearGelu,
+    LinearGradGelu,
+    AddLayerNorm,
+    LayerNormGradAdd
+  };
+  /// Instructions `first` and first + 1 of `list` in one KernelBackend
+  /// call of `pair`'s kind; `ran` false: the backend declined the pair and
+  /// nothing ran.
+  Status runFusedPair(
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
-      const GeluEpiloguePlan &plan, bool &ran);
+      uint32_t first, FusedPair pair, bool &ran);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.
   Status runBF16Natively(const program::Instruction &ins,
@@ -401,11 +409,10 @@ private:
   /// The update list's AdamW groups by their first instruction (made at
   /// load when the kernels group AdamW updates; empty otherwise).
   std::unordered_map<const program::Instruction *, AdamWGroupPlan> adamwGroups;
-  /// The micro-batch list's GEMM + GELU pairs by their first instruction
-  /// (made at load when the kernels fuse them; empty otherwise; a pair the
-  /// backend declines is dropped when it first runs).
-  std::unordered_map<const program::Instruction *, GeluEpiloguePlan>
-      geluEpilogues;
+  /// The micro-batch list's fused pairs by their first instruction (made
+  /// at load for the kinds the kernels fuse; a pair the backend declines
+  /// is dropped when it first runs).
+  std::unordered_map<const program::Instruction *, FusedPair> fusedPairs;
   uint8_t *bf16Staging = nullptr;
   uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and

@@ -548,37 +548,53 @@ Status Executor::runAdamWGroup(
 }
 
 //===----------------------------------------------------------------------===//
-// A GEMM and its GELU in one call
+// Two instructions in one call
 //===----------------------------------------------------------------------===//
 
-Status Executor::runGeluEpilogue(
+Status Executor::runFusedPair(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
-    const GeluEpiloguePlan &plan, bool &ran) {
-  const program::Instruction &gemm = *list.Get(plan.first),
-                             &gelu = *list.Get(plan.first + 1);
-  LOOM_RETURN_IF_ERROR(completeInFlight(&gemm));
-  LOOM_RETURN_IF_ERROR(completeInFlight(&gelu));
+    uint32_t first, FusedPair pair, bool &ran) {
+  const program::Instruction &one = *list.Get(first),
+                             &two = *list.Get(first + 1);
+  LOOM_RETURN_IF_ERROR(completeInFlight(&one));
+  LOOM_RETURN_IF_ERROR(completeInFlight(&two));
   auto typed = [&](uint32_t b) {
     return TypedOperand{bufferData(b), bufferDType(b), &shapes[b]};
   };
-  auto typedAll = [&](const flatbuffers::Vector<uint32_t> &buffers) {
+  auto typedAll = [&](const flatbuffers::Vector<uint32_t> *buffers) {
     std::vector<TypedOperand> out;
-    for (uint32_t b : buffers)
-      out.push_back(typed(b));
+    if (buffers)
+      for (uint32_t b : *buffers)
+        out.push_back(typed(b));
     return out;
   };
-  const std::vector<TypedOperand> inputs = typedAll(*gemm.inputs()),
-                                  outputs = typedAll(*gemm.outputs());
+  const std::vector<TypedOperand> in = typedAll(one.inputs()),
+                                  out = typedAll(one.outputs()),
+                                  scratch = typedAll(one.scratch());
   ran = false;
-  if (plan.backward)
+  switch (pair) {
+  case FusedPair::LinearGelu:
+    // Gelu: in pre, out the GELU.
+    return kernels->linearGelu(in, out[0], typed(two.outputs()->Get(0)), ran);
+  case FusedPair::LinearGradGelu:
     // GeluGrad: in (dout = the LinearGrad's dx, pre), out dpre.
-    LOOM_RETURN_IF_ERROR(
-        kernels->linearGradGelu(inputs, outputs, typed(gelu.inputs()->Get(1)),
-                                typed(gelu.outputs()->Get(0)), ran));
-  else
-    LOOM_RETURN_IF_ERROR(kernels->linearGelu(
-        inputs, outputs[0], typed(gelu.outputs()->Get(0)), ran));
-  return Status::success();
+    return kernels->linearGradGelu(in, out, typed(two.inputs()->Get(1)),
+                                   typed(two.outputs()->Get(0)), ran);
+  case FusedPair::AddLayerNorm:
+    // LayerNorm: in (the Add's sum, weight, bias), out y.
+    return kernels->addLayerNorm(two, in[0], in[1], out[0],
+                                 typedAll(two.inputs()),
+                                 typed(two.outputs()->Get(0)), ran);
+  case FusedPair::LayerNormGradAdd: {
+    // Add: in (residual, dx) or (dx, residual), out the sum.
+    const uint32_t dx = one.outputs()->Get(0);
+    const uint32_t a = two.inputs()->Get(0), b = two.inputs()->Get(1);
+    const uint32_t residual = byteRange(a) == byteRange(dx) ? b : a;
+    return kernels->layerNormGradAdd(one, in, out, scratch, typed(residual),
+                                     typed(two.outputs()->Get(0)), ran);
+  }
+  }
+  return Status::error("unknown fused instruction pair");
 }
 
 } // namespace loom

@@ -53,11 +53,12 @@ Status Executor::runList(
       if (g != adamwGroups.end() && i + g->second.count <= end)
         group = &g->second;
     }
-    // A GEMM and its GELU (gelu_epilogues.h) run as one call.
-    const GeluEpiloguePlan *fused = nullptr;
-    if (!update && chunk < 0 && !geluEpilogues.empty()) {
-      auto f = geluEpilogues.find(ins);
-      if (f != geluEpilogues.end() && i + 2 <= end)
+    // A fused pair (a GEMM and its GELU, a residual Add and a layer norm)
+    // runs as one call.
+    const FusedPair *fused = nullptr;
+    if (!update && chunk < 0 && !fusedPairs.empty()) {
+      auto f = fusedPairs.find(ins);
+      if (f != fusedPairs.end() && i + 2 <= end)
         fused = &f->second;
     }
     uint32_t covered = group ? group->count : fused ? 2 : 1;
@@ -68,14 +69,14 @@ Status Executor::runList(
       if (group) {
         s = runAdamWGroup(*list, *group);
       } else if (fused) {
-        s = runGeluEpilogue(*list, *fused, ranFused);
+        s = runFusedPair(*list, i, *fused, ranFused);
         if (s.ok() && !ranFused) {
           // The backend declined the pair (its shapes and pointers stay the
           // same every step): the two instructions run one by one from now
           // on, each its own span.
           fused = nullptr;
           covered = 1;
-          geluEpilogues.erase(ins);
+          fusedPairs.erase(ins);
         }
       }
       if (s.ok() && !group && !ranFused) {
@@ -102,10 +103,10 @@ Status Executor::runList(
                        " AdamW updates in one call)"
                  : " '" + (ins->name() ? ins->name()->str() : std::string()) +
                        "' (" + program::opcodeName(ins->opcode()) +
-                       (fused ? ", with the " +
+                       (fused ? ", run with the " +
                                     program::opcodeName(
                                         list->Get(i + 1)->opcode()) +
-                                    " after it in its GEMM's epilogue"
+                                    " after it in one call"
                               : std::string()) +
                        ")"));
     if (timings) {

@@ -30,6 +30,7 @@
 #ifndef LOOM_RUNTIME_CORE_GELU_EPILOGUES_H
 #define LOOM_RUNTIME_CORE_GELU_EPILOGUES_H
 
+#include "runtime/core/pair_fusion.h"
 #include "runtime/program/program.h"
 
 #include <cstdint>
@@ -40,10 +41,7 @@ namespace loom {
 /// Instructions `first` and first + 1 of a list, run as one
 /// KernelBackend::linearGelu (forward: Linear, Gelu) or linearGradGelu
 /// (backward: LinearGrad, GeluGrad) call.
-struct GeluEpiloguePlan {
-  uint32_t first = 0;
-  bool backward = false;
-};
+using GeluEpiloguePlan = pair_fusion::PairAt;
 
 /// The pairs of `stage.instructions()` (the stage must be verified) that
 /// qualify: every operand the fused GEMM reads or writes is BF16, what the

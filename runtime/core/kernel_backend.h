@@ -324,6 +324,44 @@ public:
   }
 
   //===--------------------------------------------------------------------===//
+  // Residual Adds fused with layer norms (residual_norms.h)
+  //===--------------------------------------------------------------------===//
+  /// Whether addLayerNorm and layerNormGradAdd run. The executor then gives
+  /// them the pairs planResidualNorms finds (all operands BF16).
+  virtual bool fusesResidualNorms() const { return false; }
+  /// An Add and the LayerNorm of its sum in one call: `sum` = a + b, then
+  /// the LayerNorm (`norm`: its epsilon) of it into `out`, bit for bit as
+  /// the two instructions; the LayerNorm's scratch statistics are not
+  /// written (read by nothing: planResidualNorms). `ran` false: nothing was
+  /// done, and the executor runs the two instructions.
+  virtual Status addLayerNorm(const program::Instruction &norm,
+                              const TypedOperand &a, const TypedOperand &b,
+                              const TypedOperand &sum,
+                              const std::vector<TypedOperand> &normInputs,
+                              const TypedOperand &out, bool &ran) {
+    (void)norm, (void)a, (void)b, (void)sum, (void)normInputs, (void)out;
+    ran = false;
+    return Status::success();
+  }
+  /// A LayerNormGrad and the Add of its input gradient to `residual`: the
+  /// LayerNormGrad's parameter gradients and scratch as it writes them, and
+  /// `sum` = residual + its input gradient (rounded as the two
+  /// instructions round), the input gradient itself not written (outputs[0]
+  /// is left as it was). `inputs`, `outputs`, `scratch` are the
+  /// LayerNormGrad's; `ran` as for addLayerNorm.
+  virtual Status layerNormGradAdd(const program::Instruction &grad,
+                                  const std::vector<TypedOperand> &inputs,
+                                  const std::vector<TypedOperand> &outputs,
+                                  const std::vector<TypedOperand> &scratch,
+                                  const TypedOperand &residual,
+                                  const TypedOperand &sum, bool &ran) {
+    (void)grad, (void)inputs, (void)outputs, (void)scratch, (void)residual,
+        (void)sum;
+    ran = false;
+    return Status::success();
+  }
+
+  //===--------------------------------------------------------------------===//
   // Mixed precision
   //===--------------------------------------------------------------------===//
   /// out[i] = in[i] rounded to bfloat16: to nearest, ties to even; a NaN

@@ -647,10 +647,10 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
           name = op + ": " + std::to_string(t.count) +
                  " update instructions from '" + name + "' in one call";
         } else if (t.count > 1) {
-          // A GEMM and its GELU (gelu_epilogues.h): "Linear+Gelu",
-          // "LinearGrad+GeluGrad".
+          // Two instructions in one call (gelu_epilogues.h,
+          // residual_norms.h): "Linear+Gelu", "LayerNormGrad+Add", ...
           op += "+" + program::opcodeName(list->Get(t.index + 1)->opcode());
-          name += " (" + op + " in one GEMM)";
+          name += " (" + op + " in one call)";
         }
         trace.addComplete(name,
                           program::isCollective(ins->opcode()) ? "communication"

@@ -69,6 +69,12 @@ Status parseGeluEpilogue(const char *value, bool &out) {
                      "the instructions one by one", out);
 }
 
+Status parseResidualNorm(const char *value, bool &out) {
+  return parseSwitch("LOOM_CUDA_RESIDUAL_NORM", value,
+                     "a residual Add and a layer norm in one kernel",
+                     "the instructions one by one", out);
+}
+
 Status CudaKernels::create(cudaStream_t computeStream,
                            std::unique_ptr<CudaKernels> &out) {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
@@ -79,6 +85,8 @@ Status CudaKernels::create(cudaStream_t computeStream,
       parseGroupAdamW(std::getenv("LOOM_CUDA_GROUP_ADAMW"), k->groupAdamW));
   LOOM_RETURN_IF_ERROR(parseGeluEpilogue(std::getenv("LOOM_CUDA_GELU_EPILOGUE"),
                                          k->geluEpilogue));
+  LOOM_RETURN_IF_ERROR(parseResidualNorm(std::getenv("LOOM_CUDA_RESIDUAL_NORM"),
+                                         k->residualNorm));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();

@@ -55,15 +55,23 @@ Status parseGroupAdamW(const char *value, bool &out);
 /// (the instructions one by one, to compare); anything else is an error.
 Status parseGeluEpilogue(const char *value, bool &out);
 
+/// Parses the value of LOOM_CUDA_RESIDUAL_NORM: "1" or null / empty (the
+/// default: a bf16 residual Add and the LayerNorm after it, and a
+/// LayerNormGrad and the Add of its input gradient, run as one kernel,
+/// residual_norms.h) or "0" (the instructions one by one, to compare);
+/// anything else is an error.
+Status parseResidualNorm(const char *value, bool &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
   /// `computeStream` (not owned; must outlive this object). The attention
   /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
   /// parseAttentionKernel), whether AdamW updates run grouped
-  /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW) and whether GELUs run in
-  /// their GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue); a
-  /// bad value is an error here.
+  /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW), whether GELUs run in their
+  /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue) and
+  /// residual Adds with layer norms (LOOM_CUDA_RESIDUAL_NORM,
+  /// parseResidualNorm); a bad value is an error here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -193,6 +201,19 @@ public:
                         const std::vector<TypedOperand> &outputs,
                         const TypedOperand &pre, const TypedOperand &dpre,
                         bool &ran) override;
+  /// kernels_bf16.h's residual layer norm kernels (cuda_kernels_bf16.cpp),
+  /// unless LOOM_CUDA_RESIDUAL_NORM=0.
+  bool fusesResidualNorms() const override { return residualNorm; }
+  Status addLayerNorm(const program::Instruction &norm, const TypedOperand &a,
+                      const TypedOperand &b, const TypedOperand &sum,
+                      const std::vector<TypedOperand> &normInputs,
+                      const TypedOperand &out, bool &ran) override;
+  Status layerNormGradAdd(const program::Instruction &grad,
+                          const std::vector<TypedOperand> &inputs,
+                          const std::vector<TypedOperand> &outputs,
+                          const std::vector<TypedOperand> &scratch,
+                          const TypedOperand &residual, const TypedOperand &sum,
+                          bool &ran) override;
   Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
   Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
   /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
@@ -236,6 +257,13 @@ private:
                    const TypedOperand &A, int64_t lda, const TypedOperand &B,
                    int64_t ldb, const TypedOperand &C, int64_t ldc,
                    const TypedOperand *bias);
+  /// A LayerNormGrad's statistics recomputed into fp32 workspace (and its
+  /// scratch buffers), and the workspace for its parameter gradients'
+  /// partial sums.
+  Status layernormGradStatistics(const program::Instruction &grad,
+                                 const std::vector<TypedOperand> &in,
+                                 const std::vector<TypedOperand> &scr,
+                                 float *&stats, float *&partials);
   /// fp64 per-chunk partial sums for mixedColumnSum of outer x inner.
   Status columnSumWorkspace(int64_t outer, int64_t inner, double *&partials);
   /// A LinearGrad's dweight and, with a third output, dbias (in: dout,
@@ -252,6 +280,7 @@ private:
   AttentionKernel attention = AttentionKernel::Flash;
   bool groupAdamW = true;
   bool geluEpilogue = true;
+  bool residualNorm = true;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

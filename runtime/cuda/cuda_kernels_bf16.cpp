@@ -276,6 +276,72 @@ Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
   return Status::success();
 }
 
+Status CudaKernels::layernormGradStatistics(
+    const program::Instruction &grad, const std::vector<TypedOperand> &in,
+    const std::vector<TypedOperand> &scr, float *&stats, float *&partials) {
+  const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
+  // Statistics recomputed in fp32 (the staging's slots hold them in fp32
+  // too), also written to the scratch buffers as the opcode promises.
+  void *ws = nullptr;
+  LOOM_RETURN_IF_ERROR(bf16Workspace(
+      kSlotStats, static_cast<uint64_t>(2 * N) * sizeof(float), ws));
+  stats = static_cast<float *>(ws);
+  LOOM_RETURN_IF_ERROR(mixedLayernormForward(
+      {}, scr.empty() ? FloatRef{} : ref(scr[0]),
+      scr.empty() ? FloatRef{} : ref(scr[1]), stats, stats + N, ref(in[1]),
+      ref(in[2]), {}, N, C, static_cast<float>(grad.epsilon()), computeStream));
+  LOOM_RETURN_IF_ERROR(bf16Workspace(
+      kSlotResult, static_cast<uint64_t>(2 * rowChunks(N) * C) * sizeof(float),
+      ws));
+  partials = static_cast<float *>(ws);
+  return Status::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Residual Adds fused with layer norms (residual_norms.h)
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::addLayerNorm(const program::Instruction &norm,
+                                 const TypedOperand &a, const TypedOperand &b,
+                                 const TypedOperand &sum,
+                                 const std::vector<TypedOperand> &normInputs,
+                                 const TypedOperand &out, bool &ran) {
+  ran = false;
+  const int64_t C = sum.shape->back(), N = numel(sum) / C;
+  if (!residualNorm ||
+      !residualLayernormFits(C, {ref(sum), ref(out), ref(a), ref(b),
+                                 ref(normInputs[1]), ref(normInputs[2])}))
+    return Status::success();
+  LOOM_RETURN_IF_ERROR(residualAddLayernormForward(
+      ref(sum), ref(out), ref(a), ref(b), ref(normInputs[1]),
+      ref(normInputs[2]), N, C, static_cast<float>(norm.epsilon()),
+      computeStream));
+  ran = true;
+  return Status::success();
+}
+
+Status CudaKernels::layerNormGradAdd(const program::Instruction &grad,
+                                     const std::vector<TypedOperand> &in,
+                                     const std::vector<TypedOperand> &out,
+                                     const std::vector<TypedOperand> &scratch,
+                                     const TypedOperand &residual,
+                                     const TypedOperand &sum, bool &ran) {
+  ran = false;
+  const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
+  if (!residualNorm || N == 0 ||
+      !residualLayernormFits(
+          C, {ref(sum), ref(residual), ref(in[0]), ref(in[1]), ref(in[2])}))
+    return Status::success();
+  float *stats = nullptr, *partials = nullptr;
+  LOOM_RETURN_IF_ERROR(
+      layernormGradStatistics(grad, in, scratch, stats, partials));
+  LOOM_RETURN_IF_ERROR(layernormBackwardAddResidual(
+      ref(sum), ref(out[1]), ref(out[2]), ref(residual), ref(in[0]), ref(in[1]),
+      ref(in[2]), stats, stats + N, partials, N, C, computeStream));
+  ran = true;
+  return Status::success();
+}
+
 Status CudaKernels::runBF16Natively(const program::Instruction &ins,
                                     const std::vector<TypedOperand> &in,
                                     const std::vector<TypedOperand> &out,
@@ -375,16 +441,9 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   }
   case Opcode::LayerNormGrad: {
     const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
-    // Statistics recomputed in fp32 (the staging's slots hold them in fp32
-    // too), also written to the scratch buffers as the opcode promises.
-    float *stats = nullptr;
-    LOOM_RETURN_IF_ERROR(floats(kSlotStats, 2 * N, stats));
-    LOOM_RETURN_IF_ERROR(mixedLayernormForward(
-        none(), scr.empty() ? none() : ref(scr[0]),
-        scr.empty() ? none() : ref(scr[1]), stats, stats + N, ref(in[1]),
-        ref(in[2]), none(), N, C, static_cast<float>(ins.epsilon()), s));
-    float *partials = nullptr;
-    LOOM_RETURN_IF_ERROR(floats(kSlotResult, 2 * rowChunks(N) * C, partials));
+    float *stats = nullptr, *partials = nullptr;
+    LOOM_RETURN_IF_ERROR(
+        layernormGradStatistics(ins, in, scr, stats, partials));
     return mixedLayernormBackward(ref(out[0]), ref(out[1]), ref(out[2]),
                                   ref(in[0]), ref(in[1]), ref(in[2]), stats,
                                   stats + N, partials, N, C, s);

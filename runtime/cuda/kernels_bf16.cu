@@ -440,12 +440,17 @@ Kernel byLnGroups(int64_t C, Kernel one, Kernel two, Kernel three,
 /// kMaxLnFusedColumns) in 16-byte loads: the lane's 8-column groups (lane,
 /// lane + 32, ...) are read once and kept packed for the mean, the
 /// variance and the output. out (and then weight and bias) are bf16 and
-/// 16-byte aligned, or out is null (statistics only).
+/// 16-byte aligned, or out is null (statistics only). With `residual` the
+/// row normalized is inp + residual, rounded to bf16 and stored into `sum`
+/// first (a residual Add fused in, residual_norms.h: the bits mixedAdd
+/// writes); sum may be inp or residual (each lane reads its groups before
+/// it writes them).
 template <int kGroups>
 __global__ void layernormForwardRowsKernel(
     __nv_bfloat16 *out, FloatRef mean, FloatRef rstd, float *mean32,
-    float *rstd32, const __nv_bfloat16 *inp, const __nv_bfloat16 *weight,
-    const __nv_bfloat16 *bias, int64_t N, int64_t C, float eps) {
+    float *rstd32, const __nv_bfloat16 *inp, const __nv_bfloat16 *residual,
+    __nv_bfloat16 *sum, const __nv_bfloat16 *weight, const __nv_bfloat16 *bias,
+    int64_t N, int64_t C, float eps) {
   const int64_t row = warpIndex();
   const int lane = laneIndex();
   if (row >= N)
@@ -458,6 +463,16 @@ __global__ void layernormForwardRowsKernel(
   for (int g = 0; g < kGroups; ++g) {
     const int64_t group = lane + int64_t(kWarp) * g;
     xBits[g] = group < groups ? xRow[group] : make_uint4(0, 0, 0, 0);
+    if (residual && group < groups) {
+      float a[kVec], b[kVec];
+      widen8(a, xBits[g]);
+      widen8(b, reinterpret_cast<const uint4 *>(residual + row * C)[group]);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k)
+        a[k] += b[k];
+      xBits[g] = round8(a);
+      reinterpret_cast<uint4 *>(sum + row * C)[group] = xBits[g];
+    }
     float x[kVec];
     widen8(x, xBits[g]);
 #pragma unroll
@@ -571,13 +586,15 @@ __global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
 // layernormParamPartialKernel's, finished by layernormParamFinishKernel),
 // so the sums are deterministic. The separate partial and input kernels
 // read both operands twice, in 2-byte loads.
+//
+// With `residual`, dinp receives residual + dinp as a following bf16 Add
+// would write it (dinp rounded, then the sum rounded; residual_norms.h);
+// dinp may be residual.
 template <int kGroups>
-__global__ void __launch_bounds__(kThreads)
-    layernormBackwardFusedKernel(__nv_bfloat16 *dinp, float *partial,
-                                 const __nv_bfloat16 *dout,
-                                 const __nv_bfloat16 *inp,
-                                 const __nv_bfloat16 *weight, const float *mean,
-                                 const float *rstd, int64_t N, int64_t C) {
+__global__ void __launch_bounds__(kThreads) layernormBackwardFusedKernel(
+    __nv_bfloat16 *dinp, float *partial, const __nv_bfloat16 *dout,
+    const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, const float *mean,
+    const float *rstd, const __nv_bfloat16 *residual, int64_t N, int64_t C) {
   __shared__ float warpSums[kLnWarps * kMaxLnFusedColumns];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t chunk = blockIdx.x, chunks = (N + kRowChunk - 1) / kRowChunk;
@@ -640,7 +657,17 @@ __global__ void __launch_bounds__(kThreads)
         const float xhat = (x[k] - m) * r;
         out[k] = (w[k] * dy[k] - sumD - xhat * sumDX) * r;
       }
-      reinterpret_cast<uint4 *>(dinp + row * C)[group] = round8(out);
+      uint4 bits = round8(out);
+      if (residual) {
+        float res[kVec];
+        widen8(out, bits);
+        widen8(res, reinterpret_cast<const uint4 *>(residual + row * C)[group]);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k)
+          out[k] = res[k] + out[k];
+        bits = round8(out);
+      }
+      reinterpret_cast<uint4 *>(dinp + row * C)[group] = bits;
     }
   }
   if (!partial)
@@ -1147,7 +1174,7 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
         C, layernormForwardRowsKernel<1>, layernormForwardRowsKernel<2>,
         layernormForwardRowsKernel<3>, layernormForwardRowsKernel<4>);
     LOOM_LAUNCH(kernel, blocksForRows(N), kThreads, stream, y, mean, rstd,
-                mean32, rstd32, x, w, b, N, C, eps);
+                mean32, rstd32, x, nullptr, nullptr, w, b, N, C, eps);
     return Status::success();
   }
   LOOM_LAUNCH(layernormForwardKernel, blocksForRows(N), kThreads, stream, out,
@@ -1174,7 +1201,7 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
         C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
         layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
     LOOM_LAUNCH(kernel, blocks, kThreads, stream, dx, partial, dy, x, w, mean32,
-                rstd32, N, C);
+                rstd32, nullptr, N, C);
     if (params)
       LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
                   dweight, dbias, static_cast<const float *>(partials),
@@ -1193,6 +1220,61 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
   if (dinp.data)
     LOOM_LAUNCH(layernormBackwardInputKernel, blocksForRows(N), kThreads,
                 stream, dinp, dout, inp, weight, mean32, rstd32, N, C);
+  return Status::success();
+}
+
+bool residualLayernormFits(int64_t C,
+                           std::initializer_list<FloatRef> operands) {
+  return C <= kMaxLnFusedColumns && vectorizable(C, operands);
+}
+
+Status residualAddLayernormForward(FloatRef sum, FloatRef out, FloatRef a,
+                                   FloatRef b, FloatRef weight, FloatRef bias,
+                                   int64_t N, int64_t C, float eps,
+                                   cudaStream_t stream) {
+  LOOM_CHECK(residualLayernormFits(C, {sum, out, a, b, weight, bias}),
+             "the residual Add + LayerNorm kernel takes 16-byte aligned bf16 "
+             "rows of a multiple of 8 columns up to "
+                 << kMaxLnFusedColumns << ", got " << C);
+  const auto kernel = byLnGroups(
+      C, layernormForwardRowsKernel<1>, layernormForwardRowsKernel<2>,
+      layernormForwardRowsKernel<3>, layernormForwardRowsKernel<4>);
+  LOOM_LAUNCH(kernel, blocksForRows(N), kThreads, stream,
+              static_cast<__nv_bfloat16 *>(out.data), FloatRef{}, FloatRef{},
+              nullptr, nullptr, static_cast<const __nv_bfloat16 *>(a.data),
+              static_cast<const __nv_bfloat16 *>(b.data),
+              static_cast<__nv_bfloat16 *>(sum.data),
+              static_cast<const __nv_bfloat16 *>(weight.data),
+              static_cast<const __nv_bfloat16 *>(bias.data), N, C, eps);
+  return Status::success();
+}
+
+Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
+                                    FloatRef dbias, FloatRef residual,
+                                    FloatRef dout, FloatRef inp,
+                                    FloatRef weight, const float *mean32,
+                                    const float *rstd32, float *partials,
+                                    int64_t N, int64_t C, cudaStream_t stream) {
+  LOOM_CHECK(N > 0 &&
+                 residualLayernormFits(C, {sum, residual, dout, inp, weight}),
+             "the LayerNorm gradient + residual Add kernel takes 16-byte "
+             "aligned bf16 rows of a multiple of 8 columns up to "
+                 << kMaxLnFusedColumns << ", got " << N << " x " << C);
+  const bool params = dweight.data || dbias.data;
+  const auto kernel = byLnGroups(
+      C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
+      layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
+  LOOM_LAUNCH(kernel, static_cast<unsigned>(rowChunks(N)), kThreads, stream,
+              static_cast<__nv_bfloat16 *>(sum.data),
+              params ? partials : nullptr,
+              static_cast<const __nv_bfloat16 *>(dout.data),
+              static_cast<const __nv_bfloat16 *>(inp.data),
+              static_cast<const __nv_bfloat16 *>(weight.data), mean32, rstd32,
+              static_cast<const __nv_bfloat16 *>(residual.data), N, C);
+  if (params)
+    LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
+                dweight, dbias, static_cast<const float *>(partials),
+                rowChunks(N), C);
   return Status::success();
 }
 

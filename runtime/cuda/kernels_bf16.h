@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <cuda_runtime_api.h>
+#include <initializer_list>
 #include <vector>
 
 namespace loom::cuda {
@@ -103,6 +104,29 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               const float *mean32, const float *rstd32,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream);
+/// Whether the two kernels below take rows of C and these operands: all
+/// bf16, 16-byte aligned, C a multiple of 8 up to 1024 (GPT-2's widths).
+bool residualLayernormFits(int64_t C, std::initializer_list<FloatRef> operands);
+/// A residual Add and the LayerNorm of its sum in one pass over the rows
+/// (residual_norms.h): sum = a + b rounded as mixedAdd rounds it, then out
+/// as mixedLayernormForward computes it from sum, bit for bit (the row
+/// statistics are not stored). sum may be a or b. An error unless
+/// residualLayernormFits.
+Status residualAddLayernormForward(FloatRef sum, FloatRef out, FloatRef a,
+                                   FloatRef b, FloatRef weight, FloatRef bias,
+                                   int64_t N, int64_t C, float eps,
+                                   cudaStream_t stream);
+/// A LayerNorm gradient and the residual Add of its input gradient:
+/// mixedLayernormBackward's dweight and dbias, and sum = residual + dinp
+/// (dinp rounded, then the sum, as mixedAdd would add them), dinp itself
+/// not written; bit for bit the two instructions' results. sum may be
+/// residual. An error unless residualLayernormFits.
+Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
+                                    FloatRef dbias, FloatRef residual,
+                                    FloatRef dout, FloatRef inp,
+                                    FloatRef weight, const float *mean32,
+                                    const float *rstd32, float *partials,
+                                    int64_t N, int64_t C, cudaStream_t stream);
 Status mixedSoftmaxForward(FloatRef out, FloatRef inp, int64_t N, int64_t C,
                            cudaStream_t stream);
 Status mixedSoftmaxBackward(FloatRef dinp, FloatRef dout, FloatRef out,

@@ -359,6 +359,93 @@ TEST(BF16KernelEmulation, LayerNormForwardAndGradient) {
     checkLayerNorm(260, C);
 }
 
+namespace {
+
+bool sameBits(const BF16Tensor &a, const BF16Tensor &b) {
+  return a.bits == b.bits;
+}
+
+} // namespace
+
+TEST(BF16KernelEmulation, ResidualLayerNormKernelsGiveTheInstructionsBits) {
+  // residual_norms.h's kernels against the two instructions' kernels
+  // (mixedAdd, mixedLayernormForward / mixedLayernormBackward), bit for
+  // bit: C = 264 (33 groups: lane 0 holds two) and 768 (GPT-2); N past two
+  // 128-row chunks of the parameter gradients. Then with the sum over one
+  // of the rows read (as the buffer planner lays some out).
+  for (int64_t C : {264, 768}) {
+    SCOPED_TRACE("C=" + std::to_string(C));
+    const int64_t N = 260;
+    const float eps = 1e-5f;
+    BF16Tensor a = randomBF16(N * C, 31, -2, 2), b = randomBF16(N * C, 32),
+               w = randomBF16(C, 33, 0.5f, 1.5f), bias = randomBF16(C, 34);
+    // Forward, the instructions: s = a + b; y = LayerNorm(s).
+    BF16Tensor s(N * C), y(N * C);
+    std::vector<float> mean(N), rstd(N);
+    ASSERT_TRUE(
+        emulated::mixedAdd(s.ref(), a.ref(), b.ref(), N * C, N * C, kNoStream)
+            .ok());
+    ASSERT_TRUE(emulated::mixedLayernormForward(
+                    y.ref(), f32(mean), f32(rstd), nullptr, nullptr, s.ref(),
+                    w.ref(), bias.ref(), N, C, eps, kNoStream)
+                    .ok());
+    ASSERT_TRUE(emulated::residualLayernormFits(
+        C, {s.ref(), y.ref(), a.ref(), b.ref(), w.ref(), bias.ref()}));
+    BF16Tensor fusedS(N * C), fusedY(N * C);
+    ASSERT_TRUE(emulated::residualAddLayernormForward(
+                    fusedS.ref(), fusedY.ref(), a.ref(), b.ref(), w.ref(),
+                    bias.ref(), N, C, eps, kNoStream)
+                    .ok());
+    EXPECT_TRUE(sameBits(fusedS, s)) << "the sum";
+    EXPECT_TRUE(sameBits(fusedY, y)) << "the layer norm";
+    BF16Tensor overA = a, overAY(N * C);
+    ASSERT_TRUE(emulated::residualAddLayernormForward(
+                    overA.ref(), overAY.ref(), overA.ref(), b.ref(), w.ref(),
+                    bias.ref(), N, C, eps, kNoStream)
+                    .ok());
+    EXPECT_TRUE(sameBits(overA, s)) << "the sum over a";
+    EXPECT_TRUE(sameBits(overAY, y)) << "the layer norm of the sum over a";
+
+    // Backward, the instructions: dx, dw, db = LayerNormGrad(dy, s, w);
+    // sum = dres + dx.
+    BF16Tensor dy = randomBF16(N * C, 35), dres = randomBF16(N * C, 36);
+    BF16Tensor dx(N * C), dw(C), db(C), sum(N * C);
+    std::vector<float> partials(2 * emulated::rowChunks(N) * C);
+    ASSERT_TRUE(emulated::mixedLayernormBackward(
+                    dx.ref(), dw.ref(), db.ref(), dy.ref(), s.ref(), w.ref(),
+                    mean.data(), rstd.data(), partials.data(), N, C, kNoStream)
+                    .ok());
+    ASSERT_TRUE(emulated::mixedAdd(sum.ref(), dres.ref(), dx.ref(), N * C,
+                                   N * C, kNoStream)
+                    .ok());
+    BF16Tensor fusedSum(N * C), fusedDw(C), fusedDb(C);
+    ASSERT_TRUE(emulated::layernormBackwardAddResidual(
+                    fusedSum.ref(), fusedDw.ref(), fusedDb.ref(), dres.ref(),
+                    dy.ref(), s.ref(), w.ref(), mean.data(), rstd.data(),
+                    partials.data(), N, C, kNoStream)
+                    .ok());
+    EXPECT_TRUE(sameBits(fusedSum, sum)) << "the gradient sum";
+    EXPECT_TRUE(sameBits(fusedDw, dw)) << "dweight";
+    EXPECT_TRUE(sameBits(fusedDb, db)) << "dbias";
+    BF16Tensor overDy = dy, overDw(C), overDb(C);
+    ASSERT_TRUE(emulated::layernormBackwardAddResidual(
+                    overDy.ref(), overDw.ref(), overDb.ref(), dres.ref(),
+                    overDy.ref(), s.ref(), w.ref(), mean.data(), rstd.data(),
+                    partials.data(), N, C, kNoStream)
+                    .ok());
+    EXPECT_TRUE(sameBits(overDy, sum)) << "the gradient sum over dout";
+    EXPECT_TRUE(sameBits(overDw, dw)) << "dweight, the sum over dout";
+  }
+  // What the kernels do not take: a width that is no multiple of 8, an
+  // operand 2 bytes off 16-byte alignment, an fp32 operand.
+  BF16Tensor t = randomBF16(8 * 72, 37);
+  EXPECT_FALSE(emulated::residualLayernormFits(36, {t.ref()}));
+  EXPECT_FALSE(
+      emulated::residualLayernormFits(64, {FloatRef{t.bits.data() + 1, true}}));
+  std::vector<float> f(64);
+  EXPECT_FALSE(emulated::residualLayernormFits(64, {f32(f)}));
+}
+
 TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {
   const int64_t N = 6, C = 45;
   BF16Tensor x = randomBF16(N * C, 15, -3, 3), dout = randomBF16(N * C, 16);

@@ -27,9 +27,7 @@ namespace {
 /// A bf16 MLP's forward and backward, the compiler's form. Buffer names:
 /// x, w1, b1, pre, act, w2, b2, y (forward); dy, dact, dw2, db2, dpre, dx,
 /// dw1, db1 (backward).
-struct Mlp {
-  std::unique_ptr<fb::ProgramT> program = emptyProgram(2, 4, 16);
-  StageBuilder s{*program->stages[0]};
+struct Mlp : PlacedStage {
   static constexpr fb::DType kBF16 = fb::DType::BF16;
 
   Mlp() {
@@ -57,35 +55,10 @@ struct Mlp {
     s.op(fb::Opcode::LinearGrad, "fc.grad", {dpre, x, w1}, {dx, dw1, db1});
   }
 
-  uint32_t operator[](const std::string &name) const { return s.find(name); }
-  fb::BufferT &buffer(const std::string &name) {
-    return *program->stages[0]->buffers[s.find(name)];
-  }
-  /// Puts buffer `name` at `other`'s bytes (as the buffer planner reuses
-  /// memory).
-  void alias(const std::string &name, const std::string &other) {
-    buffer(name).offset = buffer(other).offset;
-  }
-  /// A new bf16 buffer at `other`'s bytes.
-  uint32_t aliasOf(const std::string &other) {
-    const uint32_t b =
-        s.buffer("alias." + other, buffer(other).shape, buffer(other).dtype);
-    program->stages[0]->buffers[b]->offset = buffer(other).offset;
-    return b;
-  }
-  fb::InstructionT &instruction(size_t i) {
-    return *program->stages[0]->instructions[i];
-  }
-
-  /// The plans as (first, backward) pairs, through a packed program (the
-  /// planner reads the FlatBuffers tables the executor has).
-  std::vector<std::pair<uint32_t, bool>> plans() const {
-    flatbuffers::FlatBufferBuilder fbb;
-    fbb.Finish(fb::Program::Pack(fbb, program.get()));
-    const fb::Program *packed = fb::GetProgram(fbb.GetBufferPointer());
+  /// The plans as (first, backward) pairs.
+  std::vector<std::pair<uint32_t, bool>> plans() {
     std::vector<std::pair<uint32_t, bool>> out;
-    for (const GeluEpiloguePlan &p :
-         planGeluEpilogues(*packed->stages()->Get(0)))
+    for (const GeluEpiloguePlan &p : planGeluEpilogues(packed()))
       out.emplace_back(p.first, p.backward);
     return out;
   }
@@ -253,38 +226,20 @@ TEST(GeluEpilogues, Fp32OperandsAndLastMicrobatchInstructionsStayOut) {
 
 #if defined(LOOM_PATH) && defined(LOOM_SOURCE_DIR)
 TEST(GeluEpilogues, EveryMlpOfTheCompilersBf16ProgramsFuses) {
-  struct Case {
-    const char *config, *flags;
-    size_t forward, backward;
-  };
-  const Case cases[] = {
-      {"tiny.json", "--batch 8 --seq 32 --train --precision bf16", 2, 2},
-      // gpu-check's step d program.
-      {"gpt2-124m.json", "--batch 16 --seq 1024 --train --precision bf16", 12,
-       12},
-      // ZeRO-3: the buffer planner puts each Gelu's result where the
-      // gathered c_fc weight was (dead after the Linear), which the fused
-      // GEMM would overwrite while reading it; the backward pairs fuse.
-      {"tiny.json",
-       "--batch 8 --seq 32 --train --precision bf16 --mesh dp=2 --zero 3", 0,
-       2},
-      {"tiny.json", "--batch 8 --seq 32 --train", 0, 0},
-  };
-  for (const Case &c : cases) {
-    fb::LoadedProgram loaded;
-    if (!compileExample(c.config, c.flags, loaded))
-      continue;
-    SCOPED_TRACE(std::string(c.config) + " " + c.flags);
-    const fb::Stage &stage = *loaded.root()->stages()->Get(0);
-    size_t forward = 0, backward = 0;
-    for (const GeluEpiloguePlan &p : planGeluEpilogues(stage)) {
-      const auto *first = stage.instructions()->Get(p.first);
-      EXPECT_EQ(first->opcode(),
-                p.backward ? fb::Opcode::LinearGrad : fb::Opcode::Linear);
-      ++(p.backward ? backward : forward);
-    }
-    EXPECT_EQ(forward, c.forward);
-    EXPECT_EQ(backward, c.backward);
-  }
+  expectCompiledPairs(
+      {
+          {"tiny.json", "--batch 8 --seq 32 --train --precision bf16", 2, 2},
+          // gpu-check's step d program.
+          {"gpt2-124m.json", "--batch 16 --seq 1024 --train --precision bf16",
+           12, 12},
+          // ZeRO-3: the buffer planner puts each Gelu's result where the
+          // gathered c_fc weight was (dead after the Linear), which the fused
+          // GEMM would overwrite while reading it; the backward pairs fuse.
+          {"tiny.json",
+           "--batch 8 --seq 32 --train --precision bf16 --mesh dp=2 --zero 3",
+           0, 2},
+          {"tiny.json", "--batch 8 --seq 32 --train", 0, 0},
+      },
+      planGeluEpilogues, fb::Opcode::Linear, fb::Opcode::LinearGrad);
 }
 #endif

@@ -231,7 +231,74 @@ inline bool compileExample(const std::string &config, const std::string &flags,
   EXPECT_TRUE(s.ok()) << s.toString();
   return s.ok();
 }
+
+/// A compiled program and how many pairs of each kind a pair planner
+/// (gelu_epilogues.h, residual_norms.h) should find in its stage 0.
+struct CompiledPairsCase {
+  const char *config, *flags;
+  size_t forward, backward;
+};
+
+/// Compiles each case and counts the pairs `plan` finds, each starting
+/// with `forwardOp` or `backwardOp`.
+template <typename Pair>
+void expectCompiledPairs(const std::vector<CompiledPairsCase> &cases,
+                         std::vector<Pair> (*plan)(const fb::Stage &),
+                         fb::Opcode forwardOp, fb::Opcode backwardOp) {
+  for (const CompiledPairsCase &c : cases) {
+    fb::LoadedProgram loaded;
+    if (!compileExample(c.config, c.flags, loaded))
+      continue;
+    SCOPED_TRACE(std::string(c.config) + " " + c.flags);
+    const fb::Stage &stage = *loaded.root()->stages()->Get(0);
+    size_t forward = 0, backward = 0;
+    for (const Pair &p : plan(stage)) {
+      EXPECT_EQ(stage.instructions()->Get(p.first)->opcode(),
+                p.backward ? backwardOp : forwardOp);
+      ++(p.backward ? backward : forward);
+    }
+    EXPECT_EQ(forward, c.forward);
+    EXPECT_EQ(backward, c.backward);
+  }
+}
 #endif
+
+/// A one-stage program a test builds and then re-places buffers of (as the
+/// buffer planner reuses bytes), for the planners that read the packed
+/// tables (gelu_epilogues.h, residual_norms.h).
+struct PlacedStage {
+  std::unique_ptr<fb::ProgramT> program = emptyProgram(2, 4, 16);
+  StageBuilder s{*program->stages[0]};
+
+  uint32_t operator[](const std::string &name) const { return s.find(name); }
+  fb::BufferT &buffer(const std::string &name) {
+    return *program->stages[0]->buffers[s.find(name)];
+  }
+  fb::InstructionT &instruction(size_t i) {
+    return *program->stages[0]->instructions[i];
+  }
+  /// Puts buffer `name` at `other`'s bytes, `shift` bytes on.
+  void alias(const std::string &name, const std::string &other,
+             uint64_t shift = 0) {
+    buffer(name).offset = buffer(other).offset + shift;
+  }
+  /// A new buffer of `other`'s shape and dtype on its bytes.
+  uint32_t aliasOf(const std::string &other) {
+    const uint32_t b =
+        s.buffer("alias." + other, buffer(other).shape, buffer(other).dtype);
+    program->stages[0]->buffers[b]->offset = buffer(other).offset;
+    return b;
+  }
+  /// Stage 0 packed (valid until the next call).
+  const fb::Stage &packed() {
+    packer.Clear();
+    packer.Finish(fb::Program::Pack(packer, program.get()));
+    return *fb::GetProgram(packer.GetBufferPointer())->stages()->Get(0);
+  }
+
+private:
+  flatbuffers::FlatBufferBuilder packer;
+};
 
 /// Serializes `program` into program file bytes (FlatBuffer + envelope).
 inline std::string serialize(const fb::ProgramT &program) {
