@@ -300,6 +300,56 @@ TEST_F(CudaKernelTest, BF16BiasGradientInWideLoads) {
   expectClose(gotF, want, 1.0 / 128, 1e-5, "bf16 bias gradient");
 }
 
+TEST_F(CudaKernelTest, ResidualLayerNormKernelsGiveTheInstructionsBits) {
+  // residual_norms.h's kernels on the device at GPT-2's width against the
+  // two instructions' kernels (mixedAdd, then the layer norm or its
+  // gradient), bit for bit (BF16KernelEmulation checks more shapes).
+  const int64_t N = 300, C = 768;
+  auto bf16Of = [](std::vector<float> v) {
+    std::vector<uint16_t> bits(v.size());
+    floatsToBF16(bits.data(), v.data(), static_cast<int64_t>(v.size()));
+    return bits;
+  };
+  DeviceVector<uint16_t> a(bf16Of(randomVector(N * C, 51, -2, 2))),
+      b(bf16Of(randomVector(N * C, 52))),
+      w(bf16Of(randomVector(C, 53, 0.5f, 1.5f))),
+      bias(bf16Of(randomVector(C, 54))), dy(bf16Of(randomVector(N * C, 55))),
+      dres(bf16Of(randomVector(N * C, 56)));
+  DeviceVector<uint16_t> s(N * C), y(N * C), fusedS(N * C), fusedY(N * C);
+  DeviceVector<float> mean(N), rstd(N);
+  auto bf = [](DeviceVector<uint16_t> &v) {
+    return cuda::FloatRef{v.get(), true};
+  };
+  ASSERT_TRUE(cuda::mixedAdd(bf(s), bf(a), bf(b), N * C, N * C, stream).ok());
+  ASSERT_TRUE(cuda::mixedLayernormForward(bf(y), {}, {}, mean.get(), rstd.get(),
+                                          bf(s), bf(w), bf(bias), N, C, 1e-5f,
+                                          stream)
+                  .ok());
+  ASSERT_TRUE(cuda::residualAddLayernormForward(bf(fusedS), bf(fusedY), bf(a),
+                                                bf(b), bf(w), bf(bias), N, C,
+                                                1e-5f, stream)
+                  .ok());
+  EXPECT_EQ(fusedS.host(), s.host()) << "the sum";
+  EXPECT_EQ(fusedY.host(), y.host()) << "the layer norm";
+  DeviceVector<uint16_t> dx(N * C), dw(C), db(C), sum(N * C), fusedSum(N * C),
+      fusedDw(C), fusedDb(C);
+  DeviceVector<float> partials(2 * cuda::rowChunks(N) * C);
+  ASSERT_TRUE(cuda::mixedLayernormBackward(bf(dx), bf(dw), bf(db), bf(dy),
+                                           bf(s), bf(w), mean.get(), rstd.get(),
+                                           partials.get(), N, C, stream)
+                  .ok());
+  ASSERT_TRUE(
+      cuda::mixedAdd(bf(sum), bf(dres), bf(dx), N * C, N * C, stream).ok());
+  ASSERT_TRUE(cuda::layernormBackwardAddResidual(
+                  bf(fusedSum), bf(fusedDw), bf(fusedDb), bf(dres), bf(dy),
+                  bf(s), bf(w), mean.get(), rstd.get(), partials.get(), N, C,
+                  stream)
+                  .ok());
+  EXPECT_EQ(fusedSum.host(), sum.host()) << "the gradient sum";
+  EXPECT_EQ(fusedDw.host(), dw.host()) << "dweight";
+  EXPECT_EQ(fusedDb.host(), db.host()) << "dbias";
+}
+
 TEST_F(CudaKernelTest, CausalAttention) {
   const int64_t B = 2, T = 37, C = 48, NH = 4;
   auto qkv = randomVector(B * T * 3 * C, 19), dout = randomVector(B * T * C, 20);
