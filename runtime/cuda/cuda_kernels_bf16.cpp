@@ -307,7 +307,9 @@ Status CudaKernels::addLayerNorm(const program::Instruction &norm,
                                  const std::vector<TypedOperand> &normInputs,
                                  const TypedOperand &out, bool &ran) {
   ran = false;
-  const int64_t C = sum.shape->back(), N = numel(sum) / C;
+  // The LayerNorm normalizes rows of its own input's last dimension (the
+  // Add's sum, by bytes; its shape may differ).
+  const int64_t C = normInputs[0].shape->back(), N = numel(normInputs[0]) / C;
   if (!residualNorm ||
       !residualLayernormFits(C, {ref(sum), ref(out), ref(a), ref(b),
                                  ref(normInputs[1]), ref(normInputs[2])}))
