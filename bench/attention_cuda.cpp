@@ -105,12 +105,18 @@ void addRow(std::string &json, const char *kernel, double forwardMs,
   json += row;
 }
 
-/// `out` = the n bf16 values at device `src`, widened to float. Returns
-/// main's exit code on a CUDA error, 0 otherwise.
-int bf16ToHost(const __nv_bfloat16 *src, int64_t n, std::vector<float> &out) {
-  std::vector<uint16_t> bits(n);
-  BENCH_CUDA(cudaMemcpy(bits.data(), src, n * 2, cudaMemcpyDeviceToHost));
-  out = loom::cuda::floatsFromBf16(bits);
+/// `outF` and `dqkvF` = a bf16 run's results (device `out`, nOut values;
+/// `dqkv`, nQkv), widened to float. Returns main's exit code on a CUDA
+/// error, 0 otherwise.
+int resultsToHost(const __nv_bfloat16 *out, int64_t nOut,
+                  const __nv_bfloat16 *dqkv, int64_t nQkv,
+                  std::vector<float> &outF, std::vector<float> &dqkvF) {
+  std::vector<uint16_t> bits(nOut);
+  BENCH_CUDA(cudaMemcpy(bits.data(), out, nOut * 2, cudaMemcpyDeviceToHost));
+  outF = loom::cuda::floatsFromBf16(bits);
+  bits.resize(nQkv);
+  BENCH_CUDA(cudaMemcpy(bits.data(), dqkv, nQkv * 2, cudaMemcpyDeviceToHost));
+  dqkvF = loom::cuda::floatsFromBf16(bits);
   return 0;
 }
 
@@ -146,9 +152,7 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
             f, g))
       return rc;
     std::vector<float> outF, dqkvF;
-    if (int rc = bf16ToHost(out, nOut, outF))
-      return rc;
-    if (int rc = bf16ToHost(dqkv, nQkv, dqkvF))
+    if (int rc = resultsToHost(out, nOut, dqkv, nQkv, outF, dqkvF))
       return rc;
     if (firstOut.empty()) {
       firstOut = outF;
@@ -282,9 +286,7 @@ int main(int argc, char **argv) {
             f, g))
       return rc;
     std::vector<float> outF, dqkvF;
-    if (int rc = bf16ToHost(bOut, nOut, outF))
-      return rc;
-    if (int rc = bf16ToHost(bDqkv, nQkv, dqkvF))
+    if (int rc = resultsToHost(bOut, nOut, bDqkv, nQkv, outF, dqkvF))
       return rc;
     addRow(json, "flash-bf16", f, g, maxAbsDiff(outF, outs[0]),
            maxAbsDiff(dqkvF, grads[0]), "  (bf16 inputs)");

@@ -361,10 +361,6 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     p = static_cast<float *>(ws);
     return Status::success();
   };
-  auto columnSumPartials = [&](int64_t outer, int64_t inner,
-                               double *&p) -> Status {
-    return columnSumWorkspace(outer, inner, p);
-  };
   // The loss's share of the global token count (CrossEntropy's `value`).
   auto tokenScale = [](int64_t N, double tokens) {
     return tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens)
@@ -395,7 +391,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   case Opcode::ReduceLeading: {
     const int64_t inner = numel(out[0]), outer = numel(in[0]) / inner;
     double *partials = nullptr;
-    LOOM_RETURN_IF_ERROR(columnSumPartials(outer, inner, partials));
+    LOOM_RETURN_IF_ERROR(columnSumWorkspace(outer, inner, partials));
     return mixedColumnSum(ref(out[0]), ref(in[0]), outer, inner, partials, s);
   }
   case Opcode::Linear: {

@@ -250,6 +250,7 @@ Status Gemm::checkArgs(const GemmArgs &g) const {
 Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
   bool ran = false;
   LOOM_RETURN_IF_ERROR(tryMatmul(g, stream, ran));
+  const char *why = epilogueMismatch(g);
   LOOM_CHECK(
       ran,
       "cuBLASLt has no algorithm for a "
@@ -257,31 +258,34 @@ Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
           << g.M << "x" << g.N << "x" << g.K << " GEMM (lda " << g.lda
           << ", ldb " << g.ldb << ", ldc " << g.ldc << (g.bias ? ", bias" : "")
           << (g.activation == GemmActivation::None ? "" : ", GELU epilogue")
-          << ")"
-          << (epilogueMismatch(g) ? std::string(": ") + epilogueMismatch(g)
-                                  : std::string()));
+          << ")" << (why ? std::string(": ") + why : std::string()));
+  return Status::success();
+}
+
+Status Gemm::prepare(const GemmArgs &g, GemmPlan *&plan, bool &runnable) {
+  plan = nullptr;
+  runnable = false;
+  LOOM_RETURN_IF_ERROR(checkArgs(g));
+  if (epilogueMismatch(g))
+    return Status::success();
+  if (g.M > 0 && g.N > 0)
+    LOOM_RETURN_IF_ERROR(planFor(g, plan));
+  runnable = plan || g.M == 0 || g.N == 0;
   return Status::success();
 }
 
 Status Gemm::canRun(const GemmArgs &g, bool &ok) {
-  ok = false;
-  LOOM_RETURN_IF_ERROR(checkArgs(g));
-  if (epilogueMismatch(g))
-    return Status::success();
   GemmPlan *plan = nullptr;
-  if (g.M > 0 && g.N > 0)
-    LOOM_RETURN_IF_ERROR(planFor(g, plan));
-  ok = plan || g.M == 0 || g.N == 0;
-  return Status::success();
+  return prepare(g, plan, ok);
 }
 
 Status Gemm::tryMatmul(const GemmArgs &g, cudaStream_t stream, bool &ran) {
-  // 1. Arguments; 2. the cached plan of this shape.
-  LOOM_RETURN_IF_ERROR(canRun(g, ran));
-  if (!ran || g.M == 0 || g.N == 0)
-    return Status::success();
+  // 1. Arguments; 2. the cached plan of this shape (none for an empty
+  // GEMM, which is done).
   GemmPlan *plan = nullptr;
-  LOOM_RETURN_IF_ERROR(planFor(g, plan));
+  LOOM_RETURN_IF_ERROR(prepare(g, plan, ran));
+  if (!plan)
+    return Status::success();
   // 3. Run. K == 0 gives C = beta C (+ bias), which cuBLASLt also handles.
   if (g.bias)
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(

@@ -134,6 +134,10 @@ private:
   /// no algorithm for it (remembered too).
   Status planFor(const GemmArgs &args, GemmPlan *&plan);
   Status checkArgs(const GemmArgs &args) const;
+  /// The arguments checked and the call's plan looked up: `runnable` false
+  /// when an epilogue rule or cuBLASLt refuses it; `plan` null then, and
+  /// for an empty GEMM (M or N 0, runnable with nothing to do).
+  Status prepare(const GemmArgs &args, GemmPlan *&plan, bool &runnable);
 
   cublasLtHandle_t handle = nullptr;
   void *workspace = nullptr;

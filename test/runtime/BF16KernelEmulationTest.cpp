@@ -444,6 +444,25 @@ TEST(BF16KernelEmulation, ResidualLayerNormKernelsGiveTheInstructionsBits) {
       emulated::residualLayernormFits(64, {FloatRef{t.bits.data() + 1, true}}));
   std::vector<float> f(64);
   EXPECT_FALSE(emulated::residualLayernormFits(64, {f32(f)}));
+  // Called anyway, they say so instead of launching.
+  BF16Tensor o(8 * 36);
+  const Status fwd = emulated::residualAddLayernormForward(
+      o.ref(), o.ref(), t.ref(), t.ref(), t.ref(), t.ref(), 8, 36, 1e-5f,
+      kNoStream);
+  EXPECT_NE(fwd.message().find("residual Add + LayerNorm kernel takes "
+                               "16-byte aligned bf16 rows of a multiple of 8 "
+                               "columns up to 1024, got 36"),
+            std::string::npos)
+      << fwd.message();
+  std::vector<float> stats(16), partials(2 * 36);
+  const Status bwd = emulated::layernormBackwardAddResidual(
+      o.ref(), o.ref(), o.ref(), t.ref(), t.ref(), t.ref(), t.ref(),
+      stats.data(), stats.data() + 8, partials.data(), 8, 36, kNoStream);
+  EXPECT_NE(bwd.message().find("LayerNorm gradient + residual Add kernel "
+                               "takes 16-byte aligned bf16 rows of a multiple "
+                               "of 8 columns up to 1024, got 8 x 36"),
+            std::string::npos)
+      << bwd.message();
 }
 
 TEST(BF16KernelEmulation, SoftmaxForwardAndBackward) {

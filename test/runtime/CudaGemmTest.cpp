@@ -165,6 +165,27 @@ TEST_F(CudaGemmTest, RefusesWhatCuBlasLtCannotDo) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not 16-byte aligned"), std::string::npos)
       << s.message();
+  // A leading dimension below the rows: cuBLASLt refuses the layout or
+  // offers no algorithm (a plan remembered as none: the second call says
+  // the same), and tryMatmul leaves it to the caller with nothing run.
+  g.bias = nullptr;
+  g.lda = 8;
+  for (int call = 0; call < 2; ++call) {
+    s = gemm.matmul(g, stream);
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(s.message().find("cuBLASLt has no algorithm for a fp32 -> "
+                                 "fp32 16x16x16 GEMM (lda 8") !=
+                    std::string::npos ||
+                s.message().find("failed: status") != std::string::npos)
+        << s.message();
+  }
+  DeviceVector<float> untouched(16 * 16, 7.0f);
+  g.C = untouched.get();
+  bool ran = true;
+  const Status t = gemm.tryMatmul(g, stream, ran);
+  EXPECT_TRUE(!t.ok() || !ran) << t.message();
+  for (float v : untouched.host())
+    ASSERT_EQ(v, 7.0f);
 }
 
 } // namespace
