@@ -64,25 +64,68 @@ size_t elemBytes(program::DType dtype) {
 // Setup
 //===----------------------------------------------------------------------===//
 
+template <typename Call>
+Status NcclCommunicator::watched(cudaStream_t stream, const std::string &what,
+                                 Call &&call) {
+  if (!watchdog)
+    return call();
+  const CollectiveWatchdog::Id id = watchdog->begin(what);
+  Status s = call();
+  if (!s.ok() || !stream) {
+    watchdog->finished(id);
+    return s;
+  }
+  return watchdog->issued(id, stream);
+}
+
 Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
                                 cudaStream_t computeStream,
+                                double timeoutSeconds,
                                 std::unique_ptr<NcclCommunicator> &out) {
   LOOM_RETURN_IF_ERROR(loadNccl());
+  LOOM_CHECK(timeoutSeconds >= 0, "the NCCL timeout must not be negative (got "
+                                      << timeoutSeconds << " s)");
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(rank, size));
   c->compute = computeStream;
   LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   LOOM_CUDA_CHECK(
       cudaEventCreateWithFlags(&c->computeDone, cudaEventDisableTiming));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&c->commDone, cudaEventDisableTiming));
+  // Watched from the start: joining waits for every rank to join.
+  if (timeoutSeconds > 0) {
+    NcclCommunicator *self = c.get();
+    c->watchdog = std::make_unique<CollectiveWatchdog>(
+        timeoutSeconds, [self] { return self->asyncErrors(); },
+        [self](const std::string &message) { self->stalled(message); });
+  }
   ncclUniqueId id;
   std::memcpy(&id, uniqueId, sizeof(id));
   ncclComm_t comm = nullptr;
-  LOOM_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-  c->world = comm;
+  LOOM_RETURN_IF_ERROR(
+      c->watched(nullptr,
+                 "ncclCommInitRank (joining the world of " +
+                     std::to_string(size) + " ranks)",
+                 [&] {
+                   LOOM_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+                   return Status::success();
+                 }));
+  {
+    std::lock_guard<std::mutex> lock(c->commsMutex);
+    c->world = comm;
+  }
   // The two point-to-point lanes: duplicates of the world (same ranks),
   // each with its own stream (collective: every rank creates both here).
   for (P2pLane *lane : {&c->up, &c->down}) {
-    LOOM_NCCL_CHECK(ncclCommSplit(comm, 0, rank, &lane->comm, nullptr));
+    ncclComm_t dup = nullptr;
+    LOOM_RETURN_IF_ERROR(
+        c->watched(nullptr, "ncclCommSplit (a point-to-point lane)", [&] {
+          LOOM_NCCL_CHECK(ncclCommSplit(comm, 0, rank, &dup, nullptr));
+          return Status::success();
+        }));
+    {
+      std::lock_guard<std::mutex> lock(c->commsMutex);
+      lane->comm = dup;
+    }
     LOOM_CUDA_CHECK(
         cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
     LOOM_CUDA_CHECK(
@@ -95,11 +138,14 @@ Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
 NcclCommunicator::~NcclCommunicator() {
   if (stream)
     cudaStreamSynchronize(stream);
-  for (P2pLane *lane : {&up, &down}) {
-    if (lane->stream) {
+  for (P2pLane *lane : {&up, &down})
+    if (lane->stream)
       cudaStreamSynchronize(lane->stream);
+  // Everything issued has completed: nothing left to watch.
+  watchdog.reset();
+  for (P2pLane *lane : {&up, &down}) {
+    if (lane->stream)
       cudaStreamDestroy(lane->stream);
-    }
     if (lane->comm)
       ncclCommDestroy(lane->comm);
     if (lane->done)
@@ -121,15 +167,69 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort(int code) {
-  for (auto &[mask, comm] : groups)
+  // Also called on the watchdog's thread while this one may be blocked in a
+  // NCCL call: abort (not destroy) is what NCCL allows then.
+  std::vector<ncclComm *> all;
+  {
+    std::lock_guard<std::mutex> lock(commsMutex);
+    all = communicatorsLocked();
+  }
+  for (ncclComm *comm : all)
     ncclCommAbort(comm);
-  for (P2pLane *lane : {&up, &down})
-    if (lane->comm)
-      ncclCommAbort(lane->comm);
-  if (world)
-    ncclCommAbort(world);
-  world = nullptr;
   std::_Exit(code);
+}
+
+std::vector<ncclComm *> NcclCommunicator::communicatorsLocked() const {
+  std::vector<ncclComm *> all;
+  for (const auto &[mask, comm] : groups)
+    all.push_back(comm);
+  for (const P2pLane *lane : {&up, &down})
+    if (lane->comm)
+      all.push_back(lane->comm);
+  if (world)
+    all.push_back(world);
+  return all;
+}
+
+std::string NcclCommunicator::asyncErrors() const {
+  // Under the lock: no communicator is destroyed while it is asked.
+  std::lock_guard<std::mutex> lock(commsMutex);
+  for (ncclComm *comm : communicatorsLocked()) {
+    ncclResult_t error = ncclSuccess;
+    const ncclResult_t asked = ncclCommGetAsyncError(comm, &error);
+    if (asked != ncclSuccess)
+      return std::string("ncclCommGetAsyncError failed: ") +
+             ncclGetErrorString(asked);
+    // ncclInProgress: a non-blocking call still running, not an error.
+    if (error != ncclSuccess && error != ncclInProgress)
+      return std::string(ncclGetErrorString(error)) + " (ncclResult_t " +
+             std::to_string(static_cast<int>(error)) + ")";
+  }
+  return std::string();
+}
+
+void NcclCommunicator::stalled(const std::string &message) {
+  std::fprintf(stderr, "loom-run: rank %d: error: %s; ending this rank\n",
+               rank(), message.c_str());
+  std::fflush(stderr);
+  abort(1);
+}
+
+std::string
+NcclCommunicator::axesName(const std::vector<uint32_t> &axes) const {
+  std::string names;
+  for (uint32_t a : axes)
+    if (a < meshAxes.size())
+      names += (names.empty() ? "" : ",") + meshAxes[a].name;
+  return groupSize(axes) == size() || names.empty() ? "the world"
+                                                    : "mesh axes " + names;
+}
+
+std::string
+NcclCommunicator::describe(const char *op, int64_t count, program::DType dtype,
+                           const std::vector<uint32_t> &axes) const {
+  return std::string(op) + " of " + std::to_string(count) + " " +
+         program::EnumNameDType(dtype) + " over " + axesName(axes);
 }
 
 void NcclCommunicator::meshChanged() {
@@ -141,9 +241,13 @@ void NcclCommunicator::meshChanged() {
            splitFor[a].size == meshAxes[a].size;
   if (same && !groups.empty())
     return;
-  for (auto &[mask, comm] : groups)
+  std::map<uint64_t, ncclComm *> old;
+  {
+    std::lock_guard<std::mutex> lock(commsMutex);
+    old.swap(groups);
+  }
+  for (auto &[mask, comm] : old)
     ncclCommDestroy(comm);
-  groups.clear();
   splitFor = meshAxes;
   splitStatus = splitGroups();
 }
@@ -166,9 +270,14 @@ Status NcclCommunicator::splitGroups() {
       if (!(mask >> a & 1))
         color = color * meshAxes[a].size + c[a];
     ncclComm_t split = nullptr;
-    LOOM_NCCL_CHECK(ncclCommSplit(world, static_cast<int>(color),
-                                  static_cast<int>(groupRank(axes)), &split,
-                                  nullptr));
+    LOOM_RETURN_IF_ERROR(watched(
+        nullptr, "ncclCommSplit (the group over " + axesName(axes) + ")", [&] {
+          LOOM_NCCL_CHECK(ncclCommSplit(world, static_cast<int>(color),
+                                        static_cast<int>(groupRank(axes)),
+                                        &split, nullptr));
+          return Status::success();
+        }));
+    std::lock_guard<std::mutex> lock(commsMutex);
     groups[mask] = split;
   }
   return Status::success();
@@ -235,8 +344,12 @@ Status NcclCommunicator::doStartAllReduce(void *buf, int64_t count,
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), type,
-                                red, comm, stream));
+  LOOM_RETURN_IF_ERROR(
+      watched(stream, describe("all_reduce", count, dtype, axes), [&] {
+        LOOM_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count),
+                                      type, red, comm, stream));
+        return Status::success();
+      }));
   return startTicket(ticket);
 }
 
@@ -249,8 +362,12 @@ Status NcclCommunicator::doStartAllGather(const void *in, void *out,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(count), type,
-                                comm, stream));
+  LOOM_RETURN_IF_ERROR(
+      watched(stream, describe("all_gather", count, dtype, axes), [&] {
+        LOOM_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(count), type,
+                                      comm, stream));
+        return Status::success();
+      }));
   return startTicket(ticket);
 }
 
@@ -295,8 +412,12 @@ Status NcclCommunicator::doStartReduceScatter(
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), type,
-                                    red, comm, stream));
+  LOOM_RETURN_IF_ERROR(
+      watched(stream, describe("reduce_scatter", count, dtype, axes), [&] {
+        LOOM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count),
+                                          type, red, comm, stream));
+        return Status::success();
+      }));
   return startTicket(ticket);
 }
 
@@ -310,21 +431,25 @@ Status NcclCommunicator::doAllToAll(const void *in, void *out, int64_t count,
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
   const int64_t n = groupSize(axes);
   const size_t bytes = static_cast<size_t>(count) * elemBytes(dtype);
-  LOOM_NCCL_CHECK(ncclGroupStart());
-  for (int64_t j = 0; j < n; ++j) {
-    const auto *src = static_cast<const uint8_t *>(in) + j * bytes;
-    auto *dst = static_cast<uint8_t *>(out) + j * bytes;
-    ncclResult_t r = ncclSend(src, static_cast<size_t>(count), type,
-                              static_cast<int>(j), comm, stream);
-    if (r == ncclSuccess)
-      r = ncclRecv(dst, static_cast<size_t>(count), type, static_cast<int>(j),
-                   comm, stream);
-    if (r != ncclSuccess) {
-      ncclGroupEnd();
-      LOOM_NCCL_CHECK(r);
-    }
-  }
-  LOOM_NCCL_CHECK(ncclGroupEnd());
+  LOOM_RETURN_IF_ERROR(
+      watched(stream, describe("all_to_all", count, dtype, axes), [&] {
+        LOOM_NCCL_CHECK(ncclGroupStart());
+        for (int64_t j = 0; j < n; ++j) {
+          const auto *src = static_cast<const uint8_t *>(in) + j * bytes;
+          auto *dst = static_cast<uint8_t *>(out) + j * bytes;
+          ncclResult_t r = ncclSend(src, static_cast<size_t>(count), type,
+                                    static_cast<int>(j), comm, stream);
+          if (r == ncclSuccess)
+            r = ncclRecv(dst, static_cast<size_t>(count), type,
+                         static_cast<int>(j), comm, stream);
+          if (r != ncclSuccess) {
+            ncclGroupEnd();
+            LOOM_NCCL_CHECK(r);
+          }
+        }
+        LOOM_NCCL_CHECK(ncclGroupEnd());
+        return Status::success();
+      }));
   return endOnComputeStream();
 }
 
@@ -350,16 +475,26 @@ Status NcclCommunicator::doAllReduceAmong(void *buf, int64_t count,
                                   bytes * static_cast<size_t>(n), stream));
   LOOM_CUDA_CHECK(cudaMemcpyAsync(all + self * bytes, buf, bytes,
                                   cudaMemcpyDeviceToDevice, stream));
-  LOOM_NCCL_CHECK(ncclGroupStart());
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    if (k == self)
-      continue;
-    LOOM_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), type, ranks[k],
-                             world, stream));
-    LOOM_NCCL_CHECK(ncclRecv(all + k * bytes, static_cast<size_t>(count), type,
-                             ranks[k], world, stream));
-  }
-  LOOM_NCCL_CHECK(ncclGroupEnd());
+  std::string members;
+  for (int r : ranks)
+    members += (members.empty() ? "" : ",") + std::to_string(r);
+  LOOM_RETURN_IF_ERROR(watched(
+      stream,
+      "all_reduce of " + std::to_string(count) + " " +
+          program::EnumNameDType(dtype) + " among world ranks " + members,
+      [&] {
+        LOOM_NCCL_CHECK(ncclGroupStart());
+        for (size_t k = 0; k < ranks.size(); ++k) {
+          if (k == self)
+            continue;
+          LOOM_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), type,
+                                   ranks[k], world, stream));
+          LOOM_NCCL_CHECK(ncclRecv(all + k * bytes, static_cast<size_t>(count),
+                                   type, ranks[k], world, stream));
+        }
+        LOOM_NCCL_CHECK(ncclGroupEnd());
+        return Status::success();
+      }));
   LOOM_RETURN_IF_ERROR(reduceMembers(
       buf, all, n, count, dtype == program::DType::BF16, op, stream));
   LOOM_CUDA_CHECK(cudaFreeAsync(all, stream));
@@ -389,8 +524,15 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
   }
   LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
-  LOOM_NCCL_CHECK(ncclSend(copy ? copy : buf, static_cast<size_t>(count), type,
-                           peer, lane.comm, lane.stream));
+  LOOM_RETURN_IF_ERROR(watched(
+      lane.stream,
+      "send of " + std::to_string(count) + " " + program::EnumNameDType(dtype) +
+          " to world rank " + std::to_string(peer),
+      [&] {
+        LOOM_NCCL_CHECK(ncclSend(copy ? copy : buf, static_cast<size_t>(count),
+                                 type, peer, lane.comm, lane.stream));
+        return Status::success();
+      }));
   if (copy)
     LOOM_CUDA_CHECK(cudaFreeAsync(copy, lane.stream));
   return Status::success();
@@ -423,8 +565,15 @@ Status NcclCommunicator::doRecv(void *buf, int64_t count, program::DType dtype,
   // the message.
   LOOM_CUDA_CHECK(cudaEventRecord(computeDone, compute));
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
-  LOOM_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), type, peer,
-                           lane.comm, lane.stream));
+  LOOM_RETURN_IF_ERROR(watched(
+      lane.stream,
+      "recv of " + std::to_string(count) + " " + program::EnumNameDType(dtype) +
+          " from world rank " + std::to_string(peer),
+      [&] {
+        LOOM_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), type, peer,
+                                 lane.comm, lane.stream));
+        return Status::success();
+      }));
   LOOM_CUDA_CHECK(cudaEventRecord(lane.done, lane.stream));
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(compute, lane.done, 0));
   return Status::success();
@@ -442,8 +591,12 @@ Status NcclCommunicator::doBarrier() {
   LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&one),
                                   sizeof(int32_t), stream));
   LOOM_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(int32_t), stream));
-  LOOM_NCCL_CHECK(ncclAllReduce(one, one, 1, ncclInt32, ncclSum, world,
-                                stream));
+  LOOM_RETURN_IF_ERROR(
+      watched(stream, "barrier (an all_reduce over the world)", [&] {
+        LOOM_NCCL_CHECK(
+            ncclAllReduce(one, one, 1, ncclInt32, ncclSum, world, stream));
+        return Status::success();
+      }));
   LOOM_CUDA_CHECK(cudaFreeAsync(one, stream));
   LOOM_CUDA_CHECK(cudaStreamSynchronize(stream));
   return Status::success();
@@ -455,7 +608,8 @@ Status NcclCommunicator::doBarrier() {
 
 Status createNcclWorldCommunicator(const Communicator &bootstrap,
                                    cudaStream_t computeStream,
-                                   std::unique_ptr<NcclCommunicator> &out) {
+                                   std::unique_ptr<NcclCommunicator> &out,
+                                   double timeoutSeconds) {
   LOOM_RETURN_IF_ERROR(loadNccl());
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
@@ -474,13 +628,14 @@ Status createNcclWorldCommunicator(const Communicator &bootstrap,
 #endif
   }
   return NcclCommunicator::create(bootstrap.rank(), bootstrap.size(), &id,
-                                  computeStream, out);
+                                  computeStream, timeoutSeconds, out);
 }
 
 Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
-                                  double timeoutSeconds,
+                                  double idTimeoutSeconds,
                                   cudaStream_t computeStream,
-                                  std::unique_ptr<NcclCommunicator> &out) {
+                                  std::unique_ptr<NcclCommunicator> &out,
+                                  double timeoutSeconds) {
   LOOM_CHECK(size >= 1 && rank >= 0 && rank < size,
              "rank " << rank << " of " << size
                      << ": LOOM_RANK must be in [0, LOOM_WORLD_SIZE)");
@@ -520,15 +675,16 @@ Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
       const double waited = std::chrono::duration<double>(
                                 std::chrono::steady_clock::now() - start)
                                 .count();
-      LOOM_CHECK(waited < timeoutSeconds,
-                 "rank " << rank << " waited " << timeoutSeconds
+      LOOM_CHECK(waited < idTimeoutSeconds,
+                 "rank " << rank << " waited " << idTimeoutSeconds
                          << " s for rank 0's ncclUniqueId in '" << idFile
                          << "'; start rank 0 (LOOM_RANK=0) with the same "
                             "LOOM_NCCL_ID_FILE and LOOM_WORLD_SIZE");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  return NcclCommunicator::create(rank, size, &id, computeStream, out);
+  return NcclCommunicator::create(rank, size, &id, computeStream,
+                                  timeoutSeconds, out);
 }
 
 } // namespace loom::cuda

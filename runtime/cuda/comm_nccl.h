@@ -33,16 +33,23 @@
 // started by hand with LOOM_RANK / LOOM_WORLD_SIZE share it through a file
 // (createNcclFileCommunicator).
 //
+// Every NCCL call is watched (collective_watchdog.h): when one has not
+// completed within the timeout, or NCCL reports an asynchronous error, the
+// rank prints what it was waiting for and ends (its communicators
+// aborted), so a job whose peer died or hung fails instead of hanging.
+//
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CUDA_COMM_NCCL_H
 #define LOOM_RUNTIME_CUDA_COMM_NCCL_H
 
 #include "runtime/core/communicator.h"
+#include "runtime/cuda/collective_watchdog.h"
 
 #include <cuda_runtime_api.h>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,9 +60,11 @@ namespace loom::cuda {
 class NcclCommunicator final : public Communicator {
 public:
   /// Joins the NCCL world of `size` ranks as `rank` from a 128-byte
-  /// ncclUniqueId every rank holds. `computeStream` is the executor's.
+  /// ncclUniqueId every rank holds. `computeStream` is the executor's. A
+  /// NCCL call (joining included) not completed `timeoutSeconds` after it
+  /// was issued ends the process (0: never).
   static Status create(int rank, int size, const void *uniqueId,
-                       cudaStream_t computeStream,
+                       cudaStream_t computeStream, double timeoutSeconds,
                        std::unique_ptr<NcclCommunicator> &out);
   ~NcclCommunicator() override;
 
@@ -130,6 +139,22 @@ private:
   Status endOnComputeStream();
   /// Records an event on the comm stream for a started collective.
   Status startTicket(Ticket &ticket);
+  /// Runs `call` (NCCL calls that queue work on `stream`, or block the host
+  /// when `stream` is null) under the watchdog as `what`.
+  template <typename Call>
+  Status watched(cudaStream_t stream, const std::string &what, Call &&call);
+  /// "mesh axes dp,tp" (or "the world") for the watchdog's messages.
+  std::string axesName(const std::vector<uint32_t> &axes) const;
+  /// "all_reduce of 4096 BF16 over mesh axes dp,tp".
+  std::string describe(const char *op, int64_t count, program::DType dtype,
+                       const std::vector<uint32_t> &axes) const;
+  /// Every communicator this rank holds (for the asynchronous-error check
+  /// and abort); the caller holds commsMutex.
+  std::vector<ncclComm *> communicatorsLocked() const;
+  /// What NCCL's asynchronous error check says of them; empty when well.
+  std::string asyncErrors() const;
+  /// The watchdog's verdict: prints it and ends the process.
+  void stalled(const std::string &message);
 
   ncclComm *world = nullptr;
   std::map<uint64_t, ncclComm *> groups; // by axesMask
@@ -143,24 +168,35 @@ private:
   cudaEvent_t computeDone = nullptr, commDone = nullptr;
   std::map<Ticket, cudaEvent_t> tickets;
   Ticket nextTicket = 0;
+  /// Guards the communicator handles the watchdog's thread reads (world,
+  /// the lanes', groups) while this thread creates or destroys them.
+  mutable std::mutex commsMutex;
+  /// Declared last: destroyed first, before anything it watches.
+  std::unique_ptr<CollectiveWatchdog> watchdog;
 };
 
 /// The NCCL world for this job: `bootstrap` (MPI or single rank) gives rank
 /// and size; rank 0's ncclUniqueId is broadcast over MPI. Errors when the
 /// job has several ranks but the runtime was built without MPI.
-Status createNcclWorldCommunicator(const Communicator &bootstrap,
-                                   cudaStream_t computeStream,
-                                   std::unique_ptr<NcclCommunicator> &out);
+/// `timeoutSeconds` is the watchdog's (NcclCommunicator::create).
+Status
+createNcclWorldCommunicator(const Communicator &bootstrap,
+                            cudaStream_t computeStream,
+                            std::unique_ptr<NcclCommunicator> &out,
+                            double timeoutSeconds = kDefaultNcclTimeoutSeconds);
 
 /// The NCCL world of `size` processes started without MPI: rank 0 writes its
 /// ncclUniqueId to `idFile` (atomically: temp file + rename), the others
-/// wait for it (up to `timeoutSeconds`). `idFile` must be a fresh path for
-/// each job (a stale id would make ncclCommInitRank wait forever). Errors
-/// name the file, the rank and what to start.
-Status createNcclFileCommunicator(int rank, int size, const std::string &idFile,
-                                  double timeoutSeconds,
-                                  cudaStream_t computeStream,
-                                  std::unique_ptr<NcclCommunicator> &out);
+/// wait for it (up to `idTimeoutSeconds`). `idFile` must be a fresh path for
+/// each job (a stale id would make ncclCommInitRank wait
+/// until the watchdog ends it). Errors
+/// name the file, the rank and what to start. `timeoutSeconds` is the
+/// watchdog's (NcclCommunicator::create).
+Status
+createNcclFileCommunicator(int rank, int size, const std::string &idFile,
+                           double idTimeoutSeconds, cudaStream_t computeStream,
+                           std::unique_ptr<NcclCommunicator> &out,
+                           double timeoutSeconds = kDefaultNcclTimeoutSeconds);
 
 } // namespace loom::cuda
 

@@ -79,6 +79,8 @@
     (sendbuff, recvbuff, count, datatype, op, comm, stream))                   \
   X(ncclCommAbort, (ncclComm_t comm), (comm))                                  \
   X(ncclCommDestroy, (ncclComm_t comm), (comm))                                \
+  X(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t * asyncError),       \
+    (comm, asyncError))                                                        \
   X(ncclCommInitRank,                                                          \
     (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank),            \
     (comm, nranks, commId, rank))                                              \

@@ -10,8 +10,10 @@
 #include "runtime/cuda/comm_nccl.h"
 #include "runtime/cuda/cuda_memory.h"
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <unistd.h>
 
 using namespace loom;
@@ -132,6 +134,37 @@ TEST_F(CudaCommTest, SendToItselfIsDeliveredInOrderAndBuffered) {
   EXPECT_EQ(v, 2.0f);
   comm->bindBufferMemory(nullptr);
   ASSERT_TRUE(comm->flush().ok());
+}
+
+TEST_F(CudaCommTest, WatchdogStaysQuietWhileEveryCallCompletes) {
+  // A limit of 50 ms, far below this test's length: a false alarm would end
+  // the test process (the watchdog's handler exits) instead of passing.
+  SingleRankCommunicator bootstrap;
+  std::unique_ptr<cuda::NcclCommunicator> comm;
+  Status s = cuda::createNcclWorldCommunicator(bootstrap, stream, comm, 0.05);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(comm->setMesh({{"dp", 1}, {"tp", 1}}).ok());
+  std::vector<float> x{1, 2, 3, 4};
+  DeviceVector<float> buf(x), out(4);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(comm->allReduce(buf.get(), 4, program::DType::F32,
+                                program::Reduction::Sum, {0})
+                    .ok());
+    ASSERT_TRUE(
+        comm->allGather(buf.get(), out.get(), 4, program::DType::F32, {1})
+            .ok());
+    ASSERT_TRUE(comm->flush().ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(comm->barrier().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(out.host(), x);
+  // A negative limit is refused.
+  s = cuda::createNcclWorldCommunicator(bootstrap, stream, comm, -1);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the NCCL timeout must not be negative"),
+            std::string::npos)
+      << s.message();
 }
 
 } // namespace

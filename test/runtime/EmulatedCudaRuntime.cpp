@@ -187,10 +187,21 @@ cudaError_t cudaGetDeviceCount(int *count) {
   return *count > 0 ? cudaSuccess : fail(cudaErrorNoDevice);
 }
 
+/// The calling thread's device, as the runtime keeps it per thread.
+thread_local int currentDevice = 0;
+
 cudaError_t cudaSetDevice(int device) {
-  return device >= 0 && device < deviceCount()
-             ? cudaSuccess
-             : fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= deviceCount())
+    return fail(cudaErrorInvalidDevice);
+  currentDevice = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *device) {
+  if (!device)
+    return fail(cudaErrorInvalidValue);
+  *device = currentDevice;
+  return cudaSuccess;
 }
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
@@ -370,5 +381,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+
+/// Work runs when it is issued, so every recorded event has fired.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }

@@ -23,6 +23,10 @@
 //     (on a device it would hang).
 //   - bf16 sums, maxima and minima reduce pairwise in fp32, rounded to bf16
 //     (an MPI user operation); ncclAvg is the sum divided by the ranks.
+//   - LOOM_EMULATED_NCCL_STALL=R:N makes world rank R stop responding at
+//     its N-th collective or point-to-point call (it sleeps there for
+//     good, as a hung peer would), for the tests of the other ranks'
+//     watchdog (runtime/cuda/collective_watchdog.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/core/bfloat16.h"
@@ -36,8 +40,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <thread>
 #include <memory>
+#include <thread>
+#include <utility>
 #include <vector>
 
 /// What an emulated ncclComm_t points to.
@@ -180,6 +185,43 @@ void waitAll(std::vector<MPI_Request> &requests, const char *what, int peer,
   }
 }
 
+/// LOOM_EMULATED_NCCL_STALL=R:N: world rank R sleeps for good at its N-th
+/// collective or point-to-point call (a grouped one counts at its
+/// ncclGroupEnd). Malformed values end the process with a message.
+void stallIfAsked() {
+  static const std::pair<int, long> stall = [] {
+    const char *env = std::getenv("LOOM_EMULATED_NCCL_STALL");
+    if (!env || !*env)
+      return std::pair<int, long>(-1, 0);
+    int rank = -1;
+    long call = 0;
+    char extra = 0;
+    if (std::sscanf(env, "%d:%ld%c", &rank, &call, &extra) != 2 || rank < 0 ||
+        call < 1) {
+      std::fprintf(stderr,
+                   "emulated NCCL: LOOM_EMULATED_NCCL_STALL='%s' is not "
+                   "RANK:CALL (a world rank and a call number from 1)\n",
+                   env);
+      std::exit(2);
+    }
+    return std::pair<int, long>(rank, call);
+  }();
+  static long calls = 0;
+  if (stall.first < 0 || ++calls != stall.second || !mpiRunning())
+    return;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != stall.first)
+    return;
+  std::fprintf(stderr,
+               "emulated NCCL: world rank %d stops responding at its NCCL "
+               "call %ld (LOOM_EMULATED_NCCL_STALL)\n",
+               rank, calls);
+  std::fflush(stderr);
+  for (;;)
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 /// A point-to-point call of a group, posted at ncclGroupEnd.
 struct GroupedCall {
   bool send;
@@ -286,8 +328,17 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  // Nothing waits on an aborted communicator; the process is ending.
-  delete comm;
+  // The process is ending, and the watchdog's thread aborts while the main
+  // thread may still be inside a call on `comm` (blocked in MPI): the
+  // communicator is left as it is, not freed under that call.
+  return comm ? ncclSuccess : ncclInvalidArgument;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+  if (!comm || !asyncError)
+    return ncclInvalidArgument;
+  // MPI reports a lost peer by ending the job, so no error is ever pending.
+  *asyncError = ncclSuccess;
   return ncclSuccess;
 }
 
@@ -302,6 +353,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   MPI_Op mop;
   if (!comm || !mpiOf(datatype, op, dt, mop))
     return ncclInvalidArgument;
+  stallIfAsked();
   const size_t bytes = count * bytesOf(datatype);
   if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
@@ -320,6 +372,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
                            ncclComm_t comm, cudaStream_t) {
   if (!comm || bytesOf(datatype) == 0)
     return ncclInvalidArgument;
+  stallIfAsked();
   const size_t bytes = sendcount * bytesOf(datatype);
   auto *mine = static_cast<uint8_t *>(recvbuff) + comm->rank * bytes;
   if (alone(comm)) {
@@ -340,6 +393,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
   MPI_Op mop;
   if (!comm || !mpiOf(datatype, op, dt, mop))
     return ncclInvalidArgument;
+  stallIfAsked();
   const size_t bytes = recvcount * bytesOf(datatype);
   if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
@@ -369,6 +423,7 @@ ncclResult_t ncclGroupEnd() {
     return ncclInvalidUsage;
   if (--groupDepth > 0)
     return ncclSuccess;
+  stallIfAsked();
   std::vector<MPI_Request> requests;
   std::vector<GroupedCall> calls;
   calls.swap(grouped);
@@ -416,6 +471,7 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
   }
   if (comm->mpi == MPI_COMM_NULL)
     return ncclInvalidUsage; // to itself outside a group: nothing receives
+  stallIfAsked();
   ncclComm::Pending p;
   p.copy.reset(new uint8_t[bytes > 0 ? bytes : 1]);
   std::memcpy(p.copy.get(), sendbuff, bytes);
@@ -437,6 +493,7 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
   }
   if (comm->mpi == MPI_COMM_NULL)
     return ncclInvalidUsage;
+  stallIfAsked();
   std::vector<MPI_Request> request(1);
   MPI_Irecv(recvbuff, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi,
             &request[0]);

@@ -48,7 +48,11 @@
 // single GPU needs no MPI launcher. Several GPUs without an MPI launcher:
 // start one process per GPU with LOOM_RANK=r, LOOM_WORLD_SIZE=N and the same
 // fresh LOOM_NCCL_ID_FILE (rank 0 writes its ncclUniqueId there; NCCL then
-// runs the collectives as under mpirun).
+// runs the collectives as under mpirun). A NCCL call that has not
+// completed LOOM_NCCL_TIMEOUT seconds (600) after it was issued, or an
+// error NCCL reports on its own, ends the rank with what it waited for
+// (runtime/cuda/collective_watchdog.h), so a peer that died or hung fails
+// the job instead of hanging it.
 //
 #include "runtime/core/backend_support.h"
 #include "runtime/core/communicator.h"
@@ -178,6 +182,13 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
   // 4. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
   //    MPI), or one rank's device-to-device copies.
+  //    A NCCL call not completed within LOOM_NCCL_TIMEOUT seconds ends the
+  //    rank (collective_watchdog.h; 0: never), so a dead or hung peer
+  //    fails the job instead of hanging it.
+  int ncclTimeout = 0;
+  LOOM_RETURN_IF_ERROR(
+      envInt("LOOM_NCCL_TIMEOUT",
+             static_cast<int>(cuda::kDefaultNcclTimeoutSeconds), ncclTimeout));
   if (env.size > 1) {
     const char *idFile = std::getenv("LOOM_NCCL_ID_FILE");
     int timeout = 0;
@@ -186,14 +197,14 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
     LOOM_RETURN_IF_ERROR(
         cuda::createNcclFileCommunicator(env.rank, env.size,
                                          idFile ? idFile : "", timeout,
-                                         out.stream, nccl)
+                                         out.stream, nccl, ncclTimeout)
             .withContext("--backend cuda on " + std::to_string(env.size) +
                          " ranks started without mpirun"));
     out.deviceComm = std::move(nccl);
   } else if (world.size() > 1) {
     std::unique_ptr<cuda::NcclCommunicator> nccl;
     LOOM_RETURN_IF_ERROR(
-        cuda::createNcclWorldCommunicator(world, out.stream, nccl)
+        cuda::createNcclWorldCommunicator(world, out.stream, nccl, ncclTimeout)
             .withContext("--backend cuda on " + std::to_string(world.size()) +
                          " ranks"));
     out.deviceComm = std::move(nccl);
