@@ -6,9 +6,10 @@ Reads what step d's runs wrote and prints
      --json) tokens/s, MFU (llm.c: 6N + 6LCT flops per token, N from the
      HF config with the tied wte counted once) and the Loom/PyTorch ratio;
      with --loom-log-unfused, the same Loom program run with no instruction
-     pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_RESIDUAL_NORM=0: each
-     GELU outside its GEMM, each residual Add apart from its layer norm)
-     and the fused run's speed against it;
+     pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_RESIDUAL_NORM=0
+     LOOM_CUDA_FUSED_CROSS_ENTROPY=0: each GELU outside its GEMM, each
+     residual Add apart from its layer norm, the loss apart from its
+     gradient) and the fused run's speed against it;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
@@ -158,8 +159,8 @@ def main():
     if loom and unfused:
         speed = unfused["step_ms"] / loom["step_ms"]
         report["fused_pairs_speed"] = speed
-        print(f"  fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm in "
-              f"one call each faster): {speed:.3f}x")
+        print(f"  fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm, "
+              f"loss + gradient in one call each faster): {speed:.3f}x")
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio

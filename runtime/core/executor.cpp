@@ -17,6 +17,7 @@
 
 #include "runtime/core/bf16_staging.h"
 #include "runtime/core/bfloat16.h"
+#include "runtime/core/cross_entropy_fusion.h"
 #include "runtime/core/gelu_epilogues.h"
 #include "runtime/core/param_init.h"
 #include "runtime/core/residual_norms.h"
@@ -248,18 +249,24 @@ Status Executor::create(const program::LoadedProgram &program,
           stage->update_instructions()->Get(g.first);
       ex->adamwGroups.emplace(first, std::move(g));
     }
-  // 6. Pairs of the micro-batch list the backend runs as one call: a GEMM
-  //    and its GELU, a residual Add and a layer norm.
+  // 6. Spans of the micro-batch list the backend runs as one call: a GEMM
+  //    and its GELU, a residual Add and a layer norm, a loss and its
+  //    gradient.
   if (ex->kernels->fusesGeluEpilogues())
     for (const GeluEpiloguePlan &p : planGeluEpilogues(*stage))
-      ex->fusedPairs.emplace(stage->instructions()->Get(p.first),
-                             p.backward ? FusedPair::LinearGradGelu
-                                        : FusedPair::LinearGelu);
+      ex->fusedSpans.emplace(stage->instructions()->Get(p.first),
+                             FusedSpan{p.backward ? FusedKind::LinearGradGelu
+                                                  : FusedKind::LinearGelu});
   if (ex->kernels->fusesResidualNorms())
     for (const ResidualNormPlan &p : planResidualNorms(*stage))
-      ex->fusedPairs.emplace(stage->instructions()->Get(p.first),
-                             p.backward ? FusedPair::LayerNormGradAdd
-                                        : FusedPair::AddLayerNorm);
+      ex->fusedSpans.emplace(stage->instructions()->Get(p.first),
+                             FusedSpan{p.backward ? FusedKind::LayerNormGradAdd
+                                                  : FusedKind::AddLayerNorm});
+  if (ex->kernels->fusesCrossEntropyGrad())
+    for (const CrossEntropyFusionPlan &p : planCrossEntropyFusion(*stage))
+      ex->fusedSpans.emplace(
+          stage->instructions()->Get(p.first),
+          FusedSpan{FusedKind::CrossEntropyWithGrad, p.count});
   out = std::move(ex);
   return Status::success();
 }

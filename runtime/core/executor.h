@@ -48,7 +48,8 @@ struct InstructionTiming {
   int32_t chunk = -1;
   bool backward = false;
   /// Instructions the span covers from `index` on: more than one for an
-  /// AdamW group (adamw_groups.h), which runs as one call.
+  /// AdamW group (adamw_groups.h) or a fused span (gelu_epilogues.h,
+  /// residual_norms.h, cross_entropy_fusion.h), which run as one call.
   uint32_t count = 1;
 };
 
@@ -292,22 +293,30 @@ private:
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
       const AdamWGroupPlan &group);
-  /// Two adjacent instructions of the micro-batch list a backend runs as
-  /// one call: a GEMM and its GELU (gelu_epilogues.h), a residual Add and
-  /// a layer norm (residual_norms.h).
-  enum class FusedPair {
+  /// Adjacent instructions of the micro-batch list a backend runs as one
+  /// call: a GEMM and its GELU (gelu_epilogues.h), a residual Add and a
+  /// layer norm (residual_norms.h), a loss and its gradient, the seed's
+  /// Fill between them (cross_entropy_fusion.h).
+  enum class FusedKind {
     LinearGelu,
     LinearGradGelu,
     AddLayerNorm,
-    LayerNormGradAdd
+    LayerNormGradAdd,
+    CrossEntropyWithGrad
   };
-  /// Instructions `first` and first + 1 of `list` in one KernelBackend
-  /// call of `pair`'s kind; `ran` false: the backend declined the pair and
-  /// nothing ran.
-  Status runFusedPair(
+  struct FusedSpan {
+    FusedKind kind;
+    /// Instructions from the first on (2, or 3 with the seed's Fill).
+    uint32_t count = 2;
+  };
+  /// Instructions [first, first + span.count) of `list` in one KernelBackend
+  /// call of the span's kind; `ran` false: the backend declined the span
+  /// and nothing ran but instructions the call needs to have run before it
+  /// (the seed's Fill), which may run again.
+  Status runFusedSpan(
       const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>>
           &list,
-      uint32_t first, FusedPair pair, bool &ran);
+      uint32_t first, const FusedSpan &span, bool &ran);
   /// `ins` with BF16 operands on a backend that runs it on bf16 itself
   /// (KernelBackend::runBF16Natively), overlapping outputs staged.
   Status runBF16Natively(const program::Instruction &ins,
@@ -409,10 +418,10 @@ private:
   /// The update list's AdamW groups by their first instruction (made at
   /// load when the kernels group AdamW updates; empty otherwise).
   std::unordered_map<const program::Instruction *, AdamWGroupPlan> adamwGroups;
-  /// The micro-batch list's fused pairs by their first instruction (made
-  /// at load for the kinds the kernels fuse; a pair the backend declines
+  /// The micro-batch list's fused spans by their first instruction (made
+  /// at load for the kinds the kernels fuse; a span the backend declines
   /// is dropped when it first runs).
-  std::unordered_map<const program::Instruction *, FusedPair> fusedPairs;
+  std::unordered_map<const program::Instruction *, FusedSpan> fusedSpans;
   uint8_t *bf16Staging = nullptr;
   uint64_t bf16StagingSize = 0;
   // Temporaries (grow only): staging for outputs that overlap inputs, and

@@ -548,16 +548,16 @@ Status Executor::runAdamWGroup(
 }
 
 //===----------------------------------------------------------------------===//
-// Two instructions in one call
+// Adjacent instructions in one call
 //===----------------------------------------------------------------------===//
 
-Status Executor::runFusedPair(
+Status Executor::runFusedSpan(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
-    uint32_t first, FusedPair pair, bool &ran) {
+    uint32_t first, const FusedSpan &span, bool &ran) {
   const program::Instruction &one = *list.Get(first),
-                             &two = *list.Get(first + 1);
-  LOOM_RETURN_IF_ERROR(completeInFlight(&one));
-  LOOM_RETURN_IF_ERROR(completeInFlight(&two));
+                             &two = *list.Get(first + span.count - 1);
+  for (uint32_t k = first; k < first + span.count; ++k)
+    LOOM_RETURN_IF_ERROR(completeInFlight(list.Get(k)));
   auto typed = [&](uint32_t b) {
     return TypedOperand{bufferData(b), bufferDType(b), &shapes[b]};
   };
@@ -572,20 +572,20 @@ Status Executor::runFusedPair(
                                   out = typedAll(one.outputs()),
                                   scratch = typedAll(one.scratch());
   ran = false;
-  switch (pair) {
-  case FusedPair::LinearGelu:
+  switch (span.kind) {
+  case FusedKind::LinearGelu:
     // Gelu: in pre, out the GELU.
     return kernels->linearGelu(in, out[0], typed(two.outputs()->Get(0)), ran);
-  case FusedPair::LinearGradGelu:
+  case FusedKind::LinearGradGelu:
     // GeluGrad: in (dout = the LinearGrad's dx, pre), out dpre.
     return kernels->linearGradGelu(in, out, typed(two.inputs()->Get(1)),
                                    typed(two.outputs()->Get(0)), ran);
-  case FusedPair::AddLayerNorm:
+  case FusedKind::AddLayerNorm:
     // LayerNorm: in (the Add's sum, weight, bias), out y.
     return kernels->addLayerNorm(two, in[0], in[1], out[0],
                                  typedAll(two.inputs()),
                                  typed(two.outputs()->Get(0)), ran);
-  case FusedPair::LayerNormGradAdd: {
+  case FusedKind::LayerNormGradAdd: {
     // Add: in (residual, dx) or (dx, residual), out the sum.
     const uint32_t dx = one.outputs()->Get(0);
     const uint32_t a = two.inputs()->Get(0), b = two.inputs()->Get(1);
@@ -593,8 +593,19 @@ Status Executor::runFusedPair(
     return kernels->layerNormGradAdd(one, in, out, scratch, typed(residual),
                                      typed(two.outputs()->Get(0)), ran);
   }
+  case FusedKind::CrossEntropyWithGrad: {
+    // The seed's Fill first: the call reads the seed (a Fill is the same
+    // values if it runs again after a refusal).
+    for (uint32_t k = first + 1; k + 1 < first + span.count; ++k)
+      LOOM_RETURN_IF_ERROR(runInstruction(*list.Get(k)));
+    BF16InstructionContext context;
+    context.vocabSize = modelInfo->vocab_size();
+    return kernels->crossEntropyWithGrad(
+        one, two, in, out, scratch, typedAll(two.inputs()),
+        typed(two.outputs()->Get(0)), context, ran);
   }
-  return Status::error("unknown fused instruction pair");
+  }
+  return Status::error("unknown fused instruction span");
 }
 
 } // namespace loom

@@ -53,15 +53,15 @@ Status Executor::runList(
       if (g != adamwGroups.end() && i + g->second.count <= end)
         group = &g->second;
     }
-    // A fused pair (a GEMM and its GELU, a residual Add and a layer norm)
-    // runs as one call.
-    const FusedPair *fused = nullptr;
-    if (!update && chunk < 0 && !fusedPairs.empty()) {
-      auto f = fusedPairs.find(ins);
-      if (f != fusedPairs.end() && i + 2 <= end)
+    // A fused span (a GEMM and its GELU, a residual Add and a layer norm, a
+    // loss and its gradient) runs as one call.
+    const FusedSpan *fused = nullptr;
+    if (!update && chunk < 0 && !fusedSpans.empty()) {
+      auto f = fusedSpans.find(ins);
+      if (f != fusedSpans.end() && i + f->second.count <= end)
         fused = &f->second;
     }
-    uint32_t covered = group ? group->count : fused ? 2 : 1;
+    uint32_t covered = group ? group->count : fused ? fused->count : 1;
     const int64_t start = timings ? steadyNowNs() : 0;
     Status s = Status::success();
     try {
@@ -69,14 +69,14 @@ Status Executor::runList(
       if (group) {
         s = runAdamWGroup(*list, *group);
       } else if (fused) {
-        s = runFusedPair(*list, i, *fused, ranFused);
+        s = runFusedSpan(*list, i, *fused, ranFused);
         if (s.ok() && !ranFused) {
-          // The backend declined the pair (its shapes and pointers stay the
-          // same every step): the two instructions run one by one from now
-          // on, each its own span.
+          // The backend declined the span (its shapes and pointers stay the
+          // same every step): the instructions run one by one from now on,
+          // each its own trace span.
           fused = nullptr;
           covered = 1;
-          fusedPairs.erase(ins);
+          fusedSpans.erase(ins);
         }
       }
       if (s.ok() && !group && !ranFused) {
@@ -105,7 +105,7 @@ Status Executor::runList(
                        "' (" + program::opcodeName(ins->opcode()) +
                        (fused ? ", run with the " +
                                     program::opcodeName(
-                                        list->Get(i + 1)->opcode()) +
+                                        list->Get(i + covered - 1)->opcode()) +
                                     " after it in one call"
                               : std::string()) +
                        ")"));

@@ -362,6 +362,30 @@ public:
   }
 
   //===--------------------------------------------------------------------===//
+  // A loss and its gradient in one call (cross_entropy_fusion.h)
+  //===--------------------------------------------------------------------===//
+  /// Whether crossEntropyWithGrad runs. The executor then gives it the
+  /// spans planCrossEntropyFusion finds (BF16 logits and gradient).
+  virtual bool fusesCrossEntropyGrad() const { return false; }
+  /// A CrossEntropy (`loss`: its inputs logits and targets, its outputs and
+  /// scratch) and its CrossEntropyGrad (`grad`: inputs dloss, logits,
+  /// targets; output dlogits) in one call, bit for bit as the two
+  /// instructions (`context` as runBF16Natively's). `ran` false: nothing
+  /// was done, and the executor runs the instructions.
+  virtual Status crossEntropyWithGrad(
+      const program::Instruction &loss, const program::Instruction &grad,
+      const std::vector<TypedOperand> &lossInputs,
+      const std::vector<TypedOperand> &lossOutputs,
+      const std::vector<TypedOperand> &lossScratch,
+      const std::vector<TypedOperand> &gradInputs, const TypedOperand &dlogits,
+      const BF16InstructionContext &context, bool &ran) {
+    (void)loss, (void)grad, (void)lossInputs, (void)lossOutputs,
+        (void)lossScratch, (void)gradInputs, (void)dlogits, (void)context;
+    ran = false;
+    return Status::success();
+  }
+
+  //===--------------------------------------------------------------------===//
   // Mixed precision
   //===--------------------------------------------------------------------===//
   /// out[i] = in[i] rounded to bfloat16: to nearest, ties to even; a NaN

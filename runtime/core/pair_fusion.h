@@ -1,5 +1,4 @@
-//===- pair_fusion.h - What fusing two instructions must respect -*- C++
-//-*-===//
+//===- pair_fusion.h - What fusing instructions must respect ----*- C++ -*-===//
 //
 // The planners of instruction pairs a backend runs as one call
 // (gelu_epilogues.h, residual_norms.h) ask the same two questions of a

@@ -647,9 +647,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
           name = op + ": " + std::to_string(t.count) +
                  " update instructions from '" + name + "' in one call";
         } else if (t.count > 1) {
-          // Two instructions in one call (gelu_epilogues.h,
-          // residual_norms.h): "Linear+Gelu", "LayerNormGrad+Add", ...
-          op += "+" + program::opcodeName(list->Get(t.index + 1)->opcode());
+          // Instructions in one call (gelu_epilogues.h, residual_norms.h,
+          // cross_entropy_fusion.h): "Linear+Gelu", "LayerNormGrad+Add",
+          // "CrossEntropy+Fill+CrossEntropyGrad", ...
+          for (uint32_t k = 1; k < t.count; ++k)
+            op += "+" + program::opcodeName(list->Get(t.index + k)->opcode());
           name += " (" + op + " in one call)";
         }
         trace.addComplete(name,

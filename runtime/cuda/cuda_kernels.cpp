@@ -75,6 +75,12 @@ Status parseResidualNorm(const char *value, bool &out) {
                      "the instructions one by one", out);
 }
 
+Status parseFusedCrossEntropy(const char *value, bool &out) {
+  return parseSwitch("LOOM_CUDA_FUSED_CROSS_ENTROPY", value,
+                     "a loss and its gradient in one kernel",
+                     "the instructions one by one", out);
+}
+
 Status CudaKernels::create(cudaStream_t computeStream,
                            std::unique_ptr<CudaKernels> &out) {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
@@ -87,6 +93,8 @@ Status CudaKernels::create(cudaStream_t computeStream,
                                          k->geluEpilogue));
   LOOM_RETURN_IF_ERROR(parseResidualNorm(std::getenv("LOOM_CUDA_RESIDUAL_NORM"),
                                          k->residualNorm));
+  LOOM_RETURN_IF_ERROR(parseFusedCrossEntropy(
+      std::getenv("LOOM_CUDA_FUSED_CROSS_ENTROPY"), k->fusedCrossEntropy));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();

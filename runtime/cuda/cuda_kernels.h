@@ -62,6 +62,12 @@ Status parseGeluEpilogue(const char *value, bool &out);
 /// anything else is an error.
 Status parseResidualNorm(const char *value, bool &out);
 
+/// Parses the value of LOOM_CUDA_FUSED_CROSS_ENTROPY: "1" or null / empty
+/// (the default: a bf16 CrossEntropy and its CrossEntropyGrad run as one
+/// kernel, cross_entropy_fusion.h) or "0" (the instructions one by one, to
+/// compare); anything else is an error.
+Status parseFusedCrossEntropy(const char *value, bool &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
@@ -69,9 +75,11 @@ public:
   /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
   /// parseAttentionKernel), whether AdamW updates run grouped
   /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW), whether GELUs run in their
-  /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue) and
+  /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue),
   /// residual Adds with layer norms (LOOM_CUDA_RESIDUAL_NORM,
-  /// parseResidualNorm); a bad value is an error here.
+  /// parseResidualNorm) and losses with their gradients
+  /// (LOOM_CUDA_FUSED_CROSS_ENTROPY, parseFusedCrossEntropy); a bad value
+  /// is an error here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -214,6 +222,18 @@ public:
                           const std::vector<TypedOperand> &scratch,
                           const TypedOperand &residual, const TypedOperand &sum,
                           bool &ran) override;
+  /// kernels_bf16.h's mixedCrossEntropyWithGrad (cuda_kernels_bf16.cpp),
+  /// unless LOOM_CUDA_FUSED_CROSS_ENTROPY=0.
+  bool fusesCrossEntropyGrad() const override { return fusedCrossEntropy; }
+  Status crossEntropyWithGrad(const program::Instruction &loss,
+                              const program::Instruction &grad,
+                              const std::vector<TypedOperand> &lossInputs,
+                              const std::vector<TypedOperand> &lossOutputs,
+                              const std::vector<TypedOperand> &lossScratch,
+                              const std::vector<TypedOperand> &gradInputs,
+                              const TypedOperand &dlogits,
+                              const BF16InstructionContext &context,
+                              bool &ran) override;
   Status convertF32ToBF16(uint16_t *out, const float *in, int64_t n) override;
   Status convertBF16ToF32(float *out, const uint16_t *in, int64_t n) override;
   /// Every compute opcode (backend_support.h's cudaRunsBF16Natively), in
@@ -270,6 +290,10 @@ private:
   /// input, weight; out: dinput (untouched), dweight[, dbias]).
   Status linearWeightGrads(const std::vector<TypedOperand> &in,
                            const std::vector<TypedOperand> &out);
+  /// A CrossEntropy's row losses (fp32 workspace) into its scratch buffer,
+  /// when it has one.
+  Status keepRowLosses(const std::vector<TypedOperand> &scratch,
+                       const float *losses, int64_t N);
   /// Attention (in: qkv) or AttentionGrad (in: dout, qkv) on bf16 operands.
   Status attentionBF16(const std::vector<TypedOperand> &in,
                        const std::vector<TypedOperand> &out, bool grad,
@@ -281,6 +305,7 @@ private:
   bool groupAdamW = true;
   bool geluEpilogue = true;
   bool residualNorm = true;
+  bool fusedCrossEntropy = true;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

@@ -42,6 +42,13 @@ __nv_bfloat16 *bf16(const TypedOperand &t) {
   return static_cast<__nv_bfloat16 *>(t.data);
 }
 
+/// The loss's share of the global token count (a CrossEntropy's or
+/// CrossEntropyGrad's `value`: the tokens of the whole step).
+float tokenScale(int64_t N, double tokens) {
+  return tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens)
+                    : 1.0f;
+}
+
 } // namespace
 
 bool CudaKernels::handlesBF16Natively(Opcode op) const {
@@ -344,6 +351,47 @@ Status CudaKernels::layerNormGradAdd(const program::Instruction &grad,
   return Status::success();
 }
 
+//===----------------------------------------------------------------------===//
+// A loss and its gradient in one call (cross_entropy_fusion.h)
+//===----------------------------------------------------------------------===//
+
+Status CudaKernels::keepRowLosses(const std::vector<TypedOperand> &scratch,
+                                  const float *losses, int64_t N) {
+  // A scratch buffer for the row losses gets them, as on the fp32 path.
+  if (scratch.empty())
+    return Status::success();
+  return isBF16(scratch[0])
+             ? convertF32ToBF16(static_cast<uint16_t *>(scratch[0].data),
+                                losses, N)
+             : copy(scratch[0].data, losses, N * 4);
+}
+
+Status CudaKernels::crossEntropyWithGrad(
+    const program::Instruction &loss, const program::Instruction &grad,
+    const std::vector<TypedOperand> &in, const std::vector<TypedOperand> &out,
+    const std::vector<TypedOperand> &scratch,
+    const std::vector<TypedOperand> &gradIn, const TypedOperand &dlogits,
+    const BF16InstructionContext &context, bool &ran) {
+  ran = false;
+  const int64_t V = in[0].shape->back(), N = numel(in[0]) / V;
+  if (!fusedCrossEntropy || N == 0 ||
+      !crossEntropyWithGradFits(V, {ref(in[0]), ref(dlogits)}))
+    return Status::success();
+  const int64_t validV = std::min<int64_t>(V, context.vocabSize);
+  void *ws = nullptr;
+  LOOM_RETURN_IF_ERROR(
+      bf16Workspace(kSlotStats, static_cast<uint64_t>(N) * sizeof(float), ws));
+  float *losses = static_cast<float *>(ws);
+  LOOM_RETURN_IF_ERROR(mixedCrossEntropyWithGrad(
+      ref(out[0]), losses, ref(dlogits), ref(in[0]),
+      static_cast<const int32_t *>(in[1].data), N, V, validV,
+      tokenScale(N, loss.value()), ref(gradIn[0]), tokenScale(N, grad.value()),
+      computeStream));
+  LOOM_RETURN_IF_ERROR(keepRowLosses(scratch, losses, N));
+  ran = true;
+  return Status::success();
+}
+
 Status CudaKernels::runBF16Natively(const program::Instruction &ins,
                                     const std::vector<TypedOperand> &in,
                                     const std::vector<TypedOperand> &out,
@@ -360,11 +408,6 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
         bf16Workspace(slot, static_cast<uint64_t>(n) * sizeof(float), ws));
     p = static_cast<float *>(ws);
     return Status::success();
-  };
-  // The loss's share of the global token count (CrossEntropy's `value`).
-  auto tokenScale = [](int64_t N, double tokens) {
-    return tokens > 0 ? static_cast<float>(static_cast<double>(N) / tokens)
-                      : 1.0f;
   };
   switch (op) {
   case Opcode::Embedding: {
@@ -472,12 +515,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     LOOM_RETURN_IF_ERROR(
         mixedCrossEntropyForward(ref(out[0]), losses, ref(in[0]), ids(in[1]), N,
                                  V, validV, tokenScale(N, ins.value()), s));
-    // A scratch buffer for the row losses gets them, as on the fp32 path.
-    if (scr.empty())
-      return Status::success();
-    return isBF16(scr[0]) ? convertF32ToBF16(
-                                static_cast<uint16_t *>(scr[0].data), losses, N)
-                          : copy(scr[0].data, losses, N * 4);
+    return keepRowLosses(scr, losses, N);
   }
   case Opcode::CrossEntropyGrad: {
     const int64_t V = in[1].shape->back(), N = numel(in[1]) / V;

@@ -892,18 +892,14 @@ __global__ void __launch_bounds__(kCeThreads)
                     : NAN;
 }
 
-__global__ void __launch_bounds__(kCeThreads) crossEntropyBackwardBF16x8Kernel(
-    __nv_bfloat16 *dlogits, const __nv_bfloat16 *logits, const int32_t *targets,
-    int64_t N, int64_t V, int64_t validV, FloatRef dloss, float dlossScale) {
-  const int64_t row = blockIdx.x, groups = V / kVec;
-  const auto *in = reinterpret_cast<const uint4 *>(logits + row * V);
-  auto *out = reinterpret_cast<uint4 *>(dlogits + row * V);
-  float mx, lse;
-  blockRowLogSumExp(in, groups, validV, mx, lse);
-  // dlogits may alias logits: past the barrier above every thread has read
-  // the row, and below each thread rewrites only the groups it reads.
-  const float g = ld(dloss, 0) * dlossScale / N;
-  const int32_t t = targets[row];
+/// A row's gradient from its statistics: (softmax - onehot(t)) * g over
+/// the first validV values, 0 over the padding. Each thread rewrites only
+/// the groups it read in blockRowLogSumExp (t, t + kCeThreads, ...), back
+/// to front, so dlogits may alias logits once that call has returned.
+__device__ inline void writeRowGradient(uint4 *out, const uint4 *in,
+                                        int64_t groups, int64_t validV,
+                                        float mx, float lse, int32_t t,
+                                        float g) {
   if (threadIdx.x >= groups)
     return;
   const int64_t last =
@@ -918,6 +914,43 @@ __global__ void __launch_bounds__(kCeThreads) crossEntropyBackwardBF16x8Kernel(
     }
     out[gi] = round8(x);
   }
+}
+
+__global__ void __launch_bounds__(kCeThreads) crossEntropyBackwardBF16x8Kernel(
+    __nv_bfloat16 *dlogits, const __nv_bfloat16 *logits, const int32_t *targets,
+    int64_t N, int64_t V, int64_t validV, FloatRef dloss, float dlossScale) {
+  const int64_t row = blockIdx.x, groups = V / kVec;
+  const auto *in = reinterpret_cast<const uint4 *>(logits + row * V);
+  float mx, lse;
+  blockRowLogSumExp(in, groups, validV, mx, lse);
+  writeRowGradient(reinterpret_cast<uint4 *>(dlogits + row * V), in, groups,
+                   validV, mx, lse, targets[row],
+                   ld(dloss, 0) * dlossScale / N);
+}
+
+/// crossEntropyRowsBF16x8Kernel and crossEntropyBackwardBF16x8Kernel in one:
+/// the row is read once from memory for its statistics and its loss, and
+/// again (mostly from L2) for its gradient.
+__global__ void __launch_bounds__(kCeThreads)
+    crossEntropyWithGradBF16x8Kernel(float *losses, __nv_bfloat16 *dlogits,
+                                     const __nv_bfloat16 *logits,
+                                     const int32_t *targets, int64_t N,
+                                     int64_t V, int64_t validV, FloatRef dloss,
+                                     float dlossScale) {
+  const int64_t row = blockIdx.x, groups = V / kVec;
+  const auto *in = reinterpret_cast<const uint4 *>(logits + row * V);
+  const int32_t t = targets[row];
+  const bool valid = t >= 0 && t < validV;
+  // The target's logit before any thread may overwrite it (dlogits may
+  // alias logits; blockRowLogSumExp ends with a barrier).
+  const float target =
+      threadIdx.x == 0 && valid ? __bfloat162float(logits[row * V + t]) : 0.0f;
+  float mx, lse;
+  blockRowLogSumExp(in, groups, validV, mx, lse);
+  if (threadIdx.x == 0)
+    losses[row] = valid ? mx + lse - target : NAN;
+  writeRowGradient(reinterpret_cast<uint4 *>(dlogits + row * V), in, groups,
+                   validV, mx, lse, t, ld(dloss, 0) * dlossScale / N);
 }
 
 __global__ void rowMaxKernel(FloatRef rowMax, FloatRef logits, int64_t N,
@@ -1322,6 +1355,30 @@ Status mixedCrossEntropyBackward(FloatRef dlogits, FloatRef logits,
   }
   LOOM_LAUNCH(crossEntropyBackwardKernel, blocksForRows(N), kThreads, stream,
               dlogits, logits, targets, N, V, validV, dloss, dlossScale);
+  return Status::success();
+}
+
+bool crossEntropyWithGradFits(int64_t V,
+                              std::initializer_list<FloatRef> operands) {
+  return vectorizable(V, operands);
+}
+
+Status mixedCrossEntropyWithGrad(FloatRef loss, float *losses, FloatRef dlogits,
+                                 FloatRef logits, const int32_t *targets,
+                                 int64_t N, int64_t V, int64_t validV,
+                                 float lossScale, FloatRef dloss,
+                                 float dlossScale, cudaStream_t stream) {
+  LOOM_CHECK(crossEntropyWithGradFits(V, {dlogits, logits}),
+             "the fused cross-entropy takes bf16 rows of a multiple of 8 "
+             "values at 16-byte aligned addresses (V = "
+                 << V << ")");
+  LOOM_LAUNCH(crossEntropyWithGradBF16x8Kernel, static_cast<unsigned>(N),
+              kCeThreads, stream, losses,
+              static_cast<__nv_bfloat16 *>(dlogits.data),
+              static_cast<const __nv_bfloat16 *>(logits.data), targets, N, V,
+              validV, dloss, dlossScale);
+  LOOM_LAUNCH(meanKernel, 1u, kThreads, stream, loss,
+              static_cast<const float *>(losses), N, lossScale);
   return Status::success();
 }
 

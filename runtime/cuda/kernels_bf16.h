@@ -147,6 +147,20 @@ Status mixedCrossEntropyBackward(FloatRef dlogits, FloatRef logits,
                                  const int32_t *targets, int64_t N, int64_t V,
                                  int64_t validV, FloatRef dloss,
                                  float dlossScale, cudaStream_t stream);
+/// Whether mixedCrossEntropyWithGrad takes rows of V and these operands:
+/// bf16, 16-byte aligned, V a multiple of 8 (GPT-2's padded 50304).
+bool crossEntropyWithGradFits(int64_t V,
+                              std::initializer_list<FloatRef> operands);
+/// mixedCrossEntropyForward and mixedCrossEntropyBackward in one pass per
+/// row (cross_entropy_fusion.h): the row losses into `losses` and their
+/// mean into loss[0], and dlogits, bit for bit the two calls' results;
+/// dloss is read when the kernel runs. dlogits may alias logits. An error
+/// unless crossEntropyWithGradFits.
+Status mixedCrossEntropyWithGrad(FloatRef loss, float *losses, FloatRef dlogits,
+                                 FloatRef logits, const int32_t *targets,
+                                 int64_t N, int64_t V, int64_t validV,
+                                 float lossScale, FloatRef dloss,
+                                 float dlossScale, cudaStream_t stream);
 /// The vocab-parallel pieces (vocab_parallel.h's contracts).
 Status mixedCrossEntropyRowMax(FloatRef rowMax, FloatRef logits, int64_t N,
                                int64_t V, int64_t offset, int64_t validV,

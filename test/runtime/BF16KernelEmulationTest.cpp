@@ -556,6 +556,68 @@ TEST(BF16KernelEmulation, CrossEntropyWithPaddingAndTokenShare) {
   expectCrossEntropyMatchesCpu(2, 8 * 512 * 2 + 16, 8 * 512 * 2 + 3, 21);
 }
 
+TEST(BF16KernelEmulation, CrossEntropyWithGradGivesTheTwoKernelsBits) {
+  // cross_entropy_fusion.h: the fused kernel's loss, row losses and
+  // gradient against mixedCrossEntropyForward then
+  // mixedCrossEntropyBackward, bit for bit; with the gradient apart from the
+  // logits and over them; a target outside the vocabulary gives a NaN row.
+  struct Case {
+    int64_t N, V, validV;
+  };
+  for (const Case &c :
+       {Case{5, 64, 45}, Case{2, 8 * 512 * 2 + 16, 8 * 512 * 2 + 3},
+        Case{3, 50304, 50257}}) {
+    for (const bool inPlace : {false, true}) {
+      SCOPED_TRACE("V=" + std::to_string(c.V) +
+                   (inPlace ? " in place" : " apart"));
+      const int64_t N = c.N, V = c.V, validV = c.validV;
+      BF16Tensor logits = randomBF16(N * V, 31, -4, 4);
+      std::vector<int32_t> targets = randomIds(N, validV, 32);
+      targets[N - 1] = static_cast<int32_t>(validV); // padding: no target
+      std::vector<float> dloss = {0.5f};
+      const float lossScale = 0.25f, dlossScale = 0.25f;
+      // 1. The two kernels.
+      std::vector<float> loss(1), losses(N);
+      ASSERT_TRUE(emulated::mixedCrossEntropyForward(
+                      f32(loss), losses.data(), logits.ref(), targets.data(), N,
+                      V, validV, lossScale, kNoStream)
+                      .ok());
+      BF16Tensor dlogits = logits;
+      ASSERT_TRUE(emulated::mixedCrossEntropyBackward(
+                      dlogits.ref(), logits.ref(), targets.data(), N, V, validV,
+                      f32(dloss), dlossScale, kNoStream)
+                      .ok());
+      // 2. The fused one.
+      BF16Tensor fusedLogits = logits, apart = logits;
+      BF16Tensor &fusedGrad = inPlace ? fusedLogits : apart;
+      std::vector<float> fusedLoss(1), fusedLosses(N);
+      ASSERT_TRUE(emulated::crossEntropyWithGradFits(
+          V, {fusedLogits.ref(), fusedGrad.ref()}));
+      ASSERT_TRUE(emulated::mixedCrossEntropyWithGrad(
+                      f32(fusedLoss), fusedLosses.data(), fusedGrad.ref(),
+                      fusedLogits.ref(), targets.data(), N, V, validV,
+                      lossScale, f32(dloss), dlossScale, kNoStream)
+                      .ok());
+      EXPECT_TRUE(std::isnan(fusedLosses[N - 1]));
+      EXPECT_TRUE(std::isnan(fusedLoss[0]));
+      for (int64_t n = 0; n + 1 < N; ++n)
+        EXPECT_EQ(fusedLosses[n], losses[n]) << "row " << n; // exactly
+      EXPECT_EQ(fusedGrad.bits, dlogits.bits);
+    }
+  }
+  // A vocabulary that is not a multiple of 8 is refused, with the reason.
+  BF16Tensor odd = randomBF16(2 * 50, 33);
+  const std::vector<int32_t> targets = {1, 2};
+  std::vector<float> loss(1), losses(2), dloss = {1.0f};
+  EXPECT_FALSE(emulated::crossEntropyWithGradFits(50, {odd.ref()}));
+  const Status s = emulated::mixedCrossEntropyWithGrad(
+      f32(loss), losses.data(), odd.ref(), odd.ref(), targets.data(), 2, 50, 50,
+      1.0f, f32(dloss), 1.0f, kNoStream);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("a multiple of 8"), std::string::npos)
+      << s.message();
+}
+
 TEST(BF16KernelEmulation, CrossEntropyNaNLogitGivesNaN) {
   // fmaxf skips NaN, so a row max alone would hide one.
   for (const int64_t V : {50, 64}) {

@@ -271,6 +271,20 @@ TEST_F(CudaKernelTest, BF16CrossEntropyAtGpt2Vocabulary) {
     largest = std::max(largest, std::fabs(want[i]));
   }
   expectClose(got, want, 1.0 / 128, 1e-5 * largest, "bf16 cross-entropy grad");
+  // The loss and its gradient in one kernel (cross_entropy_fusion.h), in
+  // place over a fresh copy of the logits: the two kernels' bits.
+  floatsToBF16(bits.data(), logits.data(), N * V);
+  DeviceVector<uint16_t> fLogits(bits);
+  DeviceVector<float> fLoss(1), fRows(N);
+  const cuda::FloatRef fRef{fLogits.get(), true};
+  ASSERT_TRUE(cuda::crossEntropyWithGradFits(V, {fRef}));
+  ASSERT_TRUE(cuda::mixedCrossEntropyWithGrad(
+                  {fLoss.get(), false}, fRows.get(), fRef, fRef, dTargets.get(),
+                  N, V, validV, 1.0f, {dSeed.get(), false}, 1.0f, stream)
+                  .ok());
+  EXPECT_EQ(fLoss.host(), dLoss.host());
+  EXPECT_EQ(fRows.host(), dRows.host());
+  EXPECT_EQ(fLogits.host(), gBits) << "the fused gradient's bits";
 }
 
 // The bias gradient of a bf16 GPT-2 MLP layer's first Linear (rows of 3072
