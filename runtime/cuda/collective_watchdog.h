@@ -87,7 +87,7 @@ private:
   };
 
   void watch();
-  /// Drops the calls whose events have fired; the message of the first
+  /// Drops every call whose event has fired; the message of the first
   /// that stalled or failed, empty when none did. Holds `mutex`.
   std::string reapLocked(Clock::time_point now);
   /// Returns an event to the pool. Holds `mutex`.
