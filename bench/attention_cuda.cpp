@@ -8,12 +8,13 @@
 // bf16 flash kernels (tensor cores at head size 64) on the same inputs
 // rounded to bf16: forward, and the backward given the forward's out and
 // lse (no recompute: the API a bf16 executor calls); its differences from
-// naive are bf16 roundings, reported, not judged. At head size 64 two
+// naive are bf16 roundings, reported, not judged. At head size 64 three
 // more rows time the tensor-core kernels alone (the backward given the
 // row dots) in each FlashTcOccupancy: tc-spill0 as training runs them,
 // tc-blocks with the forward and dQ compiled for more blocks per SM at a
-// few bytes of spills; their differences are from tc-spill0 (the same
-// arithmetic, so 0 unless the compiler reorders it). Prints
+// few bytes of spills, tc-wide with blocks of 8 warps (128 rows); their
+// differences are from tc-spill0 (the same arithmetic, so 0 unless the
+// compiler reorders it). Prints
 //   kernel | forward ms | grad ms | total ms | max |diff| out | dqkv
 // (median of --iters, CUDA events) and, with --json F, the same for
 // scripts. Needs a GPU; without one it says so and exits 1.
@@ -120,7 +121,7 @@ int resultsToHost(const __nv_bfloat16 *out, int64_t nOut,
   return 0;
 }
 
-/// The tc-spill0 and tc-blocks rows (see the file comment): the
+/// The tc-spill0, tc-blocks and tc-wide rows (see the file comment): the
 /// tensor-core kernels on bf16 `qkv` and `dout`, given `rowDot` (the row
 /// dots of the forward's out, already computed). Returns main's exit code
 /// on a CUDA error, 0 otherwise.
@@ -137,7 +138,8 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
   BENCH_CUDA(cudaMalloc(reinterpret_cast<void **>(&lse), B * NH * T * 4));
   std::vector<float> firstOut, firstDqkv;
   for (FlashTcOccupancy occupancy :
-       {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks}) {
+       {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks,
+        FlashTcOccupancy::WideBlocks}) {
     double f = 0, g = 0;
     if (int rc = timePasses(
             stream, iters,
@@ -160,7 +162,8 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
     }
     addRow(json,
            occupancy == FlashTcOccupancy::FewestSpills ? "tc-spill0"
-                                                       : "tc-blocks",
+           : occupancy == FlashTcOccupancy::MoreBlocks ? "tc-blocks"
+                                                       : "tc-wide",
            f, g, maxAbsDiff(outF, firstOut), maxAbsDiff(dqkvF, firstDqkv),
            "  (vs tc-spill0)");
   }

@@ -15,8 +15,9 @@ Reads what step d's runs wrote and prints
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
      how far apart their results are; beside them PyTorch's attention on the
      same shape (torch_attention.py --json) and the bf16 flash kernels'
-     speed against it; and the tensor-core kernels' two occupancies
-     (tc-spill0, tc-blocks) against each other.
+     speed against it; and the tensor-core kernels' other launch shapes
+     (tc-blocks: more blocks per SM; tc-wide: blocks of 8 warps) against
+     the one training runs (tc-spill0).
 and each of issue 8's goals with met / not met. A figure whose run failed
 is reported missing with the file it was looked for in. With --json F the
 figures are also written for scripts. Exit status: 0 when every figure is
@@ -230,21 +231,26 @@ def main():
                   f"{b16['max_abs_diff_dqkv']:.3g}")
             report.setdefault("attention", {})["bf16_total_ms"] = \
                 b16["forward_ms"] + b16["grad_ms"]
-        if "tc-spill0" in k and "tc-blocks" in k:
-            # The tensor-core kernels' two launch bounds (FlashTcOccupancy):
-            # which to train with is this measurement.
-            base, more = k["tc-spill0"], k["tc-blocks"]
-            speed = {part: base[part] / more[part]
+        # The tensor-core kernels' other launch shapes (FlashTcOccupancy)
+        # against the one training runs: which to train with is this
+        # measurement.
+        for name, meaning, key in (
+                ("tc-blocks", "more blocks per SM", "occupancy_speed"),
+                ("tc-wide", "blocks of 8 warps", "wide_blocks_speed")):
+            if "tc-spill0" not in k or name not in k:
+                continue
+            base, other = k["tc-spill0"], k[name]
+            speed = {part: base[part] / other[part]
                      for part in ("forward_ms", "grad_ms")}
-            same = (more["max_abs_diff_out"] == 0 and
-                    more["max_abs_diff_dqkv"] == 0)
-            print(f"  tc-blocks speed vs tc-spill0 (> 1: more blocks per SM "
+            same = (other["max_abs_diff_out"] == 0 and
+                    other["max_abs_diff_dqkv"] == 0)
+            print(f"  {name} speed vs tc-spill0 (> 1: {meaning} "
                   f"faster): forward {speed['forward_ms']:.2f}x, grad "
                   f"{speed['grad_ms']:.2f}x; values "
                   + ("identical" if same else
-                     f"differ (out {more['max_abs_diff_out']:.3g}, dqkv "
-                     f"{more['max_abs_diff_dqkv']:.3g})"))
-            report.setdefault("attention", {})["occupancy_speed"] = speed
+                     f"differ (out {other['max_abs_diff_out']:.3g}, dqkv "
+                     f"{other['max_abs_diff_dqkv']:.3g})"))
+            report.setdefault("attention", {})[key] = speed
     if args.attention_torch:
         torch_att = read_json(args.attention_torch, missing,
                               "PyTorch attention benchmark")

@@ -1,9 +1,11 @@
 //===- flash_attention_mma.cu - Tensor-core bf16 flash attention ----------===//
 //
-// See flash_attention_mma.h. Every kernel runs 4 warps (128 threads); a
-// block owns 64 rows of one (b, h) head (queries in the forward and in dQ,
-// keys in dK/dV), each warp 16 of them, and streams the other side in tiles
-// of 64 rows through shared memory. Per warp and tile, with every product
+// See flash_attention_mma.h. Every kernel runs 4 warps (128 threads; 8 for
+// FlashTcOccupancy::WideBlocks); a block owns 16 rows a warp of one (b, h)
+// head (queries in the forward and in dQ, keys in dK/dV), and streams the
+// other side in tiles of 64 rows through shared memory: each tile serves
+// every warp of the block, so wider blocks read the streamed side from L2
+// half as often per product. Per warp and tile, with every product
 // an mma.sync over 16 x 64 register tiles (mma.cuh):
 //
 //   forward   S = Q_w K^T; the online softmax in base 2: P = 2^(S' - m)
@@ -45,17 +47,19 @@ namespace loom::cuda {
 namespace {
 
 constexpr int kHs = 64;           // head size
-constexpr int kWarps = 4;         // warps per block
-constexpr int kTc = 32 * kWarps;  // threads per block
 constexpr int kRows = 16;         // rows per warp (one mma tile's M)
-constexpr int kBlockRows = 64;    // rows per block = kWarps * kRows
 constexpr int kTile = 64;         // streamed rows per tile
 constexpr int kLd = kHs + 8;      // bf16 row stride of shared tiles
 constexpr int kSteps = kHs / 16;  // k-steps of 16 over a 64-wide operand
 constexpr int kBlocks8 = kHs / 8; // 8-column mma tiles across 64 columns
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBlockRows == kWarps * kRows && kTile == kHs,
-              "one 64 x 64 tile shape for every shared operand");
+static_assert(kTile == kHs, "one 64 x 64 tile shape for every shared operand");
+
+/// Threads and rows of a block of `warps` warps.
+__host__ __device__ constexpr int threadsOf(int warps) { return 32 * warps; }
+__host__ __device__ constexpr int blockRowsOf(int warps) {
+  return kRows * warps;
+}
 
 /// A warp's 16 x 64 bf16 operand as the A fragments of its four k-steps.
 using FragsA = uint32_t[kSteps][4];
@@ -64,16 +68,17 @@ using Accs = float[kBlocks8][4];
 
 /// Issues the copies of tile[r][d] (row stride kLd) = src[(r0 + r) *
 /// stride + d] for the 64 rows from r0, zero past T; all threads of the
-/// block take part, 16 bytes each per copy, eight consecutive threads per
-/// 128-byte row. With `vec` (src and stride keep 16-byte alignment) they
-/// are cp.async copies that land by the caller's async_copy::wait; without
+/// block take part (any number), 16 bytes each per copy, eight consecutive
+/// threads per 128-byte row. With `vec` (src and stride keep 16-byte alignment)
+/// they are cp.async copies that land by the caller's async_copy::wait; without
 /// it, element by element before returning.
 __device__ inline void stageRows(__nv_bfloat16 *tile, const __nv_bfloat16 *src,
                                  int64_t stride, int64_t r0, int64_t T,
                                  bool vec) {
   constexpr int kVec = 8;                   // bf16 per 16 bytes
   constexpr int kChunksPerRow = kHs / kVec; // 16-byte chunks of a row
-  for (int e = threadIdx.x; e < kTile * kChunksPerRow; e += kTc) {
+  for (int e = threadIdx.x; e < kTile * kChunksPerRow;
+       e += static_cast<int>(blockDim.x)) {
     const int r = e / kChunksPerRow, d = (e % kChunksPerRow) * kVec;
     const int64_t row = r0 + r;
     const bool valid = row < T;
@@ -109,6 +114,37 @@ __device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile,
     a[s][1] = mma::load2(bottom + 16 * s);
     a[s][2] = mma::load2(top + 16 * s + 8);
     a[s][3] = mma::load2(bottom + 16 * s + 8);
+  }
+}
+
+/// The warp's rows of the block's 16 kWarps rows from r0 of `a` (row
+/// stride strideA; and of `b` into fb when it is not null) as A fragments:
+/// rows [r0, r0 + 64) must be staged in aTile (bTile) and landed; wider
+/// blocks stage each further 64 rows there in turn (every copy the block
+/// issued before lands too). Ends with the tiles free again for warps that
+/// had their rows (all of them, in a block of 4 warps).
+template <int kWarps>
+__device__ inline void
+loadBlockRows(FragsA &fa, __nv_bfloat16 *aTile, const __nv_bfloat16 *a,
+              int64_t strideA, FragsA *fb, __nv_bfloat16 *bTile,
+              const __nv_bfloat16 *b, int64_t strideB, int64_t r0, int64_t T,
+              bool vec, int warp, int g, int t) {
+  constexpr int kWarpsPerTile = kTile / kRows;
+  for (int part = 0; part < kWarps / kWarpsPerTile; ++part) {
+    if (part > 0) {
+      __syncthreads(); // the previous part's warps have their rows
+      stageRows(aTile, a, strideA, r0 + part * kTile, T, vec);
+      if (fb)
+        stageRows(bTile, b, strideB, r0 + part * kTile, T, vec);
+      async_copy::commit();
+      async_copy::wait<0>();
+      __syncthreads();
+    }
+    if (warp / kWarpsPerTile == part) {
+      loadOwnRows(fa, aTile, warp % kWarpsPerTile, g, t);
+      if (fb)
+        loadOwnRows(*fb, bTile, warp % kWarpsPerTile, g, t);
+    }
   }
 }
 
@@ -198,13 +234,15 @@ __device__ inline int columnOf(int n, int i, int t) {
 }
 
 /// Where the calling thread works: its warp, its lane's quad coordinates
-/// (g = lane / 4, t = lane % 4), the block's head (b, hd) and its 64 rows
-/// from r0 (tile `tile` of the head), the warp's 16 from w0.
+/// (g = lane / 4, t = lane % 4), the block's head (b, hd) and its
+/// `blockRows` rows from r0 (tile `tile` of the head), the warp's 16 from
+/// w0.
 struct Place {
   int warp, lane, g, t;
   int64_t bh, b, hd, r0, w0;
 };
-__device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
+__device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH,
+                                int blockRows) {
   Place p;
   p.warp = threadIdx.x / 32;
   p.lane = threadIdx.x % 32;
@@ -213,7 +251,7 @@ __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
   p.bh = bh;
   p.b = bh / NH;
   p.hd = bh % NH;
-  p.r0 = tile * kBlockRows;
+  p.r0 = tile * blockRows;
   p.w0 = p.r0 + p.warp * kRows;
   return p;
 }
@@ -222,11 +260,11 @@ __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH) {
 // Forward
 //===----------------------------------------------------------------------===//
 
-/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
-/// head bh. Compiled to fit kMinBlocks blocks per SM (launch bounds; 0
-/// leaves the registers to ptxas), as the backward kernels.
-template <int kMinBlocks>
-__global__ void __launch_bounds__(kTc, kMinBlocks)
+/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*R, +R) of
+/// head bh, R = 16 kWarps. Compiled to fit kMinBlocks blocks per SM (launch
+/// bounds; 0 leaves the registers to ptxas), as the backward kernels.
+template <int kWarps, int kMinBlocks>
+__global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
     flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
                          const __nv_bfloat16 *qkv, int64_t T, int64_t C,
                          int64_t NH, float scaleLog2, int tiles, bool vec) {
@@ -236,8 +274,9 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   __shared__ __align__(16) __nv_bfloat16 vTiles[2][kTile * kLd];
   // The last query tiles see the most keys: they start first, so the
   // grid's tail is short blocks.
-  const Place at =
-      placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles, NH);
+  constexpr int kBlockRows = blockRowsOf(kWarps);
+  const Place at = placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles,
+                           NH, kBlockRows);
   const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
@@ -252,7 +291,8 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   async_copy::wait<1>();
   __syncthreads();
   FragsA q;
-  loadOwnRows(q, vTiles[1], warp, g, t);
+  loadBlockRows<kWarps>(q, vTiles[1], head, C3, nullptr, nullptr, nullptr, 0,
+                        q0, T, vec, warp, g, t);
 
   // 2. Key tiles up to the block's last query. The lane's rows are
   //    row[0] = w0 + g and row[1] = w0 + g + 8: their running max m (base
@@ -272,6 +312,10 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
     async_copy::commit();
     async_copy::wait<1>(); // this tile's copies (all but the next tile's)
     __syncthreads();
+    // A tile whose keys all follow the warp's rows changes nothing (in a
+    // wide block, the top warps' last tile): skipped, warp by warp.
+    if (k0 > w0 + kRows - 1 || w0 >= T)
+      continue;
     Accs s;
     zero(s);
     timesTransposed(s, q, kTiles[buf], lane); // S = Q_w K^T
@@ -339,11 +383,11 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
 // Backward
 //===----------------------------------------------------------------------===//
 
-/// blockIdx.x = bh * tiles + tile: keys [tile*64, +64) of head bh (the
-/// first key tiles see the most queries, and start first); writes their dk
-/// and dv.
-template <int kMinBlocks>
-__global__ void __launch_bounds__(kTc, kMinBlocks)
+/// blockIdx.x = bh * tiles + tile: keys [tile*R, +R) of head bh, R = 16
+/// kWarps (the first key tiles see the most queries, and start first);
+/// writes their dk and dv.
+template <int kWarps, int kMinBlocks>
+__global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
     flashBackwardKeyTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                              const __nv_bfloat16 *qkv, const float *lse,
                              const float *rowDot, int64_t T, int64_t C,
@@ -352,7 +396,8 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   __shared__ __align__(16) __nv_bfloat16 qTiles[2][kTile * kLd];
   __shared__ __align__(16) __nv_bfloat16 dyTiles[2][kTile * kLd];
   __shared__ __align__(16) float lseTiles[2][kTile], dTiles[2][kTile];
-  const Place at = placeOf(blockIdx.x % tiles, blockIdx.x / tiles, NH);
+  const Place at =
+      placeOf(blockIdx.x % tiles, blockIdx.x / tiles, NH, blockRowsOf(kWarps));
   const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, k0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
@@ -381,8 +426,8 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   async_copy::wait<1>();
   __syncthreads();
   FragsA kw, vw;
-  loadOwnRows(kw, qTiles[1], warp, g, t);
-  loadOwnRows(vw, dyTiles[1], warp, g, t);
+  loadBlockRows<kWarps>(kw, qTiles[1], head + C, C3, &vw, dyTiles[1],
+                        head + 2 * C, C3, k0, T, vec, warp, g, t);
   Accs dk, dv;
   zero(dk);
   zero(dv);
@@ -401,6 +446,10 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
     if (threadIdx.x < kTile)
       lseTiles[buf][threadIdx.x] *= kLog2e;
     __syncthreads();
+    // A tile whose queries all precede the warp's keys adds nothing (in a
+    // wide block, the bottom warps' first tile): skipped, warp by warp.
+    if (t0 + kTile - 1 < w0 || w0 >= T)
+      continue;
     const __nv_bfloat16 *qTile = qTiles[buf], *dyTile = dyTiles[buf];
     const float *lseTile = lseTiles[buf], *dTile = dTiles[buf];
     // P^T (16 keys x 64 queries), zero where the query precedes the key
@@ -441,10 +490,10 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   storeRows(dkHead + C, C3, dv, key, T, 1.0f, t);
 }
 
-/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*64, +64) of
-/// head bh; writes their dq.
-template <int kMinBlocks>
-__global__ void __launch_bounds__(kTc, kMinBlocks)
+/// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*R, +R) of
+/// head bh, R = 16 kWarps; writes their dq.
+template <int kWarps, int kMinBlocks>
+__global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
     flashBackwardQueryTcKernel(__nv_bfloat16 *dqkv, const __nv_bfloat16 *dout,
                                const __nv_bfloat16 *qkv, const float *lse,
                                const float *rowDot, int64_t T, int64_t C,
@@ -452,8 +501,9 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   // Key and value tiles, double-buffered as in the forward.
   __shared__ __align__(16) __nv_bfloat16 kTiles[2][kTile * kLd];
   __shared__ __align__(16) __nv_bfloat16 vTiles[2][kTile * kLd];
+  constexpr int kBlockRows = blockRowsOf(kWarps);
   const Place at = placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles,
-                           NH); // longest first, as in the forward
+                           NH, kBlockRows); // longest first, as in the forward
   const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
@@ -471,8 +521,8 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
   async_copy::wait<1>();
   __syncthreads();
   FragsA qw, dyw;
-  loadOwnRows(qw, kTiles[1], warp, g, t);
-  loadOwnRows(dyw, vTiles[1], warp, g, t);
+  loadBlockRows<kWarps>(qw, kTiles[1], head, C3, &dyw, vTiles[1], dyHead, C, q0,
+                        T, vec, warp, g, t);
   const int64_t row[2] = {w0 + g, w0 + g + 8};
   float rowLse[2], rowD[2];
 #pragma unroll
@@ -494,6 +544,10 @@ __global__ void __launch_bounds__(kTc, kMinBlocks)
     async_copy::commit();
     async_copy::wait<1>(); // this tile's copies
     __syncthreads();
+    // As in the forward: a tile of keys after all the warp's rows adds
+    // nothing.
+    if (k0 > w0 + kRows - 1 || w0 >= T)
+      continue;
     Accs s;
     zero(s);
     timesTransposed(s, qw, kTiles[buf], lane); // S = Q_w K^T
@@ -534,12 +588,12 @@ bool allAligned16(std::initializer_list<const void *> pointers) {
 }
 
 Status checkTensorCoreShape(int64_t B, int64_t T, int64_t C, int64_t NH,
-                            int &tiles, unsigned &blocks) {
+                            int blockRows, int &tiles, unsigned &blocks) {
   LOOM_CHECK(NH > 0 && C == NH * kFlashTensorCoreHeadSize,
              "tensor-core flash attention: C = " << C << " over " << NH
                                                  << " heads is not head size "
                                                  << kFlashTensorCoreHeadSize);
-  const int64_t t = (T + kBlockRows - 1) / kBlockRows, n = t * B * NH;
+  const int64_t t = (T + blockRows - 1) / blockRows, n = t * B * NH;
   LOOM_CHECK(n < (int64_t(1) << 31),
              "flash attention: " << n << " blocks exceed CUDA's grid limit");
   tiles = static_cast<int>(t);
@@ -554,15 +608,20 @@ Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
                                         int64_t T, int64_t C, int64_t NH,
                                         cudaStream_t stream,
                                         FlashTcOccupancy occupancy) {
+  const bool wide = occupancy == FlashTcOccupancy::WideBlocks;
+  const int warps = wide ? 8 : 4;
   int tiles = 0;
   unsigned blocks = 0;
-  LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
+  LOOM_RETURN_IF_ERROR(
+      checkTensorCoreShape(B, T, C, NH, blockRowsOf(warps), tiles, blocks));
   const float scaleLog2 = kLog2e / sqrtf(static_cast<float>(kHs));
-  auto *kernel = occupancy == FlashTcOccupancy::MoreBlocks
-                     ? flashForwardTcKernel<4>
-                     : flashForwardTcKernel<0>;
-  LOOM_LAUNCH(kernel, blocks, kTc, stream, out, lse, qkv, T, C, NH, scaleLog2,
-              tiles, allAligned16({qkv}));
+  // Wide blocks of 256 threads at 2 a SM: 128 registers, as MoreBlocks'.
+  auto *kernel = wide ? flashForwardTcKernel<8, 2>
+                 : occupancy == FlashTcOccupancy::MoreBlocks
+                     ? flashForwardTcKernel<4, 4>
+                     : flashForwardTcKernel<4, 0>;
+  LOOM_LAUNCH(kernel, blocks, threadsOf(warps), stream, out, lse, qkv, T, C, NH,
+              scaleLog2, tiles, allAligned16({qkv}));
   return Status::success();
 }
 
@@ -570,20 +629,26 @@ Status flashAttentionBackwardTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
     int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy) {
+  const bool wide = occupancy == FlashTcOccupancy::WideBlocks;
+  const int warps = wide ? 8 : 4;
   int tiles = 0;
   unsigned blocks = 0;
-  LOOM_RETURN_IF_ERROR(checkTensorCoreShape(B, T, C, NH, tiles, blocks));
+  LOOM_RETURN_IF_ERROR(
+      checkTensorCoreShape(B, T, C, NH, blockRowsOf(warps), tiles, blocks));
   const float scale = 1.0f / sqrtf(static_cast<float>(kHs));
   const bool vec = allAligned16({qkv, dout});
-  // dK/dV keeps its 2 blocks per SM either way (3 would leave it 168
-  // registers for 248 live).
-  LOOM_LAUNCH(flashBackwardKeyTcKernel<0>, blocks, kTc, stream, dqkv, dout, qkv,
+  // dK/dV keeps its 8 warps per SM either way (2 blocks of 4, or 1 of 8; 3
+  // of 4 would leave it 168 registers for 248 live).
+  auto *keyKernel =
+      wide ? flashBackwardKeyTcKernel<8, 0> : flashBackwardKeyTcKernel<4, 0>;
+  LOOM_LAUNCH(keyKernel, blocks, threadsOf(warps), stream, dqkv, dout, qkv, lse,
+              rowDot, T, C, NH, scale, tiles, vec);
+  auto *queryKernel = wide ? flashBackwardQueryTcKernel<8, 0>
+                      : occupancy == FlashTcOccupancy::MoreBlocks
+                          ? flashBackwardQueryTcKernel<4, 3>
+                          : flashBackwardQueryTcKernel<4, 0>;
+  LOOM_LAUNCH(queryKernel, blocks, threadsOf(warps), stream, dqkv, dout, qkv,
               lse, rowDot, T, C, NH, scale, tiles, vec);
-  auto *queryKernel = occupancy == FlashTcOccupancy::MoreBlocks
-                          ? flashBackwardQueryTcKernel<3>
-                          : flashBackwardQueryTcKernel<0>;
-  LOOM_LAUNCH(queryKernel, blocks, kTc, stream, dqkv, dout, qkv, lse, rowDot, T,
-              C, NH, scale, tiles, vec);
   return Status::success();
 }
 

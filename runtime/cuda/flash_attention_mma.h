@@ -30,17 +30,26 @@ namespace loom::cuda {
 constexpr int64_t kFlashTensorCoreHeadSize = 64;
 
 /// How the kernels trade registers for blocks per SM (the launch bounds
-/// they are compiled with). The two compute the same values; which is
-/// faster is a measurement (bench/attention_cuda.cpp times both, and
-/// scripts/gpu-check prints them).
+/// they are compiled with) and rows per block. All compute the same values;
+/// which is fastest is a measurement (bench/attention_cuda.cpp times each,
+/// and scripts/gpu-check prints them).
 enum class FlashTcOccupancy {
-  /// ptxas' own register choice, no spills: forward 133 registers (3
-  /// blocks of 128 threads per SM), dK/dV 248 (2), dQ 180 (2). What
+  /// ptxas' own register choice, no spills: forward 135 registers (3
+  /// blocks of 128 threads per SM), dK/dV 246 (2), dQ 181 (2). What
   /// training runs.
   FewestSpills,
-  /// The forward capped to 4 blocks per SM (128 registers, 52 bytes of
-  /// spill stores) and dQ to 3 (168 registers, 20 bytes); dK/dV as above.
+  /// The forward capped to 4 blocks per SM (128 registers, 56 bytes of
+  /// spill stores) and dQ to 3 (168 registers, 44 bytes); dK/dV as above.
   MoreBlocks,
+  /// Blocks of 8 warps (128 rows) instead of 4: each streamed 64-row tile
+  /// is read from L2 into shared memory once for twice the rows, half the
+  /// traffic per product (at full mma.sync rate blocks of 4 warps ask
+  /// about 40 bytes a clock of an SM in the forward, 28 in dQ, 21 in dK/dV,
+  /// against roughly 24 from L2; docs/gpu-measurements.md).
+  /// dK/dV (254 registers) and dQ (171) keep their 8 warps per SM, one
+  /// block each; the forward is capped to 2 blocks (128 registers, 48
+  /// bytes of spill stores).
+  WideBlocks,
 };
 
 /// flashAttentionForward's contract for bf16 with C / NH == 64.

@@ -201,18 +201,26 @@ TEST(FlashAttentionEmulation, TensorCoreOccupanciesComputeTheSameValues) {
                     .ok());
     return r;
   };
-  const Result spill0 = run(cuda::FlashTcOccupancy::FewestSpills),
-               blocks = run(cuda::FlashTcOccupancy::MoreBlocks);
-  EXPECT_EQ(blocks.out, spill0.out);
-  EXPECT_EQ(blocks.dqkv, spill0.dqkv);
-  ASSERT_EQ(blocks.lse.size(), spill0.lse.size());
-  for (size_t i = 0; i < spill0.lse.size(); ++i)
-    ASSERT_EQ(blocks.lse[i], spill0.lse[i]) << "lse " << i;
-  // Every output written (no NaN left from the fill).
-  for (float x : cuda::floatsFromBf16(blocks.dqkv))
-    ASSERT_FALSE(std::isnan(x));
-  for (float x : cuda::floatsFromBf16(blocks.out))
-    ASSERT_FALSE(std::isnan(x));
+  const Result spill0 = run(cuda::FlashTcOccupancy::FewestSpills);
+  // MoreBlocks: other launch bounds; WideBlocks: 128-row blocks (T = 130:
+  // one full block and a tail of 2 rows, the top warps' last key tile and
+  // the bottom warps' first query tile skipped).
+  for (cuda::FlashTcOccupancy other : {cuda::FlashTcOccupancy::MoreBlocks,
+                                       cuda::FlashTcOccupancy::WideBlocks}) {
+    SCOPED_TRACE(other == cuda::FlashTcOccupancy::MoreBlocks ? "MoreBlocks"
+                                                             : "WideBlocks");
+    const Result r = run(other);
+    EXPECT_EQ(r.out, spill0.out);
+    EXPECT_EQ(r.dqkv, spill0.dqkv);
+    ASSERT_EQ(r.lse.size(), spill0.lse.size());
+    for (size_t i = 0; i < spill0.lse.size(); ++i)
+      ASSERT_EQ(r.lse[i], spill0.lse[i]) << "lse " << i;
+    // Every output written (no NaN left from the fill).
+    for (float x : cuda::floatsFromBf16(r.dqkv))
+      ASSERT_FALSE(std::isnan(x));
+    for (float x : cuda::floatsFromBf16(r.out))
+      ASSERT_FALSE(std::isnan(x));
+  }
 }
 
 TEST(FlashAttentionEmulation, RefusesHeadSizesItIsNotCompiledFor) {
