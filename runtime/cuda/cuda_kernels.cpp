@@ -81,6 +81,26 @@ Status parseFusedCrossEntropy(const char *value, bool &out) {
                      "the instructions one by one", out);
 }
 
+Status parseFlashShape(const char *value, FlashTcOccupancy &out) {
+  if (!value || !*value || std::strcmp(value, "spill0") == 0) {
+    out = FlashTcOccupancy::FewestSpills;
+    return Status::success();
+  }
+  if (std::strcmp(value, "blocks") == 0) {
+    out = FlashTcOccupancy::MoreBlocks;
+    return Status::success();
+  }
+  if (std::strcmp(value, "wide") == 0) {
+    out = FlashTcOccupancy::WideBlocks;
+    return Status::success();
+  }
+  LOOM_ERROR("LOOM_CUDA_FLASH_SHAPE='"
+             << value
+             << "' is not a launch shape of the tensor-core attention; use "
+                "spill0 (4 warps a block, no spills, the default), blocks (4 "
+                "warps, more blocks per SM) or wide (8 warps a block)");
+}
+
 Status CudaKernels::create(cudaStream_t computeStream,
                            std::unique_ptr<CudaKernels> &out) {
   std::unique_ptr<CudaKernels> k(new CudaKernels());
@@ -95,6 +115,8 @@ Status CudaKernels::create(cudaStream_t computeStream,
                                          k->residualNorm));
   LOOM_RETURN_IF_ERROR(parseFusedCrossEntropy(
       std::getenv("LOOM_CUDA_FUSED_CROSS_ENTROPY"), k->fusedCrossEntropy));
+  LOOM_RETURN_IF_ERROR(
+      parseFlashShape(std::getenv("LOOM_CUDA_FLASH_SHAPE"), k->flashShape));
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();

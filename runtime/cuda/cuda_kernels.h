@@ -20,6 +20,7 @@
 #define LOOM_RUNTIME_CUDA_CUDA_KERNELS_H
 
 #include "runtime/core/kernel_backend.h"
+#include "runtime/cuda/flash_attention_mma.h"
 #include "runtime/cuda/gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -68,6 +69,13 @@ Status parseResidualNorm(const char *value, bool &out);
 /// compare); anything else is an error.
 Status parseFusedCrossEntropy(const char *value, bool &out);
 
+/// Parses the value of LOOM_CUDA_FLASH_SHAPE, the launch shape of the bf16
+/// tensor-core attention kernels (flash_attention_mma.h): "spill0" or null
+/// / empty (FewestSpills, the default), "blocks" (MoreBlocks) or "wide"
+/// (WideBlocks), the rows tc-spill0, tc-blocks and tc-wide of
+/// bench/attention_cuda.cpp; anything else is an error naming the three.
+Status parseFlashShape(const char *value, FlashTcOccupancy &out);
+
 class CudaKernels final : public KernelBackend {
 public:
   /// Creates the cuBLASLt handle on the current device; kernels run on
@@ -78,8 +86,9 @@ public:
   /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue),
   /// residual Adds with layer norms (LOOM_CUDA_RESIDUAL_NORM,
   /// parseResidualNorm) and losses with their gradients
-  /// (LOOM_CUDA_FUSED_CROSS_ENTROPY, parseFusedCrossEntropy); a bad value
-  /// is an error here.
+  /// (LOOM_CUDA_FUSED_CROSS_ENTROPY, parseFusedCrossEntropy), and the
+  /// tensor-core attention's launch shape (LOOM_CUDA_FLASH_SHAPE,
+  /// parseFlashShape); a bad value is an error here.
   static Status create(cudaStream_t computeStream,
                        std::unique_ptr<CudaKernels> &out);
   ~CudaKernels() override;
@@ -306,6 +315,7 @@ private:
   bool geluEpilogue = true;
   bool residualNorm = true;
   bool fusedCrossEntropy = true;
+  FlashTcOccupancy flashShape = FlashTcOccupancy::FewestSpills;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

@@ -157,11 +157,12 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
     float *lse32 = static_cast<float *>(stats), *rowDot = lse32 + rows;
     if (!grad)
       return flashAttentionForward(bf16(out[0]), lseOut ? lseOut : lse32,
-                                   bf16(qkvOp), B, T, C, NH, computeStream);
+                                   bf16(qkvOp), B, T, C, NH, computeStream,
+                                   flashShape);
     if (savedOut)
       return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
                                     bf16(qkvOp), bf16(*savedOut), savedLse, B,
-                                    T, C, NH, computeStream);
+                                    T, C, NH, computeStream, flashShape);
     // Without the saved forward: recompute its output and log-sum-exp (bf16
     // output, as the forward stored it).
     void *o = nullptr;
@@ -170,10 +171,10 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
         o));
     auto *fwd = static_cast<__nv_bfloat16 *>(o);
     LOOM_RETURN_IF_ERROR(flashAttentionForward(fwd, lse32, bf16(qkvOp), B, T, C,
-                                               NH, computeStream));
+                                               NH, computeStream, flashShape));
     return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
                                   bf16(qkvOp), fwd, lse32, B, T, C, NH,
-                                  computeStream);
+                                  computeStream, flashShape);
   }
   // A head size the flash kernels lack, or mixed dtypes: the fp32 kernels
   // on widened copies, the [B,NH,T,T] probabilities in workspace. This rare

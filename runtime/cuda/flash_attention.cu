@@ -458,7 +458,8 @@ template <typename F> Status dispatchHeadSize(int64_t hs, F &&f) {
 
 template <typename Elem>
 Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
-               int64_t C, int64_t NH, cudaStream_t stream) {
+               int64_t C, int64_t NH, cudaStream_t stream,
+               FlashTcOccupancy shape) {
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
@@ -466,8 +467,8 @@ Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
     if (C / NH == kFlashTensorCoreHeadSize)
       // Qualified, so argument-dependent lookup of FlashTcOccupancy does
       // not also find the real kernels where the tests emulate these.
-      return cuda::flashAttentionForwardTensorCores(
-          out, lse, qkv, B, T, C, NH, stream, FlashTcOccupancy::FewestSpills);
+      return cuda::flashAttentionForwardTensorCores(out, lse, qkv, B, T, C, NH,
+                                                    stream, shape);
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return forwardWith<Elem, decltype(hs)::value>(out, lse, qkv, B, T, C, NH,
                                                   stream);
@@ -477,7 +478,8 @@ Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
 template <typename Elem>
 Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
                 const Elem *out, const float *lse, int64_t B, int64_t T,
-                int64_t C, int64_t NH, cudaStream_t stream) {
+                int64_t C, int64_t NH, cudaStream_t stream,
+                FlashTcOccupancy shape) {
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
@@ -486,8 +488,7 @@ Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
       LOOM_RETURN_IF_ERROR(
           rowDotTensorCores(rowDot, dout, out, B, T, C, NH, stream));
       return cuda::flashAttentionBackwardTensorCores(
-          dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream,
-          FlashTcOccupancy::FewestSpills);
+          dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream, shape);
     }
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return backwardWith<Elem, decltype(hs)::value>(dqkv, rowDot, dout, qkv, out,
@@ -500,20 +501,24 @@ Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
 Status flashAttentionForward(float *out, float *lse, const float *qkv,
                              int64_t B, int64_t T, int64_t C, int64_t NH,
                              cudaStream_t stream) {
-  return forward(out, lse, qkv, B, T, C, NH, stream);
+  // fp32 has no tensor-core kernels: no launch shape to choose.
+  return forward(out, lse, qkv, B, T, C, NH, stream,
+                 FlashTcOccupancy::FewestSpills);
 }
 
 Status flashAttentionForward(__nv_bfloat16 *out, float *lse,
                              const __nv_bfloat16 *qkv, int64_t B, int64_t T,
-                             int64_t C, int64_t NH, cudaStream_t stream) {
-  return forward(out, lse, qkv, B, T, C, NH, stream);
+                             int64_t C, int64_t NH, cudaStream_t stream,
+                             FlashTcOccupancy shape) {
+  return forward(out, lse, qkv, B, T, C, NH, stream, shape);
 }
 
 Status flashAttentionBackward(float *dqkv, float *rowDot, const float *dout,
                               const float *qkv, const float *out,
                               const float *lse, int64_t B, int64_t T,
                               int64_t C, int64_t NH, cudaStream_t stream) {
-  return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream);
+  return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream,
+                  FlashTcOccupancy::FewestSpills);
 }
 
 Status flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
@@ -521,8 +526,9 @@ Status flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
                               const __nv_bfloat16 *qkv,
                               const __nv_bfloat16 *out, const float *lse,
                               int64_t B, int64_t T, int64_t C, int64_t NH,
-                              cudaStream_t stream) {
-  return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream);
+                              cudaStream_t stream, FlashTcOccupancy shape) {
+  return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream,
+                  shape);
 }
 
 } // namespace loom::cuda

@@ -36,7 +36,7 @@ constexpr int64_t kFlashTensorCoreHeadSize = 64;
 enum class FlashTcOccupancy {
   /// ptxas' own register choice, no spills: forward 135 registers (3
   /// blocks of 128 threads per SM), dK/dV 246 (2), dQ 181 (2). What
-  /// training runs.
+  /// training runs (LOOM_CUDA_FLASH_SHAPE picks another: cuda_kernels.h).
   FewestSpills,
   /// The forward capped to 4 blocks per SM (128 registers, 56 bytes of
   /// spill stores) and dQ to 3 (168 registers, 44 bytes); dK/dV as above.

@@ -134,14 +134,17 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
         return reinterpret_cast<__nv_bfloat16 *>(v.data() + offset);
       };
       const std::string name = c.name() + " offset " + std::to_string(offset);
+      // The shape training runs by default (the others compute the same:
+      // TensorCoreOccupanciesComputeTheSameValues).
+      const auto shape = cuda::FlashTcOccupancy::FewestSpills;
       ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
                                                   bf(qkv16), c.B, c.T, C, c.NH,
-                                                  nullptr)
+                                                  nullptr, shape)
                       .ok())
           << name;
       ASSERT_TRUE(emulated::flashAttentionBackward(
                       bf(dqkv16), rowDot.data(), bf(dout16), bf(qkv16),
-                      bf(out16), lse.data(), c.B, c.T, C, c.NH, nullptr)
+                      bf(out16), lse.data(), c.B, c.T, C, c.NH, nullptr, shape)
                       .ok())
           << name;
       out16.erase(out16.begin(), out16.begin() + offset);
