@@ -19,22 +19,42 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 namespace loom::cuda {
 
+namespace {
+
+/// An environment variable naming one of `choices` (null or empty: the
+/// first); anything else is an error: "VAR='x' is not <what>; use <help>".
+template <typename T>
+Status parseChoice(const char *variable, const char *value,
+                   std::initializer_list<std::pair<const char *, T>> choices,
+                   const char *what, const char *help, T &out) {
+  if (!value || !*value) {
+    out = choices.begin()->second;
+    return Status::success();
+  }
+  for (const auto &[name, choice] : choices)
+    if (std::strcmp(value, name) == 0) {
+      out = choice;
+      return Status::success();
+    }
+  LOOM_ERROR(variable << "='" << value << "' is not " << what << "; use "
+                      << help);
+}
+
+} // namespace
+
 Status parseAttentionKernel(const char *value, AttentionKernel &out) {
-  if (!value || !*value || std::strcmp(value, "flash") == 0) {
-    out = AttentionKernel::Flash;
-    return Status::success();
-  }
-  if (std::strcmp(value, "naive") == 0) {
-    out = AttentionKernel::Naive;
-    return Status::success();
-  }
-  LOOM_ERROR("LOOM_CUDA_ATTENTION='"
-             << value
-             << "' is not an attention kernel; use flash (tiled, the "
-                "default) or naive (materialized probabilities)");
+  return parseChoice(
+      "LOOM_CUDA_ATTENTION", value,
+      {{"flash", AttentionKernel::Flash}, {"naive", AttentionKernel::Naive}},
+      "an attention kernel",
+      "flash (tiled, the default) or naive (materialized "
+      "probabilities)",
+      out);
 }
 
 namespace {
@@ -82,23 +102,15 @@ Status parseFusedCrossEntropy(const char *value, bool &out) {
 }
 
 Status parseFlashShape(const char *value, FlashTcOccupancy &out) {
-  if (!value || !*value || std::strcmp(value, "spill0") == 0) {
-    out = FlashTcOccupancy::FewestSpills;
-    return Status::success();
-  }
-  if (std::strcmp(value, "blocks") == 0) {
-    out = FlashTcOccupancy::MoreBlocks;
-    return Status::success();
-  }
-  if (std::strcmp(value, "wide") == 0) {
-    out = FlashTcOccupancy::WideBlocks;
-    return Status::success();
-  }
-  LOOM_ERROR("LOOM_CUDA_FLASH_SHAPE='"
-             << value
-             << "' is not a launch shape of the tensor-core attention; use "
-                "spill0 (4 warps a block, no spills, the default), blocks (4 "
-                "warps, more blocks per SM) or wide (8 warps a block)");
+  return parseChoice("LOOM_CUDA_FLASH_SHAPE", value,
+                     {{"spill0", FlashTcOccupancy::FewestSpills},
+                      {"blocks", FlashTcOccupancy::MoreBlocks},
+                      {"wide", FlashTcOccupancy::WideBlocks}},
+                     "a launch shape of the tensor-core attention",
+                     "spill0 (4 warps a block, no spills, the default), "
+                     "blocks (4 warps, more blocks per SM) or wide (8 warps "
+                     "a block)",
+                     out);
 }
 
 Status CudaKernels::create(cudaStream_t computeStream,
