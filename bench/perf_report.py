@@ -9,7 +9,9 @@ Reads what step d's runs wrote and prints
      pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_RESIDUAL_NORM=0
      LOOM_CUDA_FUSED_CROSS_ENTROPY=0: each GELU outside its GEMM, each
      residual Add apart from its layer norm, the loss apart from its
-     gradient) and the fused run's speed against it;
+     gradient) and the fused run's speed against it; with --loom-log-wide,
+     the same program with its tensor-core attention in blocks of 8 warps
+     (LOOM_CUDA_FLASH_SHAPE=wide) and its speed against the default run;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
@@ -25,7 +27,7 @@ there and flash agrees with naive, 1 otherwise (goals do not change it:
 they are measurements, not checks).
 
   perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
-      [--loom-log-unfused F.jsonl] [--loom-warmup 2]
+      [--loom-log-unfused F.jsonl] [--loom-log-wide F.jsonl] [--loom-warmup 2]
       [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
       [--attention-torch F.json]
@@ -93,6 +95,7 @@ def main():
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--loom-log")
     ap.add_argument("--loom-log-unfused")
+    ap.add_argument("--loom-log-wide")
     ap.add_argument("--loom-warmup", type=int, default=2)
     ap.add_argument("--loom-precision", default="fp32")
     ap.add_argument("--torch-gpt2")
@@ -144,24 +147,40 @@ def main():
                  f"{', compiled' if torch_fig.get('compiled') else ', eager'})")
         rows.append((label, t))
         report["torch_training"] = dict(t, label=label)
-    # The same program with no pairs fused (gelu_epilogues.h,
-    # residual_norms.h): what running them as one call each gains.
-    unfused = None
-    if args.loom_log_unfused:
-        unfused = loom_figures(args.loom_log_unfused, args.loom_warmup, B * T,
-                               missing, "Loom GPT-2 training, pairs unfused")
-    if unfused:
-        unfused["mfu"] = flops_per_token * unfused["tokens_per_s"] / peak
-        rows.insert(1 if loom else 0,
-                    ("Loom, instruction pairs unfused", unfused))
+    # The same program run another way, after Loom's row: with no pairs
+    # fused (gelu_epilogues.h, residual_norms.h, cross_entropy_fusion.h),
+    # what running them as one call each gains; with the attention in
+    # 8-warp blocks, what that shape would gain as the default. Each:
+    # (log, row label, what is missing, report key, speed line, whether the
+    # variant is the faster one when its speed is > 1).
+    variants = [
+        (args.loom_log_unfused, "Loom, instruction pairs unfused",
+         "Loom GPT-2 training, pairs unfused", "fused_pairs_speed",
+         "fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm, loss + "
+         "gradient in one call each faster)", False),
+        (args.loom_log_wide, "Loom, attention in 8-warp blocks",
+         "Loom GPT-2 training, attention in 8-warp blocks",
+         "wide_attention_speed",
+         "wide attention speed (> 1: LOOM_CUDA_FLASH_SHAPE=wide faster)", True),
+    ]
+    speeds = []
+    for log, label, what, key, line, variantFaster in variants:
+        fig = (loom_figures(log, args.loom_warmup, B * T, missing, what)
+               if log else None)
+        if not fig:
+            continue
+        fig["mfu"] = flops_per_token * fig["tokens_per_s"] / peak
+        rows.insert(len(speeds) + 1 if loom else len(speeds), (label, fig))
+        if loom:
+            speed = (loom["step_ms"] / fig["step_ms"] if variantFaster
+                     else fig["step_ms"] / loom["step_ms"])
+            speeds.append((key, line, speed))
     for label, fig in rows:
         print(f"  {label:<34} {fig['tokens_per_s']:>10.0f} "
               f"{100 * fig['mfu']:>7.2f}% {fig['step_ms']:>9.2f}")
-    if loom and unfused:
-        speed = unfused["step_ms"] / loom["step_ms"]
-        report["fused_pairs_speed"] = speed
-        print(f"  fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm, "
-              f"loss + gradient in one call each faster): {speed:.3f}x")
+    for key, line, speed in speeds:
+        report[key] = speed
+        print(f"  {line}: {speed:.3f}x")
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio
