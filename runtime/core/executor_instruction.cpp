@@ -558,6 +558,11 @@ Status Executor::runFusedSpan(
                              &two = *list.Get(first + span.count - 1);
   for (uint32_t k = first; k < first + span.count; ++k)
     LOOM_RETURN_IF_ERROR(completeInFlight(list.Get(k)));
+  // What lies between the two (the loss seed's Fill) runs first: the call
+  // may read it, and it may run again if the backend declines (the plan
+  // made sure it writes nothing the call's instructions read or write).
+  for (uint32_t k = first + 1; k + 1 < first + span.count; ++k)
+    LOOM_RETURN_IF_ERROR(runInstruction(*list.Get(k)));
   auto typed = [&](uint32_t b) {
     return TypedOperand{bufferData(b), bufferDType(b), &shapes[b]};
   };
@@ -594,10 +599,6 @@ Status Executor::runFusedSpan(
                                      typed(two.outputs()->Get(0)), ran);
   }
   case FusedKind::CrossEntropyWithGrad: {
-    // The seed's Fill first: the call reads the seed (a Fill is the same
-    // values if it runs again after a refusal).
-    for (uint32_t k = first + 1; k + 1 < first + span.count; ++k)
-      LOOM_RETURN_IF_ERROR(runInstruction(*list.Get(k)));
     BF16InstructionContext context;
     context.vocabSize = modelInfo->vocab_size();
     return kernels->crossEntropyWithGrad(

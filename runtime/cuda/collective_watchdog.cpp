@@ -63,18 +63,25 @@ CollectiveWatchdog::Id CollectiveWatchdog::begin(std::string what) {
   // queries, not one per call in flight (ZeRO-3 keeps hundreds).
   while (!calls.empty() && calls.front().done &&
          cudaEventQuery(calls.front().done) == cudaSuccess) {
-    recycleLocked(calls.front().done);
+    spare.push_back(calls.front().done);
     calls.pop_front();
   }
   calls.push_back({nextId, std::move(what), Clock::now(), nullptr});
   return nextId++;
 }
 
-Status CollectiveWatchdog::issued(Id id, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mutex);
+std::deque<CollectiveWatchdog::Call>::iterator
+CollectiveWatchdog::findLocked(Id id) {
+  // From the back: the call looked for is almost always the newest.
   auto it = std::find_if(calls.rbegin(), calls.rend(),
                          [id](const Call &c) { return c.id == id; });
-  LOOM_CHECK(it != calls.rend(),
+  return it == calls.rend() ? calls.end() : std::next(it).base();
+}
+
+Status CollectiveWatchdog::issued(Id id, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = findLocked(id);
+  LOOM_CHECK(it != calls.end(),
              "NCCL watchdog: call " << id << " was not begun");
   cudaEvent_t event = nullptr;
   if (!spare.empty()) {
@@ -87,7 +94,7 @@ Status CollectiveWatchdog::issued(Id id, cudaStream_t stream) {
   const cudaError_t recorded = cudaEventRecord(event, stream);
   if (recorded != cudaSuccess) {
     spare.push_back(event);
-    calls.erase(std::next(it).base());
+    calls.erase(it);
     LOOM_CUDA_CHECK(recorded);
   }
   it->done = event;
@@ -96,22 +103,17 @@ Status CollectiveWatchdog::issued(Id id, cudaStream_t stream) {
 
 void CollectiveWatchdog::finished(Id id) {
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = std::find_if(calls.rbegin(), calls.rend(),
-                         [id](const Call &c) { return c.id == id; });
-  if (it == calls.rend())
+  auto it = findLocked(id);
+  if (it == calls.end())
     return;
   if (it->done)
-    recycleLocked(it->done);
-  calls.erase(std::next(it).base());
+    spare.push_back(it->done);
+  calls.erase(it);
 }
 
 size_t CollectiveWatchdog::pendingCount() const {
   std::lock_guard<std::mutex> lock(mutex);
   return calls.size();
-}
-
-void CollectiveWatchdog::recycleLocked(cudaEvent_t event) {
-  spare.push_back(event);
 }
 
 std::string CollectiveWatchdog::reapLocked(Clock::time_point now) {
@@ -120,7 +122,7 @@ std::string CollectiveWatchdog::reapLocked(Clock::time_point now) {
     if (it->done) {
       const cudaError_t q = cudaEventQuery(it->done);
       if (q == cudaSuccess) {
-        recycleLocked(it->done);
+        spare.push_back(it->done);
         it = calls.erase(it);
         continue;
       }

@@ -90,8 +90,8 @@ private:
   /// Drops every call whose event has fired; the message of the first
   /// that stalled or failed, empty when none did. Holds `mutex`.
   std::string reapLocked(Clock::time_point now);
-  /// Returns an event to the pool. Holds `mutex`.
-  void recycleLocked(cudaEvent_t event);
+  /// The call `id`, or calls.end(). Holds `mutex`.
+  std::deque<Call>::iterator findLocked(Id id);
 
   const double timeout;
   const AsyncErrorCheck asyncError;

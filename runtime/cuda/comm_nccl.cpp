@@ -64,12 +64,12 @@ size_t elemBytes(program::DType dtype) {
 // Setup
 //===----------------------------------------------------------------------===//
 
-template <typename Call>
-Status NcclCommunicator::watched(cudaStream_t stream, const std::string &what,
+template <typename Describe, typename Call>
+Status NcclCommunicator::watched(cudaStream_t stream, Describe &&what,
                                  Call &&call) {
   if (!watchdog)
     return call();
-  const CollectiveWatchdog::Id id = watchdog->begin(what);
+  const CollectiveWatchdog::Id id = watchdog->begin(what());
   Status s = call();
   if (!s.ok() || !stream) {
     watchdog->finished(id);
@@ -101,14 +101,16 @@ Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
   ncclUniqueId id;
   std::memcpy(&id, uniqueId, sizeof(id));
   ncclComm_t comm = nullptr;
-  LOOM_RETURN_IF_ERROR(
-      c->watched(nullptr,
-                 "ncclCommInitRank (joining the world of " +
-                     std::to_string(size) + " ranks)",
-                 [&] {
-                   LOOM_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-                   return Status::success();
-                 }));
+  LOOM_RETURN_IF_ERROR(c->watched(
+      nullptr,
+      [&] {
+        return "ncclCommInitRank (joining the world of " +
+               std::to_string(size) + " ranks)";
+      },
+      [&] {
+        LOOM_NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+        return Status::success();
+      }));
   {
     std::lock_guard<std::mutex> lock(c->commsMutex);
     c->world = comm;
@@ -117,8 +119,9 @@ Status NcclCommunicator::create(int rank, int size, const void *uniqueId,
   // each with its own stream (collective: every rank creates both here).
   for (P2pLane *lane : {&c->up, &c->down}) {
     ncclComm_t dup = nullptr;
-    LOOM_RETURN_IF_ERROR(
-        c->watched(nullptr, "ncclCommSplit (a point-to-point lane)", [&] {
+    LOOM_RETURN_IF_ERROR(c->watched(
+        nullptr, [] { return "ncclCommSplit (a point-to-point lane)"; },
+        [&] {
           LOOM_NCCL_CHECK(ncclCommSplit(comm, 0, rank, &dup, nullptr));
           return Status::success();
         }));
@@ -271,7 +274,9 @@ Status NcclCommunicator::splitGroups() {
         color = color * meshAxes[a].size + c[a];
     ncclComm_t split = nullptr;
     LOOM_RETURN_IF_ERROR(watched(
-        nullptr, "ncclCommSplit (the group over " + axesName(axes) + ")", [&] {
+        nullptr,
+        [&] { return "ncclCommSplit (the group over " + axesName(axes) + ")"; },
+        [&] {
           LOOM_NCCL_CHECK(ncclCommSplit(world, static_cast<int>(color),
                                         static_cast<int>(groupRank(axes)),
                                         &split, nullptr));
@@ -344,8 +349,9 @@ Status NcclCommunicator::doStartAllReduce(void *buf, int64_t count,
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(
-      watched(stream, describe("all_reduce", count, dtype, axes), [&] {
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [&] { return describe("all_reduce", count, dtype, axes); },
+      [&] {
         LOOM_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count),
                                       type, red, comm, stream));
         return Status::success();
@@ -362,8 +368,9 @@ Status NcclCommunicator::doStartAllGather(const void *in, void *out,
   LOOM_RETURN_IF_ERROR(group(axes, comm));
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(
-      watched(stream, describe("all_gather", count, dtype, axes), [&] {
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [&] { return describe("all_gather", count, dtype, axes); },
+      [&] {
         LOOM_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(count), type,
                                       comm, stream));
         return Status::success();
@@ -412,8 +419,9 @@ Status NcclCommunicator::doStartReduceScatter(
   LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(
-      watched(stream, describe("reduce_scatter", count, dtype, axes), [&] {
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [&] { return describe("reduce_scatter", count, dtype, axes); },
+      [&] {
         LOOM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count),
                                           type, red, comm, stream));
         return Status::success();
@@ -431,8 +439,9 @@ Status NcclCommunicator::doAllToAll(const void *in, void *out, int64_t count,
   LOOM_RETURN_IF_ERROR(beginOnCommStream());
   const int64_t n = groupSize(axes);
   const size_t bytes = static_cast<size_t>(count) * elemBytes(dtype);
-  LOOM_RETURN_IF_ERROR(
-      watched(stream, describe("all_to_all", count, dtype, axes), [&] {
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [&] { return describe("all_to_all", count, dtype, axes); },
+      [&] {
         LOOM_NCCL_CHECK(ncclGroupStart());
         for (int64_t j = 0; j < n; ++j) {
           const auto *src = static_cast<const uint8_t *>(in) + j * bytes;
@@ -475,13 +484,15 @@ Status NcclCommunicator::doAllReduceAmong(void *buf, int64_t count,
                                   bytes * static_cast<size_t>(n), stream));
   LOOM_CUDA_CHECK(cudaMemcpyAsync(all + self * bytes, buf, bytes,
                                   cudaMemcpyDeviceToDevice, stream));
-  std::string members;
-  for (int r : ranks)
-    members += (members.empty() ? "" : ",") + std::to_string(r);
   LOOM_RETURN_IF_ERROR(watched(
       stream,
-      "all_reduce of " + std::to_string(count) + " " +
-          program::EnumNameDType(dtype) + " among world ranks " + members,
+      [&] {
+        std::string members;
+        for (int r : ranks)
+          members += (members.empty() ? "" : ",") + std::to_string(r);
+        return "all_reduce of " + std::to_string(count) + " " +
+               program::EnumNameDType(dtype) + " among world ranks " + members;
+      },
       [&] {
         LOOM_NCCL_CHECK(ncclGroupStart());
         for (size_t k = 0; k < ranks.size(); ++k) {
@@ -526,8 +537,11 @@ Status NcclCommunicator::doSend(const void *buf, int64_t count,
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
   LOOM_RETURN_IF_ERROR(watched(
       lane.stream,
-      "send of " + std::to_string(count) + " " + program::EnumNameDType(dtype) +
-          " to world rank " + std::to_string(peer),
+      [&] {
+        return "send of " + std::to_string(count) + " " +
+               program::EnumNameDType(dtype) + " to world rank " +
+               std::to_string(peer);
+      },
       [&] {
         LOOM_NCCL_CHECK(ncclSend(copy ? copy : buf, static_cast<size_t>(count),
                                  type, peer, lane.comm, lane.stream));
@@ -567,8 +581,11 @@ Status NcclCommunicator::doRecv(void *buf, int64_t count, program::DType dtype,
   LOOM_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, computeDone, 0));
   LOOM_RETURN_IF_ERROR(watched(
       lane.stream,
-      "recv of " + std::to_string(count) + " " + program::EnumNameDType(dtype) +
-          " from world rank " + std::to_string(peer),
+      [&] {
+        return "recv of " + std::to_string(count) + " " +
+               program::EnumNameDType(dtype) + " from world rank " +
+               std::to_string(peer);
+      },
       [&] {
         LOOM_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), type, peer,
                                  lane.comm, lane.stream));
@@ -591,8 +608,9 @@ Status NcclCommunicator::doBarrier() {
   LOOM_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&one),
                                   sizeof(int32_t), stream));
   LOOM_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(int32_t), stream));
-  LOOM_RETURN_IF_ERROR(
-      watched(stream, "barrier (an all_reduce over the world)", [&] {
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [] { return "barrier (an all_reduce over the world)"; },
+      [&] {
         LOOM_NCCL_CHECK(
             ncclAllReduce(one, one, 1, ncclInt32, ncclSum, world, stream));
         return Status::success();

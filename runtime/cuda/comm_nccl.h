@@ -140,9 +140,10 @@ private:
   /// Records an event on the comm stream for a started collective.
   Status startTicket(Ticket &ticket);
   /// Runs `call` (NCCL calls that queue work on `stream`, or block the host
-  /// when `stream` is null) under the watchdog as `what`.
-  template <typename Call>
-  Status watched(cudaStream_t stream, const std::string &what, Call &&call);
+  /// when `stream` is null) under the watchdog as what `what()` says (its
+  /// string built only when a watchdog runs).
+  template <typename Describe, typename Call>
+  Status watched(cudaStream_t stream, Describe &&what, Call &&call);
   /// "mesh axes dp,tp" (or "the world") for the watchdog's messages.
   std::string axesName(const std::vector<uint32_t> &axes) const;
   /// "all_reduce of 4096 BF16 over mesh axes dp,tp".

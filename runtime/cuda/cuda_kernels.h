@@ -278,6 +278,8 @@ private:
     uint64_t bytes = 0;
   };
   Status bf16Workspace(size_t slot, uint64_t bytes, void *&ptr);
+  /// bf16Workspace(slot) as `n` floats.
+  Status floatWorkspace(size_t slot, int64_t n, float *&out);
   /// `t` as fp32: itself when F32, else widened into workspace `slot`.
   Status widened(size_t slot, const TypedOperand &t, const float *&out);
   /// Row-major C = op(A) op(B) (+ bias) on operands of any float dtype:

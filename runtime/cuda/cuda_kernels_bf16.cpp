@@ -74,6 +74,14 @@ Status CudaKernels::bf16Workspace(size_t slot, uint64_t bytes, void *&ptr) {
   return Status::success();
 }
 
+Status CudaKernels::floatWorkspace(size_t slot, int64_t n, float *&out) {
+  void *ws = nullptr;
+  LOOM_RETURN_IF_ERROR(
+      bf16Workspace(slot, static_cast<uint64_t>(n) * sizeof(float), ws));
+  out = static_cast<float *>(ws);
+  return Status::success();
+}
+
 Status CudaKernels::widened(size_t slot, const TypedOperand &t,
                             const float *&out) {
   if (!isBF16(t)) {
@@ -379,10 +387,8 @@ Status CudaKernels::crossEntropyWithGrad(
       !crossEntropyWithGradFits(V, {ref(in[0]), ref(dlogits)}))
     return Status::success();
   const int64_t validV = std::min<int64_t>(V, context.vocabSize);
-  void *ws = nullptr;
-  LOOM_RETURN_IF_ERROR(
-      bf16Workspace(kSlotStats, static_cast<uint64_t>(N) * sizeof(float), ws));
-  float *losses = static_cast<float *>(ws);
+  float *losses = nullptr;
+  LOOM_RETURN_IF_ERROR(floatWorkspace(kSlotStats, N, losses));
   LOOM_RETURN_IF_ERROR(mixedCrossEntropyWithGrad(
       ref(out[0]), losses, ref(dlogits), ref(in[0]),
       static_cast<const int32_t *>(in[1].data), N, V, validV,
@@ -402,13 +408,6 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   const cudaStream_t s = computeStream;
   auto ids = [](const TypedOperand &t) {
     return static_cast<const int32_t *>(t.data);
-  };
-  auto floats = [&](size_t slot, int64_t n, float *&p) -> Status {
-    void *ws = nullptr;
-    LOOM_RETURN_IF_ERROR(
-        bf16Workspace(slot, static_cast<uint64_t>(n) * sizeof(float), ws));
-    p = static_cast<float *>(ws);
-    return Status::success();
   };
   switch (op) {
   case Opcode::Embedding: {
@@ -512,7 +511,7 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     const int64_t V = in[0].shape->back(), N = numel(in[0]) / V;
     const int64_t validV = std::min<int64_t>(V, context.vocabSize);
     float *losses = nullptr;
-    LOOM_RETURN_IF_ERROR(floats(kSlotStats, N, losses));
+    LOOM_RETURN_IF_ERROR(floatWorkspace(kSlotStats, N, losses));
     LOOM_RETURN_IF_ERROR(
         mixedCrossEntropyForward(ref(out[0]), losses, ref(in[0]), ids(in[1]), N,
                                  V, validV, tokenScale(N, ins.value()), s));

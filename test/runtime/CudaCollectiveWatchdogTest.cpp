@@ -95,6 +95,12 @@ TEST_F(CudaCollectiveWatchdogTest, CompletedCallsAreNeverReported) {
       << "reported completed work: " << verdicts.messages[0];
   // The thread has dropped every fired event by now.
   EXPECT_EQ(watchdog.pendingCount(), 0u);
+  // A call never begun cannot be issued (a caller's mistake, said).
+  const Status s = watchdog.issued(12345, stream);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("NCCL watchdog: call 12345 was not begun"),
+            std::string::npos)
+      << s.message();
 }
 
 TEST_F(CudaCollectiveWatchdogTest, AnAsynchronousNcclErrorIsReportedAtOnce) {
