@@ -785,7 +785,12 @@ def LoomPlanBuffers : Pass<"loom-plan-buffers", "::mlir::ModuleOp"> {
     is dead. What a pipeline forward keeps for its backward (`loom.stash`
     results) goes to the chunk's stash slot instead, one per micro-batch in
     flight outside the arena, packed in result order; the backward's stash
-    arguments get the same slot offsets. Annotates:
+    arguments get the same slot offsets. A result whose kernel reads each
+    element of one operand before writing it (an add's lhs, a GELU
+    gradient's incoming gradient, a softmax's input, a cross-entropy
+    gradient's logits) takes that operand's bytes when the op is its last
+    reader: the step's logits gradient is written over the logits.
+    Annotates:
 
     * function arguments: `loom.offset` (bytes; a stash argument's in the
       slot);
@@ -798,10 +803,14 @@ def LoomPlanBuffers : Pass<"loom-plan-buffers", "::mlir::ModuleOp"> {
 
     **Options:**
     * `alignment`: byte alignment of every buffer (default 64).
+    * `in-place`: let results take a dying operand's bytes as above
+      (default true; false gives every result bytes of its own).
   }];
   let options = [
     Option<"alignment", "alignment", "int64_t", /*default=*/"64",
-           "Byte alignment of every buffer">
+           "Byte alignment of every buffer">,
+    Option<"inPlace", "in-place", "bool", /*default=*/"true",
+           "Let a result take the bytes of an operand its op reads last">
   ];
   let dependentDialects = ["::mlir::loom::LoomDialect"];
 }

@@ -6,9 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/Loom/IR/OpShapes.h"
 #include "passes/Lowering/BestFitPlacement.h"
 #include "passes/Lowering/ExecutionOrder.h"
-#include "dialects/Loom/IR/OpShapes.h"
+#include "passes/Lowering/InPlaceResults.h"
 #include "passes/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -221,6 +222,10 @@ struct LoomPlanBuffersPass
         if (auto it = fp.transient.find(fp.order.storage(v));
             it != fp.transient.end())
           it->second.end = last;
+      // Results written over an operand that dies at their op take its
+      // bytes (the lifetimes above are final; InPlaceResults.h).
+      if (inPlace)
+        shareDyingOperands(fp.order, fp.transient);
       if (failed(placeInStash(func, fp.order, fp.transient, fp.inStash,
                               stashOffsetByName)))
         return failure();

@@ -124,7 +124,23 @@ std::string nameOf(Operation *op) {
   return op->getName().getStringRef().str();
 }
 
-std::optional<fb::Opcode> opcodeOf(Operation *op) {
+fb::Reduction reductionOf(ReductionKind kind) {
+  switch (kind) {
+  case ReductionKind::Sum:
+    return fb::Reduction::Sum;
+  case ReductionKind::Max:
+    return fb::Reduction::Max;
+  case ReductionKind::Min:
+    return fb::Reduction::Min;
+  case ReductionKind::Avg:
+    return fb::Reduction::Avg;
+  }
+  llvm_unreachable("unknown reduction");
+}
+
+} // namespace
+
+std::optional<fb::Opcode> mlir::loom::opcodeOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, std::optional<fb::Opcode>>(op)
       .Case<EmbeddingOp>([](auto) { return fb::Opcode::Embedding; })
       .Case<AddOp>([](auto) { return fb::Opcode::Add; })
@@ -173,22 +189,6 @@ std::optional<fb::Opcode> opcodeOf(Operation *op) {
       .Case<AdamWOp>([](auto) { return fb::Opcode::AdamW; })
       .Default([](Operation *) { return std::nullopt; });
 }
-
-fb::Reduction reductionOf(ReductionKind kind) {
-  switch (kind) {
-  case ReductionKind::Sum:
-    return fb::Reduction::Sum;
-  case ReductionKind::Max:
-    return fb::Reduction::Max;
-  case ReductionKind::Min:
-    return fb::Reduction::Min;
-  case ReductionKind::Avg:
-    return fb::Reduction::Avg;
-  }
-  llvm_unreachable("unknown reduction");
-}
-
-} // namespace
 
 FailureOr<unsigned> StageEmitter::bufferOf(Value v, Operation *user) {
   auto it = bufferIndex.find(order.representative(v));

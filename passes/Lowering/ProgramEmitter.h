@@ -9,9 +9,16 @@
 #define LOOM_PASSES_LOWERING_PROGRAMEMITTER_H
 
 #include "mlir/IR/BuiltinOps.h"
+#include "runtime/program/program_generated.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <optional>
+
 namespace mlir::loom {
+
+/// The runtime instruction `op` becomes; none for ops the program format
+/// cannot express (views and block structure are not instructions).
+std::optional<::loom::program::Opcode> opcodeOf(Operation *op);
 
 /// Serializes the planned functions of `module` into a program file
 /// (envelope + FlatBuffer) on `os`. Fails with a diagnostic on IR that was

@@ -6,21 +6,6 @@ namespace loom {
 using program::DType;
 using program::Opcode;
 
-bool kernelMayAlias(Opcode op, size_t k) {
-  switch (op) {
-  case Opcode::Add: // the lhs, not the broadcast rhs
-    return k == 0;
-  case Opcode::Gelu:
-  case Opcode::Softmax:
-  case Opcode::GeluGrad:
-    return true;
-  case Opcode::CrossEntropyGrad: // dlogits over logits
-    return k == 1;
-  default:
-    return false;
-  }
-}
-
 bool stagesBF16Operands(Opcode op) {
   switch (op) {
   case Opcode::Copy:
@@ -99,8 +84,9 @@ BF16StagingPlan planBF16Staging(const program::Stage &stage,
     if (!isBF16(out[k]))
       continue;
     for (size_t j = 0; j < in.size() && plan.outputSlot[k] < 0; ++j) {
-      const bool inPlace = op == Opcode::AdamW ? k < 3 && j == adamwState[k]
-                                               : kernelMayAlias(op, j);
+      const bool inPlace = op == Opcode::AdamW
+                               ? k < 3 && j == adamwState[k]
+                               : program::outputMayOverwriteInput(op, j);
       if (inPlace && plan.inputSlot[j] >= 0 &&
           program::bufferRange(stage, in[j]) == program::bufferRange(stage, out[k]))
         plan.outputSlot[k] = plan.inputSlot[j];

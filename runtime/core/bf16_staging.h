@@ -9,9 +9,9 @@
 // to its buffer, to nearest even. One generic path for every opcode, so a
 // kernel never needs a bf16 variant to be correct.
 //
-// Aliasing: an output the kernel may write over its input (in-place Add
-// accumulation, Gelu, CrossEntropyGrad's dlogits over the logits, AdamW's
-// state) shares the input's slot when both are the same BF16 bytes, so the
+// Aliasing: an output the kernel may write over its input
+// (runtime/program/in_place.h: in-place Add accumulation, Gelu,
+// CrossEntropyGrad's dlogits over the logits; AdamW's state) shares the input's slot when both are the same BF16 bytes, so the
 // kernel runs in place on fp32 exactly as on fp32 buffers; any other output
 // gets a slot of its own, rounded back only after the kernel has read every
 // input.
@@ -24,17 +24,13 @@
 #ifndef LOOM_RUNTIME_CORE_BF16_STAGING_H
 #define LOOM_RUNTIME_CORE_BF16_STAGING_H
 
+#include "runtime/program/in_place.h"
 #include "runtime/program/program.h"
 
 #include <cstdint>
 #include <vector>
 
 namespace loom {
-
-/// Whether the kernel of `op` may write its output over input `k` when both
-/// are the same bytes (element-wise kernels that read an element before
-/// writing it). AdamW's in-place state is handled separately.
-bool kernelMayAlias(program::Opcode op, size_t k);
 
 /// Whether `op` runs an fp32 kernel (compute, gradient, loss and optimizer
 /// opcodes): its BF16 operands are staged. Data movement copies any dtype,

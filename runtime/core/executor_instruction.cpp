@@ -19,6 +19,7 @@
 #include "runtime/core/executor.h"
 
 #include "runtime/core/bf16_staging.h"
+#include "runtime/program/in_place.h"
 
 #include <algorithm>
 #include <utility>
@@ -109,7 +110,8 @@ Status Executor::runInstruction(const program::Instruction &ins) {
     if (op != Opcode::Copy && op != Opcode::AdamW)
       for (size_t j = 0; j < in.size(); ++j) {
         const Range ri = byteRange(in[j]);
-        if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
+        if (ri.overlaps(r) &&
+            !(ri == r && program::outputMayOverwriteInput(op, j)))
           staged[k] = true;
       }
     const int64_t bytes = static_cast<int64_t>(r.bytes());
@@ -491,7 +493,8 @@ Status Executor::runBF16Natively(const program::Instruction &ins,
     if (op != Opcode::AdamW)
       for (size_t j = 0; j < in.size(); ++j) {
         const Range ri = byteRange(in[j]);
-        if (ri.overlaps(r) && !(ri == r && kernelMayAlias(op, j)))
+        if (ri.overlaps(r) &&
+            !(ri == r && program::outputMayOverwriteInput(op, j)))
           staged[k] = true;
       }
     const int64_t bytes = static_cast<int64_t>(r.bytes());

@@ -408,7 +408,7 @@ public:
   /// Runs `ins` (an opcode handlesBF16Natively claims) on its operands as
   /// they are: every pointer is a buffer pointer, BF16 or F32 as `dtype`
   /// says. An output is either byte for byte an input the opcode may write
-  /// over (bf16_staging.h's kernelMayAlias, AdamW's state) or disjoint from
+  /// over (runtime/program/in_place.h; AdamW's state) or disjoint from
   /// every input: the executor stages any other overlap.
   virtual Status runBF16Natively(const program::Instruction &ins,
                                  const std::vector<TypedOperand> &inputs,

@@ -18,7 +18,7 @@
 //
 // Aliasing: every element-wise kernel reads an element before it writes it,
 // so Add's output may be its lhs, Gelu / GeluGrad / Softmax / CrossEntropy
-// gradients may write over their input (bf16_staging.h's kernelMayAlias).
+// gradients may write over their input (runtime/program/in_place.h).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CUDA_KERNELS_BF16_H

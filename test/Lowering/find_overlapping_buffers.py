@@ -15,8 +15,14 @@ pipeline stage's chunk actions, each chunk's forward and backward list):
   targets, lr, step) are alive throughout;
 * any other buffer lives from the instruction that first writes it to the
   last one that reads it, both included (an instruction's outputs and
-  scratch never share bytes with its inputs); the loss and the gradient
-  norm, which the runtime reads after the list, live to its end;
+  scratch never share bytes with its inputs, but for an in-place output,
+  below); the loss and the gradient norm, which the runtime reads after the
+  list, live to its end;
+* in place: the output of an Add, GeluGrad, Softmax, CrossEntropyGrad or
+  CrossEntropySumsGrad may be exactly the bytes of its lhs, incoming
+  gradient, input or logits (IN_PLACE_INPUT: the kernels read each element
+  before writing it) when that instruction is the input's last reader; the
+  output then continues the input's storage;
 * a pipeline chunk's stash: what the forward keeps for the backward is in
   the micro-batch's stash slot ("stash@N", bytes outside the arena, one slot
   per micro-batch in flight): the forward's kept buffers live to the end of
@@ -32,9 +38,12 @@ pipeline stage's chunk actions, each chunk's forward and backward list):
 
 Prints one line per stage ("stage 0: 211 buffers, 82 + 29 instructions:
 no overlaps") and exits 0; otherwise prints each problem (at most 20) and
-exits 1. Runs in O(n log n), so a 96-layer GPT-3 plan takes a moment.
+exits 1. With --count-in-place, also one line per stage counting the
+outputs that continue an input's storage, by opcode ("stage 0: in place:
+Add 25, CrossEntropyGrad 1, GeluGrad 12", or "none"). Runs in O(n log n), so a 96-layer GPT-3 plan takes a moment.
 """
 import bisect
+import collections
 import heapq
 import re
 import sys
@@ -49,11 +58,16 @@ BUFFER = re.compile(r"^  buffer %(\d+) (stash@|@)(\d+) (\w+) \[([^\]]*)\] ?"
 PARAM = re.compile(r"^  param \S+ \[[^\]]*\] slice \[[^\]]*\] %(\d+) ")
 PARAM_STATE = re.compile(r" grad %(\d+) m %(\d+) v %(\d+)")
 INSTRUCTION = re.compile(r"^  (update |chunk\d+ (?:forward|backward) )?\d+: "
-                         r"\w+ \[([^\]]*)\] -> \[([^\]]*)\]"
+                         r"(\w+) \[([^\]]*)\] -> \[([^\]]*)\]"
                          r"(?: scratch \[([^\]]*)\])?")
 CHUNK = re.compile(r"^  chunk (\d+): loss %(-?\d+), stash \[([^\]]*)\] -> "
                    r"\[([^\]]*)\](?: in a (\d+)-byte slot)?")
 MAX_PROBLEMS = 20
+# Opcode -> the input its output may be written over (the runtime's
+# table, runtime/program/in_place.h, as the planner uses it; kept apart
+# here so the check does not share the code it checks).
+IN_PLACE_INPUT = {"Add": 0, "GeluGrad": 0, "Softmax": 0,
+                  "CrossEntropyGrad": 1, "CrossEntropySumsGrad": 1}
 
 
 def indices(text):
@@ -71,11 +85,12 @@ class Stage:
         self.in_stash = set()
         self.persistent = set()
         self.live_to_end = {"": set(), "update ": set()}
-        self.lists = {"": [], "update ": []}  # [(reads, writes)]
+        self.lists = {"": [], "update ": []}  # [(opcode, reads, writes)]
         # Buffers written before a list runs (a backward's stash inputs,
         # which its forward wrote into the slot): alive from its start.
         self.prewritten = {}
         self.chunks = []  # (chunk, loss, stash out, stash in, slot bytes)
+        self.in_place = collections.Counter()  # opcode -> outputs in place
 
     def where(self, b):
         """Buffer b's bytes, as 'slot [lo, hi)' or '[lo, hi)'."""
@@ -136,8 +151,9 @@ def parse(lines):
                               int(m.group(5) or 0)))
         elif m := INSTRUCTION.match(line):
             kind = m.group(1) or ""
-            writes = indices(m.group(3)) + indices(m.group(4) or "")
-            st.lists.setdefault(kind, []).append((indices(m.group(2)), writes))
+            writes = indices(m.group(4)) + indices(m.group(5) or "")
+            st.lists.setdefault(kind, []).append(
+                (m.group(2), indices(m.group(3)), writes))
     for st in stages:
         st.add_stash_lifetimes()
     return stages
@@ -149,7 +165,7 @@ def lifetimes(st, kind, problems):
     written, last_read, first_read = {}, {}, {}
     for b in st.prewritten.get(kind, ()):
         written[b] = last_read[b] = -1
-    for pos, (reads, writes) in enumerate(instructions):
+    for pos, (_, reads, writes) in enumerate(instructions):
         for b in reads:
             last_read[b] = pos
             first_read.setdefault(b, pos)
@@ -165,6 +181,7 @@ def lifetimes(st, kind, problems):
                             f"{first_read[b]}) before instruction "
                             f"{span[b][0]} writes it")
     # Views: read, never written here, not an argument.
+    owner_of = {}
     for view in sorted(set(first_read) - set(written) - st.persistent,
                        key=lambda b: first_read[b]):
         offset, size, name = st.buffers[view]
@@ -178,12 +195,36 @@ def lifetimes(st, kind, problems):
             continue
         owner = max(owners, key=lambda b: -1 if b in st.persistent
                     else span[b][0])
+        owner_of[view] = owner
         if owner not in st.persistent:
             span[owner][1] = max(span[owner][1], last_read[view])
     end = max(len(instructions) - 1, 0)
     for b in st.live_to_end.get(kind, ()):
         if b in span:
             span[b][1] = end
+    # In place: an output first written at `pos` over the very bytes of its
+    # in-place input, whose storage nothing reads after `pos`, joins that
+    # storage (any other sharing of bytes is left to the sweep to report).
+    joined = {}
+
+    def storage(b):
+        b = owner_of.get(b, b)
+        while b in joined:
+            b = joined[b]
+        return b
+    for pos, (opcode, reads, writes) in enumerate(instructions):
+        k = IN_PLACE_INPUT.get(opcode)
+        if k is None or k >= len(reads) or not writes:
+            continue
+        x, out = storage(reads[k]), writes[0]
+        if (x in span and out in span and span[out][0] == pos and
+                span[x][1] == pos and
+                st.buffers[reads[k]][:2] == st.buffers[out][:2] and
+                sum(storage(b) == x for b in reads) == 1):
+            span[x][1] = max(pos, span[out][1])
+            del span[out]
+            joined[out] = x
+            st.in_place[opcode] += 1
     return span
 
 
@@ -193,7 +234,8 @@ def check_stash(st, problems):
     slot_of = {f"chunk{k} {part} ": slot for k, _, _, _, slot in st.chunks
                for part in ("forward", "backward")}
     for kind, instructions in st.lists.items():
-        named = {b for reads, writes in instructions for b in reads + writes}
+        named = {b for _, reads, writes in instructions
+                 for b in reads + writes}
         for b in sorted(named & st.in_stash):
             name = st.buffers[b][2]
             if kind not in slot_of:
@@ -260,9 +302,14 @@ def check_stage(st, problems):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: find_overlapping_buffers.py PROGRAM_DUMP.txt|-")
-    source = sys.stdin if sys.argv[1] == "-" else open(sys.argv[1])
+    args = sys.argv[1:]
+    count_in_place = "--count-in-place" in args
+    if count_in_place:
+        args.remove("--count-in-place")
+    if len(args) != 1:
+        sys.exit("usage: find_overlapping_buffers.py [--count-in-place] "
+                 "PROGRAM_DUMP.txt|-")
+    source = sys.stdin if args[0] == "-" else open(args[0])
     stages = parse(source)
     if not stages:
         sys.exit("find_overlapping_buffers: no 'stage N: arena ...' line; "
@@ -279,6 +326,10 @@ def main():
                   f"instructions"
                   f"{f' + {chunked} in pipeline chunks' if chunked else ''}"
                   f": no overlaps")
+        if count_in_place:
+            counts = ", ".join(f"{op} {n}"
+                               for op, n in sorted(st.in_place.items()))
+            print(f"stage {st.index}: in place: {counts or 'none'}")
     for p in problems[:MAX_PROBLEMS]:
         print(p)
     if len(problems) > MAX_PROBLEMS:

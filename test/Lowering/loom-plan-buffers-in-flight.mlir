@@ -1,4 +1,4 @@
-// RUN: loom-opt --loom-plan-buffers -split-input-file %s | FileCheck %s
+// RUN: loom-opt --loom-plan-buffers=in-place=false -split-input-file %s | FileCheck %s
 
 // Collectives in flight: buckets and waits.
 

@@ -1,4 +1,4 @@
-// RUN: loom-opt --loom-plan-buffers -split-input-file %s | FileCheck %s
+// RUN: loom-opt --loom-plan-buffers=in-place=false -split-input-file %s | FileCheck %s
 
 // A collective of one value split on a non-leading dimension moves its
 // blocks rank by rank through a buffer the plan holds, so the arena is all

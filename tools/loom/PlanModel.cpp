@@ -465,15 +465,14 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
     const double logitsBytes =
         elementBytes * double(s) * double(b) * vocabPerGpu;
     if (i == p - 1) {
-      // The logits' gradient, then with it the head's weight gradient;
-      // unpipelined, the logits too until their gradient is computed. A
-      // pipeline's last stage keeps the logits in each in-flight
-      // micro-batch's stash slot instead, where its forward writes them and
-      // its backward reads them (executor_pipeline.cpp).
+      // The logits' gradient, then with it the head's weight gradient.
+      // Unpipelined the gradient is written over the logits, which its
+      // kernel reads last (passes/Lowering/InPlaceResults.h). A pipeline's
+      // last stage keeps the logits in each in-flight micro-batch's stash
+      // slot instead, where its forward writes them and its backward reads
+      // them (executor_pipeline.cpp), and their gradient beside them.
       transient = std::max(transient, logitsBytes + wteGradientBytes);
-      if (p == 1)
-        transient = std::max(transient, 2.0 * logitsBytes);
-      else
+      if (p > 1)
         st.activationBytes += inFlight * logitsBytes;
     }
     st.activationBytes += transient;
