@@ -241,9 +241,13 @@ def LoomRecompute : Pass<"loom-recompute", "::mlir::ModuleOp"> {
     backward block where missing), and reads the recomputed values: between
     the forward and the backward pass only each block's inputs stay alive
     (Korthikanti et al. 2022, full recomputation), for one extra forward per
-    block. `selective` (recompute attention's T×T scores and probabilities)
-    is what the attention kernels always do — the forward keeps only qkv
-    and the output — so it changes nothing; `none` is the default.
+    block. Attention's T×T scores and probabilities are recomputed in every
+    mode (the forward keeps only qkv, the output and its log-sum-exp);
+    `selective` also recomputes each block's GELU output in its backward
+    block, from the pre-activation the GELU gradient reads anyway, right
+    before its first reader (llm.c's --recompute 1: the block keeps
+    sbh(8+16/t) bytes of 16-bit values instead of sbh(8+24/t)); `none` is
+    the default.
 
     **Options:**
     * `mode`: none | selective | full.

@@ -68,7 +68,8 @@ double BlockActivationFigures::paperSelective(int e) const {
 double BlockActivationFigures::expectedLoom() const {
   // The attention statistics are fp32 [b, a, s] over tp, whatever valueBytes.
   const double lse = 4.0 * double(s) * double(a) * double(b) / double(t);
-  return sbhOf(*this) * (16.0 + 48.0 / double(t)) * double(valueBytes) / 4.0 +
+  const double split = geluRecomputed ? 32.0 : 48.0;
+  return sbhOf(*this) * (16.0 + split / double(t)) * double(valueBytes) / 4.0 +
          lse;
 }
 
@@ -254,6 +255,10 @@ mlir::loom::measureBlockActivations(ModuleOp module) {
     fig.fullRecompute =
         !fig.kept.empty() &&
         llvm::all_of(fig.kept, [](const KeptActivation &k) { return k.input; });
+    fig.geluRecomputed =
+        !fig.fullRecompute &&
+        llvm::any_of(backward.getBody().front(),
+                     [](Operation &op) { return isa<GeluOp>(op); });
   }
 
   // 5. Tensor-parallel collectives of the block.
@@ -324,11 +329,19 @@ void mlir::loom::printBlockActivations(const BlockActivationFigures &fig,
       os << llvm::formatv(
           "  why it differs: Loom has no dropout (no masks) and its attention "
           "keeps q|k|v and recomputes the a*s^2 scores and softmax in the "
-          "backward; the paper's {1} tensor-parallel count without masks "
-          "and scores, plus attention's fp32 log-sum-exp per row and head, "
-          "is {2} = {0:F0} bytes\n",
+          "backward{3}; the paper's {1} tensor-parallel count without masks "
+          "and scores{4}, plus attention's fp32 log-sum-exp per row and "
+          "head, is {2} = {0:F0} bytes\n",
           fig.expectedLoom(), precision,
-          fig.valueBytes == 4 ? "sbh(16+48/t)+4sab/t" : "sbh(8+24/t)+4sab/t");
+          fig.valueBytes == 4 ? (fig.geluRecomputed ? "sbh(16+32/t)+4sab/t"
+                                                    : "sbh(16+48/t)+4sab/t")
+                              : (fig.geluRecomputed ? "sbh(8+16/t)+4sab/t"
+                                                    : "sbh(8+24/t)+4sab/t"),
+          fig.geluRecomputed
+              ? ", where it also recomputes the MLP's GELU from its input "
+                "(selective recomputation)"
+              : "",
+          fig.geluRecomputed ? " and the GELU's output" : "");
   }
   if (!fig.paddedTable.empty())
     os << "  vocabulary: " << fig.paddedTable << " padded from "
@@ -396,6 +409,7 @@ mlir::loom::blockActivationsToJson(const BlockActivationFigures &fig) {
       {"paper_bytes_fp32", figures(4)},
       {"loom_kept_bytes", fig.keptBytes()},
       {"loom_full_recompute", fig.fullRecompute},
+      {"loom_gelu_recomputed", fig.geluRecomputed},
       {"loom_kept", std::move(kept)},
       {"expected_loom_bytes", fig.expectedLoom()},
       {"value_bytes", fig.valueBytes},

@@ -67,8 +67,10 @@ struct BlockActivationFigures {
   double paperSelective(int valueBytes) const;
   /// The paper's accounting with Loom's model: values of valueBytes, no
   /// dropout masks, the a·s² scores recomputed in the backward:
-  /// sbh(16 + 48/t) in fp32, sbh(8 + 24/t) in 16 bits, plus the fp32
-  /// log-sum-exp the flash backward reads, one per row and head: 4sab/t.
+  /// sbh(16 + 48/t) in fp32, sbh(8 + 24/t) in 16 bits (with the GELU
+  /// recomputed, 4h/t values fewer: sbh(16 + 32/t), sbh(8 + 16/t)), plus
+  /// the fp32 log-sum-exp the flash backward reads, one per row and head:
+  /// 4sab/t.
   double expectedLoom() const;
 
   /// What Loom keeps: the forward's values its backward block reads (this
@@ -78,6 +80,9 @@ struct BlockActivationFigures {
   /// Full recomputation (--loom-recompute=mode=full): the backward reads
   /// only the forward's input and re-runs the forward's body.
   bool fullRecompute = false;
+  /// Selective recomputation (--loom-recompute=mode=selective): the
+  /// backward re-runs the MLP's GELU instead of reading its output.
+  bool geluRecomputed = false;
 
   /// Collectives on the tp axis in the forward and the backward block.
   BlockCollectives forwardAllReduce, backwardAllReduce;

@@ -5,10 +5,16 @@
 // block's inputs (the activation entering it and its parameters). Only the
 // block inputs then live from the forward pass to the backward pass — the
 // memory of Korthikanti et al.'s full recomputation, at the cost of one more
-// forward per block. `selective` (recompute attention's T×T scores) is what
-// the attention kernels always do here: the forward keeps only qkv, the
-// output and its log-sum-exp per row, and the backward recomputes the
-// probabilities from them.
+// forward per block.
+//
+// `selective` recomputes what is cheap to recompute and large to keep.
+// Attention's T×T scores are never kept here: the forward keeps only qkv,
+// the output and its log-sum-exp per row, and the backward recomputes the
+// probabilities from them, whatever the mode. The MLP's GELU output (4h
+// wide, as large as its input) is recomputed in the backward block from
+// the pre-activation the GELU gradient reads anyway (llm.c's --recompute
+// 1): one elementwise kernel per block for a third of the 16-bit values a
+// GPT block keeps (sbh(8+24/t) -> sbh(8+16/t) bytes).
 //
 //===----------------------------------------------------------------------===//
 
@@ -111,6 +117,55 @@ unsigned recomputeInto(BlockOp forward, BlockOp backward) {
   return dropped;
 }
 
+/// For `selective`: a GELU output that `backward` reads as saved by
+/// `forward`, whose input `backward` reads too, is recomputed right before
+/// its first reader in `backward` (a clone of the forward's GELU, so the
+/// same values) and no longer kept. Returns how many GELUs.
+unsigned recomputeGelus(BlockOp forward, BlockOp backward) {
+  Block &bwdBody = backward.getBody().front();
+  ValueRange yielded = forward.getYield().getValues();
+  // The backward block's argument for a result of `forward`.
+  auto argumentFor = [&](Value forwardResult) -> Value {
+    for (auto [i, input] : llvm::enumerate(backward.getInputs()))
+      if (input == forwardResult)
+        return bwdBody.getArgument(i);
+    return Value();
+  };
+  unsigned recomputed = 0;
+  for (unsigned i = backward.getInputs().size(); i-- > 0;) {
+    auto result = dyn_cast<OpResult>(backward.getInputs()[i]);
+    if (!result || result.getOwner() != forward.getOperation() ||
+        !savedOnlyFor(result, backward))
+      continue;
+    auto gelu = yielded[result.getResultNumber()].getDefiningOp<GeluOp>();
+    if (!gelu)
+      continue;
+    auto kept = llvm::find(yielded, gelu.getInput());
+    if (kept == yielded.end())
+      continue;
+    Value input = argumentFor(forward->getResult(kept - yielded.begin()));
+    BlockArgument saved = bwdBody.getArgument(i);
+    if (!input || saved.use_empty())
+      continue;
+    Operation *firstReader = nullptr;
+    for (Operation &op : bwdBody)
+      if (llvm::is_contained(op.getOperands(), saved)) {
+        firstReader = &op;
+        break;
+      }
+    if (!firstReader)
+      continue; // read only inside a nested region: leave it kept
+    OpBuilder b(firstReader);
+    IRMapping map;
+    map.map(gelu.getInput(), input);
+    saved.replaceAllUsesWith(b.clone(*gelu, map)->getResult(0));
+    backward->eraseOperand(i);
+    bwdBody.eraseArgument(i);
+    ++recomputed;
+  }
+  return recomputed;
+}
+
 struct LoomRecomputePass
     : mlir::loom::impl::LoomRecomputeBase<LoomRecomputePass> {
   using Base::Base;
@@ -122,15 +177,19 @@ struct LoomRecomputePass
           << "'";
       return signalPassFailure();
     }
-    if (mode != "full")
-      return; // see the file comment: selective is the kernels' default
+    if (mode == "none")
+      return;
     for (auto func : getOperation().getOps<func::FuncOp>()) {
       if (func.isExternal())
         continue;
       SmallVector<BlockOp> blocks(func.getBody().front().getOps<BlockOp>());
       for (BlockOp backward : blocks)
-        if (BlockOp forward = savedFrom(backward))
-          recomputeInto(forward, backward);
+        if (BlockOp forward = savedFrom(backward)) {
+          if (mode == "full")
+            recomputeInto(forward, backward);
+          else
+            recomputeGelus(forward, backward);
+        }
     }
   }
 };

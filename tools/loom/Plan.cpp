@@ -40,8 +40,8 @@ const char *const loom::cli::kPlanUsage = R"(usage:
 
   Searches dp x tp x pp = G (tp <= K and dividing n_head, pp <= n_layer, dp
   dividing B), ZeRO 0-3, micro-batches, pipeline schedule gpipe|1f1b|
-  interleaved (+ virtual stages) and recomputation none|full (selective, the
-  same program as none in Loom, when restricted to it) with
+  interleaved (+ virtual stages) and recomputation none|selective|full
+  (selective: the MLP's GELU recomputed in the backward) with
   an analytic cost model; prints the fastest plans that fit in M GB
   (10^9 bytes) per GPU, why each rejected family does not fit, and the
   chosen plan's memory, time and rank placement (--json: the best plan).

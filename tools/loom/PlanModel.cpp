@@ -135,12 +135,14 @@ double loom::plan::loomActivationBytesPerLayer(int64_t s, int64_t b, int64_t h,
   double residual = sp ? sbh / tp : sbh; // one residual-stream value
   if (recompute == Recompute::Full)
     return elementBytes * residual; // the block input
-  // q|k|v 3h, attention output h, MLP hidden 4h twice (c_fc, GELU): split
-  // over tp; the block input, ln_1 and ln_2 inputs, the attention
-  // residual: the residual stream. Attention's fp32 log-sum-exp [b, a, s]
-  // over tp (whole heads).
+  // q|k|v 3h, attention output h, MLP hidden 4h twice (c_fc, GELU; the
+  // GELU recomputed in the backward with selective): split over tp; the
+  // block input, ln_1 and ln_2 inputs, the attention residual: the
+  // residual stream. Attention's fp32 log-sum-exp [b, a, s] over tp (whole
+  // heads).
+  const double split = recompute == Recompute::Selective ? 8.0 : 12.0;
   const double lse = 4.0 * double(s) * double(b) * double(a) / tp;
-  return elementBytes * (12.0 * sbh / tp + 4.0 * residual) + lse;
+  return elementBytes * (split * sbh / tp + 4.0 * residual) + lse;
 }
 
 std::string loom::plan::loomActivationFormula(int64_t t, bool sequenceParallel,
@@ -148,6 +150,8 @@ std::string loom::plan::loomActivationFormula(int64_t t, bool sequenceParallel,
   bool sp = sequenceParallel && t > 1;
   if (recompute == Recompute::Full)
     return sp ? "2sbh/t" : "2sbh";
+  if (recompute == Recompute::Selective)
+    return t == 1 ? "24sbh+4sab" : sp ? "(24sbh+4sab)/t" : "sbh(8+16/t)+4sab/t";
   return t == 1 ? "32sbh+4sab" : sp ? "(32sbh+4sab)/t" : "sbh(8+24/t)+4sab/t";
 }
 
@@ -492,11 +496,15 @@ PlanCost loom::plan::evaluatePlan(const ModelShape &model,
 
   // 3. FLOPs: the model's, and what runs with recomputation. Loom's
   //    attention backward recomputes the scores q k^T from q|k|v and the
-  //    saved log-sum-exp whatever the plan (selective recomputation is what
-  //    every plan runs): causal, s·h per token. Full recomputation re-runs
-  //    the block's forward too: its matmuls and attention (2s·h).
+  //    saved log-sum-exp whatever the plan: causal, s·h per token.
+  //    Selective recomputation re-runs the MLP's GELU over its 4h values
+  //    (kGeluFlops each, tanh counted as a few); full recomputation the
+  //    block's whole forward: its matmuls and attention (2s·h).
+  constexpr double kGeluFlops = 10.0;
   const double tokens = double(work.batch) * double(s);
   double recomputePerLayer = double(h) * double(s); // per token
+  if (plan.recompute == Recompute::Selective)
+    recomputePerLayer += kGeluFlops * 4.0 * double(h);
   if (plan.recompute == Recompute::Full)
     recomputePerLayer +=
         2.0 * double(model.paramsPerBlock) + 2.0 * double(h) * double(s);

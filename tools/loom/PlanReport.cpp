@@ -247,9 +247,11 @@ void printExplanation(llvm::raw_ostream &os, const ModelShape &model,
       cluster.precision == Precision::FP32 ? ", x2 in fp32" : "");
   os << llvm::formatv(
       "                 Korthikanti et al.'s {0} = {1} bytes for Megatron: "
-      "Loom has no dropout masks and recomputes the attention scores\n",
+      "Loom has no dropout masks and recomputes the attention scores{2}\n",
       activationFormula(p.tp, opts.work.sequenceParallel, p.recompute),
-      (int64_t)std::llround(cost.formulaActivationBytesPerLayer));
+      (int64_t)std::llround(cost.formulaActivationBytesPerLayer),
+      p.recompute == Recompute::Selective ? " and (selective) the MLP's GELU"
+                                          : "");
   os << llvm::formatv("                 x {0} layers x {1:f2} micro-batches "
                       "in flight{2} = {3}\n",
                       st.layers, microbatchesInFlight(p, cost.peakStage),

@@ -126,11 +126,6 @@ SearchResult loom::plan::searchPlans(const ModelShape &model,
                  {Recompute::None, Recompute::Selective, Recompute::Full}) {
               if (opts.recompute && *opts.recompute != rc)
                 continue;
-              // Loom's attention always recomputes its scores: selective
-              // compiles to the program none does (same memory, same
-              // time), so it is a candidate only when asked for.
-              if (!opts.recompute && rc == Recompute::Selective)
-                continue;
               Plan plan{dp, tp, pp, zero, m, schedule, v, rc};
               if (!checkPlan(model, cluster, work, plan).empty())
                 continue;
