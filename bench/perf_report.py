@@ -12,6 +12,9 @@ Reads what step d's runs wrote and prints
      gradient) and the fused run's speed against it; with --loom-log-wide,
      the same program with its tensor-core attention in blocks of 8 warps
      (LOOM_CUDA_FLASH_SHAPE=wide) and its speed against the default run;
+     with --loom-log-selective, the program compiled with --recompute
+     selective (each block's GELU recomputed in its backward) and its speed
+     against the default run: what that memory costs in time;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio;
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
@@ -27,7 +30,8 @@ there and flash agrees with naive, 1 otherwise (goals do not change it:
 they are measurements, not checks).
 
   perf_report.py --config CFG.json --batch B --seq T [--loom-log F.jsonl]
-      [--loom-log-unfused F.jsonl] [--loom-log-wide F.jsonl] [--loom-warmup 2]
+      [--loom-log-unfused F.jsonl] [--loom-log-wide F.jsonl]
+      [--loom-log-selective F.jsonl] [--loom-warmup 2]
       [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
       [--attention-torch F.json]
@@ -96,6 +100,7 @@ def main():
     ap.add_argument("--loom-log")
     ap.add_argument("--loom-log-unfused")
     ap.add_argument("--loom-log-wide")
+    ap.add_argument("--loom-log-selective")
     ap.add_argument("--loom-warmup", type=int, default=2)
     ap.add_argument("--loom-precision", default="fp32")
     ap.add_argument("--torch-gpt2")
@@ -150,7 +155,8 @@ def main():
     # The same program run another way, after Loom's row: with no pairs
     # fused (gelu_epilogues.h, residual_norms.h, cross_entropy_fusion.h),
     # what running them as one call each gains; with the attention in
-    # 8-warp blocks, what that shape would gain as the default. Each:
+    # 8-warp blocks, what that shape would gain as the default; with the
+    # GELU recomputed (--recompute selective), what its memory costs. Each:
     # (log, row label, what is missing, report key, speed line, whether the
     # variant is the faster one when its speed is > 1).
     variants = [
@@ -162,6 +168,11 @@ def main():
          "Loom GPT-2 training, attention in 8-warp blocks",
          "wide_attention_speed",
          "wide attention speed (> 1: LOOM_CUDA_FLASH_SHAPE=wide faster)", True),
+        (args.loom_log_selective, "Loom, GELU recomputed (selective)",
+         "Loom GPT-2 training, --recompute selective",
+         "selective_recompute_speed",
+         "selective recompute speed (> 1: --recompute selective faster)",
+         True),
     ]
     speeds = []
     for log, label, what, key, line, variantFaster in variants:

@@ -194,6 +194,24 @@ struct LoomPlanBuffersPass
       for (auto &[value, alloc] : fp.transient)
         if (auto it = lastRead.find(value); it != lastRead.end())
           alloc.end = std::max(alloc.end, it->second);
+      // The CUDA backend may run a GELU in the GEMM epilogue of the linear
+      // right before it (runtime/core/gelu_epilogues.h): that GEMM reads
+      // the linear's inputs while it writes the GELU, so they stay
+      // allocated through the GELU and its result never lands on them (a
+      // ZeRO-3 step's gathered weight, an evaluation's activation).
+      for (size_t pos = 1; pos < fp.order.ops.size(); ++pos) {
+        auto gelu = dyn_cast<GeluOp>(fp.order.ops[pos]);
+        auto linear = dyn_cast<LinearOp>(fp.order.ops[pos - 1]);
+        if (!gelu || !linear ||
+            fp.order.storage(gelu.getInput()) !=
+                fp.order.storage(linear.getResult()))
+          continue;
+        for (Value operand : linear->getOperands())
+          if (auto it = fp.transient.find(fp.order.storage(operand));
+              it != fp.transient.end())
+            it->second.end =
+                std::max(it->second.end, static_cast<int64_t>(pos));
+      }
       // An asynchronous collective keeps its scratch (the packed bucket)
       // until the first op that reads one of its results: the runtime
       // completes it there. A reduce-scatter also sends from its input

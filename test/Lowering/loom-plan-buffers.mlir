@@ -93,3 +93,21 @@ func.func @attention_grad(%x: tensor<1x4x24xf32> {loom.name = "x", loom.role = #
   %e = loom.attention_grad %p, %y {num_heads = 2 : i64} : tensor<1x4x8xbf16>, tensor<1x4x24xbf16> -> tensor<1x4x24xbf16>
   return %d, %e : tensor<1x4x24xf32>, tensor<1x4x24xbf16>
 }
+
+// A GELU right after the linear that computes its input may run in that
+// linear's GEMM epilogue on the CUDA backend, which reads the linear's
+// inputs while it writes the GELU: %x, read last by the linear, stays
+// allocated through the GELU, whose result takes bytes of its own (not
+// %x's, 1280).
+// CHECK-LABEL: func.func @gelu_after_linear
+// CHECK: loom.gelu %arg0 {loom.offsets = array<i64: 1280>}
+// CHECK: loom.linear {{.*}} {loom.offsets = array<i64: 1536>}
+// CHECK: loom.gelu {{.*}} {loom.offsets = array<i64: 1792>}
+func.func @gelu_after_linear(%p: tensor<4x16xf32> {loom.name = "p", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>},
+                             %w: tensor<16x16xf32> {loom.name = "w", loom.role = #loom.role<param>, loom.init = #loom.init<zeros>})
+    -> tensor<4x16xf32> {
+  %x = loom.gelu %p : tensor<4x16xf32>
+  %l = loom.linear %x, %w : tensor<4x16xf32>, tensor<16x16xf32> -> tensor<4x16xf32>
+  %g = loom.gelu %l : tensor<4x16xf32>
+  return %g : tensor<4x16xf32>
+}

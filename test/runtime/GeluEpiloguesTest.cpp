@@ -232,12 +232,15 @@ TEST(GeluEpilogues, EveryMlpOfTheCompilersBf16ProgramsFuses) {
           // gpu-check's step d program.
           {"gpt2-124m.json", "--batch 16 --seq 1024 --train --precision bf16",
            12, 12},
-          // ZeRO-3: the buffer planner puts each Gelu's result where the
-          // gathered c_fc weight was (dead after the Linear), which the fused
-          // GEMM would overwrite while reading it; the backward pairs fuse.
+          // ZeRO-3: the buffer planner keeps the gathered c_fc weight (read
+          // last by the Linear) through the Gelu, so the Gelu's result,
+          // which the fused GEMM writes while reading the weight, is not
+          // put there.
           {"tiny.json",
            "--batch 8 --seq 32 --train --precision bf16 --mesh dp=2 --zero 3",
-           0, 2},
+           2, 2},
+          // Evaluation: the same for the Linear's input activation.
+          {"tiny.json", "--batch 8 --seq 32 --precision bf16", 2, 0},
           {"tiny.json", "--batch 8 --seq 32 --train", 0, 0},
       },
       planGeluEpilogues, fb::Opcode::Linear, fb::Opcode::LinearGrad);
