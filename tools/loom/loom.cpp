@@ -114,7 +114,9 @@ optimizer flags (train):
   --microbatches M splits each evaluated batch into M pipelined micro-batches.
 strategy flags:
   --mesh dp=D,tp=T,pp=P  --zero 0..3  --microbatches M  --bucket-mb 25
-  --recompute none|selective|full
+  --recompute none|selective|full (selective: each block's GELU output
+    recomputed in its backward, llm.c's --recompute 1; full: the whole
+    block's forward re-run from its input; none keeps the activations)
   --vocab-divisible-by 128 (as Megatron's --make-vocab-size-divisible-by: a
     vocabulary tp does not divide is padded to a multiple of this x tp rows;
     at tp = 1 one that is not a multiple of this is padded to one, 50257 ->
