@@ -242,8 +242,11 @@ struct LoomPlanBuffersPass
           it->second.end = last;
       // Results written over an operand that dies at their op take its
       // bytes (the lifetimes above are final; InPlaceResults.h).
-      if (inPlace)
-        shareDyingOperands(fp.order, fp.transient);
+      if (inPlace) {
+        int64_t moved = shareDyingOperands(fp.order, fp.transient);
+        LLVM_DEBUG(llvm::dbgs() << func.getSymName() << ": " << moved
+                                << " results in their operand's bytes\n");
+      }
       if (failed(placeInStash(func, fp.order, fp.transient, fp.inStash,
                               stashOffsetByName)))
         return failure();

@@ -1,6 +1,8 @@
 // RUN: loom-opt --loom-plan-buffers -split-input-file %s | FileCheck %s
 // RUN: loom-opt --loom-plan-buffers=in-place=false -split-input-file %s | FileCheck %s --check-prefix=APART
 // RUN: loom-opt --loom-autodiff --loom-plan-buffers %S/loom-plan-buffers-train.mlir | FileCheck %s --check-prefix=TRAIN
+// RUN: not loom-opt --loom-plan-buffers=in-place=maybe %s 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: for the --in-place option: 'maybe' is invalid value for boolean argument! Try 0 or 1
 
 // A result takes the bytes of the operand its kernel writes over (an add's
 // lhs, a GELU gradient's incoming gradient, a softmax's input) when its op
