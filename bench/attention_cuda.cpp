@@ -10,7 +10,8 @@
 // lse (no recompute: the API a bf16 executor calls); its differences from
 // naive are bf16 roundings, reported, not judged. At head size 64 three
 // more rows time the tensor-core kernels alone (the backward given the
-// row dots) in each FlashTcOccupancy: tc-spill0 as training runs them,
+// row dots) with every kernel in one FlashTcOccupancy (training times each
+// kernel's shapes and keeps its fastest: flash_shape_tuning.h): tc-spill0,
 // tc-blocks with the forward and dQ compiled for more blocks per SM at a
 // few bytes of spills, tc-wide with blocks of 8 warps (128 rows); their
 // differences are from tc-spill0 (the same arithmetic, so 0 unless the
@@ -149,7 +150,8 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
             },
             [&] {
               return loom::cuda::flashAttentionBackwardTensorCores(
-                  dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream, occupancy);
+                  dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream,
+                  loom::cuda::FlashTcShapes::all(occupancy));
             },
             f, g))
       return rc;

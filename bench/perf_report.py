@@ -11,7 +11,9 @@ Reads what step d's runs wrote and prints
      residual Add apart from its layer norm, the loss apart from its
      gradient) and the fused run's speed against it; with --loom-log-wide,
      the same program with its tensor-core attention in blocks of 8 warps
-     (LOOM_CUDA_FLASH_SHAPE=wide) and its speed against the default run;
+     (LOOM_CUDA_FLASH_SHAPE=wide) and its speed against the default run
+     (each attention kernel in the launch shape it ran fastest in when
+     timed at the first step, which the report prints from the log);
      with --loom-log-selective, the program compiled with --recompute
      selective (each block's GELU recomputed in its backward) and its speed
      against the default run: what that memory costs in time;
@@ -87,9 +89,13 @@ def loom_figures(path, warmup, tokens_per_step, missing,
                        f"none after the {warmup} warm-up steps")
         return None
     ms = sum(r["step_ms"] for r in timed) / len(timed)
+    # What the CUDA kernels chose on the device (the attention's launch
+    # shapes under LOOM_CUDA_FLASH_SHAPE=auto), from the run's summary.
+    choices = [c for r in rows if r.get("summary")
+               for c in r.get("kernel_choices", [])]
     return {"steps": len(timed), "step_ms": ms,
             "tokens_per_s": tokens_per_step / (ms * 1e-3),
-            "final_loss": timed[-1].get("loss")}
+            "final_loss": timed[-1].get("loss"), "kernel_choices": choices}
 
 
 def main():
@@ -167,7 +173,8 @@ def main():
         (args.loom_log_wide, "Loom, attention in 8-warp blocks",
          "Loom GPT-2 training, attention in 8-warp blocks",
          "wide_attention_speed",
-         "wide attention speed (> 1: LOOM_CUDA_FLASH_SHAPE=wide faster)", True),
+         "wide attention speed (> 1: LOOM_CUDA_FLASH_SHAPE=wide faster than "
+         "the shapes timed at the first step)", True),
         (args.loom_log_selective, "Loom, GELU recomputed (selective)",
          "Loom GPT-2 training, --recompute selective",
          "selective_recompute_speed",
@@ -192,6 +199,10 @@ def main():
     for key, line, speed in speeds:
         report[key] = speed
         print(f"  {line}: {speed:.3f}x")
+    if loom and loom["kernel_choices"]:
+        report["kernel_choices"] = loom["kernel_choices"]
+        for c in loom["kernel_choices"]:
+            print(f"  Loom's kernels chose: {c}")
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio

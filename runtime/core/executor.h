@@ -263,6 +263,11 @@ public:
   /// (KernelBackend::workspaceBytes: cuBLASLt's workspace, the CUDA bf16
   /// kernels' buffers; 0 on the CPU): not in peakTensorBytes.
   uint64_t kernelWorkspaceBytes() const { return kernels->workspaceBytes(); }
+  /// What the kernels chose for themselves so far
+  /// (KernelBackend::kernelChoices).
+  std::vector<std::string> kernelChoices() const {
+    return kernels->kernelChoices();
+  }
 
 private:
   Executor() = default;

@@ -37,6 +37,7 @@
 #include "runtime/program/program.h"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -426,6 +427,12 @@ public:
   /// to the tensors' peak (kernel_workspace_bytes), so a device's memory
   /// is accounted for whole. The CPU kernels keep nothing of the kind.
   virtual uint64_t workspaceBytes() const { return 0; }
+
+  /// What the kernels chose for themselves while running, a line each,
+  /// for the run's summary: the CUDA backend's attention launch shapes
+  /// timed on the device (cuda/flash_shape_tuning.h). The choices move
+  /// time only, never a result. The CPU kernels choose nothing.
+  virtual std::vector<std::string> kernelChoices() const { return {}; }
 };
 
 } // namespace loom

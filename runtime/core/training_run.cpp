@@ -946,6 +946,15 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   }
   if (valData && stepsRun > 0 && !std::isnan(lastValLoss))
     summary.set("val_loss", JsonValue::number(lastValLoss));
+  // What the kernels chose on this rank (the CUDA backend's attention
+  // launch shapes, timed on the device): a run's speed depends on it.
+  const std::vector<std::string> choices = ex->kernelChoices();
+  if (!choices.empty()) {
+    JsonValue list = JsonValue::array();
+    for (const std::string &c : choices)
+      list.push(JsonValue::string(c));
+    summary.set("kernel_choices", list);
+  }
   LOOM_RETURN_IF_ERROR(log.write(summary));
   LOOM_RETURN_IF_ERROR(log.close());
   if (!opts.saveCheckpoint.empty())
@@ -972,6 +981,9 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
                   .c_str()
             : "",
         formatBytes(rssPeakBytes()).c_str());
+  if (!opts.quiet)
+    for (const std::string &c : choices)
+      std::printf("kernels: %s\n", c.c_str());
   if (stopCode && lead) {
     // On stderr, --quiet or not: a script must see why the run is short.
     const int64_t planned = startStep + opts.steps;

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <utility>
 
 namespace loom::cuda {
@@ -101,16 +102,24 @@ Status parseFusedCrossEntropy(const char *value, bool &out) {
                      "the instructions one by one", out);
 }
 
-Status parseFlashShape(const char *value, FlashTcOccupancy &out) {
-  return parseChoice("LOOM_CUDA_FLASH_SHAPE", value,
-                     {{"spill0", FlashTcOccupancy::FewestSpills},
-                      {"blocks", FlashTcOccupancy::MoreBlocks},
-                      {"wide", FlashTcOccupancy::WideBlocks}},
-                     "a launch shape of the tensor-core attention",
-                     "spill0 (4 warps a block, no spills, the default), "
-                     "blocks (4 warps, more blocks per SM) or wide (8 warps "
-                     "a block)",
-                     out);
+Status parseFlashShape(const char *value,
+                       std::optional<FlashTcOccupancy> &out) {
+  using Shape = std::optional<FlashTcOccupancy>;
+  return parseChoice<Shape>(
+      "LOOM_CUDA_FLASH_SHAPE", value,
+      {{"auto", std::nullopt},
+       {flashShapeName(FlashTcOccupancy::FewestSpills),
+        FlashTcOccupancy::FewestSpills},
+       {flashShapeName(FlashTcOccupancy::MoreBlocks),
+        FlashTcOccupancy::MoreBlocks},
+       {flashShapeName(FlashTcOccupancy::WideBlocks),
+        FlashTcOccupancy::WideBlocks}},
+      "a launch shape of the tensor-core attention",
+      "auto (each kernel's fastest shape, timed on the device the first "
+      "time a geometry runs; the default), spill0 (4 warps a block, no "
+      "spills), blocks (4 warps, more blocks per SM) or wide (8 warps a "
+      "block)",
+      out);
 }
 
 Status CudaKernels::create(cudaStream_t computeStream,
@@ -127,8 +136,10 @@ Status CudaKernels::create(cudaStream_t computeStream,
                                          k->residualNorm));
   LOOM_RETURN_IF_ERROR(parseFusedCrossEntropy(
       std::getenv("LOOM_CUDA_FUSED_CROSS_ENTROPY"), k->fusedCrossEntropy));
+  std::optional<FlashTcOccupancy> flashShape;
   LOOM_RETURN_IF_ERROR(
-      parseFlashShape(std::getenv("LOOM_CUDA_FLASH_SHAPE"), k->flashShape));
+      parseFlashShape(std::getenv("LOOM_CUDA_FLASH_SHAPE"), flashShape));
+  k->flashShapes = FlashShapeTuner(flashShape);
   LOOM_RETURN_IF_ERROR(Gemm::create(k->gemmEngine));
   out = std::move(k);
   return Status::success();
@@ -149,6 +160,13 @@ uint64_t CudaKernels::workspaceBytes() const {
   for (const DevicePool &pool : bf16Pools)
     bytes += pool.bytes;
   return bytes;
+}
+
+std::vector<std::string> CudaKernels::kernelChoices() const {
+  std::vector<std::string> lines;
+  for (const std::string &line : flashShapes.choices())
+    lines.push_back("attention launch shapes timed on the device, " + line);
+  return lines;
 }
 
 Status CudaKernels::workspace(uint64_t bytes, void *&devicePtr) {

@@ -21,10 +21,12 @@
 
 #include "runtime/core/kernel_backend.h"
 #include "runtime/cuda/flash_attention_mma.h"
+#include "runtime/cuda/flash_shape_tuning.h"
 #include "runtime/cuda/gemm.h"
 
 #include <cuda_runtime_api.h>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace loom::cuda {
@@ -69,12 +71,14 @@ Status parseResidualNorm(const char *value, bool &out);
 /// compare); anything else is an error.
 Status parseFusedCrossEntropy(const char *value, bool &out);
 
-/// Parses the value of LOOM_CUDA_FLASH_SHAPE, the launch shape of the bf16
-/// tensor-core attention kernels (flash_attention_mma.h): "spill0" or null
-/// / empty (FewestSpills, the default), "blocks" (MoreBlocks) or "wide"
-/// (WideBlocks), the rows tc-spill0, tc-blocks and tc-wide of
-/// bench/attention_cuda.cpp; anything else is an error naming the three.
-Status parseFlashShape(const char *value, FlashTcOccupancy &out);
+/// Parses the value of LOOM_CUDA_FLASH_SHAPE, the launch shapes of the
+/// bf16 tensor-core attention kernels (flash_attention_mma.h): "auto" or
+/// null / empty (nullopt, the default: each kernel's fastest shape, timed
+/// on the device, flash_shape_tuning.h), or one shape for every kernel:
+/// "spill0" (FewestSpills), "blocks" (MoreBlocks) or "wide" (WideBlocks),
+/// the rows tc-spill0, tc-blocks and tc-wide of bench/attention_cuda.cpp;
+/// anything else is an error naming the four.
+Status parseFlashShape(const char *value, std::optional<FlashTcOccupancy> &out);
 
 class CudaKernels final : public KernelBackend {
 public:
@@ -250,6 +254,8 @@ public:
   bool handlesBF16Natively(program::Opcode op) const override;
   /// workspace()'s, the bf16 pools' and cuBLASLt's workspace bytes.
   uint64_t workspaceBytes() const override;
+  /// The attention launch shapes timed so far (FlashShapeTuner::choices).
+  std::vector<std::string> kernelChoices() const override;
   Status runBF16Natively(const program::Instruction &ins,
                          const std::vector<TypedOperand> &inputs,
                          const std::vector<TypedOperand> &outputs,
@@ -317,7 +323,7 @@ private:
   bool geluEpilogue = true;
   bool residualNorm = true;
   bool fusedCrossEntropy = true;
-  FlashTcOccupancy flashShape = FlashTcOccupancy::FewestSpills;
+  FlashShapeTuner flashShapes;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

@@ -163,14 +163,47 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
     LOOM_RETURN_IF_ERROR(
         bf16Workspace(kSlotStats, 2 * rows * sizeof(float), stats));
     float *lse32 = static_cast<float *>(stats), *rowDot = lse32 + rows;
+    const FlashGeometry geometry{B, T, NH};
+    const FlashTcShapes shapes = flashShapes.shapesFor(geometry);
+    // Each launch of the tensor-core kernels (head size 64) below is
+    // followed, the first time its geometry runs, by the timing of its
+    // launch shapes (flash_shape_tuning.h): they rewrite the same bits.
+    const bool tensorCores = C / NH == kFlashTensorCoreHeadSize;
+    auto timeShapes = [&](FlashKernel kernel,
+                          const FlashShapeTuner::Launch &launch) {
+      return tensorCores && flashShapes.untimed(kernel, geometry)
+                 ? flashShapes.time(kernel, geometry, computeStream, launch)
+                 : Status::success();
+    };
+    auto forward = [&](__nv_bfloat16 *o, float *lse) -> Status {
+      const __nv_bfloat16 *qkv = bf16(qkvOp);
+      LOOM_RETURN_IF_ERROR(flashAttentionForward(o, lse, qkv, B, T, C, NH,
+                                                 computeStream, shapes));
+      return timeShapes(FlashKernel::Forward, [&](FlashTcOccupancy shape) {
+        return flashAttentionForwardTensorCores(o, lse, qkv, B, T, C, NH,
+                                                computeStream, shape);
+      });
+    };
+    auto backward = [&](const __nv_bfloat16 *o, const float *lse) -> Status {
+      __nv_bfloat16 *dqkv = bf16(out[0]);
+      const __nv_bfloat16 *dout = bf16(in[0]), *qkv = bf16(qkvOp);
+      LOOM_RETURN_IF_ERROR(flashAttentionBackward(
+          dqkv, rowDot, dout, qkv, o, lse, B, T, C, NH, computeStream, shapes));
+      // The row dots the backward computed stay in place for the timing.
+      LOOM_RETURN_IF_ERROR(
+          timeShapes(FlashKernel::Keys, [&](FlashTcOccupancy shape) {
+            return flashBackwardKeysTensorCores(dqkv, rowDot, dout, qkv, lse, B,
+                                                T, C, NH, computeStream, shape);
+          }));
+      return timeShapes(FlashKernel::Queries, [&](FlashTcOccupancy shape) {
+        return flashBackwardQueriesTensorCores(dqkv, rowDot, dout, qkv, lse, B,
+                                               T, C, NH, computeStream, shape);
+      });
+    };
     if (!grad)
-      return flashAttentionForward(bf16(out[0]), lseOut ? lseOut : lse32,
-                                   bf16(qkvOp), B, T, C, NH, computeStream,
-                                   flashShape);
+      return forward(bf16(out[0]), lseOut ? lseOut : lse32);
     if (savedOut)
-      return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
-                                    bf16(qkvOp), bf16(*savedOut), savedLse, B,
-                                    T, C, NH, computeStream, flashShape);
+      return backward(bf16(*savedOut), savedLse);
     // Without the saved forward: recompute its output and log-sum-exp (bf16
     // output, as the forward stored it).
     void *o = nullptr;
@@ -178,11 +211,8 @@ Status CudaKernels::attentionBF16(const std::vector<TypedOperand> &in,
         kSlotResult, static_cast<uint64_t>(B * T * C) * sizeof(__nv_bfloat16),
         o));
     auto *fwd = static_cast<__nv_bfloat16 *>(o);
-    LOOM_RETURN_IF_ERROR(flashAttentionForward(fwd, lse32, bf16(qkvOp), B, T, C,
-                                               NH, computeStream, flashShape));
-    return flashAttentionBackward(bf16(out[0]), rowDot, bf16(in[0]),
-                                  bf16(qkvOp), fwd, lse32, B, T, C, NH,
-                                  computeStream, flashShape);
+    LOOM_RETURN_IF_ERROR(forward(fwd, lse32));
+    return backward(fwd, lse32);
   }
   // A head size the flash kernels lack, or mixed dtypes: the fp32 kernels
   // on widened copies, the [B,NH,T,T] probabilities in workspace. This rare

@@ -459,7 +459,7 @@ template <typename F> Status dispatchHeadSize(int64_t hs, F &&f) {
 template <typename Elem>
 Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
                int64_t C, int64_t NH, cudaStream_t stream,
-               FlashTcOccupancy shape) {
+               FlashTcShapes shapes) {
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
@@ -468,7 +468,7 @@ Status forward(Elem *out, float *lse, const Elem *qkv, int64_t B, int64_t T,
       // Qualified, so argument-dependent lookup of FlashTcOccupancy does
       // not also find the real kernels where the tests emulate these.
       return cuda::flashAttentionForwardTensorCores(out, lse, qkv, B, T, C, NH,
-                                                    stream, shape);
+                                                    stream, shapes.forward);
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return forwardWith<Elem, decltype(hs)::value>(out, lse, qkv, B, T, C, NH,
                                                   stream);
@@ -479,7 +479,7 @@ template <typename Elem>
 Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
                 const Elem *out, const float *lse, int64_t B, int64_t T,
                 int64_t C, int64_t NH, cudaStream_t stream,
-                FlashTcOccupancy shape) {
+                FlashTcShapes shapes) {
   LOOM_RETURN_IF_ERROR(checkShape(B, T, C, NH));
   if (B * T == 0)
     return Status::success();
@@ -488,7 +488,7 @@ Status backward(Elem *dqkv, float *rowDot, const Elem *dout, const Elem *qkv,
       LOOM_RETURN_IF_ERROR(
           rowDotTensorCores(rowDot, dout, out, B, T, C, NH, stream));
       return cuda::flashAttentionBackwardTensorCores(
-          dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream, shape);
+          dqkv, rowDot, dout, qkv, lse, B, T, C, NH, stream, shapes);
     }
   return dispatchHeadSize(C / NH, [&](auto hs) {
     return backwardWith<Elem, decltype(hs)::value>(dqkv, rowDot, dout, qkv, out,
@@ -502,15 +502,14 @@ Status flashAttentionForward(float *out, float *lse, const float *qkv,
                              int64_t B, int64_t T, int64_t C, int64_t NH,
                              cudaStream_t stream) {
   // fp32 has no tensor-core kernels: no launch shape to choose.
-  return forward(out, lse, qkv, B, T, C, NH, stream,
-                 FlashTcOccupancy::FewestSpills);
+  return forward(out, lse, qkv, B, T, C, NH, stream, FlashTcShapes{});
 }
 
 Status flashAttentionForward(__nv_bfloat16 *out, float *lse,
                              const __nv_bfloat16 *qkv, int64_t B, int64_t T,
                              int64_t C, int64_t NH, cudaStream_t stream,
-                             FlashTcOccupancy shape) {
-  return forward(out, lse, qkv, B, T, C, NH, stream, shape);
+                             FlashTcShapes shapes) {
+  return forward(out, lse, qkv, B, T, C, NH, stream, shapes);
 }
 
 Status flashAttentionBackward(float *dqkv, float *rowDot, const float *dout,
@@ -518,7 +517,7 @@ Status flashAttentionBackward(float *dqkv, float *rowDot, const float *dout,
                               const float *lse, int64_t B, int64_t T,
                               int64_t C, int64_t NH, cudaStream_t stream) {
   return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream,
-                  FlashTcOccupancy::FewestSpills);
+                  FlashTcShapes{});
 }
 
 Status flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
@@ -526,9 +525,9 @@ Status flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
                               const __nv_bfloat16 *qkv,
                               const __nv_bfloat16 *out, const float *lse,
                               int64_t B, int64_t T, int64_t C, int64_t NH,
-                              cudaStream_t stream, FlashTcOccupancy shape) {
+                              cudaStream_t stream, FlashTcShapes shapes) {
   return backward(dqkv, rowDot, dout, qkv, out, lse, B, T, C, NH, stream,
-                  shape);
+                  shapes);
 }
 
 } // namespace loom::cuda

@@ -49,12 +49,12 @@ inline bool flashAttentionSupports(int64_t C, int64_t NH) {
 Status flashAttentionForward(float *out, float *lse, const float *qkv,
                              int64_t B, int64_t T, int64_t C, int64_t NH,
                              cudaStream_t stream);
-/// bf16: at head size 64 the tensor-core kernels, launched in `shape`.
-Status
-flashAttentionForward(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *qkv,
-                      int64_t B, int64_t T, int64_t C, int64_t NH,
-                      cudaStream_t stream,
-                      FlashTcOccupancy shape = FlashTcOccupancy::FewestSpills);
+/// bf16: at head size 64 the tensor-core kernels, launched in
+/// `shapes.forward`.
+Status flashAttentionForward(__nv_bfloat16 *out, float *lse,
+                             const __nv_bfloat16 *qkv, int64_t B, int64_t T,
+                             int64_t C, int64_t NH, cudaStream_t stream,
+                             FlashTcShapes shapes = {});
 
 /// dqkv[B,T,3C] (overwritten) from dout[B,T,C] and the forward's qkv, out
 /// and lse. `rowDot` is fp32 scratch of B*NH*T values (D_i = dout_i . out_i).
@@ -62,12 +62,12 @@ Status flashAttentionBackward(float *dqkv, float *rowDot, const float *dout,
                               const float *qkv, const float *out,
                               const float *lse, int64_t B, int64_t T,
                               int64_t C, int64_t NH, cudaStream_t stream);
-Status
-flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
-                       const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
-                       const __nv_bfloat16 *out, const float *lse, int64_t B,
-                       int64_t T, int64_t C, int64_t NH, cudaStream_t stream,
-                       FlashTcOccupancy shape = FlashTcOccupancy::FewestSpills);
+Status flashAttentionBackward(__nv_bfloat16 *dqkv, float *rowDot,
+                              const __nv_bfloat16 *dout,
+                              const __nv_bfloat16 *qkv,
+                              const __nv_bfloat16 *out, const float *lse,
+                              int64_t B, int64_t T, int64_t C, int64_t NH,
+                              cudaStream_t stream, FlashTcShapes shapes = {});
 
 } // namespace loom::cuda
 

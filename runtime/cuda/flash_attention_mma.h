@@ -35,8 +35,8 @@ constexpr int64_t kFlashTensorCoreHeadSize = 64;
 /// and scripts/gpu-check prints them).
 enum class FlashTcOccupancy {
   /// ptxas' own register choice, no spills: forward 135 registers (3
-  /// blocks of 128 threads per SM), dK/dV 246 (2), dQ 181 (2). What
-  /// training runs (LOOM_CUDA_FLASH_SHAPE picks another: cuda_kernels.h).
+  /// blocks of 128 threads per SM), dK/dV 246 (2), dQ 181 (2). What a
+  /// kernel runs in until its shapes are timed (flash_shape_tuning.h).
   FewestSpills,
   /// The forward capped to 4 blocks per SM (128 registers, 56 bytes of
   /// spill stores) and dQ to 3 (168 registers, 44 bytes); dK/dV as above.
@@ -52,18 +52,46 @@ enum class FlashTcOccupancy {
   WideBlocks,
 };
 
+/// The launch shape of each tensor-core kernel. The forward, dK/dV and dQ
+/// are separate launches that share nothing but global memory, so each may
+/// run in the shape it is fastest in (flash_shape_tuning.h times them).
+struct FlashTcShapes {
+  FlashTcOccupancy forward = FlashTcOccupancy::FewestSpills;
+  /// dK/dV (MoreBlocks compiles it as FewestSpills: see above).
+  FlashTcOccupancy keys = FlashTcOccupancy::FewestSpills;
+  /// dQ.
+  FlashTcOccupancy queries = FlashTcOccupancy::FewestSpills;
+
+  /// Every kernel in `shape`.
+  static FlashTcShapes all(FlashTcOccupancy shape) {
+    return {shape, shape, shape};
+  }
+};
+
 /// flashAttentionForward's contract for bf16 with C / NH == 64.
 Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
                                         const __nv_bfloat16 *qkv, int64_t B,
                                         int64_t T, int64_t C, int64_t NH,
                                         cudaStream_t stream,
                                         FlashTcOccupancy occupancy);
-/// dK/dV and dQ of flashAttentionBackward for bf16 with C / NH == 64, given
-/// rowDot (D_i = dout_i . out_i, already computed).
-Status flashAttentionBackwardTensorCores(
+/// The dK and dV columns of flashAttentionBackward's dqkv for bf16 with
+/// C / NH == 64, given rowDot (D_i = dout_i . out_i, already computed).
+Status flashBackwardKeysTensorCores(__nv_bfloat16 *dqkv, const float *rowDot,
+                                    const __nv_bfloat16 *dout,
+                                    const __nv_bfloat16 *qkv, const float *lse,
+                                    int64_t B, int64_t T, int64_t C, int64_t NH,
+                                    cudaStream_t stream,
+                                    FlashTcOccupancy occupancy);
+/// The dQ columns, as flashBackwardKeysTensorCores.
+Status flashBackwardQueriesTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
     int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy);
+/// Both: the whole of dqkv.
+Status flashAttentionBackwardTensorCores(
+    __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
+    const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
+    int64_t NH, cudaStream_t stream, FlashTcShapes shapes);
 
 } // namespace loom::cuda
 

@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -161,9 +162,16 @@ cudaError_t checkCopy(void *dst, const void *src, size_t bytes,
   return cudaSuccess;
 }
 
-/// Streams and events are tokens: work completes when it is issued.
+/// Streams are tokens: work completes when it is issued.
 struct Token {
   int unused = 0;
+};
+
+/// An event: when it was last recorded (the host's clock; every earlier
+/// piece of work has run by then), for cudaEventElapsedTime.
+struct EmulatedEvent {
+  bool timing = true, recorded = false;
+  std::chrono::steady_clock::time_point at;
 };
 
 } // namespace
@@ -364,20 +372,42 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event,
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
 }
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   if (!event)
     return fail(cudaErrorInvalidValue);
-  *event = reinterpret_cast<cudaEvent_t>(new Token);
+  auto *e = new EmulatedEvent;
+  e->timing = (flags & cudaEventDisableTiming) == 0;
+  *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<Token *>(event);
+  delete reinterpret_cast<EmulatedEvent *>(event);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!event)
+    return fail(cudaErrorInvalidResourceHandle);
+  auto *e = reinterpret_cast<EmulatedEvent *>(event);
+  e->recorded = true;
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+/// The host time between the two records: work before a record has run
+/// when the record is issued, so that is the time of the work between.
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start,
+                                 cudaEvent_t end) {
+  if (!ms || !start || !end)
+    return fail(!ms ? cudaErrorInvalidValue : cudaErrorInvalidResourceHandle);
+  const auto *a = reinterpret_cast<EmulatedEvent *>(start);
+  const auto *b = reinterpret_cast<EmulatedEvent *>(end);
+  // As CUDA: events without timing, or never recorded, have no time.
+  if (!a->timing || !b->timing || !a->recorded || !b->recorded)
+    return fail(cudaErrorInvalidResourceHandle);
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {

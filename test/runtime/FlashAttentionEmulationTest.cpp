@@ -30,6 +30,7 @@ using ::loom::Status;
 namespace cuda {
 using ::loom::cuda::flashAttentionSupports;
 using ::loom::cuda::FlashTcOccupancy;
+using ::loom::cuda::FlashTcShapes;
 using ::loom::cuda::kFlashMaxHeadSize;
 using ::loom::cuda::kFlashTensorCoreHeadSize;
 namespace launch = ::cuda_emulation::launch;
@@ -136,7 +137,7 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
       const std::string name = c.name() + " offset " + std::to_string(offset);
       // The shape training runs by default (the others compute the same:
       // TensorCoreOccupanciesComputeTheSameValues).
-      const auto shape = cuda::FlashTcOccupancy::FewestSpills;
+      const cuda::FlashTcShapes shape;
       ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
                                                   bf(qkv16), c.B, c.T, C, c.NH,
                                                   nullptr, shape)
@@ -176,7 +177,9 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
 // The tensor-core kernels compiled for more blocks per SM (the launch
 // bounds bench/attention_cuda.cpp times) are the same code: their out, lse
 // and dqkv equal the default's bit for bit, and the dispatch launches the
-// right kernels for each.
+// right kernels for each. So are the kernels each in its own shape (what
+// LOOM_CUDA_FLASH_SHAPE=auto may pick, flash_shape_tuning.h): dK/dV and dQ
+// write disjoint columns of dqkv in any pair of shapes.
 TEST(FlashAttentionEmulation, TensorCoreOccupanciesComputeTheSameValues) {
   const Case c{2, 130, 2, 64};
   const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
@@ -190,29 +193,39 @@ TEST(FlashAttentionEmulation, TensorCoreOccupanciesComputeTheSameValues) {
   std::vector<float> rowDot(rows);
   for (int64_t r = 0; r < rows; ++r)
     rowDot[r] = 0.01f * static_cast<float>(r % 17) - 0.08f;
-  auto run = [&](cuda::FlashTcOccupancy occupancy) {
+  auto run = [&](cuda::FlashTcShapes shapes) {
     Result r{std::vector<uint16_t>(c.B * c.T * C, 0x7fc0),
              std::vector<uint16_t>(qkv16.size(), 0x7fc0),
              std::vector<float>(rows, NAN)};
     EXPECT_TRUE(emulated::flashAttentionForwardTensorCores(
                     bf(r.out), r.lse.data(), bf(qkv16), c.B, c.T, C, c.NH,
-                    nullptr, occupancy)
+                    nullptr, shapes.forward)
                     .ok());
     EXPECT_TRUE(emulated::flashAttentionBackwardTensorCores(
                     bf(r.dqkv), rowDot.data(), bf(dout16), bf(qkv16),
-                    r.lse.data(), c.B, c.T, C, c.NH, nullptr, occupancy)
+                    r.lse.data(), c.B, c.T, C, c.NH, nullptr, shapes)
                     .ok());
     return r;
   };
-  const Result spill0 = run(cuda::FlashTcOccupancy::FewestSpills);
+  const Result spill0 = run(cuda::FlashTcShapes{});
   // MoreBlocks: other launch bounds; WideBlocks: 128-row blocks (T = 130:
   // one full block and a tail of 2 rows, the top warps' last key tile and
   // the bottom warps' first query tile skipped).
-  for (cuda::FlashTcOccupancy other : {cuda::FlashTcOccupancy::MoreBlocks,
-                                       cuda::FlashTcOccupancy::WideBlocks}) {
-    SCOPED_TRACE(other == cuda::FlashTcOccupancy::MoreBlocks ? "MoreBlocks"
-                                                             : "WideBlocks");
-    const Result r = run(other);
+  using Shape = cuda::FlashTcOccupancy;
+  const struct {
+    const char *name;
+    cuda::FlashTcShapes shapes;
+  } others[] = {
+      {"MoreBlocks", cuda::FlashTcShapes::all(Shape::MoreBlocks)},
+      {"WideBlocks", cuda::FlashTcShapes::all(Shape::WideBlocks)},
+      {"forward wide, dK/dV spill0, dQ blocks",
+       {Shape::WideBlocks, Shape::FewestSpills, Shape::MoreBlocks}},
+      {"forward blocks, dK/dV wide, dQ spill0",
+       {Shape::MoreBlocks, Shape::WideBlocks, Shape::FewestSpills}},
+  };
+  for (const auto &other : others) {
+    SCOPED_TRACE(other.name);
+    const Result r = run(other.shapes);
     EXPECT_EQ(r.out, spill0.out);
     EXPECT_EQ(r.dqkv, spill0.dqkv);
     ASSERT_EQ(r.lse.size(), spill0.lse.size());
