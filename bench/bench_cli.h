@@ -1,4 +1,4 @@
-//===- bench_cli.h - Flags and error exits of the C++ benchmarks -*- C++ -*-===//
+//===- bench_cli.h - Flags and error exits of the benchmarks ----*- C++ -*-===//
 //
 // The CUDA benchmarks (gemm_cublaslt.cpp, attention_cuda.cpp) take the same
 // kind of flags (`--batch 16 --seq 1024 ... --json F`) and end the same way

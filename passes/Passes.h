@@ -1,4 +1,4 @@
-//===- Passes.h - Loom pass declarations and registration ------*- C++ -*-===//
+//===- Passes.h - Loom pass declarations and registration -------*- C++ -*-===//
 
 #ifndef LOOM_PASSES_PASSES_H
 #define LOOM_PASSES_PASSES_H

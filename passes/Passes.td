@@ -1,4 +1,4 @@
-//===- Passes.td - All Loom passes ----------------------------*- tablegen -*-===//
+//===- Passes.td - All Loom passes -------------------------*- tablegen -*-===//
 //
 // Every pass is declared here; the implementation lives in the folder of its
 // concern (Analysis/, Autodiff/, Sharding/, ...). Flags are kebab-case and

@@ -1,4 +1,4 @@
-//===- Pipelines.cpp - Named pass pipelines --------------------*- C++ -*-===//
+//===- Pipelines.cpp - Named pass pipelines ---------------------*- C++ -*-===//
 
 #include "passes/Pipelines.h"
 

@@ -1,4 +1,4 @@
-//===- RankFigures.h - What one rank holds and sends per step --*- C++ -*-===//
+//===- RankFigures.h - What one rank holds and sends per step ---*- C++ -*-===//
 //
 // The figures a user checks before launch and the runtime measures after:
 // model state resident on a rank, the planned arena and the bytes each

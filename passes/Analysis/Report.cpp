@@ -1,4 +1,4 @@
-//===- Report.cpp - Per-rank memory and traffic before launch --*- C++ -*-===//
+//===- Report.cpp - Per-rank memory and traffic before launch ---*- C++ -*-===//
 //
 // `--loom-report`: the numbers a user checks before spending GPU hours —
 // model state, peak memory and bytes sent per step — as measureRankFigures

@@ -1,4 +1,4 @@
-//===- Autodiff.cpp - Forward model -> training step -----------*- C++ -*-===//
+//===- Autodiff.cpp - Forward model -> training step ------------*- C++ -*-===//
 //
 // `--loom-autodiff`: the training step is derived by the compiler, once and
 // generically, from the forward graph and the ops' gradient rules.

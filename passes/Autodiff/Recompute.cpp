@@ -1,4 +1,4 @@
-//===- Recompute.cpp - Activation recomputation per block ------*- C++ -*-===//
+//===- Recompute.cpp - Activation recomputation per block -------*- C++ -*-===//
 //
 // `--loom-recompute=mode=full`: a backward block that reads activations its
 // forward block saved re-runs the forward block's body instead, from the

@@ -1,4 +1,4 @@
-//===- ReverseMode.cpp - Reverse-mode differentiation of Loom IR -*- C++ -*-===//
+//===- ReverseMode.cpp - Reverse-mode differentiation -----------*- C++ -*-===//
 
 #include "passes/Autodiff/ReverseMode.h"
 

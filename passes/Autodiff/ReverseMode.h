@@ -1,4 +1,4 @@
-//===- ReverseMode.h - Reverse-mode differentiation of Loom IR -*- C++ -*-===//
+//===- ReverseMode.h - Reverse-mode differentiation of Loom IR --*- C++ -*-===//
 //
 // Builds the backward pass of a region from the ops' gradient rules
 // (GradientOpInterface). Transformer blocks stay blocks: each forward block

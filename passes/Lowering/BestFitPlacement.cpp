@@ -1,4 +1,4 @@
-//===- BestFitPlacement.cpp - Arena offsets from lifetimes -----*- C++ -*-===//
+//===- BestFitPlacement.cpp - Arena offsets from lifetimes ------*- C++ -*-===//
 //
 // Greedy best-fit: largest allocation first, each at the lowest aligned
 // offset free for its whole lifetime.

@@ -1,4 +1,4 @@
-//===- BestFitPlacement.h - Arena offsets from lifetimes -------*- C++ -*-===//
+//===- BestFitPlacement.h - Arena offsets from lifetimes --------*- C++ -*-===//
 //
 // The placement half of buffer planning (--loom-plan-buffers): given each
 // allocation's size and live range, give it an arena offset such that no two

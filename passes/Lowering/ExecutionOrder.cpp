@@ -1,4 +1,4 @@
-//===- ExecutionOrder.cpp - The op sequence a rank executes ----*- C++ -*-===//
+//===- ExecutionOrder.cpp - The op sequence a rank executes -----*- C++ -*-===//
 
 #include "passes/Lowering/ExecutionOrder.h"
 

@@ -1,4 +1,4 @@
-//===- ExecutionOrder.h - The op sequence a rank executes ------*- C++ -*-===//
+//===- ExecutionOrder.h - The op sequence a rank executes -------*- C++ -*-===//
 //
 // The runtime executes a flat instruction list: blocks are inlined, views
 // (reshape) and block boundaries move no data. Buffer planning and program

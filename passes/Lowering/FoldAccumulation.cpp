@@ -1,4 +1,4 @@
-//===- FoldAccumulation.cpp - One micro-batch writes its gradients -------===//
+//===- FoldAccumulation.cpp - One micro-batch writes its gradients --------===//
 //
 // `--loom-fold-accumulation`: a training step of one micro-batch adds each
 // gradient to an accumulator that enters the step at zero (the executor

@@ -1,4 +1,4 @@
-//===- PlanBuffers.cpp - Static arena offsets from liveness ----*- C++ -*-===//
+//===- PlanBuffers.cpp - Static arena offsets from liveness -----*- C++ -*-===//
 //
 // `--loom-plan-buffers`: one arena per rank, planned before launch, so the
 // memory a run needs is known (and checked) before it starts, and the

@@ -1,4 +1,4 @@
-//===- ProgramEmitter.cpp - Planned IR -> runtime program file -*- C++ -*-===//
+//===- ProgramEmitter.cpp - Planned IR -> runtime program file --*- C++ -*-===//
 //
 // Walks each planned function in execution order (ExecutionOrder) and writes
 // buffers, parameters and instructions in the FlatBuffers schema shared with

@@ -1,4 +1,4 @@
-//===- ProgramEmitter.h - Planned IR -> runtime program file ---*- C++ -*-===//
+//===- ProgramEmitter.h - Planned IR -> runtime program file ----*- C++ -*-===//
 //
 // The compiler side of the program contract (runtime/program/program.fbs):
 // every function planned by --loom-plan-buffers becomes one stage.

@@ -1,4 +1,4 @@
-//===- Pipeline.cpp - Cut the training step into pipeline stages -*- C++ -*-===//
+//===- Pipeline.cpp - Cut the step into pipeline stages ---------*- C++ -*-===//
 //
 // `--loom-pipeline`: the micro-batch function of a training step becomes, per
 // model chunk, a forward and a backward function; the optimizer update

@@ -1,4 +1,4 @@
-//===- PipelineModel.cpp - A pipelined module as the simulator sees it -*- C++ -*-===//
+//===- PipelineModel.cpp - The module as the simulator sees it --*- C++ -*-===//
 
 #include "passes/Pipeline/PipelineModel.h"
 

@@ -1,4 +1,4 @@
-//===- PipelineModel.h - A pipelined module as the simulator sees it -*- C++ -*-===//
+//===- PipelineModel.h - The module as the simulator sees it ----*- C++ -*-===//
 //
 // Reads a `loom.pipeline_schedule` and its stage functions into the
 // simulator's PipelineModel: each chunk's forward and backward time from the

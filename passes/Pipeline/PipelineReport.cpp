@@ -1,4 +1,4 @@
-//===- PipelineReport.cpp - Bubble and activations in flight ---*- C++ -*-===//
+//===- PipelineReport.cpp - Bubble and activations in flight ----*- C++ -*-===//
 //
 // `--loom-pipeline-report`: simulates the module's pipeline schedule on the
 // cost model and prints what a user checks before launch: the cut, the

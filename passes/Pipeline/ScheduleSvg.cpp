@@ -1,4 +1,4 @@
-//===- ScheduleSvg.cpp - Draw a simulated pipeline schedule ----*- C++ -*-===//
+//===- ScheduleSvg.cpp - Draw a simulated pipeline schedule -----*- C++ -*-===//
 
 #include "passes/Pipeline/ScheduleSvg.h"
 

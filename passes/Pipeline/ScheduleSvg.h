@@ -1,4 +1,4 @@
-//===- ScheduleSvg.h - Draw a simulated pipeline schedule ------*- C++ -*-===//
+//===- ScheduleSvg.h - Draw a simulated pipeline schedule -------*- C++ -*-===//
 //
 // The figure of the pipeline papers: one row per stage, time to the right,
 // a box per action (forward and backward in two colours, shaded by chunk

@@ -1,4 +1,4 @@
-//===- Schedules.cpp - GPipe, 1F1B and interleaved 1F1B --------*- C++ -*-===//
+//===- Schedules.cpp - GPipe, 1F1B and interleaved 1F1B ---------*- C++ -*-===//
 
 #include "passes/Pipeline/Schedules.h"
 

@@ -1,4 +1,4 @@
-//===- Schedules.h - GPipe, 1F1B and interleaved 1F1B ----------*- C++ -*-===//
+//===- Schedules.h - GPipe, 1F1B and interleaved 1F1B -----------*- C++ -*-===//
 //
 // The per-stage action lists of the three pipeline schedules, as in the
 // papers: GPipe (Huang et al. 2019: every forward, then every backward),

@@ -1,4 +1,4 @@
-//===- Simulate.cpp - Run a pipeline schedule on paper ---------*- C++ -*-===//
+//===- Simulate.cpp - Run a pipeline schedule on paper ----------*- C++ -*-===//
 //
 // Two passes over the action lists. The first matches messages in program
 // order (it decides deadlock freedom and which send feeds which receive);

@@ -1,4 +1,4 @@
-//===- Simulate.h - Run a pipeline schedule on paper -----------*- C++ -*-===//
+//===- Simulate.h - Run a pipeline schedule on paper ------------*- C++ -*-===//
 //
 // Executes the stages' action lists against a model of what each action
 // does: the sends and receives of the chunk function it runs (in program

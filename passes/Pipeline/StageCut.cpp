@@ -1,4 +1,4 @@
-//===- StageCut.cpp - Where the training step is cut into stages -*- C++ -*-===//
+//===- StageCut.cpp - Where the step is cut into stages ---------*- C++ -*-===//
 
 #include "passes/Pipeline/StageCut.h"
 

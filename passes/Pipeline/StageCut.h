@@ -1,4 +1,4 @@
-//===- StageCut.h - Where the training step is cut into stages -*- C++ -*-===//
+//===- StageCut.h - Where the training step is cut into stages --*- C++ -*-===//
 //
 // The analysis half of --loom-pipeline. The micro-batch function of a
 // training step is a sequence of units: `embedding` (the forward ops before

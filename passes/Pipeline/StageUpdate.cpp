@@ -1,4 +1,4 @@
-//===- StageUpdate.cpp - The optimizer update of one pipeline stage -*- C++ -*-===//
+//===- StageUpdate.cpp - The optimizer update of a stage --------*- C++ -*-===//
 //
 // A stage updates only the parameters it holds. A parameter held by several
 // stages (GPT-2's tied wte) has its gradient contributions summed among

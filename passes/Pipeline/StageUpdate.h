@@ -1,4 +1,4 @@
-//===- StageUpdate.h - The optimizer update of one pipeline stage -*- C++ -*-===//
+//===- StageUpdate.h - The optimizer update of a stage ----------*- C++ -*-===//
 
 #ifndef LOOM_PASSES_PIPELINE_STAGEUPDATE_H
 #define LOOM_PASSES_PIPELINE_STAGEUPDATE_H

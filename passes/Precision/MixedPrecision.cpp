@@ -1,4 +1,4 @@
-//===- MixedPrecision.cpp - bf16 compute, fp32 master weights --*- C++ -*-===//
+//===- MixedPrecision.cpp - bf16 compute, fp32 master weights ---*- C++ -*-===//
 //
 // `--loom-mixed-precision`: Megatron's / the ZeRO paper's bf16 mixed
 // precision, as types on the training step. The forward and backward read

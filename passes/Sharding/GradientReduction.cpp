@@ -1,4 +1,4 @@
-//===- GradientReduction.cpp - DP gradient sums once per step -*- C++ -*-===//
+//===- GradientReduction.cpp - DP gradient sums once per step ---*- C++ -*-===//
 
 #include "passes/Sharding/GradientReduction.h"
 

@@ -1,4 +1,4 @@
-//===- GradientReduction.h - DP gradient sums once per step -*- C++ -*-===//
+//===- GradientReduction.h - DP gradient sums once per step -----*- C++ -*-===//
 //
 // The partitioner places each gradient's data-parallel all-reduce in the
 // micro-batch's backward, before the accumulator: M all-reduces of every

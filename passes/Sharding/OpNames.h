@@ -1,4 +1,4 @@
-//===- OpNames.h - How collectives' reasons name ops -----------*- C++ -*-===//
+//===- OpNames.h - How collectives' reasons name ops ------------*- C++ -*-===//
 //
 // The partitioner and the communication scheduler both write `reason`
 // strings that name the op a value comes from or goes to; they name it the

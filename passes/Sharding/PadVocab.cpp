@@ -1,4 +1,4 @@
-//===- PadVocab.cpp - Pad unsplit embedding tables -----------*- C++ -*-===//
+//===- PadVocab.cpp - Pad unsplit embedding tables --------------*- C++ -*-===//
 //
 // --loom-pad-vocab: Megatron-LM's --make-vocab-size-divisible-by when tensor
 // parallelism does not split the vocabulary (tp = 1; with tp > 1

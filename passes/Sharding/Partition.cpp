@@ -1,4 +1,4 @@
-//===- Partition.cpp - Global program -> per-rank program ------*- C++ -*-===//
+//===- Partition.cpp - Global program -> per-rank program -------*- C++ -*-===//
 //
 // `--loom-partition`: reads the shardings propagation left on every value,
 // inserts the collectives that reconcile producers with consumers, and

@@ -1,4 +1,4 @@
-//===- Propagate.cpp - Sharding propagation over op rules ------*- C++ -*-===//
+//===- Propagate.cpp - Sharding propagation over op rules -------*- C++ -*-===//
 //
 // `--loom-propagate`: one generic mechanism for every strategy. ZeRO,
 // Megatron and hand annotations only seed shardings; the ops' factor rules

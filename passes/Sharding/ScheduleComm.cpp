@@ -1,4 +1,4 @@
-//===- ScheduleComm.cpp - Gradient buckets launched early ------*- C++ -*-===//
+//===- ScheduleComm.cpp - Gradient buckets launched early -------*- C++ -*-===//
 //
 // `--loom-schedule-comm`: the partitioner places each all-reduce right
 // before its first user, which for gradients is the accumulation after the

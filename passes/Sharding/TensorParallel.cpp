@@ -1,4 +1,4 @@
-//===- TensorParallel.cpp - Megatron shardings on tp -----------*- C++ -*-===//
+//===- TensorParallel.cpp - Megatron shardings on tp ------------*- C++ -*-===//
 //
 // `--loom-tensor-parallel`: Megatron-LM tensor parallelism is shardings on
 // the tp axis, not a code path. This pass seeds the parameters (and their

@@ -1,4 +1,4 @@
-//===- Zero.cpp - Data-parallel and ZeRO shardings on dp -------*- C++ -*-===//
+//===- Zero.cpp - Data-parallel and ZeRO shardings on dp --------*- C++ -*-===//
 //
 // `--loom-zero`: ZeRO is shardings on the dp axis, not a code path. This
 // pass only seeds them; propagation and the partitioner do the rest.

@@ -1,5 +1,4 @@
-//===- backend_support.h - Which opcodes each kernel backend runs -*- C++
-//-*-===//
+//===- backend_support.h - Which opcodes each backend runs ------*- C++ -*-===//
 //
 // The same program runs on the CPU or the CUDA backend (DESIGN.md §5), but
 // the CUDA kernels (runtime/cuda/, cuda::CudaKernels) are written after the

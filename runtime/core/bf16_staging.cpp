@@ -1,4 +1,4 @@
-//===- bf16_staging.cpp - fp32 copies of bf16 operands -------------------===//
+//===- bf16_staging.cpp - fp32 copies of bf16 operands --------------------===//
 #include "runtime/core/bf16_staging.h"
 
 namespace loom {

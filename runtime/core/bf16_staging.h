@@ -1,4 +1,4 @@
-//===- bf16_staging.h - fp32 copies of bf16 operands ----------*- C++ -*-===//
+//===- bf16_staging.h - fp32 copies of bf16 operands ------------*- C++ -*-===//
 //
 // Mixed precision stores activations, gradients and weights in bf16 but the
 // kernels compute in fp32 (bf16 storage, fp32 math: on the CPU what "bf16
@@ -11,10 +11,10 @@
 //
 // Aliasing: an output the kernel may write over its input
 // (runtime/program/in_place.h: in-place Add accumulation, Gelu,
-// CrossEntropyGrad's dlogits over the logits; AdamW's state) shares the input's slot when both are the same BF16 bytes, so the
-// kernel runs in place on fp32 exactly as on fp32 buffers; any other output
-// gets a slot of its own, rounded back only after the kernel has read every
-// input.
+// CrossEntropyGrad's dlogits over the logits; AdamW's state) shares the input's
+// slot when both are the same BF16 bytes, so the kernel runs in place on fp32
+// exactly as on fp32 buffers; any other output gets a slot of its own, rounded
+// back only after the kernel has read every input.
 //
 // The plan depends only on the instruction and the buffer table, so the
 // executor sizes its staging memory once at load (the largest plan of any

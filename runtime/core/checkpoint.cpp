@@ -1,4 +1,4 @@
-//===- checkpoint.cpp - Parameters to and from safetensors -----*- C++ -*-===//
+//===- checkpoint.cpp - Parameters to and from safetensors ------*- C++ -*-===//
 #include "runtime/core/checkpoint.h"
 
 #include "runtime/core/bfloat16.h"

@@ -1,4 +1,4 @@
-//===- checkpoint.h - Parameters to and from safetensors -------*- C++ -*-===//
+//===- checkpoint.h - Parameters to and from safetensors --------*- C++ -*-===//
 //
 // Checkpoints hold every parameter under its HF GPT-2 name with its global
 // shape, in fp32, so PyTorch / HF tools read them. A rank loads its local

@@ -1,4 +1,4 @@
-//===- communicator.cpp - Collectives over the device mesh -----*- C++ -*-===//
+//===- communicator.cpp - Collectives over the device mesh ------*- C++ -*-===//
 #include "runtime/core/communicator.h"
 
 #include "runtime/core/bfloat16.h"

@@ -1,4 +1,4 @@
-//===- communicator.h - Collectives over the device mesh -------*- C++ -*-===//
+//===- communicator.h - Collectives over the device mesh --------*- C++ -*-===//
 //
 // One interface, one implementation per backend (the split PyTorch makes with
 // process groups): SingleRankCommunicator (every group has one member;

@@ -1,4 +1,4 @@
-//===- executor.h - Runs one stage of a verified program -------*- C++ -*-===//
+//===- executor.h - Runs one stage of a verified program --------*- C++ -*-===//
 //
 // The executor owns one rank's arena (a single 64-byte aligned allocation of
 // the stage's arena_bytes from its BufferMemory, buffer_memory.h; buffers

@@ -1,4 +1,4 @@
-//===- json.cpp - Minimal JSON value, parser and writer --------*- C++ -*-===//
+//===- json.cpp - Minimal JSON value, parser and writer ---------*- C++ -*-===//
 //
 // A recursive-descent parser over a byte string. Recursion depth is bounded so
 // a hostile header ("[[[[...") cannot overflow the stack.

@@ -1,4 +1,4 @@
-//===- json.h - Minimal JSON value, parser and writer ----------*- C++ -*-===//
+//===- json.h - Minimal JSON value, parser and writer -----------*- C++ -*-===//
 //
 // The runtime must not link LLVM (whose llvm::json would otherwise be the
 // obvious choice), and it reads untrusted headers (safetensors, configs), so

@@ -1,4 +1,4 @@
-//===- kernel_backend.h - The kernels the executor calls -------*- C++ -*-===//
+//===- kernel_backend.h - The kernels the executor calls --------*- C++ -*-===//
 //
 // The seam between the executor (runtime/core/executor_instruction.cpp), which
 // decides what each instruction reads and writes, and the code that computes

@@ -1,4 +1,4 @@
-//===- param_init.cpp - Partition-independent parameter init ---*- C++ -*-===//
+//===- param_init.cpp - Partition-independent parameter init ----*- C++ -*-===//
 //
 // See param_init.h for the contract. The generator is a keyed hash of the
 // element counter, so filling any sub-range (or any rank's slice) reproduces

@@ -1,4 +1,4 @@
-//===- param_init.h - Partition-independent parameter init -----*- C++ -*-===//
+//===- param_init.h - Partition-independent parameter init ------*- C++ -*-===//
 //
 // Every parallel strategy must start from the same model, so the value of a
 // parameter element depends only on (seed, parameter name, global flat index)

@@ -1,4 +1,4 @@
-//===- trace.cpp - Chrome / Perfetto trace writer --------------*- C++ -*-===//
+//===- trace.cpp - Chrome / Perfetto trace writer ---------------*- C++ -*-===//
 #include "runtime/core/trace.h"
 
 #include "runtime/core/json.h"

@@ -1,4 +1,4 @@
-//===- trace.h - Chrome / Perfetto trace writer ----------------*- C++ -*-===//
+//===- trace.h - Chrome / Perfetto trace writer -----------------*- C++ -*-===//
 //
 // Collects complete events ("ph": "X") and writes them as the Chrome trace
 // JSON object format, {"traceEvents": [...]}, which chrome://tracing and

@@ -1,4 +1,4 @@
-//===- adamw.cpp - AdamW optimizer step and gradient norm ------*- C++ -*-===//
+//===- adamw.cpp - AdamW optimizer step and gradient norm -------*- C++ -*-===//
 #include "runtime/cpu/adamw.h"
 
 #include "runtime/core/bfloat16.h"

@@ -1,4 +1,4 @@
-//===- adamw.h - AdamW optimizer step and gradient norm --------*- C++ -*-===//
+//===- adamw.h - AdamW optimizer step and gradient norm ---------*- C++ -*-===//
 //
 // Matches torch.optim.AdamW (amsgrad=False, maximize=False):
 //   p   -= lr * wd * p                              (decoupled weight decay)

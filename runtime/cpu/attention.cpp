@@ -1,4 +1,4 @@
-//===- attention.cpp - Causal multi-head self-attention --------*- C++ -*-===//
+//===- attention.cpp - Causal multi-head self-attention ---------*- C++ -*-===//
 //
 // The fast kernels work one (b, h) head at a time, in parallel over B*NH
 // heads (OpenMP, dynamic schedule), and do the O(T^2 hs) work with

@@ -1,4 +1,4 @@
-//===- attention.h - Causal multi-head self-attention ----------*- C++ -*-===//
+//===- attention.h - Causal multi-head self-attention -----------*- C++ -*-===//
 //
 // Input is the packed qkv activation [B, T, 3C] of GPT-2's c_attn: for token
 // (b, t) the first C values are q, then k, then v; head h uses columns

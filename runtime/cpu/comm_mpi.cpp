@@ -1,4 +1,4 @@
-//===- comm_mpi.cpp - Communicator over MPI --------------------*- C++ -*-===//
+//===- comm_mpi.cpp - Communicator over MPI ---------------------*- C++ -*-===//
 //
 // F32 and I32 reductions are MPI's own. BF16 (mixed precision) has no MPI
 // type or reduction, and summing in bf16 would round after every addition,

@@ -1,4 +1,4 @@
-//===- comm_mpi.h - Communicator over MPI ----------------------*- C++ -*-===//
+//===- comm_mpi.h - Communicator over MPI -----------------------*- C++ -*-===//
 //
 // The CPU backend of communicator.h: MPI collectives on sub-communicators
 // made with MPI_Comm_split per SET of mesh axes (color: the coordinates on the

@@ -1,5 +1,4 @@
-//===- cpu_kernels.h - The fp32 CPU kernels behind KernelBackend -*- C++
-//-*-===//
+//===- cpu_kernels.h - The fp32 CPU kernels ---------------------*- C++ -*-===//
 //
 // KernelBackend (runtime/core/kernel_backend.h) on host memory: each method
 // forwards to the CPU kernel the executor has always called (OpenBLAS GEMMs,

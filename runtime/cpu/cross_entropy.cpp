@@ -1,4 +1,4 @@
-//===- cross_entropy.cpp - Fused softmax + cross entropy -------*- C++ -*-===//
+//===- cross_entropy.cpp - Fused softmax + cross entropy --------*- C++ -*-===//
 #include "runtime/cpu/cross_entropy.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-//===- cross_entropy.h - Fused softmax + cross entropy ---------*- C++ -*-===//
+//===- cross_entropy.h - Fused softmax + cross entropy ----------*- C++ -*-===//
 //
 // loss = mean over N rows of -log softmax(logits[n, :validV])[target[n]].
 // Columns >= validV are vocabulary padding (Megatron pads V to a multiple of

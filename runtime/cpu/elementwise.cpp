@@ -1,4 +1,4 @@
-//===- elementwise.cpp - Adds, broadcast adds and scaling ------*- C++ -*-===//
+//===- elementwise.cpp - Adds, broadcast adds and scaling -------*- C++ -*-===//
 #include "runtime/cpu/elementwise.h"
 
 #include <algorithm>

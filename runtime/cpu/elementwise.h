@@ -1,4 +1,4 @@
-//===- elementwise.h - Adds, broadcast adds and scaling --------*- C++ -*-===//
+//===- elementwise.h - Adds, broadcast adds and scaling ---------*- C++ -*-===//
 //
 // The residual add, the position-embedding add ([B,T,C] + [T,C], i.e. a rhs
 // that matches a trailing suffix of the lhs shape) and its backward, which

@@ -1,4 +1,4 @@
-//===- embedding.cpp - Token embedding gather / scatter-add ----*- C++ -*-===//
+//===- embedding.cpp - Token embedding gather / scatter-add -----*- C++ -*-===//
 #include "runtime/cpu/embedding.h"
 
 #include <algorithm>

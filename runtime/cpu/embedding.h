@@ -1,4 +1,4 @@
-//===- embedding.h - Token embedding gather / scatter-add ------*- C++ -*-===//
+//===- embedding.h - Token embedding gather / scatter-add -------*- C++ -*-===//
 //
 // out[n, :] = wte[idx[n], :] for N tokens (N = B*T); the position embedding is
 // a separate broadcast add done by the caller (elementwise.h). The backward

@@ -1,4 +1,4 @@
-//===- gelu.cpp - GELU, tanh approximation (GPT-2) -------------*- C++ -*-===//
+//===- gelu.cpp - GELU, tanh approximation (GPT-2) --------------*- C++ -*-===//
 //
 // The fast kernels use 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)) = s, so
 //   gelu(x)  = x s

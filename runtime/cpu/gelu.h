@@ -1,4 +1,4 @@
-//===- gelu.h - GELU, tanh approximation (GPT-2) ---------------*- C++ -*-===//
+//===- gelu.h - GELU, tanh approximation (GPT-2) ----------------*- C++ -*-===//
 //
 // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the form GPT-2
 // and HF `gelu_new` / torch `approximate="tanh"` use.

@@ -1,4 +1,4 @@
-//===- gemm.cpp - fp32 GEMM and linear layers on the CPU -------*- C++ -*-===//
+//===- gemm.cpp - fp32 GEMM and linear layers on the CPU --------*- C++ -*-===//
 #include "runtime/cpu/gemm.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-//===- gemm.h - fp32 GEMM and linear layers on the CPU ---------*- C++ -*-===//
+//===- gemm.h - fp32 GEMM and linear layers on the CPU ----------*- C++ -*-===//
 //
 // Row-major GEMM through OpenBLAS, a triple-loop reference for tests, and the
 // linear layer in HF GPT-2 Conv1D layout (weight [in, out], y = x W + b).

@@ -1,4 +1,4 @@
-//===- layernorm.cpp - LayerNorm over the last dimension -------*- C++ -*-===//
+//===- layernorm.cpp - LayerNorm over the last dimension --------*- C++ -*-===//
 //
 // Forward and dinp are parallel over rows. dweight/dbias are reductions over
 // rows; they are parallel over column blocks with rows summed in order, so the

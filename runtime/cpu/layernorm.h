@@ -1,4 +1,4 @@
-//===- layernorm.h - LayerNorm over the last dimension ---------*- C++ -*-===//
+//===- layernorm.h - LayerNorm over the last dimension ----------*- C++ -*-===//
 //
 // y = (x - mean) * rstd * weight + bias per row of C elements, rstd =
 // 1/sqrt(var + eps) with the biased variance (as torch.nn.LayerNorm). The

@@ -1,4 +1,4 @@
-//===- softmax.cpp - Row softmax over the last dimension -------*- C++ -*-===//
+//===- softmax.cpp - Row softmax over the last dimension --------*- C++ -*-===//
 #include "runtime/cpu/softmax.h"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-//===- softmax.h - Row softmax over the last dimension ---------*- C++ -*-===//
+//===- softmax.h - Row softmax over the last dimension ----------*- C++ -*-===//
 #ifndef LOOM_RUNTIME_CPU_SOFTMAX_H
 #define LOOM_RUNTIME_CPU_SOFTMAX_H
 

@@ -1,4 +1,4 @@
-//===- tensor_movement.cpp - Transpose, slice and concat -------*- C++ -*-===//
+//===- tensor_movement.cpp - Transpose, slice and concat --------*- C++ -*-===//
 //
 // Slice and concat reduce to (outer, extent * inner) blocks copied with
 // memcpy. Transpose walks the output in order with an odometer over the

@@ -1,4 +1,4 @@
-//===- tensor_movement.h - Transpose, slice and concat ---------*- C++ -*-===//
+//===- tensor_movement.h - Transpose, slice and concat ----------*- C++ -*-===//
 //
 // Data movement the program's shape ops need when the buffer planner could not
 // make them views: an N-d transpose, a slice along one dimension and a concat

@@ -1,4 +1,4 @@
-//===- vector_exp.h - Branch-free exp that loops can vectorize -*- C++ -*-===//
+//===- vector_exp.h - Branch-free exp that loops can vectorize --*- C++ -*-===//
 //
 // Shared by the softmax inside attention and by GELU: std::exp is a libm call
 // that keeps a loop scalar, and -ffast-math would change results elsewhere.

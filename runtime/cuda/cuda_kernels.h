@@ -1,4 +1,4 @@
-//===- cuda_kernels.h - KernelBackend on the device arena ------*- C++ -*-===//
+//===- cuda_kernels.h - KernelBackend on the device arena -------*- C++ -*-===//
 //
 // The CUDA implementation of KernelBackend (runtime/core/kernel_backend.h):
 // every buffer pointer is a device pointer (into the rank's DeviceArena or a

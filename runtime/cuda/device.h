@@ -1,4 +1,4 @@
-//===- device.h - CUDA device probe and the per-rank device arena -*- C++ -*-===//
+//===- device.h - Device probe and the per-rank arena -----------*- C++ -*-===//
 //
 // The CUDA backend holds one rank's tensors in one cudaMalloc of the stage's
 // arena_bytes (the compiler's buffer plan applies unchanged: buffers are

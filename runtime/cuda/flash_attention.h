@@ -1,4 +1,4 @@
-//===- flash_attention.h - Tiled causal attention (FlashAttention-2) -*- C++ -*-===//
+//===- flash_attention.h - Tiled causal FlashAttention-2 --------*- C++ -*-===//
 //
 // Causal multi-head attention in the layout of runtime/cpu/attention.h
 // (qkv[B,T,3C] packed, head h at columns [h*hs, (h+1)*hs) of q, k and v;

@@ -1,5 +1,4 @@
-//===- kernels_bf16.h - Mixed-dtype CUDA kernels for bf16 training -*- C++
-//-*-===//
+//===- kernels_bf16.h - Kernels for bf16 training ---------------*- C++ -*-===//
 //
 // The kernels CudaKernels runs when an instruction has BF16 operands
 // (KernelBackend::runBF16Natively): each operand is a FloatRef, bf16 or fp32

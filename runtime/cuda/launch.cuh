@@ -1,4 +1,4 @@
-//===- launch.cuh - Launch shapes and warp reductions --------*- CUDA -*-===//
+//===- launch.cuh - Launch shapes and warp reductions ----------*- CUDA -*-===//
 //
 // What every .cu file of the backend shares: the block size, grid sizes for
 // one thread per element or one warp per row, and the butterfly warp

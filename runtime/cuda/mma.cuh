@@ -1,4 +1,4 @@
-//===- mma.cuh - Warp-level bf16 tensor-core products ---------*- CUDA -*-===//
+//===- mma.cuh - Warp-level bf16 tensor-core products ----------*- CUDA -*-===//
 //
 // PTX's mma.sync m16n8k16 with bf16 inputs and fp32 accumulation, for
 // kernels that keep their operands in registers (flash_attention_mma.cu).

@@ -1,4 +1,4 @@
-//===- reduce_members.h - Member-order reduction on the device -*- C++ -*-===//
+//===- reduce_members.h - Member-order reduction on the device --*- C++ -*-===//
 //
 // The reduction step of the NCCL communicator's allReduceAmong (a
 // pipeline's tied parameter, reduced among the stages that hold it): every

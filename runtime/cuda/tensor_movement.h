@@ -1,5 +1,4 @@
-//===- tensor_movement.h - Slice / concat / block packing on device -*- C++
-//-*-===//
+//===- tensor_movement.h - Slice, concat, block packing ---------*- C++ -*-===//
 //
 // The device counterparts of runtime/cpu/tensor_movement.h (sliceDim,
 // sliceDimGrad, concatDim) and of the communicator's packBlocks /

@@ -1,5 +1,4 @@
-//===- vocab_parallel.h - Vocab-parallel embedding / cross entropy -*- C++
-//-*-===//
+//===- vocab_parallel.h - Vocab-parallel embedding, loss --------*- C++ -*-===//
 //
 // The CUDA versions of runtime/cpu/embedding.h's embeddingForwardRows and
 // runtime/cpu/cross_entropy.h's vocab-parallel pieces (Megatron's

@@ -1,4 +1,4 @@
-//===- program.h - Program file loader and verifier ------------*- C++ -*-===//
+//===- program.h - Program file loader and verifier -------------*- C++ -*-===//
 //
 // Reads a program file (program_envelope.h + program.fbs), runs the
 // FlatBuffers verifier over the untrusted bytes, then checks what FlatBuffers

@@ -1,4 +1,4 @@
-//===- program_envelope.h - Program file header and checksum ---*- C++ -*-===//
+//===- program_envelope.h - Program file header and checksum ----*- C++ -*-===//
 //
 // A Loom program file wraps the FlatBuffer payload (program.fbs) in a fixed
 // 32-byte header so a runtime can tell a foreign file, a version it cannot

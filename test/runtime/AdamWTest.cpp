@@ -1,4 +1,4 @@
-//===- AdamWTest.cpp - AdamW, sum of squares, clip coefficient -*- C++ -*-===//
+//===- AdamWTest.cpp - AdamW, sum of squares, clip coefficient --*- C++ -*-===//
 #include "runtime/cpu/adamw.h"
 
 #include "TestUtil.h"

@@ -1,4 +1,4 @@
-//===- AttentionTest.cpp - Causal multi-head attention tests ---*- C++ -*-===//
+//===- AttentionTest.cpp - Causal multi-head attention tests ----*- C++ -*-===//
 #include "runtime/cpu/attention.h"
 
 #include "TestUtil.h"

@@ -1,5 +1,4 @@
-//===- BufferMemoryTest.cpp - The executor keeps off buffer memory -*- C++
-//-*-===//
+//===- BufferMemoryTest.cpp - Executor keeps off buffer memory --*- C++ -*-===//
 //
 // A device backend's buffer pointers cannot be dereferenced on the host, and
 // its kernels cannot read host memory. Without a GPU this test plays the

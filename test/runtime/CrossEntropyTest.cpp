@@ -1,4 +1,4 @@
-//===- CrossEntropyTest.cpp - Fused softmax + cross entropy ----*- C++ -*-===//
+//===- CrossEntropyTest.cpp - Fused softmax + cross entropy -----*- C++ -*-===//
 #include "runtime/cpu/cross_entropy.h"
 
 #include "TestUtil.h"

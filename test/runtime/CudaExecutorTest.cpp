@@ -1,4 +1,4 @@
-//===- CudaExecutorTest.cpp - The executor on device memory ----*- C++ -*-===//
+//===- CudaExecutorTest.cpp - The executor on device memory -----*- C++ -*-===//
 //
 // The executor with cuda::CudaKernels and cuda::CudaMemory (the arena, the
 // temporaries and every host copy on the device) trains a small GPT, plain

@@ -1,4 +1,4 @@
-//===- CudaTestUtil.h - Device buffers and the no-GPU skip -----*- C++ -*-===//
+//===- CudaTestUtil.h - Device buffers and the no-GPU skip ------*- C++ -*-===//
 //
 // CUDA tests derive from CudaTest: on a machine without a usable device they
 // are skipped (GTEST_SKIP) with the reason cudaGetDeviceCount gave, so a

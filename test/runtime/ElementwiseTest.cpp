@@ -1,4 +1,4 @@
-//===- ElementwiseTest.cpp - Add / broadcast add / scale -------*- C++ -*-===//
+//===- ElementwiseTest.cpp - Add / broadcast add / scale --------*- C++ -*-===//
 #include "runtime/cpu/elementwise.h"
 
 #include "TestUtil.h"

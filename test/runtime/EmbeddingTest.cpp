@@ -1,4 +1,4 @@
-//===- EmbeddingTest.cpp - Token embedding tests ---------------*- C++ -*-===//
+//===- EmbeddingTest.cpp - Token embedding tests ----------------*- C++ -*-===//
 #include "runtime/cpu/embedding.h"
 
 #include "TestUtil.h"

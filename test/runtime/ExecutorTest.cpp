@@ -1,5 +1,4 @@
-//===- ExecutorTest.cpp - Executor against the reference kernels -*- C++
-//-*-===//
+//===- ExecutorTest.cpp - Executor against the CPU kernels ------*- C++ -*-===//
 //
 // Runs hand-built programs through loadProgramBytes + Executor and compares
 // with the same computation done directly with the reference kernels; also

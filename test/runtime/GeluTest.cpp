@@ -1,4 +1,4 @@
-//===- GeluTest.cpp - GELU (tanh) tests ------------------------*- C++ -*-===//
+//===- GeluTest.cpp - GELU (tanh) tests -------------------------*- C++ -*-===//
 #include "runtime/cpu/gelu.h"
 
 #include "TestUtil.h"

@@ -1,4 +1,4 @@
-//===- GemmTest.cpp - GEMM and linear layer tests --------------*- C++ -*-===//
+//===- GemmTest.cpp - GEMM and linear layer tests ---------------*- C++ -*-===//
 #include "runtime/cpu/gemm.h"
 
 #include "TestUtil.h"

@@ -1,5 +1,4 @@
-//===- GuardedRun.cpp - loom-run on memory the host may not touch -*- C++
-//-*-===//
+//===- GuardedRun.cpp - loom-run on untouchable memory ----------*- C++ -*-===//
 //
 // loom-run-guarded takes loom-run's command line and runs the same driver
 // (runtime/core/training_run.h) with PoisonedMemory and GuardedKernels

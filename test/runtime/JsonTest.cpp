@@ -1,4 +1,4 @@
-//===- JsonTest.cpp - Minimal JSON parser / writer tests -------*- C++ -*-===//
+//===- JsonTest.cpp - Minimal JSON parser / writer tests --------*- C++ -*-===//
 #include "runtime/core/json.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-//===- LayerNormTest.cpp - LayerNorm tests ---------------------*- C++ -*-===//
+//===- LayerNormTest.cpp - LayerNorm tests ----------------------*- C++ -*-===//
 #include "runtime/cpu/layernorm.h"
 
 #include "TestUtil.h"

@@ -1,4 +1,4 @@
-//===- LoomRunTest.cpp - The loom-run command line, end to end -*- C++ -*-===//
+//===- LoomRunTest.cpp - The loom-run command line, end to end --*- C++ -*-===//
 //
 // Runs the loom-run binary on a hand-built program and token file: the losses
 // it logs equal an in-process Executor run on the same batches, the JSON log

@@ -1,4 +1,4 @@
-//===- MixedPrecisionTest.cpp - bf16 storage with fp32 math ----*- C++ -*-===//
+//===- MixedPrecisionTest.cpp - bf16 storage with fp32 math -----*- C++ -*-===//
 //
 // The runtime half of mixed precision on hand-built programs (no compiler):
 // the bf16 conversions (ties to even, NaN, infinities, overflow), Cast, an

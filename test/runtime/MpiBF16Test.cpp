@@ -1,4 +1,4 @@
-//===- MpiBF16Test.cpp - bf16 collectives under mpirun -np 4 ---*- C++ -*-===//
+//===- MpiBF16Test.cpp - bf16 collectives under mpirun -np 4 ----*- C++ -*-===//
 //
 // Mixed precision's collectives on the MPI communicator: bf16 sums (and
 // averages, maxima) reduce in fp32 in group-rank order and round once, so

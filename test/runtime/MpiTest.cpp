@@ -1,4 +1,4 @@
-//===- MpiTest.cpp - The multi-rank runtime under mpirun -np 4 -*- C++ -*-===//
+//===- MpiTest.cpp - The multi-rank runtime under mpirun -np 4 --*- C++ -*-===//
 //
 // loom-mpi-tests runs under `mpirun -np 4` (CTest entry loom-mpi-tests).
 // Every collective opcode through the executor on the mesh dp=2, tp=2 over

@@ -1,4 +1,4 @@
-//===- MpiTestUtil.h - The fixture of the mpirun -np 4 tests ---*- C++ -*-===//
+//===- MpiTestUtil.h - The fixture of the mpirun -np 4 tests ----*- C++ -*-===//
 //
 // Shared by the files of loom-mpi-tests (MpiTest.cpp, MpiBF16Test.cpp): the
 // world must have 4 ranks, each test gets a fresh MpiCommunicator over it,

@@ -1,4 +1,4 @@
-//===- ParamInitTest.cpp - Partition-independent init tests ----*- C++ -*-===//
+//===- ParamInitTest.cpp - Partition-independent init tests -----*- C++ -*-===//
 #include "runtime/core/param_init.h"
 
 #include <gtest/gtest.h>

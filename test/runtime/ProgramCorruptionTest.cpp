@@ -1,4 +1,4 @@
-//===- ProgramCorruptionTest.cpp - Corrupt program files -------*- C++ -*-===//
+//===- ProgramCorruptionTest.cpp - Corrupt program files --------*- C++ -*-===//
 //
 // A corrupt program file must give an error Status, never a crash or a hang.
 // Three kinds of damage to valid files:

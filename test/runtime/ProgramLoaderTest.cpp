@@ -1,4 +1,4 @@
-//===- ProgramLoaderTest.cpp - Envelope and verifier tests -----*- C++ -*-===//
+//===- ProgramLoaderTest.cpp - Envelope and verifier tests ------*- C++ -*-===//
 //
 // One test per family of verifier rules: each breaks one field of an
 // otherwise valid program and checks that loading fails with a message that

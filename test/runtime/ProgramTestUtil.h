@@ -1,5 +1,4 @@
-//===- ProgramTestUtil.h - Hand-built programs for runtime tests -*- C++
-//-*-===//
+//===- ProgramTestUtil.h - Hand-built programs for tests --------*- C++ -*-===//
 //
 // Builds program files without the compiler, through the FlatBuffers object
 // API: a test fills a ProgramT (buffers placed by a bump allocator at 64-byte

@@ -1,4 +1,4 @@
-//===- SafetensorsTest.cpp - safetensors reader/writer tests ---*- C++ -*-===//
+//===- SafetensorsTest.cpp - safetensors reader/writer tests ----*- C++ -*-===//
 #include "runtime/core/safetensors.h"
 
 #include "runtime/core/bfloat16.h"

@@ -1,4 +1,4 @@
-//===- SamplerTest.cpp - Byte-level sampling -------------------*- C++ -*-===//
+//===- SamplerTest.cpp - Byte-level sampling --------------------*- C++ -*-===//
 //
 // A bigram program whose table makes the next token known checks the
 // generated ids, the argmax's vocabulary restriction and tie-breaking; the

@@ -1,4 +1,4 @@
-//===- SamplingContextsTest.cpp - --context-programs checks ----*- C++ -*-===//
+//===- SamplingContextsTest.cpp - --context-programs checks -----*- C++ -*-===//
 //
 // SamplingContexts::create refuses a shorter program whose parameter table
 // is not the sampled program's (count, names, dtypes and shapes) when the

@@ -1,4 +1,4 @@
-//===- SoftmaxTest.cpp - Row softmax tests ---------------------*- C++ -*-===//
+//===- SoftmaxTest.cpp - Row softmax tests ----------------------*- C++ -*-===//
 #include "runtime/cpu/softmax.h"
 
 #include "TestUtil.h"

@@ -1,4 +1,4 @@
-//===- TestUtil.h - Shared helpers for the runtime tests -------*- C++ -*-===//
+//===- TestUtil.h - Shared helpers for the runtime tests --------*- C++ -*-===//
 //
 // Random inputs and a central-difference gradient checker. The checker
 // perturbs float inputs, evaluates a scalar loss accumulated in double, and

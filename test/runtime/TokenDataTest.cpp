@@ -1,4 +1,4 @@
-//===- TokenDataTest.cpp - llm.c token file tests --------------*- C++ -*-===//
+//===- TokenDataTest.cpp - llm.c token file tests ---------------*- C++ -*-===//
 #include "runtime/core/sample_permutation.h"
 #include "runtime/core/token_data.h"
 

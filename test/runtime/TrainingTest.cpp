@@ -1,4 +1,4 @@
-//===- TrainingTest.cpp - Gradient opcodes and training steps --*- C++ -*-===//
+//===- TrainingTest.cpp - Gradient opcodes and training steps ---*- C++ -*-===//
 //
 // The training half of the program contract through the executor: every
 // gradient opcode of miniGptTrain() against the reference kernels, the whole

@@ -1,4 +1,4 @@
-//===- loom-opt.cpp - opt-style driver for Loom IR ------------*- C++ -*-===//
+//===- loom-opt.cpp - opt-style driver for Loom IR --------------*- C++ -*-===//
 //
 // MlirOptMain with the loom dialect, the upstream dialects a model IR may
 // use (func, arith, tensor), every Loom pass and the upstream transforms

@@ -1,4 +1,4 @@
-//===- loom-run.cpp - Runs a compiled Loom program -------------*- C++ -*-===//
+//===- loom-run.cpp - Runs a compiled Loom program --------------*- C++ -*-===//
 //
 // Loads a program file, initializes (or loads) the parameters, and runs N
 // steps on an llm.c token file:

@@ -1,4 +1,4 @@
-//===- ImportGPTConfig.cpp - --import-gpt-config translation ---*- C++ -*-===//
+//===- ImportGPTConfig.cpp - --import-gpt-config translation ----*- C++ -*-===//
 //
 // `loom-translate --import-gpt-config config.json --batch B --seq T` prints
 // the model IR of an HF GPT-2-style configuration.

@@ -1,4 +1,4 @@
-//===- ProgramTranslations.cpp - IR <-> runtime program files --*- C++ -*-===//
+//===- ProgramTranslations.cpp - IR <-> runtime program files ---*- C++ -*-===//
 //
 //   --loom-to-program     planned IR -> program file (binary)
 //   --loom-program-dump   program file -> text (inspection, FileCheck)

@@ -1,4 +1,4 @@
-//===- loom-translate.cpp - Into and out of Loom IR ------------*- C++ -*-===//
+//===- loom-translate.cpp - Into and out of Loom IR -------------*- C++ -*-===//
 //
 // MlirTranslateMain with Loom's translations:
 //   --import-gpt-config   HF GPT-2 config.json -> model IR

@@ -1,4 +1,4 @@
-//===- StrategyFlags.cpp - Parallel strategy flags of `loom` ---*- C++ -*-===//
+//===- StrategyFlags.cpp - Parallel strategy flags of `loom` ----*- C++ -*-===//
 
 #include "tools/loom/StrategyFlags.h"
 

@@ -1,4 +1,4 @@
-//===- StrategyFlags.h - Parallel strategy flags of `loom` -----*- C++ -*-===//
+//===- StrategyFlags.h - Parallel strategy flags of `loom` ------*- C++ -*-===//
 //
 // The strategy flags every `loom` subcommand accepts (--mesh, --zero, ...),
 // parsed and checked in one place. Strategies that the compiler cannot yet

@@ -1,4 +1,4 @@
-//===- LoomAttrs.cpp - Mesh, sharding and initializer attributes -*- C++ -*-===//
+//===- LoomAttrs.cpp - Mesh, sharding and init attributes -------*- C++ -*-===//
 //
 // Parsing, printing and verification of the dialect's attributes, and the
 // checks the dialect runs on the discardable attributes it owns

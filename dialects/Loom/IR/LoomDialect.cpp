@@ -1,4 +1,4 @@
-//===- LoomDialect.cpp - Loom dialect registration -------------*- C++ -*-===//
+//===- LoomDialect.cpp - Loom dialect registration --------------*- C++ -*-===//
 //
 // Registers the ops and attributes; the rest lives in LoomOps.cpp (ops) and
 // LoomAttrs.cpp (attributes and the discardable-attribute checks).

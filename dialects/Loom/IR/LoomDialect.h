@@ -1,4 +1,4 @@
-//===- LoomDialect.h - The loom dialect, its enums and attributes -*- C++ -*-===//
+//===- LoomDialect.h - The loom dialect, its enums and attrs ----*- C++ -*-===//
 //
 // Include this to use the dialect and its attributes; LoomOps.h for the ops.
 //

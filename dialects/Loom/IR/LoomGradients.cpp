@@ -1,4 +1,4 @@
-//===- LoomGradients.cpp - Gradient rules of the forward ops ---*- C++ -*-===//
+//===- LoomGradients.cpp - Gradient rules of the forward ops ----*- C++ -*-===//
 //
 // One rule per op kind (GradientOpInterface::buildGradient): given the
 // gradients of the op's results, build those of its operands. --loom-autodiff

@@ -1,4 +1,4 @@
-//===- LoomInterfaces.td - Per-op rules: gradient, sharding, cost -*- tablegen -*-===//
+//===- LoomInterfaces.td - Gradient, sharding, cost rules --*- tablegen -*-===//
 //
 // Autodiff, sharding propagation, the pipeline balancer and the memory report
 // are written once against these interfaces, never per model (DESIGN.md §2).

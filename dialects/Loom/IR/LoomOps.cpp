@@ -1,4 +1,4 @@
-//===- LoomOps.cpp - Verifiers and costs of the loom ops -------*- C++ -*-===//
+//===- LoomOps.cpp - Verifiers and costs of the loom ops --------*- C++ -*-===//
 //
 // Every verifier names what is wrong with the shapes it was given and what
 // was expected; costs follow the conventions in LoomInterfaces.td.

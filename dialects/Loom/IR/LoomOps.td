@@ -1,4 +1,4 @@
-//===- LoomOps.td - Loom ops: graph, structure, collectives -*- tablegen -*-===//
+//===- LoomOps.td - Graph, structure, collective ops -------*- tablegen -*-===//
 //
 // Three groups: the mesh symbol; the training-graph ops of a GPT model
 // (compute, shape, block structure); and the collectives the partitioner

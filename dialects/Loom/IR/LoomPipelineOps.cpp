@@ -1,4 +1,4 @@
-//===- LoomPipelineOps.cpp - Pipeline schedule and group all-reduce -*- C++ -*-===//
+//===- LoomPipelineOps.cpp - Schedule and group all-reduce ------*- C++ -*-===//
 //
 // The schedule's custom assembly (one line per chunk, one per stage with
 // its actions), its structural verifier, and the group all-reduce of a

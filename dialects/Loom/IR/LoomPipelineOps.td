@@ -1,4 +1,4 @@
-//===- LoomPipelineOps.td - Pipeline schedule and its collective -*- tablegen -*-===//
+//===- LoomPipelineOps.td - Schedule and its collective ----*- tablegen -*-===//
 //
 // What --loom-pipeline writes besides the stage functions: the schedule (per
 // pipeline stage, the ordered forward / backward actions on micro-batches)

@@ -1,4 +1,4 @@
-//===- LoomShardingRules.cpp - Sharding rules of the compute ops -*- C++ -*-===//
+//===- LoomShardingRules.cpp - Sharding rules of compute ops ----*- C++ -*-===//
 //
 // One rule per op kind (ShardingRuleOpInterface::getShardingRule). Factors
 // that a kernel needs whole (a layer norm's row, attention's sequence, the

@@ -1,4 +1,4 @@
-//===- LoomTrainingOps.td - Backward and optimizer ops ------*- tablegen -*-===//
+//===- LoomTrainingOps.td - Backward and optimizer ops -----*- tablegen -*-===//
 //
 // What --loom-autodiff writes: one gradient op per forward op kind (each
 // forward op's GradientOpInterface builds them), gradient-norm clipping (a

@@ -1,4 +1,4 @@
-//===- OpShapes.h - Shape helpers for op verifiers and costs ---*- C++ -*-===//
+//===- OpShapes.h - Shape helpers for op verifiers and costs ----*- C++ -*-===//
 //
 // Internal to dialects/Loom/IR: the small queries every verifier and cost
 // function needs on statically shaped tensor values.

@@ -1,4 +1,4 @@
-//===- PipelineActions.h - Actions of a pipeline schedule ------*- C++ -*-===//
+//===- PipelineActions.h - Actions of a pipeline schedule -------*- C++ -*-===//
 //
 // The unit of a pipeline schedule: the forward or the backward of one model
 // chunk on one micro-batch. `loom.pipeline_schedule` stores each stage's

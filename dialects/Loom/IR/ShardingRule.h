@@ -1,4 +1,4 @@
-//===- ShardingRule.h - Factor-based sharding rules of ops -----*- C++ -*-===//
+//===- ShardingRule.h - Factor-based sharding rules of ops ------*- C++ -*-===//
 //
 // What ShardingRuleOpInterface returns: which dimensions of an op's operands
 // and results may be split, which must be split together, and which splits

@@ -1,4 +1,4 @@
-//===- GPTModel.cpp - GPT-2 model IR from a configuration ------*- C++ -*-===//
+//===- GPTModel.cpp - GPT-2 model IR from a configuration -------*- C++ -*-===//
 //
 // The graph follows HF GPT-2 / nanoGPT exactly (pre-norm blocks, tanh GELU,
 // tied LM head), so checkpoints in HF layout map one to one onto the
