@@ -13,7 +13,8 @@
 // row dots) with every kernel in one FlashTcOccupancy (training times each
 // kernel's shapes and keeps its fastest: flash_shape_tuning.h): tc-spill0,
 // tc-blocks with the forward and dQ compiled for more blocks per SM at a
-// few bytes of spills, tc-wide with blocks of 8 warps (128 rows); their
+// few bytes of spills, tc-wide with blocks of 8 warps (128 rows), tc-tall
+// with the forward's 4 warps 32 rows each (the backward as tc-spill0); their
 // differences are from tc-spill0 (the same arithmetic, so 0 unless the
 // compiler reorders it). Prints
 //   kernel | forward ms | grad ms | total ms | max |diff| out | dqkv
@@ -122,8 +123,8 @@ int resultsToHost(const __nv_bfloat16 *out, int64_t nOut,
   return 0;
 }
 
-/// The tc-spill0, tc-blocks and tc-wide rows (see the file comment): the
-/// tensor-core kernels on bf16 `qkv` and `dout`, given `rowDot` (the row
+/// The tc-spill0, tc-blocks, tc-wide and tc-tall rows (see the file comment):
+/// the tensor-core kernels on bf16 `qkv` and `dout`, given `rowDot` (the row
 /// dots of the forward's out, already computed). Returns main's exit code
 /// on a CUDA error, 0 otherwise.
 int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
@@ -140,7 +141,7 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
   std::vector<float> firstOut, firstDqkv;
   for (FlashTcOccupancy occupancy :
        {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks,
-        FlashTcOccupancy::WideBlocks}) {
+        FlashTcOccupancy::WideBlocks, FlashTcOccupancy::TallWarps}) {
     double f = 0, g = 0;
     if (int rc = timePasses(
             stream, iters,
@@ -165,7 +166,8 @@ int timeOccupancies(const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
     addRow(json,
            occupancy == FlashTcOccupancy::FewestSpills ? "tc-spill0"
            : occupancy == FlashTcOccupancy::MoreBlocks ? "tc-blocks"
-                                                       : "tc-wide",
+           : occupancy == FlashTcOccupancy::WideBlocks ? "tc-wide"
+                                                       : "tc-tall",
            f, g, maxAbsDiff(outF, firstOut), maxAbsDiff(dqkvF, firstDqkv),
            "  (vs tc-spill0)");
   }

@@ -23,8 +23,8 @@ Reads what step d's runs wrote and prints
      how far apart their results are; beside them PyTorch's attention on the
      same shape (torch_attention.py --json) and the bf16 flash kernels'
      speed against it; and the tensor-core kernels' other launch shapes
-     (tc-blocks: more blocks per SM; tc-wide: blocks of 8 warps) against
-     the one training runs (tc-spill0).
+     (tc-blocks: more blocks per SM; tc-wide: blocks of 8 warps; tc-tall:
+     the forward's warps 32 rows each) against the default (tc-spill0).
 and each of issue 8's goals with met / not met. A figure whose run failed
 is reported missing with the file it was looked for in. With --json F the
 figures are also written for scripts. Exit status: 0 when every figure is
@@ -273,11 +273,14 @@ def main():
             report.setdefault("attention", {})["bf16_total_ms"] = \
                 b16["forward_ms"] + b16["grad_ms"]
         # The tensor-core kernels' other launch shapes (FlashTcOccupancy)
-        # against the one training runs: which to train with is this
-        # measurement.
+        # against the default (training times them itself and keeps each
+        # kernel's fastest: the log's kernel choices above). tc-tall is a
+        # forward shape: its backward runs as tc-spill0's.
         for name, meaning, key in (
                 ("tc-blocks", "more blocks per SM", "occupancy_speed"),
-                ("tc-wide", "blocks of 8 warps", "wide_blocks_speed")):
+                ("tc-wide", "blocks of 8 warps", "wide_blocks_speed"),
+                ("tc-tall", "the forward's warps 32 rows each",
+                 "tall_warps_speed")):
             if "tc-spill0" not in k or name not in k:
                 continue
             base, other = k["tc-spill0"], k[name]

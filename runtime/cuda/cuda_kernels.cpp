@@ -113,12 +113,14 @@ Status parseFlashShape(const char *value,
        {flashShapeName(FlashTcOccupancy::MoreBlocks),
         FlashTcOccupancy::MoreBlocks},
        {flashShapeName(FlashTcOccupancy::WideBlocks),
-        FlashTcOccupancy::WideBlocks}},
+        FlashTcOccupancy::WideBlocks},
+       {flashShapeName(FlashTcOccupancy::TallWarps),
+        FlashTcOccupancy::TallWarps}},
       "a launch shape of the tensor-core attention",
       "auto (each kernel's fastest shape, timed on the device the first "
       "time a geometry runs; the default), spill0 (4 warps a block, no "
-      "spills), blocks (4 warps, more blocks per SM) or wide (8 warps a "
-      "block)",
+      "spills), blocks (4 warps, more blocks per SM), wide (8 warps a "
+      "block) or tall (the forward's warps 32 rows each)",
       out);
 }
 

@@ -75,9 +75,9 @@ Status parseFusedCrossEntropy(const char *value, bool &out);
 /// bf16 tensor-core attention kernels (flash_attention_mma.h): "auto" or
 /// null / empty (nullopt, the default: each kernel's fastest shape, timed
 /// on the device, flash_shape_tuning.h), or one shape for every kernel:
-/// "spill0" (FewestSpills), "blocks" (MoreBlocks) or "wide" (WideBlocks),
-/// the rows tc-spill0, tc-blocks and tc-wide of bench/attention_cuda.cpp;
-/// anything else is an error naming the four.
+/// "spill0" (FewestSpills), "blocks" (MoreBlocks), "wide" (WideBlocks) or
+/// "tall" (TallWarps), the rows tc-spill0, tc-blocks, tc-wide and tc-tall
+/// of bench/attention_cuda.cpp; anything else is an error naming the five.
 Status parseFlashShape(const char *value, std::optional<FlashTcOccupancy> &out);
 
 class CudaKernels final : public KernelBackend {

@@ -1,12 +1,14 @@
 //===- flash_attention_mma.cu - Tensor-core bf16 flash attention ----------===//
 //
 // See flash_attention_mma.h. Every kernel runs 4 warps (128 threads; 8 for
-// FlashTcOccupancy::WideBlocks); a block owns 16 rows a warp of one (b, h)
-// head (queries in the forward and in dQ, keys in dK/dV), and streams the
-// other side in tiles of 64 rows through shared memory: each tile serves
-// every warp of the block, so wider blocks read the streamed side from L2
-// half as often per product. Per warp and tile, with every product
-// an mma.sync over 16 x 64 register tiles (mma.cuh):
+// FlashTcOccupancy::WideBlocks); a block owns 16 rows a warp (32 in the
+// TallWarps forward: two row tiles, each fragment read from a streamed tile
+// serving both) of one (b, h) head (queries in the forward and in dQ, keys
+// in dK/dV), and streams the other side in tiles of 64 rows through shared
+// memory: each tile serves every warp of the block, so wider blocks read
+// the streamed side from L2 half as often per product. Per warp, row tile
+// and streamed tile, with every product an mma.sync over 16 x 64 register
+// tiles (mma.cuh):
 //
 //   forward   S = Q_w K^T; the online softmax in base 2: P = 2^(S' - m)
 //             with S' = S scale log2(e), masked, against the running row
@@ -103,10 +105,10 @@ __device__ inline void stageKeysValues(__nv_bfloat16 *kTile,
   stageRows(vTile, head + 2 * C, 3 * C, k0, T, vec);
 }
 
-/// The warp's rows [16 warp, 16 warp + 16) of a staged tile as A fragments.
-__device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile,
-                                   int warp, int g, int t) {
-  const __nv_bfloat16 *top = tile + (warp * kRows + g) * kLd + 2 * t;
+/// Rows [16 i, 16 i + 16) of a staged tile as A fragments.
+__device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile, int i,
+                                   int g, int t) {
+  const __nv_bfloat16 *top = tile + (i * kRows + g) * kLd + 2 * t;
   const __nv_bfloat16 *bottom = top + 8 * kLd;
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
@@ -117,20 +119,21 @@ __device__ inline void loadOwnRows(FragsA &a, const __nv_bfloat16 *tile,
   }
 }
 
-/// The warp's rows of the block's 16 kWarps rows from r0 of `a` (row
-/// stride strideA; and of `b` into fb when it is not null) as A fragments:
-/// rows [r0, r0 + 64) must be staged in aTile (bTile) and landed; wider
+/// The warp's kR row tiles of 16 (rows [16 (kR warp + j), + 16) for tile
+/// j) of the block's 16 kR kWarps rows from r0 of `a` (row stride strideA;
+/// and of `b` into fb when it is not null) as A fragments fa[j] (fb[j]):
+/// rows [r0, r0 + 64) must be staged in aTile (bTile) and landed; taller
 /// blocks stage each further 64 rows there in turn (every copy the block
 /// issued before lands too). Ends with the tiles free again for warps that
-/// had their rows (all of them, in a block of 4 warps).
-template <int kWarps>
+/// had their rows (all of them, in a block of 64 rows).
+template <int kWarps, int kR = 1>
 __device__ inline void
-loadBlockRows(FragsA &fa, __nv_bfloat16 *aTile, const __nv_bfloat16 *a,
+loadBlockRows(FragsA *fa, __nv_bfloat16 *aTile, const __nv_bfloat16 *a,
               int64_t strideA, FragsA *fb, __nv_bfloat16 *bTile,
               const __nv_bfloat16 *b, int64_t strideB, int64_t r0, int64_t T,
               bool vec, int warp, int g, int t) {
-  constexpr int kWarpsPerTile = kTile / kRows;
-  for (int part = 0; part < kWarps / kWarpsPerTile; ++part) {
+  constexpr int kRowTilesPerStage = kTile / kRows;
+  for (int part = 0; part < kWarps * kR / kRowTilesPerStage; ++part) {
     if (part > 0) {
       __syncthreads(); // the previous part's warps have their rows
       stageRows(aTile, a, strideA, r0 + part * kTile, T, vec);
@@ -140,18 +143,24 @@ loadBlockRows(FragsA &fa, __nv_bfloat16 *aTile, const __nv_bfloat16 *a,
       async_copy::wait<0>();
       __syncthreads();
     }
-    if (warp / kWarpsPerTile == part) {
-      loadOwnRows(fa, aTile, warp % kWarpsPerTile, g, t);
-      if (fb)
-        loadOwnRows(*fb, bTile, warp % kWarpsPerTile, g, t);
+#pragma unroll
+    for (int j = 0; j < kR; ++j) {
+      const int rowTile = kR * warp + j; // of the block
+      if (rowTile / kRowTilesPerStage == part) {
+        loadOwnRows(fa[j], aTile, rowTile % kRowTilesPerStage, g, t);
+        if (fb)
+          loadOwnRows(fb[j], bTile, rowTile % kRowTilesPerStage, g, t);
+      }
     }
   }
 }
 
-/// acc += A x^T for the warp's A (16 x 64) and a staged [64][64] tile x:
+/// acc[r] += A_r x^T for the warp's kR operands A_r (16 x 64 each) and a
+/// staged [64][64] tile x, each B fragment read from x once for all kR:
 /// S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T.
-__device__ inline void timesTransposed(Accs &acc, const FragsA &a,
-                                       const __nv_bfloat16 *x, int lane) {
+template <int kR>
+__device__ inline void timesTransposedRows(Accs *acc, const FragsA *a,
+                                           const __nv_bfloat16 *x, int lane) {
 #pragma unroll
   for (int n = 0; n < kBlocks8; ++n) {
     // Column n of B is row 8n + g of x. Matrix j of one ldmatrix is
@@ -162,16 +171,24 @@ __device__ inline void timesTransposed(Accs &acc, const FragsA &a,
     mma::loadMatrices(b[0], row);
     mma::loadMatrices(b[1], row + 32);
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s)
-      mma::bf16m16n8k16(acc[n], a[s], b[s / 2][2 * (s % 2)],
-                        b[s / 2][2 * (s % 2) + 1]);
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+        mma::bf16m16n8k16(acc[r][n], a[r][s], b[s / 2][2 * (s % 2)],
+                          b[s / 2][2 * (s % 2) + 1]);
   }
 }
+__device__ inline void timesTransposed(Accs &acc, const FragsA &a,
+                                       const __nv_bfloat16 *x, int lane) {
+  timesTransposedRows<1>(&acc, &a, x, lane);
+}
 
-/// acc += A X for the warp's A (16 x 64) and a staged [64][64] tile X read
-/// transposed by ldmatrix: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
-__device__ inline void times(Accs &acc, const FragsA &a, const __nv_bfloat16 *x,
-                             int lane) {
+/// acc[r] += A_r X for the warp's kR operands A_r (16 x 64 each) and a
+/// staged [64][64] tile X read transposed by ldmatrix, once for all kR:
+/// O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <int kR>
+__device__ inline void timesRows(Accs *acc, const FragsA *a,
+                                 const __nv_bfloat16 *x, int lane) {
 #pragma unroll
   for (int s = 0; s < kSteps; ++s)
 #pragma unroll
@@ -184,9 +201,16 @@ __device__ inline void times(Accs &acc, const FragsA &a, const __nv_bfloat16 *x,
           x + (16 * s + 8 * (j % 2) + lane % 8) * kLd + 8 * (n + j / 2);
       uint32_t b[4];
       mma::loadMatricesTransposed(b, row);
-      mma::bf16m16n8k16(acc[n], a[s], b[0], b[1]);
-      mma::bf16m16n8k16(acc[n + 1], a[s], b[2], b[3]);
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        mma::bf16m16n8k16(acc[r][n], a[r][s], b[0], b[1]);
+        mma::bf16m16n8k16(acc[r][n + 1], a[r][s], b[2], b[3]);
+      }
     }
+}
+__device__ inline void times(Accs &acc, const FragsA &a, const __nv_bfloat16 *x,
+                             int lane) {
+  timesRows<1>(&acc, &a, x, lane);
 }
 
 /// The A fragments (bf16) of a 16 x 64 tile held as accumulators: k-step s
@@ -235,14 +259,14 @@ __device__ inline int columnOf(int n, int i, int t) {
 
 /// Where the calling thread works: its warp, its lane's quad coordinates
 /// (g = lane / 4, t = lane % 4), the block's head (b, hd) and its
-/// `blockRows` rows from r0 (tile `tile` of the head), the warp's 16 from
-/// w0.
+/// `blockRows` rows from r0 (tile `tile` of the head), the warp's
+/// `warpRows` from w0.
 struct Place {
   int warp, lane, g, t;
   int64_t bh, b, hd, r0, w0;
 };
 __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH,
-                                int blockRows) {
+                                int blockRows, int warpRows = kRows) {
   Place p;
   p.warp = threadIdx.x / 32;
   p.lane = threadIdx.x % 32;
@@ -252,7 +276,7 @@ __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH,
   p.b = bh / NH;
   p.hd = bh % NH;
   p.r0 = tile * blockRows;
-  p.w0 = p.r0 + p.warp * kRows;
+  p.w0 = p.r0 + p.warp * warpRows;
   return p;
 }
 
@@ -260,10 +284,60 @@ __device__ inline Place placeOf(int64_t tile, int64_t bh, int64_t NH,
 // Forward
 //===----------------------------------------------------------------------===//
 
+/// One key tile's online-softmax step for a 16-row tile of queries (rows
+/// row[0], row[1] of the lane) from w0: S (scores, from Q K^T) becomes P in
+/// base 2 against the running row max m, with O rescaled and the lane's row
+/// sums l updated. Keys after a row or past T are masked; a tile whose keys
+/// all follow the rows changes nothing (alpha = 1, P = 0), bit for bit.
+__device__ inline void onlineSoftmaxTile(Accs &s, Accs &o, float (&m)[2],
+                                         float (&l)[2], const int64_t (&row)[2],
+                                         int64_t k0, int64_t w0, int64_t T,
+                                         float scaleLog2, int t) {
+  // Scores in base 2, -inf for keys after the row or past T (only tiles
+  // that reach past the first row or past T hold any).
+  const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
+  float tileMax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t key = k0 + columnOf(n, i, t);
+      float v = s[n][i] * scaleLog2;
+      if (masked && (key > row[i >> 1] || key >= T))
+        v = -INFINITY;
+      s[n][i] = v;
+      tileMax[i >> 1] = fmaxf(tileMax[i >> 1], v);
+    }
+  float alpha[2], base[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float mNew = fmaxf(m[half], launch::quadMax(tileMax[half]));
+    // A row with no key yet (m = -inf) has nothing to rescale.
+    base[half] = mNew == -INFINITY ? 0.0f : mNew;
+    alpha[half] = exp2f(m[half] - base[half]);
+    m[half] = mNew;
+  }
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < kBlocks8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float p = exp2f(s[n][i] - base[i >> 1]);
+      s[n][i] = p;
+      sum[i >> 1] += p;
+      o[n][i] *= alpha[i >> 1];
+    }
+  l[0] = l[0] * alpha[0] + sum[0];
+  l[1] = l[1] * alpha[1] + sum[1];
+}
+
 /// blockIdx.x = bh * tiles + (tiles - 1 - tile): queries [tile*R, +R) of
-/// head bh, R = 16 kWarps. Compiled to fit kMinBlocks blocks per SM (launch
-/// bounds; 0 leaves the registers to ptxas), as the backward kernels.
-template <int kWarps, int kMinBlocks>
+/// head bh, R = 16 kR kWarps, kR tiles of 16 rows a warp (kR = 2: each K
+/// and V fragment read from shared memory serves two products, as in
+/// FlashAttention-2's 128-row blocks of 4 warps). Compiled to fit
+/// kMinBlocks blocks per SM (launch bounds; 0 leaves the registers to
+/// ptxas), as the backward kernels.
+template <int kWarps, int kMinBlocks, int kR = 1>
 __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
     flashForwardTcKernel(__nv_bfloat16 *out, float *lse,
                          const __nv_bfloat16 *qkv, int64_t T, int64_t C,
@@ -274,9 +348,10 @@ __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
   __shared__ __align__(16) __nv_bfloat16 vTiles[2][kTile * kLd];
   // The last query tiles see the most keys: they start first, so the
   // grid's tail is short blocks.
-  constexpr int kBlockRows = blockRowsOf(kWarps);
+  constexpr int kWarpRows = kRows * kR;
+  constexpr int kBlockRows = kWarpRows * kWarps;
   const Place at = placeOf(tiles - 1 - blockIdx.x % tiles, blockIdx.x / tiles,
-                           NH, kBlockRows);
+                           NH, kBlockRows, kWarpRows);
   const int warp = at.warp, lane = at.lane, g = at.g, t = at.t;
   const int64_t bh = at.bh, q0 = at.r0, w0 = at.w0, C3 = 3 * C;
   const __nv_bfloat16 *head = qkv + at.b * T * C3 + at.hd * kHs;
@@ -290,17 +365,24 @@ __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
   async_copy::commit();
   async_copy::wait<1>();
   __syncthreads();
-  FragsA q;
-  loadBlockRows<kWarps>(q, vTiles[1], head, C3, nullptr, nullptr, nullptr, 0,
-                        q0, T, vec, warp, g, t);
+  FragsA q[kR];
+  loadBlockRows<kWarps, kR>(q, vTiles[1], head, C3, nullptr, nullptr, nullptr,
+                            0, q0, T, vec, warp, g, t);
 
-  // 2. Key tiles up to the block's last query. The lane's rows are
-  //    row[0] = w0 + g and row[1] = w0 + g + 8: their running max m (base
-  //    2), the lane's part of the row sum l, and O.
-  const int64_t row[2] = {w0 + g, w0 + g + 8};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  Accs o;
-  zero(o);
+  // 2. Key tiles up to the block's last query. Row tile j's lane rows are
+  //    row[j][0] = w0 + 16 j + g and row[j][1] = w0 + 16 j + g + 8: their
+  //    running max m (base 2), the lane's part of the row sum l, and O.
+  int64_t row[kR][2];
+  float m[kR][2], l[kR][2];
+  Accs o[kR];
+#pragma unroll
+  for (int j = 0; j < kR; ++j) {
+    row[j][0] = w0 + kRows * j + g;
+    row[j][1] = row[j][0] + 8;
+    m[j][0] = m[j][1] = -INFINITY;
+    l[j][0] = l[j][1] = 0.0f;
+    zero(o[j]);
+  }
   int buf = 0;
   for (int64_t k0 = 0; k0 <= lastRow; k0 += kTile, buf ^= 1) {
     // Every warp is done with the other buffer (the previous tile, or Q):
@@ -314,69 +396,42 @@ __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
     __syncthreads();
     // A tile whose keys all follow the warp's rows changes nothing (in a
     // wide block, the top warps' last tile): skipped, warp by warp.
-    if (k0 > w0 + kRows - 1 || w0 >= T)
+    if (k0 > w0 + kWarpRows - 1 || w0 >= T)
       continue;
-    Accs s;
-    zero(s);
-    timesTransposed(s, q, kTiles[buf], lane); // S = Q_w K^T
-    // Scores in base 2, -inf for keys after the row or past T (only tiles
-    // that reach past the warp's first row or past T hold any).
-    const bool masked = k0 + kTile - 1 > w0 || k0 + kTile > T;
-    float tileMax[2] = {-INFINITY, -INFINITY};
+    Accs s[kR];
 #pragma unroll
-    for (int n = 0; n < kBlocks8; ++n)
+    for (int j = 0; j < kR; ++j)
+      zero(s[j]);
+    timesTransposedRows<kR>(s, q, kTiles[buf], lane); // S = Q_w K^T
+    FragsA p[kR];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t key = k0 + columnOf(n, i, t);
-        float v = s[n][i] * scaleLog2;
-        if (masked && (key > row[i >> 1] || key >= T))
-          v = -INFINITY;
-        s[n][i] = v;
-        tileMax[i >> 1] = fmaxf(tileMax[i >> 1], v);
-      }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float mNew = fmaxf(m[half], launch::quadMax(tileMax[half]));
-      // A row with no key yet (m = -inf) has nothing to rescale.
-      base[half] = mNew == -INFINITY ? 0.0f : mNew;
-      alpha[half] = exp2f(m[half] - base[half]);
-      m[half] = mNew;
+    for (int j = 0; j < kR; ++j) {
+      onlineSoftmaxTile(s[j], o[j], m[j], l[j], row[j], k0, w0 + kRows * j, T,
+                        scaleLog2, t);
+      accumulatorsAsA(p[j], s[j]);
     }
-    float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < kBlocks8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p = exp2f(s[n][i] - base[i >> 1]);
-        s[n][i] = p;
-        sum[i >> 1] += p;
-        o[n][i] *= alpha[i >> 1];
-      }
-    l[0] = l[0] * alpha[0] + sum[0];
-    l[1] = l[1] * alpha[1] + sum[1];
-    FragsA p;
-    accumulatorsAsA(p, s);
-    times(o, p, vTiles[buf], lane); // O += P V
+    timesRows<kR>(o, p, vTiles[buf], lane); // O += P V
   }
 
   // 3. out = O / l and lse = (m + log2 l) ln 2 for the lane's rows.
   __nv_bfloat16 *outHead = out + at.b * T * C + at.hd * kHs;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float rowSum = launch::quadSum(l[half]);
-    if (row[half] >= T)
-      continue;
-    const float inv = 1.0f / rowSum;
-    __nv_bfloat16 *dst = outHead + row[half] * C + 2 * t;
+  for (int j = 0; j < kR; ++j)
 #pragma unroll
-    for (int n = 0; n < kBlocks8; ++n) {
-      dst[8 * n] = __float2bfloat16(o[n][2 * half] * inv);
-      dst[8 * n + 1] = __float2bfloat16(o[n][2 * half + 1] * inv);
+    for (int half = 0; half < 2; ++half) {
+      const float rowSum = launch::quadSum(l[j][half]);
+      if (row[j][half] >= T)
+        continue;
+      const float inv = 1.0f / rowSum;
+      __nv_bfloat16 *dst = outHead + row[j][half] * C + 2 * t;
+#pragma unroll
+      for (int n = 0; n < kBlocks8; ++n) {
+        dst[8 * n] = __float2bfloat16(o[j][n][2 * half] * inv);
+        dst[8 * n + 1] = __float2bfloat16(o[j][n][2 * half + 1] * inv);
+      }
+      if (t == 0)
+        lse[bh * T + row[j][half]] = (m[j][half] + log2f(rowSum)) / kLog2e;
     }
-    if (t == 0)
-      lse[bh * T + row[half]] = (m[half] + log2f(rowSum)) / kLog2e;
-  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -426,7 +481,7 @@ __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
   async_copy::wait<1>();
   __syncthreads();
   FragsA kw, vw;
-  loadBlockRows<kWarps>(kw, qTiles[1], head + C, C3, &vw, dyTiles[1],
+  loadBlockRows<kWarps>(&kw, qTiles[1], head + C, C3, &vw, dyTiles[1],
                         head + 2 * C, C3, k0, T, vec, warp, g, t);
   Accs dk, dv;
   zero(dk);
@@ -521,8 +576,8 @@ __global__ void __launch_bounds__(threadsOf(kWarps), kMinBlocks)
   async_copy::wait<1>();
   __syncthreads();
   FragsA qw, dyw;
-  loadBlockRows<kWarps>(qw, kTiles[1], head, C3, &dyw, vTiles[1], dyHead, C, q0,
-                        T, vec, warp, g, t);
+  loadBlockRows<kWarps>(&qw, kTiles[1], head, C3, &dyw, vTiles[1], dyHead, C,
+                        q0, T, vec, warp, g, t);
   const int64_t row[2] = {w0 + g, w0 + g + 8};
   float rowLse[2], rowD[2];
 #pragma unroll
@@ -588,12 +643,22 @@ bool allAligned16(std::initializer_list<const void *> pointers) {
 }
 
 /// The grid of a tensor-core kernel launched in `occupancy`: blocks of
-/// `warps` warps (16 rows each), `tiles` blocks per head, `blocks` in all.
+/// `warps` warps (16 rowTiles rows each), `tiles` blocks per head, `blocks`
+/// in all.
 struct TcGrid {
   bool wide = false;
-  int warps = 4, tiles = 0;
+  int warps = 4, rowTiles = 1, tiles = 0;
   unsigned blocks = 0;
 };
+/// The shape a backward kernel runs in for `occupancy`: they have no
+/// TallWarps build (their accumulators leave no registers for a second row
+/// tile).
+FlashTcOccupancy backwardShape(FlashTcOccupancy occupancy) {
+  return occupancy == FlashTcOccupancy::TallWarps
+             ? FlashTcOccupancy::FewestSpills
+             : occupancy;
+}
+
 Status gridOf(FlashTcOccupancy occupancy, int64_t B, int64_t T, int64_t C,
               int64_t NH, TcGrid &grid) {
   LOOM_CHECK(NH > 0 && C == NH * kFlashTensorCoreHeadSize,
@@ -602,7 +667,8 @@ Status gridOf(FlashTcOccupancy occupancy, int64_t B, int64_t T, int64_t C,
                                                  << kFlashTensorCoreHeadSize);
   grid.wide = occupancy == FlashTcOccupancy::WideBlocks;
   grid.warps = grid.wide ? 8 : 4;
-  const int64_t blockRows = blockRowsOf(grid.warps);
+  grid.rowTiles = occupancy == FlashTcOccupancy::TallWarps ? 2 : 1;
+  const int64_t blockRows = blockRowsOf(grid.warps) * grid.rowTiles;
   const int64_t t = (T + blockRows - 1) / blockRows, n = t * B * NH;
   LOOM_CHECK(n < (int64_t(1) << 31),
              "flash attention: " << n << " blocks exceed CUDA's grid limit");
@@ -622,10 +688,11 @@ Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
   LOOM_RETURN_IF_ERROR(gridOf(occupancy, B, T, C, NH, grid));
   const float scaleLog2 = kLog2e / sqrtf(static_cast<float>(kHs));
   // Wide blocks of 256 threads at 2 a SM: 128 registers, as MoreBlocks'.
-  auto *kernel = grid.wide ? flashForwardTcKernel<8, 2>
-                 : occupancy == FlashTcOccupancy::MoreBlocks
-                     ? flashForwardTcKernel<4, 4>
-                     : flashForwardTcKernel<4, 0>;
+  auto *kernel =
+      grid.wide                                   ? flashForwardTcKernel<8, 2>
+      : occupancy == FlashTcOccupancy::MoreBlocks ? flashForwardTcKernel<4, 4>
+      : occupancy == FlashTcOccupancy::TallWarps ? flashForwardTcKernel<4, 2, 2>
+                                                 : flashForwardTcKernel<4, 0>;
   LOOM_LAUNCH(kernel, grid.blocks, threadsOf(grid.warps), stream, out, lse, qkv,
               T, C, NH, scaleLog2, grid.tiles, allAligned16({qkv}));
   return Status::success();
@@ -638,7 +705,7 @@ Status flashBackwardKeysTensorCores(__nv_bfloat16 *dqkv, const float *rowDot,
                                     cudaStream_t stream,
                                     FlashTcOccupancy occupancy) {
   TcGrid grid;
-  LOOM_RETURN_IF_ERROR(gridOf(occupancy, B, T, C, NH, grid));
+  LOOM_RETURN_IF_ERROR(gridOf(backwardShape(occupancy), B, T, C, NH, grid));
   // dK/dV keeps its 8 warps per SM either way (2 blocks of 4, or 1 of 8; 3
   // of 4 would leave it 168 registers for 248 live).
   auto *kernel = grid.wide ? flashBackwardKeyTcKernel<8, 0>
@@ -653,6 +720,7 @@ Status flashBackwardQueriesTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
     int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy) {
+  occupancy = backwardShape(occupancy);
   TcGrid grid;
   LOOM_RETURN_IF_ERROR(gridOf(occupancy, B, T, C, NH, grid));
   auto *kernel = grid.wide ? flashBackwardQueryTcKernel<8, 0>

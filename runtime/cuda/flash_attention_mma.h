@@ -50,6 +50,14 @@ enum class FlashTcOccupancy {
   /// block each; the forward is capped to 2 blocks (128 registers, 48
   /// bytes of spill stores).
   WideBlocks,
+  /// The forward only (the backward kernels run as FewestSpills): blocks of
+  /// 4 warps owning 32 rows each (128 rows a block), so each K and V
+  /// fragment a warp reads from shared memory serves two products instead
+  /// of one (FlashAttention-2's forward layout: at full mma.sync rate a
+  /// warp of 16 rows asks shared memory for 256 bytes per product, twice
+  /// what an SM serves a clock), at the cost of registers: 247 (no
+  /// spills), 2 blocks per SM.
+  TallWarps,
 };
 
 /// The launch shape of each tensor-core kernel. The forward, dK/dV and dQ
@@ -57,9 +65,9 @@ enum class FlashTcOccupancy {
 /// run in the shape it is fastest in (flash_shape_tuning.h times them).
 struct FlashTcShapes {
   FlashTcOccupancy forward = FlashTcOccupancy::FewestSpills;
-  /// dK/dV (MoreBlocks compiles it as FewestSpills: see above).
+  /// dK/dV (MoreBlocks and TallWarps run it as FewestSpills: see above).
   FlashTcOccupancy keys = FlashTcOccupancy::FewestSpills;
-  /// dQ.
+  /// dQ (TallWarps runs it as FewestSpills).
   FlashTcOccupancy queries = FlashTcOccupancy::FewestSpills;
 
   /// Every kernel in `shape`.

@@ -32,15 +32,24 @@ const char *flashShapeName(FlashTcOccupancy shape) {
     return "blocks";
   case FlashTcOccupancy::WideBlocks:
     return "wide";
+  case FlashTcOccupancy::TallWarps:
+    return "tall";
   }
   return "?";
 }
 
 std::vector<FlashTcOccupancy> flashShapeCandidates(FlashKernel kernel) {
-  if (kernel == FlashKernel::Keys)
+  switch (kernel) {
+  case FlashKernel::Forward:
+    return {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks,
+            FlashTcOccupancy::WideBlocks, FlashTcOccupancy::TallWarps};
+  case FlashKernel::Keys:
     return {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::WideBlocks};
-  return {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks,
-          FlashTcOccupancy::WideBlocks};
+  case FlashKernel::Queries:
+    return {FlashTcOccupancy::FewestSpills, FlashTcOccupancy::MoreBlocks,
+            FlashTcOccupancy::WideBlocks};
+  }
+  return {FlashTcOccupancy::FewestSpills};
 }
 
 size_t fastestCandidate(const std::vector<double> &ms) {

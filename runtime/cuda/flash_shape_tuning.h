@@ -7,7 +7,7 @@
 // So by default (LOOM_CUDA_FLASH_SHAPE=auto) the first attention of each
 // geometry (B, T, heads) times every shape of each of its kernels on the
 // device and keeps the fastest, as cuDNN's benchmark mode and Triton's
-// autotuner do; a fixed LOOM_CUDA_FLASH_SHAPE (spill0, blocks, wide) runs
+// autotuner do; a fixed LOOM_CUDA_FLASH_SHAPE (spill0, blocks, wide, tall) runs
 // every kernel in that shape and times nothing.
 //
 // Every shape computes the same bits (the same arithmetic in the same order:
@@ -39,10 +39,12 @@ enum class FlashKernel { Forward, Keys, Queries };
 
 /// "forward", "dK/dV", "dQ".
 const char *flashKernelName(FlashKernel kernel);
-/// LOOM_CUDA_FLASH_SHAPE's name of a shape: "spill0", "blocks", "wide".
+/// LOOM_CUDA_FLASH_SHAPE's name of a shape: "spill0", "blocks", "wide",
+/// "tall".
 const char *flashShapeName(FlashTcOccupancy shape);
-/// The shapes `kernel` is compiled in, the default (FlashTcShapes') first.
-/// dK/dV has two: MoreBlocks compiles it as FewestSpills.
+/// The shapes `kernel` is compiled in, the default (FlashTcShapes') first:
+/// the forward has four, dK/dV two (MoreBlocks and TallWarps run it as
+/// FewestSpills), dQ three (TallWarps runs it as FewestSpills).
 std::vector<FlashTcOccupancy> flashShapeCandidates(FlashKernel kernel);
 
 /// Index of the smallest time in `ms` (not empty); of equal ones the first,

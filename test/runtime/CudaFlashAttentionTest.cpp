@@ -6,7 +6,8 @@
 // and dqkv; bf16 checks the same on bf16-rounded inputs with bf16
 // tolerances. Then CudaKernels' Attention / AttentionGrad with either kernel
 // (LOOM_CUDA_ATTENTION), including the gradient scratch that does not fit
-// the [B,NH,T,T] buffer. The LOOM_CUDA_ATTENTION parser needs no device.
+// the [B,NH,T,T] buffer, and every tensor-core launch shape giving the same
+// bits. The LOOM_CUDA_ATTENTION parser needs no device.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -16,6 +17,7 @@
 #include "runtime/cuda/bf16_host.h"
 #include "runtime/cuda/cuda_kernels.h"
 #include "runtime/cuda/flash_attention.h"
+#include "runtime/cuda/flash_shape_tuning.h"
 
 #include <cmath>
 
@@ -151,6 +153,58 @@ TEST_F(CudaFlashAttentionTest, Bf16MatchesCpuKernelsOnRoundedInputs) {
     // tensor cores, bf16-rounded P and dS.
     expectCloseToScale(cuda::floatsFromBf16(dDqkv.host()), dqkv, 2e-2,
                        "bf16 flash dqkv " + c.name());
+  }
+}
+
+// Training times the tensor-core kernels' launch shapes and keeps each
+// kernel's fastest (flash_shape_tuning.h), which is only sound if every
+// shape computes the same bits on the device too: out, lse and dqkv of each
+// shape and of mixed shapes equal the default's (T = 200: a 128-row block
+// and a tail of 72 rows, masked and skipped tiles in every shape).
+TEST_F(CudaFlashAttentionTest, EveryTensorCoreShapeGivesTheSameBits) {
+  const Case c{2, 200, 2, 64};
+  const int64_t C = c.NH * c.hs, rows = c.B * c.NH * c.T;
+  DeviceVector<uint16_t> dQkv(
+      cuda::bf16Bits(randomVector(c.B * c.T * 3 * C, 31))),
+      dDout(cuda::bf16Bits(randomVector(c.B * c.T * C, 32)));
+  auto bf = [](DeviceVector<uint16_t> &v) {
+    return reinterpret_cast<__nv_bfloat16 *>(v.get());
+  };
+  struct Bits {
+    std::vector<uint16_t> out, dqkv;
+    std::vector<float> lse;
+  };
+  auto run = [&](cuda::FlashTcShapes shapes) {
+    DeviceVector<uint16_t> dOut(c.B * c.T * C), dDqkv(c.B * c.T * 3 * C);
+    DeviceVector<float> dLse(rows), dRowDot(rows);
+    EXPECT_TRUE(cuda::flashAttentionForward(bf(dOut), dLse.get(), bf(dQkv), c.B,
+                                            c.T, C, c.NH, stream, shapes)
+                    .ok());
+    EXPECT_TRUE(cuda::flashAttentionBackward(
+                    bf(dDqkv), dRowDot.get(), bf(dDout), bf(dQkv), bf(dOut),
+                    dLse.get(), c.B, c.T, C, c.NH, stream, shapes)
+                    .ok());
+    return Bits{dOut.host(), dDqkv.host(), dLse.host()};
+  };
+  using Shape = cuda::FlashTcOccupancy;
+  const Bits want = run(cuda::FlashTcShapes{});
+  const cuda::FlashTcShapes others[] = {
+      cuda::FlashTcShapes::all(Shape::MoreBlocks),
+      cuda::FlashTcShapes::all(Shape::WideBlocks),
+      cuda::FlashTcShapes::all(Shape::TallWarps),
+      {Shape::TallWarps, Shape::WideBlocks, Shape::MoreBlocks},
+      {Shape::WideBlocks, Shape::FewestSpills, Shape::WideBlocks}};
+  for (const cuda::FlashTcShapes &shapes : others) {
+    SCOPED_TRACE(std::string("forward ") +
+                 cuda::flashShapeName(shapes.forward) + ", dK/dV " +
+                 cuda::flashShapeName(shapes.keys) + ", dQ " +
+                 cuda::flashShapeName(shapes.queries));
+    const Bits got = run(shapes);
+    EXPECT_EQ(got.out, want.out);
+    EXPECT_EQ(got.dqkv, want.dqkv);
+    ASSERT_EQ(got.lse.size(), want.lse.size());
+    for (size_t i = 0; i < want.lse.size(); ++i)
+      ASSERT_EQ(got.lse[i], want.lse[i]) << "lse " << i;
   }
 }
 

@@ -33,6 +33,7 @@ TEST(FlashShapeTuning, FastestCandidateKeepsTheFirstOfEquals) {
        {FlashKernel::Forward, FlashKernel::Keys, FlashKernel::Queries})
     EXPECT_EQ(cuda::flashShapeCandidates(k).front(),
               cuda::FlashTcShapes{}.forward);
+  EXPECT_EQ(cuda::flashShapeCandidates(FlashKernel::Forward).size(), 4u);
   EXPECT_EQ(cuda::flashShapeCandidates(FlashKernel::Keys).size(), 2u);
   EXPECT_EQ(cuda::flashShapeCandidates(FlashKernel::Queries).size(), 3u);
 }
@@ -49,7 +50,8 @@ TEST(FlashShapeTuning, ParsesTheEnvironmentValue) {
   const std::pair<const char *, FlashTcOccupancy> fixed[] = {
       {"spill0", FlashTcOccupancy::FewestSpills},
       {"blocks", FlashTcOccupancy::MoreBlocks},
-      {"wide", FlashTcOccupancy::WideBlocks}};
+      {"wide", FlashTcOccupancy::WideBlocks},
+      {"tall", FlashTcOccupancy::TallWarps}};
   for (const auto &[name, want] : fixed) {
     ASSERT_TRUE(cuda::parseFlashShape(name, shape).ok()) << name;
     ASSERT_TRUE(shape) << name;
@@ -58,8 +60,8 @@ TEST(FlashShapeTuning, ParsesTheEnvironmentValue) {
   }
   Status s = cuda::parseFlashShape("8warps", shape);
   ASSERT_FALSE(s.ok());
-  for (const char *word :
-       {"LOOM_CUDA_FLASH_SHAPE='8warps'", "auto", "spill0", "blocks", "wide"})
+  for (const char *word : {"LOOM_CUDA_FLASH_SHAPE='8warps'", "auto", "spill0",
+                           "blocks", "wide", "tall"})
     EXPECT_NE(s.message().find(word), std::string::npos)
         << word << " in: " << s.message();
 }

@@ -222,6 +222,12 @@ TEST(FlashAttentionEmulation, TensorCoreOccupanciesComputeTheSameValues) {
        {Shape::WideBlocks, Shape::FewestSpills, Shape::MoreBlocks}},
       {"forward blocks, dK/dV wide, dQ spill0",
        {Shape::MoreBlocks, Shape::WideBlocks, Shape::FewestSpills}},
+      // The forward's warps 32 rows each (T = 130: a block of 128 rows
+      // and one of 2; the top row tile of a warp fully masked in the
+      // warp's last key tile); the backward kernels run it as spill0.
+      {"TallWarps", cuda::FlashTcShapes::all(Shape::TallWarps)},
+      {"forward tall, dK/dV wide, dQ blocks",
+       {Shape::TallWarps, Shape::WideBlocks, Shape::MoreBlocks}},
   };
   for (const auto &other : others) {
     SCOPED_TRACE(other.name);
