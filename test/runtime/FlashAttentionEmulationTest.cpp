@@ -135,7 +135,7 @@ TEST(FlashAttentionEmulation, Bf16MatchesCpuKernelsOnRoundedInputs) {
         return reinterpret_cast<__nv_bfloat16 *>(v.data() + offset);
       };
       const std::string name = c.name() + " offset " + std::to_string(offset);
-      // The shape training runs by default (the others compute the same:
+      // The default shapes (the others compute the same:
       // TensorCoreOccupanciesComputeTheSameValues).
       const cuda::FlashTcShapes shape;
       ASSERT_TRUE(emulated::flashAttentionForward(bf(out16), lse.data(),
