@@ -47,7 +47,7 @@ enum class FlashTcOccupancy {
   /// about 40 bytes a clock of an SM in the forward, 28 in dQ, 21 in dK/dV,
   /// against roughly 24 from L2; docs/gpu-measurements.md).
   /// dK/dV (254 registers) and dQ (171) keep their 8 warps per SM, one
-  /// block each; the forward is capped to 2 blocks (128 registers, 48
+  /// block each; the forward is capped to 2 blocks (128 registers, 56
   /// bytes of spill stores).
   WideBlocks,
   /// The forward only (the backward kernels run as FewestSpills): blocks of
