@@ -698,6 +698,29 @@ Status flashAttentionForwardTensorCores(__nv_bfloat16 *out, float *lse,
   return Status::success();
 }
 
+namespace {
+
+/// The backward kernels' common signature (flashBackwardKeyTcKernel,
+/// flashBackwardQueryTcKernel).
+using BackwardKernel = void (*)(__nv_bfloat16 *, const __nv_bfloat16 *,
+                                const __nv_bfloat16 *, const float *,
+                                const float *, int64_t, int64_t, int64_t, float,
+                                int, bool);
+
+/// Launches one backward kernel over the grid of `grid`.
+Status launchBackward(BackwardKernel kernel, const TcGrid &grid,
+                      __nv_bfloat16 *dqkv, const float *rowDot,
+                      const __nv_bfloat16 *dout, const __nv_bfloat16 *qkv,
+                      const float *lse, int64_t T, int64_t C, int64_t NH,
+                      cudaStream_t stream) {
+  LOOM_LAUNCH(kernel, grid.blocks, threadsOf(grid.warps), stream, dqkv, dout,
+              qkv, lse, rowDot, T, C, NH, 1.0f / sqrtf(static_cast<float>(kHs)),
+              grid.tiles, allAligned16({qkv, dout}));
+  return Status::success();
+}
+
+} // namespace
+
 Status flashBackwardKeysTensorCores(__nv_bfloat16 *dqkv, const float *rowDot,
                                     const __nv_bfloat16 *dout,
                                     const __nv_bfloat16 *qkv, const float *lse,
@@ -708,29 +731,23 @@ Status flashBackwardKeysTensorCores(__nv_bfloat16 *dqkv, const float *rowDot,
   LOOM_RETURN_IF_ERROR(gridOf(backwardShape(occupancy), B, T, C, NH, grid));
   // dK/dV keeps its 8 warps per SM either way (2 blocks of 4, or 1 of 8; 3
   // of 4 would leave it 168 registers for 248 live).
-  auto *kernel = grid.wide ? flashBackwardKeyTcKernel<8, 0>
-                           : flashBackwardKeyTcKernel<4, 0>;
-  LOOM_LAUNCH(kernel, grid.blocks, threadsOf(grid.warps), stream, dqkv, dout,
-              qkv, lse, rowDot, T, C, NH, 1.0f / sqrtf(static_cast<float>(kHs)),
-              grid.tiles, allAligned16({qkv, dout}));
-  return Status::success();
+  return launchBackward(grid.wide ? flashBackwardKeyTcKernel<8, 0>
+                                  : flashBackwardKeyTcKernel<4, 0>,
+                        grid, dqkv, rowDot, dout, qkv, lse, T, C, NH, stream);
 }
 
 Status flashBackwardQueriesTensorCores(
     __nv_bfloat16 *dqkv, const float *rowDot, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *qkv, const float *lse, int64_t B, int64_t T, int64_t C,
     int64_t NH, cudaStream_t stream, FlashTcOccupancy occupancy) {
-  occupancy = backwardShape(occupancy);
+  const FlashTcOccupancy shape = backwardShape(occupancy);
   TcGrid grid;
-  LOOM_RETURN_IF_ERROR(gridOf(occupancy, B, T, C, NH, grid));
-  auto *kernel = grid.wide ? flashBackwardQueryTcKernel<8, 0>
-                 : occupancy == FlashTcOccupancy::MoreBlocks
-                     ? flashBackwardQueryTcKernel<4, 3>
-                     : flashBackwardQueryTcKernel<4, 0>;
-  LOOM_LAUNCH(kernel, grid.blocks, threadsOf(grid.warps), stream, dqkv, dout,
-              qkv, lse, rowDot, T, C, NH, 1.0f / sqrtf(static_cast<float>(kHs)),
-              grid.tiles, allAligned16({qkv, dout}));
-  return Status::success();
+  LOOM_RETURN_IF_ERROR(gridOf(shape, B, T, C, NH, grid));
+  return launchBackward(grid.wide ? flashBackwardQueryTcKernel<8, 0>
+                        : shape == FlashTcOccupancy::MoreBlocks
+                            ? flashBackwardQueryTcKernel<4, 3>
+                            : flashBackwardQueryTcKernel<4, 0>,
+                        grid, dqkv, rowDot, dout, qkv, lse, T, C, NH, stream);
 }
 
 Status flashAttentionBackwardTensorCores(

@@ -72,11 +72,11 @@ FlashTcShapes FlashShapeTuner::shapesFor(const FlashGeometry &g) const {
     return shapes;
   const PerKernel &k = it->second;
   if (k[0])
-    shapes.forward = k[0]->chosen;
+    shapes.forward = k[0]->shape();
   if (k[1])
-    shapes.keys = k[1]->chosen;
+    shapes.keys = k[1]->shape();
   if (k[2])
-    shapes.queries = k[2]->chosen;
+    shapes.queries = k[2]->shape();
   return shapes;
 }
 
@@ -135,7 +135,7 @@ Status FlashShapeTuner::time(FlashKernel kernel, const FlashGeometry &g,
       best[c] = std::min(best[c], static_cast<double>(ms));
     }
   Timed result;
-  result.chosen = candidates[fastestCandidate(best)];
+  result.chosen = fastestCandidate(best);
   for (size_t c = 0; c < candidates.size(); ++c)
     result.ms.emplace_back(candidates[c], best[c]);
   timed[g][static_cast<size_t>(kernel)] = std::move(result);
@@ -152,22 +152,19 @@ std::vector<std::string> FlashShapeTuner::choices() const {
     for (size_t k = 0; k < kernels.size(); ++k) {
       if (!kernels[k])
         continue;
+      const Timed &timed = *kernels[k];
       char ms[32];
-      std::snprintf(ms, sizeof(ms), "%.3f", [&] {
-        for (const auto &[shape, t] : kernels[k]->ms)
-          if (shape == kernels[k]->chosen)
-            return t;
-        return 0.0;
-      }());
+      std::snprintf(ms, sizeof(ms), "%.3f", timed.ms[timed.chosen].second);
       line += separator;
       line += std::string(flashKernelName(static_cast<FlashKernel>(k))) + " " +
-              flashShapeName(kernels[k]->chosen) + " " + ms + " ms (";
+              flashShapeName(timed.shape()) + " " + ms + " ms (";
       const char *comma = "";
-      for (const auto &[shape, t] : kernels[k]->ms) {
-        if (shape == kernels[k]->chosen)
+      for (size_t c = 0; c < timed.ms.size(); ++c) {
+        if (c == timed.chosen)
           continue;
-        std::snprintf(ms, sizeof(ms), "%.3f", t);
-        line += std::string(comma) + flashShapeName(shape) + " " + ms;
+        std::snprintf(ms, sizeof(ms), "%.3f", timed.ms[c].second);
+        line +=
+            std::string(comma) + flashShapeName(timed.ms[c].first) + " " + ms;
         comma = ", ";
       }
       line += ")";

@@ -92,9 +92,11 @@ public:
 
 private:
   struct Timed {
-    FlashTcOccupancy chosen = FlashTcOccupancy::FewestSpills;
     /// Each candidate's shortest launch, in candidate order.
     std::vector<std::pair<FlashTcOccupancy, double>> ms;
+    /// The fastest's index in ms.
+    size_t chosen = 0;
+    FlashTcOccupancy shape() const { return ms[chosen].first; }
   };
   using PerKernel = std::array<std::optional<Timed>, 3>;
 
