@@ -8,8 +8,15 @@
 //
 //   - A communicator is an MPI communicator: ncclCommInitRank duplicates
 //     MPI_COMM_WORLD (its size and rank must be the ones asked for),
-//     ncclCommSplit is MPI_Comm_split. Without MPI initialized only a
-//     world of one exists (every collective is then a copy).
+//     ncclCommSplit is MPI_Comm_split. A world of one needs no MPI (every
+//     collective is then a copy).
+//   - Ranks started without mpirun (LOOM_RANK / LOOM_WORLD_SIZE, as `loom`
+//     starts --backend cuda ranks) are each a world of one to MPI: they
+//     connect over loopback TCP instead (EmulatedNcclSockets.h), through
+//     the port rank 0's ncclGetUniqueId puts into the id, and their
+//     collectives are messages between each pair of ranks, each rank
+//     reducing every contribution in rank order (so all ranks hold the
+//     same bits).
 //   - Collectives run when called: the stream they were issued on has
 //     nothing queued in an emulated device.
 //   - ncclSend copies the message and returns (an MPI_Isend from the copy),
@@ -29,26 +36,38 @@
 //     watchdog (runtime/cuda/collective_watchdog.h).
 //
 //===----------------------------------------------------------------------===//
+#include "EmulatedNcclSockets.h"
 #include "runtime/core/bfloat16.h"
 #include "runtime/cuda/cuda_libraries.h"
 
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 /// What an emulated ncclComm_t points to.
 struct ncclComm {
-  MPI_Comm mpi = MPI_COMM_NULL; // MPI_COMM_NULL: a world of one without MPI
+  MPI_Comm mpi = MPI_COMM_NULL; // MPI_COMM_NULL: a world of one, or sockets
   int rank = 0, size = 1;
+  /// Ranks connected over sockets (no mpirun): this communicator's message
+  /// channel, its members' world ranks by rank, and how many splits it has
+  /// made (every member makes the same ones, so the children's channels
+  /// agree).
+  bool sockets = false;
+  uint64_t channel = 0;
+  std::vector<int> members;
+  uint64_t splits = 0;
   /// Sends in flight: the request and the copy it sends from.
   struct Pending {
     MPI_Request request;
@@ -207,10 +226,15 @@ void stallIfAsked() {
     return std::pair<int, long>(rank, call);
   }();
   static long calls = 0;
-  if (stall.first < 0 || ++calls != stall.second || !mpiRunning())
+  if (stall.first < 0 || ++calls != stall.second)
     return;
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (loom::emulated_nccl::worldConnected())
+    rank = loom::emulated_nccl::worldRank();
+  else if (mpiRunning())
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  else
+    return;
   if (rank != stall.first)
     return;
   std::fprintf(stderr,
@@ -235,8 +259,78 @@ int groupDepth = 0;
 std::vector<GroupedCall> grouped;
 
 /// A communicator with no other rank: every collective is a local copy.
-bool alone(const ncclComm *comm) {
-  return comm->mpi == MPI_COMM_NULL || comm->size == 1;
+bool alone(const ncclComm *comm) { return comm->size == 1; }
+
+/// A world of one without MPI or sockets: a rank's point-to-point calls
+/// can only be to itself.
+bool selfOnly(const ncclComm *comm) {
+  return comm->mpi == MPI_COMM_NULL && !comm->sockets;
+}
+
+/// What an id says: the marker of ranks under mpirun, or of ranks joined
+/// over sockets followed by rank 0's port.
+constexpr char kMpiId[] = "loom-emulated";
+constexpr char kSocketsId[] = "loom-emulated-tcp";
+
+int mpiWorldSize() {
+  int size = 1;
+  if (mpiRunning())
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+/// a op= b elementwise, in the type's arithmetic (bf16 in fp32, rounded).
+void reduceInto(void *a, const void *b, size_t count, ncclDataType_t type,
+                ncclRedOp_t op) {
+  auto combine = [op](auto x, auto y) {
+    return op == ncclMax   ? (x > y ? x : y)
+           : op == ncclMin ? (x < y ? x : y)
+                           : x + y;
+  };
+  if (type == ncclFloat32) {
+    auto *x = static_cast<float *>(a);
+    const auto *y = static_cast<const float *>(b);
+    for (size_t i = 0; i < count; ++i)
+      x[i] = combine(x[i], y[i]);
+  } else if (type == ncclInt32) {
+    auto *x = static_cast<int32_t *>(a);
+    const auto *y = static_cast<const int32_t *>(b);
+    for (size_t i = 0; i < count; ++i)
+      x[i] = combine(x[i], y[i]);
+  } else if (type == ncclBfloat16) {
+    auto *x = static_cast<uint16_t *>(a);
+    const auto *y = static_cast<const uint16_t *>(b);
+    for (size_t i = 0; i < count; ++i)
+      x[i] = loom::floatToBF16(
+          combine(loom::bf16ToFloat(x[i]), loom::bf16ToFloat(y[i])));
+  }
+}
+
+/// Over sockets: `out` = the members' `bytes`-long blocks reduced in rank
+/// order, where member m's block is `blockOf(m)` of its send buffer (each
+/// member sends its others their blocks first: the sends complete while
+/// the peers send too, EmulatedNcclSockets.h).
+template <typename BlockOf>
+void reduceOverSockets(ncclComm *comm, const void *sendbuff, void *out,
+                       size_t count, ncclDataType_t type, ncclRedOp_t op,
+                       BlockOf blockOf, const char *what) {
+  using namespace loom::emulated_nccl;
+  const size_t bytes = count * bytesOf(type);
+  const auto *send = static_cast<const uint8_t *>(sendbuff);
+  for (int m = 0; m < comm->size; ++m)
+    if (m != comm->rank)
+      sendTo(comm->members[m], comm->channel, send + blockOf(m) * bytes, bytes);
+  std::vector<uint8_t> sum(bytes), part(bytes);
+  for (int m = 0; m < comm->size; ++m) {
+    uint8_t *into = m == 0 ? sum.data() : part.data();
+    if (m == comm->rank)
+      std::memcpy(into, send + blockOf(m) * bytes, bytes);
+    else
+      receiveFrom(comm->members[m], comm->channel, into, bytes, what);
+    if (m > 0)
+      reduceInto(sum.data(), part.data(), count, type, op);
+  }
+  std::memcpy(out, sum.data(), bytes);
 }
 
 ncclResult_t checkPeer(ncclComm *comm, int peer, ncclDataType_t type) {
@@ -259,8 +353,12 @@ const char *ncclGetErrorString(ncclResult_t result) {
     return "invalid argument (emulated NCCL: a peer, type or reduction it "
            "does not have)";
   case ncclInvalidUsage:
-    return "invalid usage (emulated NCCL: several ranks run only under "
-           "mpirun, with the MPI world's size and ranks)";
+    return "invalid usage (emulated NCCL: several ranks run under mpirun, "
+           "with the MPI world's size and ranks, or join through the id of "
+           "rank 0's ncclGetUniqueId)";
+  case ncclSystemError:
+    return "system error (emulated NCCL: the sockets of ranks started "
+           "without mpirun; the line before says what failed)";
   default:
     return "internal error (emulated NCCL)";
   }
@@ -270,18 +368,47 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId) {
   if (!uniqueId)
     return ncclInvalidArgument;
   std::memset(uniqueId, 0, sizeof(*uniqueId));
-  std::memcpy(uniqueId->internal, "loom-emulated", 13);
+  if (mpiWorldSize() > 1) {
+    std::memcpy(uniqueId->internal, kMpiId, sizeof(kMpiId));
+    return ncclSuccess;
+  }
+  // Not under mpirun with several ranks: the others may join over sockets.
+  uint16_t port = 0;
+  std::string error;
+  if (!loom::emulated_nccl::listenForRanks(port, error)) {
+    std::fprintf(stderr, "emulated NCCL: ncclGetUniqueId: %s\n", error.c_str());
+    return ncclSystemError;
+  }
+  std::memcpy(uniqueId->internal, kSocketsId, sizeof(kSocketsId));
+  std::memcpy(uniqueId->internal + sizeof(kSocketsId), &port, sizeof(port));
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId,
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id,
                               int rank) {
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
     return ncclInvalidArgument;
   auto c = std::make_unique<ncclComm>();
   c->rank = rank;
   c->size = nranks;
-  if (mpiRunning()) {
+  if (std::memcmp(id.internal, kSocketsId, sizeof(kSocketsId)) == 0) {
+    if (nranks == 1) {
+      loom::emulated_nccl::closeListener();
+    } else {
+      uint16_t port = 0;
+      std::memcpy(&port, id.internal + sizeof(kSocketsId), sizeof(port));
+      std::string error;
+      if (!loom::emulated_nccl::connectWorld(rank, nranks, port, error)) {
+        std::fprintf(stderr, "emulated NCCL: ncclCommInitRank: %s\n",
+                     error.c_str());
+        return ncclSystemError;
+      }
+      c->sockets = true;
+      c->channel = 1;
+      for (int r = 0; r < nranks; ++r)
+        c->members.push_back(r);
+    }
+  } else if (mpiRunning()) {
     int worldRank = 0, worldSize = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &worldRank);
     MPI_Comm_size(MPI_COMM_WORLD, &worldSize);
@@ -300,7 +427,47 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
   if (!comm || !newcomm)
     return ncclInvalidArgument;
   auto c = std::make_unique<ncclComm>();
-  if (comm->mpi == MPI_COMM_NULL) {
+  if (comm->sockets) {
+    // Every member learns every member's color and key; a child's members
+    // are its color's, by key then parent rank (MPI_Comm_split's order).
+    using namespace loom::emulated_nccl;
+    const int32_t mine[2] = {color, key};
+    for (int m = 0; m < comm->size; ++m)
+      sendTo(comm->members[m], comm->channel, mine, sizeof(mine));
+    std::vector<std::array<int32_t, 3>> all(comm->size);
+    for (int m = 0; m < comm->size; ++m) {
+      receiveFrom(comm->members[m], comm->channel, all[m].data(),
+                  2 * sizeof(int32_t), "ncclCommSplit's colors");
+      all[m][2] = m;
+    }
+    const uint64_t split = ++comm->splits;
+    if (color < 0) {
+      *newcomm = nullptr;
+      return ncclSuccess;
+    }
+    std::vector<std::array<int32_t, 3>> same;
+    for (const auto &a : all)
+      if (a[0] == color)
+        same.push_back(a);
+    std::stable_sort(same.begin(), same.end(),
+                     [](const auto &a, const auto &b) {
+                       return a[1] != b[1] ? a[1] < b[1] : a[2] < b[2];
+                     });
+    c->sockets = true;
+    c->size = static_cast<int>(same.size());
+    for (int i = 0; i < c->size; ++i) {
+      if (same[i][2] == comm->rank)
+        c->rank = i;
+      c->members.push_back(comm->members[same[i][2]]);
+    }
+    // The child's channel: the parent's, the split's number and the color,
+    // mixed (splitmix64), the same on every member.
+    uint64_t h = comm->channel * 0x9E3779B97F4A7C15ull +
+                 split * 0x100000001B3ull + static_cast<uint64_t>(color);
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    c->channel = (h ^ (h >> 31)) | 2; // never the world's 1
+  } else if (comm->mpi == MPI_COMM_NULL) {
     c->rank = 0, c->size = 1;
   } else {
     MPI_Comm_split(comm->mpi, color < 0 ? MPI_UNDEFINED : color, key, &c->mpi);
@@ -318,7 +485,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (!comm)
     return ncclSuccess;
-  if (mpiRunning()) {
+  if (mpiRunning() && !comm->sockets) {
     progressSends(comm, /*all=*/true);
     if (comm->mpi != MPI_COMM_NULL)
       MPI_Comm_free(&comm->mpi);
@@ -358,6 +525,10 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
   if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
       std::memcpy(recvbuff, sendbuff, bytes);
+  } else if (comm->sockets) {
+    reduceOverSockets(
+        comm, sendbuff, recvbuff, count, datatype, op, [](int) { return 0; },
+        "an all-reduce's contribution");
   } else {
     MPI_Allreduce(sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff, recvbuff,
                   static_cast<int>(count), dt, mop, comm->mpi);
@@ -380,6 +551,23 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff,
       std::memcpy(mine, sendbuff, bytes);
     return ncclSuccess;
   }
+  if (comm->sockets) {
+    using namespace loom::emulated_nccl;
+    std::vector<uint8_t> own(static_cast<const uint8_t *>(sendbuff),
+                             static_cast<const uint8_t *>(sendbuff) + bytes);
+    for (int m = 0; m < comm->size; ++m)
+      if (m != comm->rank)
+        sendTo(comm->members[m], comm->channel, own.data(), bytes);
+    for (int m = 0; m < comm->size; ++m) {
+      auto *slot = static_cast<uint8_t *>(recvbuff) + m * bytes;
+      if (m == comm->rank)
+        std::memcpy(slot, own.data(), bytes);
+      else
+        receiveFrom(comm->members[m], comm->channel, slot, bytes,
+                    "an all-gather's block");
+    }
+    return ncclSuccess;
+  }
   MPI_Allgather(sendbuff == mine ? MPI_IN_PLACE : sendbuff,
                 static_cast<int>(bytes), MPI_BYTE, recvbuff,
                 static_cast<int>(bytes), MPI_BYTE, comm->mpi);
@@ -398,6 +586,10 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
   if (alone(comm)) {
     if (sendbuff != recvbuff && bytes > 0)
       std::memmove(recvbuff, sendbuff, bytes);
+  } else if (comm->sockets) {
+    reduceOverSockets(
+        comm, sendbuff, recvbuff, recvcount, datatype, op,
+        [](int m) { return m; }, "a reduce-scatter's block");
   } else {
     const auto *mine = static_cast<const uint8_t *>(sendbuff) + comm->rank * bytes;
     MPI_Reduce_scatter_block(recvbuff == mine ? MPI_IN_PLACE : sendbuff,
@@ -427,9 +619,20 @@ ncclResult_t ncclGroupEnd() {
   std::vector<MPI_Request> requests;
   std::vector<GroupedCall> calls;
   calls.swap(grouped);
+  // Over sockets the sends go first (each completes while its peer sends
+  // too), then the receives, in the order they were called.
+  for (const GroupedCall &g : calls)
+    if (g.comm->sockets && g.send)
+      loom::emulated_nccl::sendTo(g.comm->members[g.peer], g.comm->channel,
+                                  g.sendBuf, g.bytes);
+  for (const GroupedCall &g : calls)
+    if (g.comm->sockets && !g.send)
+      loom::emulated_nccl::receiveFrom(g.comm->members[g.peer], g.comm->channel,
+                                       g.recvBuf, g.bytes,
+                                       "a grouped receive's message");
   for (const GroupedCall &g : calls) {
     if (g.comm->mpi == MPI_COMM_NULL)
-      continue; // a world of one has no other peer
+      continue; // a world of one has no other peer; sockets are done
     MPI_Request r;
     if (g.send)
       MPI_Isend(g.sendBuf, static_cast<int>(g.bytes), MPI_BYTE, g.peer, 0,
@@ -443,11 +646,11 @@ ncclResult_t ncclGroupEnd() {
   // receive of a communicator takes its k-th send.
   std::vector<const GroupedCall *> selfSends;
   for (const GroupedCall &g : calls)
-    if (g.comm->mpi == MPI_COMM_NULL && g.send)
+    if (selfOnly(g.comm) && g.send)
       selfSends.push_back(&g);
   size_t nextSend = 0;
   for (const GroupedCall &g : calls)
-    if (g.comm->mpi == MPI_COMM_NULL && !g.send) {
+    if (selfOnly(g.comm) && !g.send) {
       if (nextSend >= selfSends.size() ||
           selfSends[nextSend]->bytes != g.bytes)
         return ncclInvalidUsage;
@@ -469,9 +672,14 @@ ncclResult_t ncclSend(const void *sendbuff, size_t count,
     grouped.push_back({true, sendbuff, nullptr, bytes, peer, comm});
     return ncclSuccess;
   }
-  if (comm->mpi == MPI_COMM_NULL)
+  if (selfOnly(comm))
     return ncclInvalidUsage; // to itself outside a group: nothing receives
   stallIfAsked();
+  if (comm->sockets) {
+    loom::emulated_nccl::sendTo(comm->members[peer], comm->channel, sendbuff,
+                                bytes);
+    return ncclSuccess;
+  }
   ncclComm::Pending p;
   p.copy.reset(new uint8_t[bytes > 0 ? bytes : 1]);
   std::memcpy(p.copy.get(), sendbuff, bytes);
@@ -491,9 +699,14 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
     grouped.push_back({false, nullptr, recvbuff, bytes, peer, comm});
     return ncclSuccess;
   }
-  if (comm->mpi == MPI_COMM_NULL)
+  if (selfOnly(comm))
     return ncclInvalidUsage;
   stallIfAsked();
+  if (comm->sockets) {
+    loom::emulated_nccl::receiveFrom(comm->members[peer], comm->channel,
+                                     recvbuff, bytes, "a message");
+    return ncclSuccess;
+  }
   std::vector<MPI_Request> request(1);
   MPI_Irecv(recvbuff, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi,
             &request[0]);

@@ -169,13 +169,15 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
                                            : "OMPI_COMM_WORLD_LOCAL_SIZE",
                               size, localSize));
   LOOM_CHECK(size == 1 || localSize <= devices,
-             "--backend cuda: " << localSize << " ranks on this node but "
-                                << devices
-                                << " CUDA device(s); NCCL needs one device "
-                                   "per rank, so start at most "
-                                << devices
-                                << " ranks per node (mpirun -np / "
-                                   "--npernode)");
+             "--backend cuda: "
+                 << localSize << " ranks on this node but " << devices
+                 << " CUDA device(s); NCCL needs one device "
+                    "per rank, so start at most "
+                 << devices << " ranks per node"
+                 << (env.size > 1 ? " (a --mesh of at most that many "
+                                    "ranks for `loom`, or "
+                                    "LOOM_LOCAL_WORLD_SIZE)"
+                                  : " (mpirun -np / --npernode)"));
   LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
   out.peakTflops = cuda::deviceBf16PeakTflops(localRank % devices);
   LOOM_CUDA_CHECK(
@@ -255,6 +257,14 @@ Status createBackend(const RunOptions &opts, Communicator &world,
 /// Prints the error; in a multi-rank job names the rank and takes every
 /// rank down (MPI_Abort), so no rank hangs in a collective.
 int fail(const std::string &message, bool usage) {
+  // Ranks started without mpirun that fail before NCCL connects them name
+  // their LOOM_RANK: each prints the same error.
+  EnvRanks env;
+  if ((!gComm || gComm->size() == 1) && envRanks(env).ok() && env.size > 1) {
+    std::fprintf(stderr, "loom-run: rank %d: error: %s\n", env.rank,
+                 message.c_str());
+    return 1;
+  }
   if (gComm && gComm->size() > 1) {
     std::fprintf(stderr, "loom-run: rank %d: error: %s\n", gComm->rank(),
                  message.c_str());

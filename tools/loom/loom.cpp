@@ -123,6 +123,9 @@ strategy flags:
     50304; checkpoints keep the real rows; 1: no padding at tp = 1)
   --schedule gpipe|1f1b|interleaved  --virtual-stages V  --sequence-parallel
   --backend cpu|cuda  --precision fp32|bf16  --grad-precision bf16|fp32
+  On more than one rank eval and train start one loom-run per rank: under
+  mpirun for --backend cpu (MPI), themselves for --backend cuda (NCCL, no
+  MPI needed: rank r takes GPU r; the first rank to fail ends the others).
   --precision bf16 compiles bf16 mixed precision (--loom-mixed-precision):
   bf16 weights, activations and gradients (and collectives), fp32 master
   weights and AdamW moments, fp32 loss and norms: 16 bytes of model state
@@ -689,7 +692,11 @@ int runProgram(const char *argv0, const std::string &command,
           runArgs.push_back(flag);
       int64_t ranks = inv->strategy.worldSize();
       std::string launcher = runner.str().str();
-      if (ranks > 1) {
+      // --backend cuda ranks need no MPI: one loom-run per rank, started
+      // here (ChildProcess.h), NCCL bootstrapping through a file in the
+      // temporary directory; each rank takes device LOOM_LOCAL_RANK.
+      const bool ownRanks = ranks > 1 && inv->strategy.backend == "cuda";
+      if (ranks > 1 && !ownRanks) {
         // One loom-run per rank under OpenMPI's mpirun: allowed as root
         // (containers, CI), oversubscribed (more ranks than cores), one
         // OpenMP thread per rank.
@@ -720,8 +727,25 @@ int runProgram(const char *argv0, const std::string &command,
                                          "LOOM_STOP_EXIT_STATUS"};
         runArgs.insert(runArgs.begin(), mpiArgs.begin(), mpiArgs.end());
       }
+      const std::string idFile = (dir + "/nccl-id").str();
+      const std::string size = std::to_string(ranks);
       const ::loom::cli::ChildResult child =
-          ::loom::cli::runPassingOnStopSignals(runArgs, ranks > 1);
+          ownRanks ? ::loom::cli::runRanksPassingOnStopSignals(
+                         runArgs, static_cast<int>(ranks),
+                         [&](int rank) {
+                           const std::string r = std::to_string(rank);
+                           std::vector<std::string> env{
+                               "LOOM_WORLD_SIZE=" + size, "LOOM_RANK=" + r,
+                               "LOOM_LOCAL_WORLD_SIZE=" + size,
+                               "LOOM_LOCAL_RANK=" + r,
+                               "LOOM_NCCL_ID_FILE=" + idFile};
+                           // One OpenMP thread per rank unless asked otherwise,
+                           // as mpirun is told above (and torchrun does).
+                           if (!std::getenv("OMP_NUM_THREADS"))
+                             env.push_back("OMP_NUM_THREADS=1");
+                           return env;
+                         })
+                   : ::loom::cli::runPassingOnStopSignals(runArgs, ranks > 1);
       rc = child.status;
       if (rc < 0)
         rc = fail(command, "loom-run did not finish: " + child.error);
