@@ -337,45 +337,53 @@ Status NcclCommunicator::doAllReduce(void *buf, int64_t count,
   return doComplete(t);
 }
 
+template <typename Issue>
+Status NcclCommunicator::startCollective(const char *op, int64_t count,
+                                         program::DType dtype,
+                                         const std::vector<uint32_t> &axes,
+                                         Ticket &ticket, Issue &&issue) {
+  ncclComm *comm = nullptr;
+  ncclDataType_t type;
+  LOOM_RETURN_IF_ERROR(group(axes, comm));
+  LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
+  LOOM_RETURN_IF_ERROR(beginOnCommStream());
+  LOOM_RETURN_IF_ERROR(watched(
+      stream, [&] { return describe(op, count, dtype, axes); },
+      [&]() -> Status {
+        const ncclResult_t r = issue(comm, type);
+        LOOM_CHECK(r == ncclSuccess,
+                   "NCCL " << describe(op, count, dtype, axes)
+                           << " failed: " << ncclGetErrorString(r));
+        return Status::success();
+      }));
+  return startTicket(ticket);
+}
+
 Status NcclCommunicator::doStartAllReduce(void *buf, int64_t count,
                                           program::DType dtype,
                                           program::Reduction op,
                                           const std::vector<uint32_t> &axes,
                                           Ticket &ticket) {
-  ncclComm *comm = nullptr;
-  ncclDataType_t type;
   ncclRedOp_t red;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
-  LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
-  LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(watched(
-      stream, [&] { return describe("all_reduce", count, dtype, axes); },
-      [&] {
-        LOOM_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count),
-                                      type, red, comm, stream));
-        return Status::success();
-      }));
-  return startTicket(ticket);
+  return startCollective("all_reduce", count, dtype, axes, ticket,
+                         [&](ncclComm *comm, ncclDataType_t type) {
+                           return ncclAllReduce(buf, buf,
+                                                static_cast<size_t>(count),
+                                                type, red, comm, stream);
+                         });
 }
 
 Status NcclCommunicator::doStartAllGather(const void *in, void *out,
                                           int64_t count, program::DType dtype,
                                           const std::vector<uint32_t> &axes,
                                           Ticket &ticket) {
-  ncclComm *comm = nullptr;
-  ncclDataType_t type;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
-  LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
-  LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(watched(
-      stream, [&] { return describe("all_gather", count, dtype, axes); },
-      [&] {
-        LOOM_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(count), type,
-                                      comm, stream));
-        return Status::success();
-      }));
-  return startTicket(ticket);
+  return startCollective("all_gather", count, dtype, axes, ticket,
+                         [&](ncclComm *comm, ncclDataType_t type) {
+                           return ncclAllGather(in, out,
+                                                static_cast<size_t>(count),
+                                                type, comm, stream);
+                         });
 }
 
 Status NcclCommunicator::doComplete(Ticket ticket) {
@@ -412,21 +420,14 @@ Status NcclCommunicator::doReduceScatter(const void *in, void *out,
 Status NcclCommunicator::doStartReduceScatter(
     const void *in, void *out, int64_t count, program::DType dtype,
     program::Reduction op, const std::vector<uint32_t> &axes, Ticket &ticket) {
-  ncclComm *comm = nullptr;
-  ncclDataType_t type;
   ncclRedOp_t red;
-  LOOM_RETURN_IF_ERROR(group(axes, comm));
-  LOOM_RETURN_IF_ERROR(ncclTypeOf(dtype, type));
   LOOM_RETURN_IF_ERROR(ncclOpOf(op, red));
-  LOOM_RETURN_IF_ERROR(beginOnCommStream());
-  LOOM_RETURN_IF_ERROR(watched(
-      stream, [&] { return describe("reduce_scatter", count, dtype, axes); },
-      [&] {
-        LOOM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count),
-                                          type, red, comm, stream));
-        return Status::success();
-      }));
-  return startTicket(ticket);
+  return startCollective("reduce_scatter", count, dtype, axes, ticket,
+                         [&](ncclComm *comm, ncclDataType_t type) {
+                           return ncclReduceScatter(in, out,
+                                                    static_cast<size_t>(count),
+                                                    type, red, comm, stream);
+                         });
 }
 
 Status NcclCommunicator::doAllToAll(const void *in, void *out, int64_t count,

@@ -144,6 +144,13 @@ private:
   /// string built only when a watchdog runs).
   template <typename Describe, typename Call>
   Status watched(cudaStream_t stream, Describe &&what, Call &&call);
+  /// Starts collective `op` of `count` elements over `axes` on the comm
+  /// stream after the compute work so far, watched, completing at
+  /// `ticket`: `issue(comm, type)` makes the NCCL call on `stream`.
+  template <typename Issue>
+  Status startCollective(const char *op, int64_t count, program::DType dtype,
+                         const std::vector<uint32_t> &axes, Ticket &ticket,
+                         Issue &&issue);
   /// "mesh axes dp,tp" (or "the world") for the watchdog's messages.
   std::string axesName(const std::vector<uint32_t> &axes) const;
   /// "all_reduce of 4096 BF16 over mesh axes dp,tp".
