@@ -138,4 +138,38 @@ TEST_F(CudaFlashShapeTuningTest, ALaunchErrorNamesTheKernelAndShape) {
   EXPECT_TRUE(tuner.untimed(FlashKernel::Keys, g)) << "nothing kept";
 }
 
+// The tuner's timing rests on cudaEventElapsedTime, which the emulated
+// runtime answers as CUDA does: only events created with timing and
+// recorded have a time between them; the others are refused.
+TEST_F(CudaFlashShapeTuningTest, EventTimesNeedTimingEventsThatWereRecorded) {
+  cudaEvent_t start = nullptr, stop = nullptr, untimed = nullptr,
+              unrecorded = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&start, cudaEventDefault), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&stop, cudaEventDefault), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&unrecorded, cudaEventDefault),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming),
+            cudaSuccess);
+  DeviceVector<uint8_t> buffer(size_t(1) << 20);
+  ASSERT_EQ(cudaEventRecord(start, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buffer.get(), 0, size_t(1) << 20, stream),
+            cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(stop, stream), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(untimed, stream), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(stop), cudaSuccess);
+  float ms = -1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, stop), cudaSuccess);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, untimed),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, unrecorded, stop),
+            cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaEventElapsedTime(nullptr, start, stop), cudaErrorInvalidValue);
+  // The refusals are not sticky: the stream still works.
+  cudaGetLastError();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (cudaEvent_t e : {start, stop, untimed, unrecorded})
+    EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+}
+
 } // namespace
