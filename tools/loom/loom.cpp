@@ -20,6 +20,7 @@
 #include "passes/Passes.h"
 #include "passes/Pipelines.h"
 #include "tools/loom/ChildProcess.h"
+#include "tools/loom/NodeRanks.h"
 #include "tools/loom/Placement.h"
 #include "tools/loom/Plan.h"
 #include "tools/loom/StrategyFlags.h"
@@ -126,6 +127,11 @@ strategy flags:
   On more than one rank eval and train start one loom-run per rank: under
   mpirun for --backend cpu (MPI), themselves for --backend cuda (NCCL, no
   MPI needed: rank r takes GPU r; the first rank to fail ends the others).
+  --nodes N --node-rank R --rendezvous F (--backend cuda): this node's share
+    of a job over N nodes, as torchrun's --nnodes / --node-rank: run the same
+    command on every node (R = 0..N-1), each starting world size / N ranks;
+    F is a fresh path every node sees, where rank 0 leaves the NCCL id
+    (removed when node 0's ranks end).
   --precision bf16 compiles bf16 mixed precision (--loom-mixed-precision):
   bf16 weights, activations and gradients (and collectives), fp32 master
   weights and AdamW moments, fp32 loss and norms: 16 bytes of model state
@@ -574,11 +580,23 @@ int runProgram(const char *argv0, const std::string &command,
                std::vector<std::string> args) {
   bool train = command == "train";
   bool sample = command == "sample";
-  std::set<std::string> valueFlags{
-      "--config", "--model", "--batch", "--seq", "--data", "--steps",
-      "--seed",
-      "--load-checkpoint", "--save-checkpoint", "--log-json", "--trace",
-      "--emit-ir", "--peak-tflops", "--bandwidth-gbs"};
+  std::set<std::string> valueFlags{"--config",
+                                   "--model",
+                                   "--batch",
+                                   "--seq",
+                                   "--data",
+                                   "--steps",
+                                   "--seed",
+                                   "--load-checkpoint",
+                                   "--save-checkpoint",
+                                   "--log-json",
+                                   "--trace",
+                                   "--emit-ir",
+                                   "--peak-tflops",
+                                   "--bandwidth-gbs",
+                                   "--nodes",
+                                   "--node-rank",
+                                   "--rendezvous"};
   // Optimizer flags: compiled into the program, or passed to the runtime.
   const std::vector<std::string> compiledFlags{"--wd", "--clip", "--beta1",
                                                "--beta2", "--eps"};
@@ -625,6 +643,11 @@ int runProgram(const char *argv0, const std::string &command,
   if (sample && inv->strategy.worldSize() > 1)
     return fail(command, "sampling runs on one rank (one sequence, "
                          "one token at a time); drop --mesh");
+  ::loom::cli::NodeRanks node;
+  std::string nodeError;
+  if (!::loom::cli::planNodeRanks(inv->values, inv->strategy.worldSize(),
+                                  inv->strategy.backend, node, nodeError))
+    return fail(command, nodeError);
 
   // 1. Compile into a private temporary directory.
   llvm::SmallString<128> dir;
@@ -692,10 +715,14 @@ int runProgram(const char *argv0, const std::string &command,
           runArgs.push_back(flag);
       int64_t ranks = inv->strategy.worldSize();
       std::string launcher = runner.str().str();
-      // --backend cuda ranks need no MPI: one loom-run per rank, started
-      // here (ChildProcess.h), NCCL bootstrapping through a file in the
-      // temporary directory; each rank takes device LOOM_LOCAL_RANK.
+      // --backend cuda ranks need no MPI: one loom-run per rank of this
+      // node, started here (ChildProcess.h, NodeRanks.h), NCCL
+      // bootstrapping through a file (in the temporary directory on one
+      // node); each rank takes device LOOM_LOCAL_RANK.
       const bool ownRanks = ranks > 1 && inv->strategy.backend == "cuda";
+      const bool sharedRendezvous = !node.rendezvous.empty();
+      if (!sharedRendezvous)
+        node.rendezvous = (dir + "/nccl-id").str();
       if (ranks > 1 && !ownRanks) {
         // One loom-run per rank under OpenMPI's mpirun: allowed as root
         // (containers, CI), oversubscribed (more ranks than cores), one
@@ -727,18 +754,12 @@ int runProgram(const char *argv0, const std::string &command,
                                          "LOOM_STOP_EXIT_STATUS"};
         runArgs.insert(runArgs.begin(), mpiArgs.begin(), mpiArgs.end());
       }
-      const std::string idFile = (dir + "/nccl-id").str();
-      const std::string size = std::to_string(ranks);
       const ::loom::cli::ChildResult child =
           ownRanks ? ::loom::cli::runRanksPassingOnStopSignals(
-                         runArgs, static_cast<int>(ranks),
+                         runArgs, static_cast<int>(node.localRanks),
                          [&](int rank) {
-                           const std::string r = std::to_string(rank);
-                           std::vector<std::string> env{
-                               "LOOM_WORLD_SIZE=" + size, "LOOM_RANK=" + r,
-                               "LOOM_LOCAL_WORLD_SIZE=" + size,
-                               "LOOM_LOCAL_RANK=" + r,
-                               "LOOM_NCCL_ID_FILE=" + idFile};
+                           std::vector<std::string> env =
+                               ::loom::cli::rankEnvironment(node, rank);
                            // One OpenMP thread per rank unless asked otherwise,
                            // as mpirun is told above (and torchrun does).
                            if (!std::getenv("OMP_NUM_THREADS"))
@@ -746,6 +767,10 @@ int runProgram(const char *argv0, const std::string &command,
                            return env;
                          })
                    : ::loom::cli::runPassingOnStopSignals(runArgs, ranks > 1);
+      // Node 0's rank 0 wrote the shared rendezvous file; every rank has
+      // read it by the first step, so the path is free for the next job.
+      if (ownRanks && sharedRendezvous && node.nodeRank == 0)
+        llvm::sys::fs::remove(node.rendezvous);
       rc = child.status;
       if (rc < 0)
         rc = fail(command, "loom-run did not finish: " + child.error);
