@@ -215,7 +215,8 @@ ChildResult runRanksPassingOnStopSignals(
     const int code = exitStatus(status);
     const bool stopped =
         gFirstSignal != 0 && (code == 128 + gFirstSignal || code == 0);
-    if (code == 0 || stopped || failed >= 0)
+    // (Ranks killed because another could not start are not failures.)
+    if (code == 0 || stopped || failed >= 0 || !result.error.empty())
       continue;
     failed = rank;
     result.status = code;
