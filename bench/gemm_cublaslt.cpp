@@ -3,7 +3,12 @@
 // Times runtime/cuda/gemm.h's bf16 path (bf16 A/B, fp32 accumulation, bf16
 // C) on every GEMM of one GPT-2 training step: for each linear layer (qkv,
 // attention projection, fc, fc projection, tied LM head) the forward
-// Y = X W, and the two backward GEMMs dX = dY W^T and dW = X^T dY. Prints
+// Y = X W, and the two backward GEMMs dX = dY W^T and dW = X^T dY, and for
+// the four with a bias dW again with the bias gradient (dY's column sums)
+// in its epilogue (dw+bias: cuBLASLt's BGRADA, as LinearGrad runs it; its
+// TFLOP/s count the product only, so against the dw row it shows what the
+// sums cost, and torch_matmul.py's dw+bias row is autograd's separate sum).
+// Prints
 //   gemm | M | N | K | ms | TFLOP/s
 // (median of --iters timed calls after --warmup, CUDA events) and, with
 // --json F, the same rows for scripts (bench/torch_matmul.py prints the same
@@ -35,11 +40,13 @@ constexpr const char *kTool = "loom-bench-gemm-cublaslt";
 
 using loom::Status;
 
-/// One GEMM of the step, in gemm.h's row-major contract.
+/// One GEMM of the step, in gemm.h's row-major contract; with
+/// biasGradient, op(B)'s column sums in the epilogue too.
 struct Shape {
   std::string name;
   int64_t M, N, K;
   bool transA, transB;
+  bool biasGradient = false;
 };
 
 /// The step's GEMMs for rows = B*T tokens: each linear X[rows,in] W[in,out]
@@ -62,6 +69,7 @@ std::vector<Shape> gpt2Shapes(int64_t rows, int64_t C, int64_t V,
     shapes.push_back({n + ".fwd", rows, l.out, l.in, false, false});
     shapes.push_back({n + ".dx", rows, l.in, l.out, false, true});
     shapes.push_back({n + ".dw", l.in, l.out, rows, true, false});
+    shapes.push_back({n + ".dw+bias", l.in, l.out, rows, true, false, true});
   }
   // logits[rows,V] = x[rows,C] wte^T; dx = dlogits wte; dwte = dlogits^T x.
   for (auto [name, v] : {std::pair<std::string, int64_t>{"lm_head", V},
@@ -126,10 +134,11 @@ int main(int argc, char **argv) {
   for (float &x : host)
     x = dist(gen);
   const std::vector<uint16_t> bits = loom::cuda::bf16Bits(host);
-  void *dA = nullptr, *dB = nullptr, *dC = nullptr;
+  void *dA = nullptr, *dB = nullptr, *dC = nullptr, *dBias = nullptr;
   BENCH_CUDA(cudaMalloc(&dA, maxA * 2));
   BENCH_CUDA(cudaMalloc(&dB, maxB * 2));
   BENCH_CUDA(cudaMalloc(&dC, maxC * 2));
+  BENCH_CUDA(cudaMalloc(&dBias, 4 * C * 2)); // the widest biased linear
   for (auto [ptr, n] : {std::pair<void *, int64_t>{dA, maxA}, {dB, maxB}})
     for (int64_t at = 0; at < n; at += block)
       BENCH_CUDA(cudaMemcpy(static_cast<uint16_t *>(ptr) + at, bits.data(),
@@ -149,7 +158,7 @@ int main(int argc, char **argv) {
               "C=%lld V=%lld at B=%lld T=%lld on %s\n",
               (long long)C, (long long)V, (long long)B, (long long)T,
               prop.name);
-  std::printf("%-14s %7s %7s %7s %9s %9s\n", "gemm", "M", "N", "K", "ms",
+  std::printf("%-17s %7s %7s %7s %9s %9s\n", "gemm", "M", "N", "K", "ms",
               "TFLOP/s");
   std::string json = "[";
   double totalMs = 0, totalFlops = 0;
@@ -158,10 +167,26 @@ int main(int argc, char **argv) {
     const auto *b = static_cast<const __nv_bfloat16 *>(dB);
     auto *c = static_cast<__nv_bfloat16 *>(dC);
     const int64_t lda = s.transA ? s.M : s.K, ldb = s.transB ? s.K : s.N;
-    auto run = [&] {
-      return gemm.gemmBf16(s.transA, s.transB, s.M, s.N, s.K, 1.0f, a, lda, b,
-                           ldb, 0.0f, c, s.N, nullptr, stream);
-    };
+    loom::cuda::GemmArgs args;
+    args.transA = s.transA, args.transB = s.transB;
+    args.M = s.M, args.N = s.N, args.K = s.K;
+    args.A = a, args.lda = lda, args.B = b, args.ldb = ldb;
+    args.C = c, args.ldc = s.N;
+    args.inputType = args.outputType = loom::cuda::GemmType::BF16;
+    args.biasGradient = s.biasGradient ? dBias : nullptr;
+    if (s.biasGradient) {
+      bool runnable = false;
+      BENCH_CHECK(gemm.canRun(args, runnable));
+      if (!runnable) {
+        // LinearGrad then sums the bias gradient in its own kernel.
+        std::printf("%-17s %7lld %7lld %7lld  cuBLASLt has no BGRADA kernel "
+                    "for it\n",
+                    s.name.c_str(), (long long)s.M, (long long)s.N,
+                    (long long)s.K);
+        continue;
+      }
+    }
+    auto run = [&] { return gemm.matmul(args, stream); };
     for (int i = 0; i < warmup; ++i)
       BENCH_CHECK(run());
     std::vector<float> ms(static_cast<size_t>(iters));
@@ -176,19 +201,21 @@ int main(int argc, char **argv) {
     const double median = ms[ms.size() / 2];
     const double flops = 2.0 * s.M * s.N * s.K;
     const double tflops = flops / (median * 1e-3) / 1e12;
-    totalMs += median;
-    totalFlops += flops;
-    std::printf("%-14s %7lld %7lld %7lld %9.4f %9.1f\n", s.name.c_str(),
+    if (!s.biasGradient) { // the step's GEMMs once each
+      totalMs += median;
+      totalFlops += flops;
+    }
+    std::printf("%-17s %7lld %7lld %7lld %9.4f %9.1f\n", s.name.c_str(),
                 (long long)s.M, (long long)s.N, (long long)s.K, median, tflops);
     char row[256];
     std::snprintf(row, sizeof(row),
                   "%s{\"gemm\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, "
-                  "\"ms\": %.6f, \"tflops\": %.3f}",
+                  "\"ms\": %.6f, \"tflops\": %.6g}",
                   json.size() > 1 ? ", " : "", s.name.c_str(), (long long)s.M,
                   (long long)s.N, (long long)s.K, median, tflops);
     json += row;
   }
-  std::printf("%-14s %7s %7s %7s %9.4f %9.1f\n", "all", "", "", "", totalMs,
+  std::printf("%-17s %7s %7s %7s %9.4f %9.1f\n", "all", "", "", "", totalMs,
               totalFlops / (totalMs * 1e-3) / 1e12);
   json += "]\n";
   if (jsonPath) {
@@ -202,6 +229,7 @@ int main(int argc, char **argv) {
   cudaFree(dA);
   cudaFree(dB);
   cudaFree(dC);
+  cudaFree(dBias);
   cudaStreamDestroy(stream);
   return 0;
 }

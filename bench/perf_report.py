@@ -6,10 +6,11 @@ Reads what step d's runs wrote and prints
      --json) tokens/s, MFU (llm.c: 6N + 6LCT flops per token, N from the
      HF config with the tied wte counted once) and the Loom/PyTorch ratio;
      with --loom-log-unfused, the same Loom program run with no instruction
-     pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_RESIDUAL_NORM=0
-     LOOM_CUDA_FUSED_CROSS_ENTROPY=0: each GELU outside its GEMM, each
-     residual Add apart from its layer norm, the loss apart from its
-     gradient) and the fused run's speed against it; with --loom-log-wide,
+     pairs fused (LOOM_CUDA_GELU_EPILOGUE=0 LOOM_CUDA_BIAS_GRAD_EPILOGUE=0
+     LOOM_CUDA_RESIDUAL_NORM=0 LOOM_CUDA_FUSED_CROSS_ENTROPY=0: each GELU
+     outside its GEMM, each bias gradient summed apart from its weight
+     gradient's GEMM, each residual Add apart from its layer norm, the loss
+     apart from its gradient) and the fused run's speed against it; with --loom-log-wide,
      the same program with its tensor-core attention in blocks of 8 warps
      (LOOM_CUDA_FLASH_SHAPE=wide) and its speed against the default run
      (each attention kernel in the launch shape it ran fastest in when
@@ -18,7 +19,9 @@ Reads what step d's runs wrote and prints
      selective (each block's GELU recomputed in its backward) and its speed
      against the default run: what that memory costs in time;
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
-     (torch_matmul.py --json) TFLOP/s and their ratio;
+     (torch_matmul.py --json) TFLOP/s and their ratio (the dw+bias rows,
+     a weight gradient with its bias gradient, shown but not counted in
+     the per-GEMM goal);
   3. attention: naive vs flash time (loom-bench-attention-cuda --json) and
      how far apart their results are; beside them PyTorch's attention on the
      same shape (torch_attention.py --json) and the bf16 flash kernels'
@@ -159,7 +162,8 @@ def main():
         rows.append((label, t))
         report["torch_training"] = dict(t, label=label)
     # The same program run another way, after Loom's row: with no pairs
-    # fused (gelu_epilogues.h, residual_norms.h, cross_entropy_fusion.h),
+    # fused (gelu_epilogues.h, the bias-gradient epilogue, residual_norms.h,
+    # cross_entropy_fusion.h),
     # what running them as one call each gains; with the attention in
     # 8-warp blocks, what that shape would gain as the default; with the
     # GELU recomputed (--recompute selective), what its memory costs. Each:
@@ -168,8 +172,8 @@ def main():
     variants = [
         (args.loom_log_unfused, "Loom, instruction pairs unfused",
          "Loom GPT-2 training, pairs unfused", "fused_pairs_speed",
-         "fused pairs speed (> 1: GEMM + GELU, Add + LayerNorm, loss + "
-         "gradient in one call each faster)", False),
+         "fused pairs speed (> 1: GEMM + GELU, GEMM + bias gradient, Add + "
+         "LayerNorm, loss + gradient in one call each faster)", False),
         (args.loom_log_wide, "Loom, attention in 8-warp blocks",
          "Loom GPT-2 training, attention in 8-warp blocks",
          "wide_attention_speed",
@@ -215,7 +219,7 @@ def main():
     tt = read_json(args.gemm_torch, missing, "torch.matmul GEMM benchmark")
     if lt or tt:
         print(f"\nbf16 GEMMs of GPT-2 at B={B} T={T} (TFLOP/s)")
-        print(f"  {'gemm':<14} {'M':>7} {'N':>7} {'K':>7} {'cuBLASLt':>9} "
+        print(f"  {'gemm':<17} {'M':>7} {'N':>7} {'K':>7} {'cuBLASLt':>9} "
               f"{'torch':>9} {'ratio':>7}")
         by_name = {r["gemm"]: r for r in (tt or [])}
         met, compared, gemms = 0, 0, []
@@ -227,11 +231,14 @@ def main():
                                f"{o['M']}x{o['N']}x{o['K']}")
                 o = None
             ratio = r["tflops"] / o["tflops"] if lt and o else None
-            if ratio is not None:
+            # The goal is per GEMM: a dw+bias row (Loom's weight gradient
+            # with the bias gradient in its epilogue against torch.matmul
+            # and a separate sum) is shown, not counted.
+            if ratio is not None and not r["gemm"].endswith("+bias"):
                 compared += 1
                 met += ratio >= 0.95
             cell = lambda x: f"{x:>9.1f}" if x is not None else f"{'-':>9}"
-            print(f"  {r['gemm']:<14} {r['M']:>7} {r['N']:>7} {r['K']:>7} "
+            print(f"  {r['gemm']:<17} {r['M']:>7} {r['N']:>7} {r['K']:>7} "
                   f"{cell(r['tflops'] if lt else None)} "
                   f"{cell(o['tflops'] if o else (r['tflops'] if not lt else None))} "
                   f"{(f'{ratio:.3f}' if ratio is not None else '-'):>7}")

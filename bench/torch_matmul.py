@@ -9,7 +9,10 @@ same row-major terms and the same table
 so scripts/gpu-check can put the two side by side: for each linear layer
 (qkv, attn_proj, fc, fc_proj, the tied lm_head) the forward Y = X W (fwd),
 dX = dY W^T (dx) and dW = X^T dY (dw), bf16 in and out (torch accumulates
-bf16 matmuls in fp32). Transposed operands are transposed views, as autograd
+bf16 matmuls in fp32); for the four linears with a bias also dW with the bias
+gradient dY.sum(0) after it (dw+bias: autograd's two kernels, against Loom's
+one GEMM with the sums in its epilogue; TFLOP/s count the product only, and
+the 'all' line leaves these rows out). Transposed operands are transposed views, as autograd
 passes them. Median of --iters timed calls after --warmup (CUDA events on a
 GPU; wall clock on --device cpu, which exists to test this script).
 
@@ -27,19 +30,21 @@ PROG = "torch_matmul"
 
 
 def gpt2_shapes(rows, C, V, Vp=0):
-    """(name, M, N, K, transA, transB) exactly as gemm_cublaslt.cpp lists them
-    (lm_head_p: the LM head on the padded vocabulary Vp, when Vp > 0)."""
+    """(name, M, N, K, transA, transB, bias_grad) exactly as gemm_cublaslt.cpp
+    lists them (lm_head_p: the LM head on the padded vocabulary Vp, when
+    Vp > 0; bias_grad: B's column sums too, the dw+bias rows)."""
     shapes = []
     for name, n_in, n_out in (("qkv", C, 3 * C), ("attn_proj", C, C),
                               ("fc", C, 4 * C), ("fc_proj", 4 * C, C)):
-        shapes.append((name + ".fwd", rows, n_out, n_in, False, False))
-        shapes.append((name + ".dx", rows, n_in, n_out, False, True))
-        shapes.append((name + ".dw", n_in, n_out, rows, True, False))
+        shapes.append((name + ".fwd", rows, n_out, n_in, False, False, False))
+        shapes.append((name + ".dx", rows, n_in, n_out, False, True, False))
+        shapes.append((name + ".dw", n_in, n_out, rows, True, False, False))
+        shapes.append((name + ".dw+bias", n_in, n_out, rows, True, False, True))
     for name, v in (("lm_head", V), ("lm_head_p", Vp)):
         if v > 0:
-            shapes.append((name + ".fwd", rows, v, C, False, True))
-            shapes.append((name + ".dx", rows, C, v, False, False))
-            shapes.append((name + ".dw", v, C, rows, True, False))
+            shapes.append((name + ".fwd", rows, v, C, False, True, False))
+            shapes.append((name + ".dx", rows, C, v, False, False, False))
+            shapes.append((name + ".dw", v, C, rows, True, False, False))
     return shapes
 
 
@@ -73,11 +78,11 @@ def main():
     name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
     print(f"torch.matmul bf16 GEMMs (torch {torch.__version__}) of GPT-2 "
           f"C={args.C} V={args.V} at B={args.batch} T={args.seq} on {name}")
-    print(f"{'gemm':<14} {'M':>7} {'N':>7} {'K':>7} {'ms':>9} {'TFLOP/s':>9}")
+    print(f"{'gemm':<17} {'M':>7} {'N':>7} {'K':>7} {'ms':>9} {'TFLOP/s':>9}")
     torch.manual_seed(1)
     rows, total_ms, total_flops = [], 0.0, 0.0
-    for gemm, M, N, K, ta, tb in gpt2_shapes(args.batch * args.seq, args.C, args.V,
-                                              args.Vp):
+    for gemm, M, N, K, ta, tb, bias_grad in gpt2_shapes(
+            args.batch * args.seq, args.C, args.V, args.Vp):
         # Stored as gemm.h's contract says (A [K,M] when transposed, ...).
         a = torch.empty((K, M) if ta else (M, K), device=device,
                         dtype=torch.bfloat16).uniform_(-1, 1)
@@ -85,33 +90,41 @@ def main():
                         dtype=torch.bfloat16).uniform_(-1, 1)
         A, B = (a.t() if ta else a), (b.t() if tb else b)
         out = torch.empty((M, N), device=device, dtype=torch.bfloat16)
-        for _ in range(args.warmup):
+        bias = torch.empty((N,), device=device, dtype=torch.bfloat16)
+
+        def run():
             torch.matmul(A, B, out=out)
+            if bias_grad:
+                torch.sum(B, dim=0, out=bias)
+
+        for _ in range(args.warmup):
+            run()
         times = []
         for _ in range(args.iters):
             if on_gpu:
                 start = torch.cuda.Event(enable_timing=True)
                 stop = torch.cuda.Event(enable_timing=True)
                 start.record()
-                torch.matmul(A, B, out=out)
+                run()
                 stop.record()
                 stop.synchronize()
                 times.append(start.elapsed_time(stop))
             else:
                 t0 = time.perf_counter()
-                torch.matmul(A, B, out=out)
+                run()
                 times.append((time.perf_counter() - t0) * 1e3)
         times.sort()
         ms = times[len(times) // 2]
         flops = 2.0 * M * N * K
         tflops = flops / (ms * 1e-3) / 1e12
-        total_ms += ms
-        total_flops += flops
-        print(f"{gemm:<14} {M:>7} {N:>7} {K:>7} {ms:>9.4f} {tflops:>9.1f}")
+        if not bias_grad:  # the step's GEMMs once each
+            total_ms += ms
+            total_flops += flops
+        print(f"{gemm:<17} {M:>7} {N:>7} {K:>7} {ms:>9.4f} {tflops:>9.1f}")
         rows.append({"gemm": gemm, "M": M, "N": N, "K": K, "ms": ms,
                      "tflops": tflops})
-        del a, b, A, B, out
-    print(f"{'all':<14} {'':>7} {'':>7} {'':>7} {total_ms:>9.4f} "
+        del a, b, A, B, out, bias
+    print(f"{'all':<17} {'':>7} {'':>7} {'':>7} {total_ms:>9.4f} "
           f"{total_flops / (total_ms * 1e-3) / 1e12:>9.1f}")
     if args.json:
         with open(args.json, "w") as f:

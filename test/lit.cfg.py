@@ -30,8 +30,11 @@ llvm_config.with_environment("PATH", config.loom_tools_dir, append_path=True)
 # Builds with the CUDA backend (runtime/cuda/); GPU runs are scripts/gpu-check's.
 if getattr(config, "loom_enable_cuda", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
     config.available_features.add("loom-cuda")
-    # loom-run on the emulated CUDA runtime (test/runtime/CMakeLists.txt).
-    llvm_config.add_tool_substitutions(["loom-run-emulated"], tool_dirs)
+    # loom-run and gpu-check step d's benchmarks on the emulated CUDA
+    # runtime (test/runtime/CMakeLists.txt).
+    llvm_config.add_tool_substitutions(
+        ["loom-run-emulated", "loom-bench-gemm-cublaslt-emulated",
+         "loom-bench-attention-cuda-emulated"], tool_dirs)
 
 # End-to-end tests compare with PyTorch, which Debian's python3-torch provides
 # only for /usr/bin/python3 (the python3 on PATH may be another interpreter).

@@ -430,8 +430,10 @@ public:
 
   /// What the kernels chose for themselves while running, a line each,
   /// for the run's summary: the CUDA backend's attention launch shapes
-  /// timed on the device (cuda/flash_shape_tuning.h). The choices move
-  /// time only, never a result. The CPU kernels choose nothing.
+  /// timed on the device (cuda/flash_shape_tuning.h), which move time
+  /// only, never a result; which bias gradients cuBLASLt summed in a
+  /// GEMM's epilogue, which moves results by rounding, the same on every
+  /// run of a device and library. The CPU kernels choose nothing.
   virtual std::vector<std::string> kernelChoices() const { return {}; }
 };
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <optional>
+#include <sstream>
 #include <utility>
 
 namespace loom::cuda {
@@ -90,6 +91,12 @@ Status parseGeluEpilogue(const char *value, bool &out) {
                      "the instructions one by one", out);
 }
 
+Status parseBiasGradEpilogue(const char *value, bool &out) {
+  return parseSwitch("LOOM_CUDA_BIAS_GRAD_EPILOGUE", value,
+                     "a bias gradient summed in its weight gradient's GEMM",
+                     "a column-sum kernel after the GEMM", out);
+}
+
 Status parseResidualNorm(const char *value, bool &out) {
   return parseSwitch("LOOM_CUDA_RESIDUAL_NORM", value,
                      "a residual Add and a layer norm in one kernel",
@@ -134,6 +141,8 @@ Status CudaKernels::create(cudaStream_t computeStream,
       parseGroupAdamW(std::getenv("LOOM_CUDA_GROUP_ADAMW"), k->groupAdamW));
   LOOM_RETURN_IF_ERROR(parseGeluEpilogue(std::getenv("LOOM_CUDA_GELU_EPILOGUE"),
                                          k->geluEpilogue));
+  LOOM_RETURN_IF_ERROR(parseBiasGradEpilogue(
+      std::getenv("LOOM_CUDA_BIAS_GRAD_EPILOGUE"), k->biasGradEpilogue));
   LOOM_RETURN_IF_ERROR(parseResidualNorm(std::getenv("LOOM_CUDA_RESIDUAL_NORM"),
                                          k->residualNorm));
   LOOM_RETURN_IF_ERROR(parseFusedCrossEntropy(
@@ -168,6 +177,29 @@ std::vector<std::string> CudaKernels::kernelChoices() const {
   std::vector<std::string> lines;
   for (const std::string &line : flashShapes.choices())
     lines.push_back("attention launch shapes timed on the device, " + line);
+  if (!biasGradShapes.empty()) {
+    // Whether cuBLASLt has a BGRADA kernel for a shape is its own answer
+    // on this device and library version: say where it had none.
+    size_t fused = 0;
+    std::ostringstream declined;
+    for (const auto &[shape, ran] : biasGradShapes) {
+      if (ran) {
+        ++fused;
+        continue;
+      }
+      const auto &[K, N, M] = shape;
+      declined << (declined.tellp() > 0 ? ", " : "") << K << "x" << N
+               << " over " << M << " rows";
+    }
+    std::ostringstream line;
+    line << "bias gradients summed in their weight gradient's GEMM "
+            "(cuBLASLt BGRADA epilogue): "
+         << fused << " of " << biasGradShapes.size() << " LinearGrad shapes";
+    if (fused < biasGradShapes.size())
+      line << "; by a column-sum kernel where cuBLASLt had none: "
+           << declined.str();
+    lines.push_back(line.str());
+  }
   return lines;
 }
 

@@ -25,8 +25,10 @@
 #include "runtime/cuda/gemm.h"
 
 #include <cuda_runtime_api.h>
+#include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 namespace loom::cuda {
@@ -58,6 +60,13 @@ Status parseGroupAdamW(const char *value, bool &out);
 /// (the instructions one by one, to compare); anything else is an error.
 Status parseGeluEpilogue(const char *value, bool &out);
 
+/// Parses the value of LOOM_CUDA_BIAS_GRAD_EPILOGUE: "1" or null / empty
+/// (the default: a bf16 LinearGrad's bias gradient is summed in the
+/// epilogue of its weight gradient's GEMM, cuBLASLt's BGRADA, where
+/// cuBLASLt has a kernel for it) or "0" (a column-sum kernel after the
+/// GEMM, to compare); anything else is an error.
+Status parseBiasGradEpilogue(const char *value, bool &out);
+
 /// Parses the value of LOOM_CUDA_RESIDUAL_NORM: "1" or null / empty (the
 /// default: a bf16 residual Add and the LayerNorm after it, and a
 /// LayerNormGrad and the Add of its input gradient, run as one kernel,
@@ -87,7 +96,9 @@ public:
   /// kernel comes from the environment (LOOM_CUDA_ATTENTION, see
   /// parseAttentionKernel), whether AdamW updates run grouped
   /// (LOOM_CUDA_GROUP_ADAMW, parseGroupAdamW), whether GELUs run in their
-  /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue),
+  /// GEMM's epilogue (LOOM_CUDA_GELU_EPILOGUE, parseGeluEpilogue), bias
+  /// gradients in theirs (LOOM_CUDA_BIAS_GRAD_EPILOGUE,
+  /// parseBiasGradEpilogue),
   /// residual Adds with layer norms (LOOM_CUDA_RESIDUAL_NORM,
   /// parseResidualNorm) and losses with their gradients
   /// (LOOM_CUDA_FUSED_CROSS_ENTROPY, parseFusedCrossEntropy), and the
@@ -321,9 +332,14 @@ private:
   AttentionKernel attention = AttentionKernel::Flash;
   bool groupAdamW = true;
   bool geluEpilogue = true;
+  bool biasGradEpilogue = true;
   bool residualNorm = true;
   bool fusedCrossEntropy = true;
   FlashShapeTuner flashShapes;
+  /// Each bf16 LinearGrad shape with a bias (dweight's K x N over M rows)
+  /// and whether cuBLASLt summed its bias gradient in the GEMM's epilogue
+  /// (kernelChoices reports them; the answer is cuBLASLt's, per shape).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, bool> biasGradShapes;
   Gemm gemmEngine;
   void *workspaceDevice = nullptr;
   uint64_t workspaceDeviceBytes = 0;

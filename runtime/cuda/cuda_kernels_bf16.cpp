@@ -256,7 +256,25 @@ Status CudaKernels::linearWeightGrads(const std::vector<TypedOperand> &in,
                                       const std::vector<TypedOperand> &out) {
   const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
   const int64_t M = numel(in[1]) / K;
-  // dweight[K,N] = input^T dout; dbias[N] = dout's column sums.
+  // dweight[K,N] = input^T dout; dbias[N] = dout's column sums, in the
+  // GEMM's epilogue where cuBLASLt can (dout is its B: the sums over k of
+  // op(B)), saving a pass over dout's M x N.
+  if (out.size() >= 3 && biasGradEpilogue && isBF16(in[0]) && isBF16(in[1]) &&
+      out[2].dtype == out[1].dtype) {
+    GemmArgs g;
+    g.transA = true;
+    g.M = K, g.N = N, g.K = M;
+    g.A = in[1].data, g.lda = K, g.B = in[0].data, g.ldb = N;
+    g.C = out[1].data, g.ldc = N;
+    g.inputType = GemmType::BF16;
+    g.outputType = isBF16(out[1]) ? GemmType::BF16 : GemmType::F32;
+    g.biasGradient = out[2].data;
+    bool ran = false;
+    LOOM_RETURN_IF_ERROR(gemmEngine.tryMatmul(g, computeStream, ran));
+    biasGradShapes[{K, N, M}] = ran;
+    if (ran)
+      return Status::success();
+  }
   LOOM_RETURN_IF_ERROR(
       gemmMixed(true, false, K, N, M, in[1], K, in[0], N, out[1], N, nullptr));
   if (out.size() < 3)

@@ -5,8 +5,8 @@
 // 2. Look the shape up in the plan cache; on a miss create the descriptors
 //    (operation, three layouts, preference with the real pointer
 //    alignments) and ask the heuristic for its best algorithm.
-// 3. Point the cached operation at this call's bias (and GELU epilogue
-//    companion) and run cublasLtMatmul.
+// 3. Point the cached operation at this call's bias or bias gradient (and
+//    GELU epilogue companion) and run cublasLtMatmul.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/gemm.h"
@@ -49,6 +49,10 @@ cudaDataType_t cudaType(GemmType t) {
 const char *typeName(GemmType t) { return t == GemmType::BF16 ? "bf16" : "fp32"; }
 
 cublasLtEpilogue_t epilogueOf(const GemmArgs &g) {
+  if (g.biasGradient)
+    // cuBLASLt's A is our B (the operand swap of gemm.h): the sums of its
+    // op over k, one per row of cuBLASLt's D, i.e. per column of our C.
+    return CUBLASLT_EPILOGUE_BGRADA;
   switch (g.activation) {
   case GemmActivation::Gelu:
     return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
@@ -61,9 +65,19 @@ cublasLtEpilogue_t epilogueOf(const GemmArgs &g) {
   return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-/// Why a GELU epilogue cannot take these arguments (cuBLASLt's rules for
-/// the auxiliary matrix), or null.
+/// Why a GELU or bias-gradient epilogue cannot take these arguments
+/// (cuBLASLt's rules for the auxiliary matrix and the bias vector), or null.
 const char *epilogueMismatch(const GemmArgs &g) {
+  if (g.biasGradient) {
+    if (g.bias || g.activation != GemmActivation::None)
+      return "the bias-gradient epilogue takes no bias and no activation";
+    if (reinterpret_cast<uintptr_t>(g.biasGradient) % 16 != 0)
+      return "the bias gradient is not 16-byte aligned";
+    if (g.alpha != 1.0f || g.beta != 0.0f)
+      // What cuBLASLt's sums would mean then is not documented.
+      return "the bias-gradient epilogue needs alpha 1 and beta 0";
+    return nullptr;
+  }
   if (g.activation == GemmActivation::None)
     return nullptr;
   if (!g.aux)
@@ -143,7 +157,8 @@ Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
                     alignC,
                     int(g.activation),
                     g.ldaux,
-                    alignAux};
+                    alignAux,
+                    g.biasGradient != nullptr};
   auto it = plans.find(key);
   if (it != plans.end()) {
     plan = it->second.get();
@@ -258,7 +273,8 @@ Status Gemm::matmul(const GemmArgs &g, cudaStream_t stream) {
           << g.M << "x" << g.N << "x" << g.K << " GEMM (lda " << g.lda
           << ", ldb " << g.ldb << ", ldc " << g.ldc << (g.bias ? ", bias" : "")
           << (g.activation == GemmActivation::None ? "" : ", GELU epilogue")
-          << ")" << (why ? std::string(": ") + why : std::string()));
+          << (g.biasGradient ? ", bias-gradient epilogue" : "") << ")"
+          << (why ? std::string(": ") + why : std::string()));
   return Status::success();
 }
 
@@ -287,9 +303,12 @@ Status Gemm::tryMatmul(const GemmArgs &g, cudaStream_t stream, bool &ran) {
   if (!plan)
     return Status::success();
   // 3. Run. K == 0 gives C = beta C (+ bias), which cuBLASLt also handles.
-  if (g.bias)
+  // The bias vector, read (BIAS epilogues) or written (BGRADA).
+  const void *biasVector = g.biasGradient ? g.biasGradient : g.bias;
+  if (biasVector)
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+        plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasVector,
+        sizeof(biasVector)));
   if (g.activation != GemmActivation::None)
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,

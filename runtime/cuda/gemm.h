@@ -77,6 +77,13 @@ struct GemmArgs {
   GemmActivation activation = GemmActivation::None;
   void *aux = nullptr;
   int64_t ldaux = 0;
+  /// Optional [N] output of C's type: the sums of op(B) over the k
+  /// dimension, written in the epilogue. In a linear layer's weight
+  /// gradient (dweight = input^T dout) op(B) is the output gradient, so
+  /// this is the layer's bias gradient without a second pass over dout.
+  /// cuBLASLt's CUBLASLT_EPILOGUE_BGRADA (its first operand is our B);
+  /// only with alpha 1, beta 0, no bias and no activation, 16-byte aligned.
+  void *biasGradient = nullptr;
 };
 
 class GemmPlan;
@@ -94,9 +101,9 @@ public:
   /// Any supported GEMM (see GemmArgs), on `stream`. The first call of a
   /// shape runs the cuBLASLt heuristic; later calls reuse its choice.
   Status matmul(const GemmArgs &args, cudaStream_t stream);
-  /// matmul for a GEMM the caller can also run another way (a GELU
-  /// epilogue): `ran` is false, and nothing is enqueued, when cuBLASLt
-  /// offers no algorithm for it or the arguments miss an epilogue's
+  /// matmul for a GEMM the caller can also run another way (a GELU or
+  /// bias-gradient epilogue): `ran` is false, and nothing is enqueued, when
+  /// cuBLASLt offers no algorithm for it or the arguments miss an epilogue's
   /// alignment rules; other failures are errors as in matmul.
   Status tryMatmul(const GemmArgs &args, cudaStream_t stream, bool &ran);
   /// Whether tryMatmul would run `args` (plans it; enqueues nothing).
@@ -127,9 +134,9 @@ public:
 
 private:
   /// Everything the cuBLASLt descriptors and the algorithm depend on.
-  using PlanKey =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
-                 int64_t, int, int, bool, int, int, int, int, int64_t, int>;
+  using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int, int, bool, int, int, int,
+                             int, int64_t, int, bool>;
   /// The cached plan of the call's shape; `plan` is null when cuBLASLt has
   /// no algorithm for it (remembered too).
   Status planFor(const GemmArgs &args, GemmPlan *&plan);

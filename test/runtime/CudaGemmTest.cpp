@@ -4,8 +4,9 @@
 // epilogue) against a double-precision reference on the same bf16-rounded
 // inputs, for every transpose combination and shapes that are and are not
 // multiples of the tensor-core tiles; the GELU epilogues (gelu_epilogues.h)
-// against the model's GELU and its slope, and what they decline; the plan
-// cache; and the argument errors. Skipped without a device.
+// against the model's GELU and its slope, the bias-gradient epilogue against
+// column sums, and what they decline; the plan cache; and the argument
+// errors. Skipped without a device.
 //
 //===----------------------------------------------------------------------===//
 #include "CudaTestUtil.h"
@@ -208,6 +209,33 @@ __nv_bfloat16 *bf16Ptr(DeviceVector<uint16_t> &v) {
   return reinterpret_cast<__nv_bfloat16 *>(v.get());
 }
 
+/// An edit of a GEMM's arguments that an epilogue cannot take, and the
+/// words matmul's error must hold.
+struct DeclineCase {
+  const char *what;
+  std::function<void(cuda::GemmArgs &)> edit;
+  const char *message;
+};
+
+/// Each case's edit of `base`: tryMatmul leaves it to the caller (nothing
+/// enqueued, `ran` false) and matmul says why.
+template <size_t N>
+void expectEachDeclined(cuda::Gemm &gemm, cudaStream_t stream,
+                        const cuda::GemmArgs &base,
+                        const DeclineCase (&cases)[N]) {
+  for (const DeclineCase &c : cases) {
+    cuda::GemmArgs a = base;
+    c.edit(a);
+    bool ran = true;
+    ASSERT_TRUE(gemm.tryMatmul(a, stream, ran).ok()) << c.what;
+    EXPECT_FALSE(ran) << c.what;
+    const Status s = gemm.matmul(a, stream);
+    EXPECT_FALSE(s.ok()) << c.what;
+    EXPECT_NE(s.message().find(c.message), std::string::npos)
+        << c.what << ": " << s.message();
+  }
+}
+
 } // namespace
 
 TEST_F(CudaGemmTest, GeluEpiloguesApplyTheModelsGeluToTheFp32Product) {
@@ -285,12 +313,7 @@ TEST_F(CudaGemmTest, GeluEpiloguesDeclineWhatCuBlasLtRules) {
   g.inputType = g.outputType = cuda::GemmType::BF16;
   g.activation = cuda::GemmActivation::Gelu;
   g.aux = aux.get(), g.ldaux = 24;
-  struct Case {
-    const char *what;
-    std::function<void(cuda::GemmArgs &)> edit;
-    const char *message;
-  };
-  const Case cases[] = {
+  const DeclineCase cases[] = {
       {"no aux", [](cuda::GemmArgs &a) { a.aux = nullptr; },
        "needs its pre-activation matrix"},
       {"aux 2 bytes off", [&](cuda::GemmArgs &a) { a.aux = bf16Ptr(aux) + 1; },
@@ -306,18 +329,101 @@ TEST_F(CudaGemmTest, GeluEpiloguesDeclineWhatCuBlasLtRules) {
        },
        "takes no bias"},
   };
-  for (const Case &c : cases) {
-    cuda::GemmArgs a = g;
-    c.edit(a);
-    bool ran = true;
-    ASSERT_TRUE(gemm.tryMatmul(a, stream, ran).ok()) << c.what;
-    EXPECT_FALSE(ran) << c.what;
-    const Status s = gemm.matmul(a, stream);
-    EXPECT_FALSE(s.ok()) << c.what;
-    EXPECT_NE(s.message().find(c.message), std::string::npos)
-        << c.what << ": " << s.message();
-  }
+  expectEachDeclined(gemm, stream, g, cases);
   // Nothing ran: C still holds its ones.
   for (uint16_t bits : C.host())
+    ASSERT_EQ(bits, 0x3f80);
+}
+
+TEST_F(CudaGemmTest, BiasGradientEpilogueSumsTheOutputGradient) {
+  // A linear layer's weight gradient dweight [C, H] = x^T dout over M rows,
+  // with the bias gradient (dout's column sums) written by the same GEMM
+  // (cuBLASLt's BGRADA, the LinearGrad of cuda_kernels_bf16.cpp): both
+  // held to the double reference, for a bf16 and an fp32 output. M is no
+  // multiple of a tensor-core tile, so partial tiles add to the sums too.
+  cuda::Gemm gemm;
+  ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
+  const int64_t M = 200, C = 40, H = 72;
+  const auto x = cuda::roundedToBf16(randomVector(M * C, 31));
+  const auto dout = cuda::roundedToBf16(randomVector(M * H, 32));
+  DeviceVector<uint16_t> dX(cuda::bf16Bits(x)), dOut(cuda::bf16Bits(dout));
+  const std::vector<float> zero(static_cast<size_t>(C * H), 0.0f);
+  const std::vector<float> dweight =
+      referenceGemm(true, false, C, H, M, 1.0f, x, C, dout, H, 0.0f, zero, {});
+  std::vector<float> dbias(static_cast<size_t>(H));
+  for (int64_t j = 0; j < H; ++j) {
+    double sum = 0;
+    for (int64_t i = 0; i < M; ++i)
+      sum += dout[i * H + j];
+    dbias[j] = static_cast<float>(sum);
+  }
+  cuda::GemmArgs g;
+  g.transA = true;
+  g.M = C, g.N = H, g.K = M;
+  g.A = dX.get(), g.lda = C, g.B = dOut.get(), g.ldb = H;
+  g.inputType = cuda::GemmType::BF16;
+  g.ldc = H;
+  for (cuda::GemmType out : {cuda::GemmType::BF16, cuda::GemmType::F32}) {
+    const bool bf16 = out == cuda::GemmType::BF16;
+    const std::string what = bf16 ? "bf16 output" : "fp32 output";
+    // Filled with NaN: everything compared below was written.
+    DeviceVector<uint16_t> cBf16(static_cast<size_t>(C * H), 0x7fc0),
+        biasBf16(static_cast<size_t>(H), 0x7fc0);
+    DeviceVector<float> cF32(static_cast<size_t>(C * H), NAN),
+        biasF32(static_cast<size_t>(H), NAN);
+    cuda::GemmArgs a = g;
+    a.outputType = out;
+    a.C = bf16 ? static_cast<void *>(cBf16.get()) : cF32.get();
+    a.biasGradient = bf16 ? static_cast<void *>(biasBf16.get()) : biasF32.get();
+    bool ran = false;
+    ASSERT_TRUE(gemm.tryMatmul(a, stream, ran).ok()) << what;
+    ASSERT_TRUE(ran) << what;
+    // bf16: one rounding of an fp32 sum; fp32: fp32 accumulation of M
+    // terms of magnitude <= 1.
+    const double rtol = bf16 ? 1.0 / 128 : 1e-5, atol = bf16 ? 1e-3 : 1e-4;
+    expectClose(bf16 ? cuda::floatsFromBf16(cBf16.host()) : cF32.host(),
+                dweight, rtol, atol, what + " dweight");
+    expectClose(bf16 ? cuda::floatsFromBf16(biasBf16.host()) : biasF32.host(),
+                dbias, rtol, atol, what + " dbias");
+  }
+  EXPECT_FALSE(HasFailure());
+}
+
+TEST_F(CudaGemmTest, BiasGradientEpilogueDeclinesWhatItCannotDo) {
+  // tryMatmul leaves these to the caller's column-sum kernel (nothing
+  // enqueued, `ran` false); matmul says why.
+  cuda::Gemm gemm;
+  ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
+  DeviceVector<uint16_t> A(32 * 16, 0), B(32 * 24, 0), C(16 * 24, 0x3f80),
+      bias(24 + 8, 0x3f80), aux(16 * 24, 0);
+  cuda::GemmArgs g;
+  g.transA = true;
+  g.M = 16, g.N = 24, g.K = 32;
+  g.A = A.get(), g.lda = 16, g.B = B.get(), g.ldb = 24;
+  g.C = C.get(), g.ldc = 24;
+  g.inputType = g.outputType = cuda::GemmType::BF16;
+  g.biasGradient = bias.get();
+  const DeclineCase cases[] = {
+      {"2 bytes off",
+       [&](cuda::GemmArgs &a) { a.biasGradient = bf16Ptr(bias) + 1; },
+       "bias gradient is not 16-byte aligned"},
+      {"with a bias", [&](cuda::GemmArgs &a) { a.bias = aux.get(); },
+       "takes no bias and no activation"},
+      {"with a GELU",
+       [&](cuda::GemmArgs &a) {
+         a.activation = cuda::GemmActivation::Gelu;
+         a.aux = aux.get(), a.ldaux = 24;
+       },
+       "takes no bias and no activation"},
+      {"alpha 2", [](cuda::GemmArgs &a) { a.alpha = 2.0f; },
+       "needs alpha 1 and beta 0"},
+      {"beta 1", [](cuda::GemmArgs &a) { a.beta = 1.0f; },
+       "needs alpha 1 and beta 0"},
+  };
+  expectEachDeclined(gemm, stream, g, cases);
+  // Nothing ran: C and the bias gradient still hold their ones.
+  for (uint16_t bits : C.host())
+    ASSERT_EQ(bits, 0x3f80);
+  for (uint16_t bits : bias.host())
     ASSERT_EQ(bits, 0x3f80);
 }

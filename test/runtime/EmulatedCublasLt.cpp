@@ -10,13 +10,15 @@
 // i + j ld), fp32 or bf16 elements, fp32 accumulation; C is not read when
 // beta is 0. The GELU epilogues (GPT-2's tanh approximation, in fp32):
 // GELU_AUX(_BIAS) stores x = the value above in the auxiliary matrix and
-// gelu(x) in D; DGELU stores value * gelu'(aux) in D. It refuses
+// gelu(x) in D; DGELU stores value * gelu'(aux) in D. BGRADA stores the
+// sums of op(A) over k (fp32, k in order), one per row of D, in the bias
+// vector in D's type, the product as without it. It refuses
 // (CUBLAS_STATUS_INVALID_VALUE) what the real library refuses and gemm.cpp
 // could get wrong: operand shapes that do not chain, a leading dimension
-// below the rows, mixed A/B types, a bias epilogue without a bias pointer,
-// a GELU epilogue without its auxiliary matrix or with a leading dimension
-// that is not a multiple of 8 at least D's rows, attributes of the wrong
-// size.
+// below the rows, mixed A/B types, a bias or BGRADA epilogue without a bias
+// pointer, a GELU epilogue without its auxiliary matrix or with a leading
+// dimension that is not a multiple of 8 at least D's rows, attributes of
+// the wrong size.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/cuda_libraries.h"
@@ -85,6 +87,9 @@ bool writesGelu(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX ||
          e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+bool usesBiasVector(cublasLtEpilogue_t e) {
+  return hasBias(e) || e == CUBLASLT_EPILOGUE_BGRADA;
+}
 bool usesAux(cublasLtEpilogue_t e) {
   return writesGelu(e) || e == CUBLASLT_EPILOGUE_DGELU;
 }
@@ -137,7 +142,7 @@ bool consistent(const MatmulDesc &d, const Layout &a, const Layout &b,
   for (const Layout *l : {&a, &b, &c, &dl})
     if (l->ld < int64_t(l->rows > 0 ? l->rows : 1))
       return false;
-  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !hasBias(d.epilogue) &&
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !usesBiasVector(d.epilogue) &&
       !usesAux(d.epilogue))
     return false;
   if (usesAux(d.epilogue) &&
@@ -284,7 +289,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
                &dl = layout(Ddesc);
   if (!consistent(d, a, b, c, dl))
     return CUBLAS_STATUS_INVALID_VALUE;
-  if ((hasBias(d.epilogue) && !d.bias) || (usesAux(d.epilogue) && !d.aux))
+  if ((usesBiasVector(d.epilogue) && !d.bias) ||
+      (usesAux(d.epilogue) && !d.aux))
     return CUBLAS_STATUS_INVALID_VALUE;
   const uint64_t M = dl.rows, N = dl.cols;
   uint64_t K, unused;
@@ -327,6 +333,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
         v *= geluSlope(load(d.aux, dl.type, auxAt));
       }
       store(D, dl.type, int64_t(i + j * dl.ld), v);
+    }
+  if (d.epilogue == CUBLASLT_EPILOGUE_BGRADA)
+    for (uint64_t i = 0; i < M; ++i) {
+      float sum = 0.0f;
+      for (uint64_t k = 0; k < K; ++k)
+        sum += opA[i * K + k];
+      store(const_cast<void *>(d.bias), dl.type, int64_t(i), sum);
     }
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -381,6 +381,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   return cudaSuccess;
 }
 
+cudaError_t cudaEventCreate(cudaEvent_t *event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<EmulatedEvent *>(event);
   return cudaSuccess;
