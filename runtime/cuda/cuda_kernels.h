@@ -33,6 +33,8 @@
 
 namespace loom::cuda {
 
+struct LayernormRowStatistics; // kernels_bf16.h
+
 /// Which causal-attention implementation the Attention / AttentionGrad
 /// opcodes run.
 enum class AttentionKernel {
@@ -305,13 +307,15 @@ private:
                    const TypedOperand &A, int64_t lda, const TypedOperand &B,
                    int64_t ldb, const TypedOperand &C, int64_t ldc,
                    const TypedOperand *bias);
-  /// A LayerNormGrad's statistics recomputed into fp32 workspace (and its
-  /// scratch buffers), and the workspace for its parameter gradients'
-  /// partial sums.
+  /// A LayerNormGrad's row statistics (kernels_bf16.h): left to its
+  /// one-pass kernel when `onePass`, else recomputed into fp32 workspace
+  /// first (and its scratch buffers either way); and the workspace for its
+  /// parameter gradients' partial sums.
   Status layernormGradStatistics(const program::Instruction &grad,
                                  const std::vector<TypedOperand> &in,
                                  const std::vector<TypedOperand> &scr,
-                                 float *&stats, float *&partials);
+                                 bool onePass, LayernormRowStatistics &stats,
+                                 float *&partials);
   /// fp64 per-chunk partial sums for mixedColumnSum of outer x inner.
   Status columnSumWorkspace(int64_t outer, int64_t inner, double *&partials);
   /// A LinearGrad's dweight and, with a third output, dbias (in: dout,

@@ -342,18 +342,27 @@ Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
 
 Status CudaKernels::layernormGradStatistics(
     const program::Instruction &grad, const std::vector<TypedOperand> &in,
-    const std::vector<TypedOperand> &scr, float *&stats, float *&partials) {
+    const std::vector<TypedOperand> &scr, bool onePass,
+    LayernormRowStatistics &stats, float *&partials) {
   const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
-  // Statistics recomputed in fp32 (the staging's slots hold them in fp32
-  // too), also written to the scratch buffers as the opcode promises.
+  // The statistics are recomputed from the input (the forward's are not
+  // kept), in fp32, and written to the scratch buffers as the opcode
+  // promises: by the one-pass gradient kernel from the rows it reads
+  // anyway, else by a statistics kernel first.
+  stats = LayernormRowStatistics{};
+  stats.eps = static_cast<float>(grad.epsilon());
+  if (!scr.empty())
+    stats.mean = ref(scr[0]), stats.rstd = ref(scr[1]);
   void *ws = nullptr;
-  LOOM_RETURN_IF_ERROR(bf16Workspace(
-      kSlotStats, static_cast<uint64_t>(2 * N) * sizeof(float), ws));
-  stats = static_cast<float *>(ws);
-  LOOM_RETURN_IF_ERROR(mixedLayernormForward(
-      {}, scr.empty() ? FloatRef{} : ref(scr[0]),
-      scr.empty() ? FloatRef{} : ref(scr[1]), stats, stats + N, ref(in[1]),
-      ref(in[2]), {}, N, C, static_cast<float>(grad.epsilon()), computeStream));
+  if (!onePass) {
+    LOOM_RETURN_IF_ERROR(bf16Workspace(
+        kSlotStats, static_cast<uint64_t>(2 * N) * sizeof(float), ws));
+    float *fp32 = static_cast<float *>(ws);
+    LOOM_RETURN_IF_ERROR(mixedLayernormForward(
+        {}, stats.mean, stats.rstd, fp32, fp32 + N, ref(in[1]), ref(in[2]), {},
+        N, C, stats.eps, computeStream));
+    stats.mean32 = fp32, stats.rstd32 = fp32 + N;
+  }
   LOOM_RETURN_IF_ERROR(bf16Workspace(
       kSlotResult, static_cast<uint64_t>(2 * rowChunks(N) * C) * sizeof(float),
       ws));
@@ -398,12 +407,14 @@ Status CudaKernels::layerNormGradAdd(const program::Instruction &grad,
       !residualLayernormFits(
           C, {ref(sum), ref(residual), ref(in[0]), ref(in[1]), ref(in[2])}))
     return Status::success();
-  float *stats = nullptr, *partials = nullptr;
-  LOOM_RETURN_IF_ERROR(
-      layernormGradStatistics(grad, in, scratch, stats, partials));
+  LayernormRowStatistics stats;
+  float *partials = nullptr;
+  LOOM_RETURN_IF_ERROR(layernormGradStatistics(grad, in, scratch,
+                                               /*onePass=*/true, stats,
+                                               partials));
   LOOM_RETURN_IF_ERROR(layernormBackwardAddResidual(
       ref(sum), ref(out[1]), ref(out[2]), ref(residual), ref(in[0]), ref(in[1]),
-      ref(in[2]), stats, stats + N, partials, N, C, computeStream));
+      ref(in[2]), stats, partials, N, C, computeStream));
   ran = true;
   return Status::success();
 }
@@ -530,12 +541,15 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
   }
   case Opcode::LayerNormGrad: {
     const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
-    float *stats = nullptr, *partials = nullptr;
+    const bool onePass = layernormBackwardOnePass(N, C, ref(out[0]), ref(in[0]),
+                                                  ref(in[1]), ref(in[2]));
+    LayernormRowStatistics stats;
+    float *partials = nullptr;
     LOOM_RETURN_IF_ERROR(
-        layernormGradStatistics(ins, in, scr, stats, partials));
+        layernormGradStatistics(ins, in, scr, onePass, stats, partials));
     return mixedLayernormBackward(ref(out[0]), ref(out[1]), ref(out[2]),
                                   ref(in[0]), ref(in[1]), ref(in[2]), stats,
-                                  stats + N, partials, N, C, s);
+                                  partials, N, C, s);
   }
   case Opcode::Gelu:
     return mixedGeluForward(ref(out[0]), ref(in[0]), numel(in[0]), s);

@@ -436,6 +436,38 @@ Kernel byLnGroups(int64_t C, Kernel one, Kernel two, Kernel three,
   }
 }
 
+/// The mean and 1 / std of a row of C held packed by a warp (the lane's
+/// 8-column groups lane, lane + 32, ...; zero past the row's `groups`):
+/// the one definition of the 16-byte layer-norm kernels' statistics, so a
+/// gradient that computes them from its rows gets the forward's bits.
+template <int kGroups>
+__device__ inline void packedRowStatistics(const uint4 (&xBits)[kGroups],
+                                           int64_t groups, int lane, int64_t C,
+                                           float eps, float &m, float &r) {
+  float s = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    float x[kVec];
+    widen8(x, xBits[g]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      s += x[k];
+  }
+  m = warpSum(s) / C;
+  float v = 0.0f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (lane + int64_t(kWarp) * g >= groups)
+      continue;
+    float x[kVec];
+    widen8(x, xBits[g]);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      v += (x[k] - m) * (x[k] - m);
+  }
+  r = rsqrtf(warpSum(v) / C + eps);
+}
+
 /// layernormForwardKernel for bf16 rows of C (a multiple of 8, at most
 /// kMaxLnFusedColumns) in 16-byte loads: the lane's 8-column groups (lane,
 /// lane + 32, ...) are read once and kept packed for the mean, the
@@ -458,7 +490,6 @@ __global__ void layernormForwardRowsKernel(
   const int64_t groups = C / kVec;
   const auto *xRow = reinterpret_cast<const uint4 *>(inp + row * C);
   uint4 xBits[kGroups];
-  float s = 0.0f;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     const int64_t group = lane + int64_t(kWarp) * g;
@@ -473,25 +504,9 @@ __global__ void layernormForwardRowsKernel(
       xBits[g] = round8(a);
       reinterpret_cast<uint4 *>(sum + row * C)[group] = xBits[g];
     }
-    float x[kVec];
-    widen8(x, xBits[g]);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      s += x[k];
   }
-  const float m = warpSum(s) / C;
-  float v = 0.0f;
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    if (lane + int64_t(kWarp) * g >= groups)
-      continue;
-    float x[kVec];
-    widen8(x, xBits[g]);
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      v += (x[k] - m) * (x[k] - m);
-  }
-  const float r = rsqrtf(warpSum(v) / C + eps);
+  float m, r;
+  packedRowStatistics(xBits, groups, lane, C, eps, m, r);
   if (lane == 0)
     storeRowStatistics(mean, rstd, mean32, rstd32, row, m, r);
   if (!out)
@@ -590,11 +605,17 @@ __global__ void layernormParamFinishKernel(FloatRef dweight, FloatRef dbias,
 // With `residual`, dinp receives residual + dinp as a following bf16 Add
 // would write it (dinp rounded, then the sum rounded; residual_norms.h);
 // dinp may be residual.
+//
+// Without mean / rstd the warp computes each row's statistics from the
+// packed row it holds anyway (packedRowStatistics: the forward's bits) and
+// stores them into meanOut / rstdOut where given, instead of a statistics
+// kernel reading every row once more before this one.
 template <int kGroups>
 __global__ void __launch_bounds__(kThreads) layernormBackwardFusedKernel(
     __nv_bfloat16 *dinp, float *partial, const __nv_bfloat16 *dout,
     const __nv_bfloat16 *inp, const __nv_bfloat16 *weight, const float *mean,
-    const float *rstd, const __nv_bfloat16 *residual, int64_t N, int64_t C) {
+    const float *rstd, FloatRef meanOut, FloatRef rstdOut, float eps,
+    const __nv_bfloat16 *residual, int64_t N, int64_t C) {
   __shared__ float warpSums[kLnWarps * kMaxLnFusedColumns];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t chunk = blockIdx.x, chunks = (N + kRowChunk - 1) / kRowChunk;
@@ -615,10 +636,8 @@ __global__ void __launch_bounds__(kThreads) layernormBackwardFusedKernel(
       dw[g][k] = db[g][k] = 0.0f;
   }
   for (int64_t row = begin + warp; row < end; row += kLnWarps) {
-    const float m = mean[row], r = rstd[row];
     const auto *dyRow = reinterpret_cast<const uint4 *>(dout + row * C);
     const auto *xRow = reinterpret_cast<const uint4 *>(inp + row * C);
-    float sumD = 0.0f, sumDX = 0.0f;
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const int64_t group = lane + int64_t(kWarp) * g;
@@ -626,6 +645,22 @@ __global__ void __launch_bounds__(kThreads) layernormBackwardFusedKernel(
         continue;
       dyBits[g] = dyRow[group];
       xBits[g] = xRow[group];
+    }
+    float m, r;
+    if (mean) {
+      m = mean[row];
+      r = rstd[row];
+    } else {
+      packedRowStatistics(xBits, groups, lane, C, eps, m, r);
+      if (lane == 0)
+        storeRowStatistics(meanOut, rstdOut, nullptr, nullptr, row, m, r);
+    }
+    float sumD = 0.0f, sumDX = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t group = lane + int64_t(kWarp) * g;
+      if (group >= groups)
+        continue;
       float w[kVec], dy[kVec], x[kVec];
       widen8(w, wBits[g]);
       widen8(dy, dyBits[g]);
@@ -1215,15 +1250,36 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
   return Status::success();
 }
 
+namespace {
+
+/// layernormBackwardOnePass (a name of this file's own, so a call from
+/// here with FloatRef arguments finds no other by argument-dependent
+/// lookup when the file is compiled into another namespace, as the
+/// emulation tests do).
+bool onePassLayernormBackward(int64_t N, int64_t C, FloatRef dinp,
+                              FloatRef dout, FloatRef inp, FloatRef weight) {
+  return C <= kMaxLnFusedColumns && N > 0 &&
+         vectorizable(C, {dout, inp, weight}) &&
+         (!dinp.data || vectorizable(C, {dinp}));
+}
+
+} // namespace
+
+bool layernormBackwardOnePass(int64_t N, int64_t C, FloatRef dinp,
+                              FloatRef dout, FloatRef inp, FloatRef weight) {
+  return onePassLayernormBackward(N, C, dinp, dout, inp, weight);
+}
+
 Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               FloatRef dout, FloatRef inp, FloatRef weight,
-                              const float *mean32, const float *rstd32,
+                              const LayernormRowStatistics &stats,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream) {
   const bool params = dweight.data || dbias.data;
-  if (C <= kMaxLnFusedColumns && N > 0 &&
-      vectorizable(C, {dout, inp, weight}) &&
-      (!dinp.data || vectorizable(C, {dinp}))) {
+  const float *mean32 = stats.mean32, *rstd32 = stats.rstd32;
+  LOOM_CHECK(!mean32 == !rstd32,
+             "layer-norm gradient: give both fp32 statistics or neither");
+  if (onePassLayernormBackward(N, C, dinp, dout, inp, weight)) {
     auto *dx = static_cast<__nv_bfloat16 *>(dinp.data);
     float *partial = params ? partials : nullptr;
     const auto *dy = static_cast<const __nv_bfloat16 *>(dout.data);
@@ -1234,13 +1290,18 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
         C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
         layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
     LOOM_LAUNCH(kernel, blocks, kThreads, stream, dx, partial, dy, x, w, mean32,
-                rstd32, nullptr, N, C);
+                rstd32, stats.mean, stats.rstd, stats.eps, nullptr, N, C);
     if (params)
       LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
                   dweight, dbias, static_cast<const float *>(partials),
                   rowChunks(N), C);
     return Status::success();
   }
+  LOOM_CHECK(mean32 || N == 0, "layer-norm gradient of "
+                                   << N << " x " << C
+                                   << " rows its one-pass kernel does "
+                                      "not take: it needs the forward's "
+                                      "fp32 statistics (mean32, rstd32)");
   if (params) {
     const int64_t chunks = rowChunks(N), colBlocks = blocksFor(C);
     LOOM_LAUNCH(layernormParamPartialKernel,
@@ -1285,14 +1346,17 @@ Status residualAddLayernormForward(FloatRef sum, FloatRef out, FloatRef a,
 Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
                                     FloatRef dbias, FloatRef residual,
                                     FloatRef dout, FloatRef inp,
-                                    FloatRef weight, const float *mean32,
-                                    const float *rstd32, float *partials,
-                                    int64_t N, int64_t C, cudaStream_t stream) {
+                                    FloatRef weight,
+                                    const LayernormRowStatistics &stats,
+                                    float *partials, int64_t N, int64_t C,
+                                    cudaStream_t stream) {
   LOOM_CHECK(N > 0 &&
                  residualLayernormFits(C, {sum, residual, dout, inp, weight}),
              "the LayerNorm gradient + residual Add kernel takes 16-byte "
              "aligned bf16 rows of a multiple of 8 columns up to "
                  << kMaxLnFusedColumns << ", got " << N << " x " << C);
+  LOOM_CHECK(!stats.mean32 == !stats.rstd32,
+             "layer-norm gradient: give both fp32 statistics or neither");
   const bool params = dweight.data || dbias.data;
   const auto kernel = byLnGroups(
       C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
@@ -1302,7 +1366,8 @@ Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
               params ? partials : nullptr,
               static_cast<const __nv_bfloat16 *>(dout.data),
               static_cast<const __nv_bfloat16 *>(inp.data),
-              static_cast<const __nv_bfloat16 *>(weight.data), mean32, rstd32,
+              static_cast<const __nv_bfloat16 *>(weight.data), stats.mean32,
+              stats.rstd32, stats.mean, stats.rstd, stats.eps,
               static_cast<const __nv_bfloat16 *>(residual.data), N, C);
   if (params)
     LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,

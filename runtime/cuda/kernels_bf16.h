@@ -92,15 +92,30 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
                              float *mean32, float *rstd32, FloatRef inp,
                              FloatRef weight, FloatRef bias, int64_t N,
                              int64_t C, float eps, cudaStream_t stream);
-/// dinp, dweight, dbias (all overwritten) from the fp32 statistics the
-/// forward above wrote into mean32 / rstd32; the parameter gradients sum
+/// The row statistics a layer-norm gradient normalizes with: the fp32
+/// mean32 / rstd32 mixedLayernormForward wrote, or, both null, computed by
+/// the gradient's one-pass kernel from the rows it reads anyway, as
+/// mixedLayernormForward computes them (bit for bit; with eps), and then
+/// also stored into mean / rstd where given (a LayerNormGrad's scratch).
+struct LayernormRowStatistics {
+  const float *mean32 = nullptr, *rstd32 = nullptr;
+  float eps = 0.0f;
+  FloatRef mean, rstd;
+};
+/// Whether mixedLayernormBackward takes these operands in its one pass
+/// (and so computes the statistics itself): all bf16, 16-byte aligned, C a
+/// multiple of 8 up to 1024 (GPT-2's widths), N > 0; dinp may be absent.
+bool layernormBackwardOnePass(int64_t N, int64_t C, FloatRef dinp,
+                              FloatRef dout, FloatRef inp, FloatRef weight);
+/// dinp, dweight, dbias (all overwritten); the parameter gradients sum
 /// rows in chunks like mixedColumnSum (fp32), `partials` holding
-/// 2 * rowChunks(N) * C floats of device workspace. All-bf16, 16-byte
-/// aligned operands with C a multiple of 8 up to 1024 take one fused pass
-/// over dout and inp (GPT-2's shapes); others two.
+/// 2 * rowChunks(N) * C floats of device workspace. Operands
+/// layernormBackwardOnePass takes are read in one pass over dout and inp;
+/// others in two, which need the forward's mean32 / rstd32 (an error
+/// without them).
 Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               FloatRef dout, FloatRef inp, FloatRef weight,
-                              const float *mean32, const float *rstd32,
+                              const LayernormRowStatistics &stats,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream);
 /// Whether the two kernels below take rows of C and these operands: all
@@ -123,9 +138,10 @@ Status residualAddLayernormForward(FloatRef sum, FloatRef out, FloatRef a,
 Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
                                     FloatRef dbias, FloatRef residual,
                                     FloatRef dout, FloatRef inp,
-                                    FloatRef weight, const float *mean32,
-                                    const float *rstd32, float *partials,
-                                    int64_t N, int64_t C, cudaStream_t stream);
+                                    FloatRef weight,
+                                    const LayernormRowStatistics &stats,
+                                    float *partials, int64_t N, int64_t C,
+                                    cudaStream_t stream);
 Status mixedSoftmaxForward(FloatRef out, FloatRef inp, int64_t N, int64_t C,
                            cudaStream_t stream);
 Status mixedSoftmaxBackward(FloatRef dinp, FloatRef dout, FloatRef out,

@@ -42,9 +42,10 @@ namespace loom {
 using ::loom::Status;
 namespace program = ::loom::program;
 namespace cuda {
+using ::loom::cuda::AdamWHyper;
 using ::loom::cuda::FloatRef;
 using ::loom::cuda::kMixedSumBlocks;
-using ::loom::cuda::AdamWHyper;
+using ::loom::cuda::LayernormRowStatistics;
 using ::loom::cuda::MixedSpan;
 namespace launch = ::cuda_emulation::launch;
 } // namespace cuda
@@ -325,17 +326,44 @@ static void checkLayerNorm(int64_t N, int64_t C) {
   expectBF16Close(mean, rm, ("mean" + shape).c_str());
   expectBF16Close(rstd, rr, ("rstd" + shape).c_str());
   // The gradient: fp32 statistics recomputed into workspace, then the
-  // backward kernels (as CudaKernels::runBF16Natively runs LayerNormGrad).
+  // backward kernels (as CudaKernels runs a LayerNormGrad its one-pass
+  // kernel does not take).
   ASSERT_TRUE(emulated::mixedLayernormForward(
                   {}, mean.ref(), rstd.ref(), mean32.data(), rstd32.data(),
                   x.ref(), w.ref(), {}, N, C, eps, kNoStream)
                   .ok());
   std::vector<float> partials(2 * emulated::rowChunks(N) * C);
-  ASSERT_TRUE(emulated::mixedLayernormBackward(dx.ref(), dw.ref(), dbias.ref(),
-                                               dout.ref(), x.ref(), w.ref(),
-                                               mean32.data(), rstd32.data(),
-                                               partials.data(), N, C, kNoStream)
+  cuda::LayernormRowStatistics given;
+  given.mean32 = mean32.data(), given.rstd32 = rstd32.data();
+  ASSERT_TRUE(emulated::mixedLayernormBackward(
+                  dx.ref(), dw.ref(), dbias.ref(), dout.ref(), x.ref(), w.ref(),
+                  given, partials.data(), N, C, kNoStream)
                   .ok());
+  // Where the one-pass kernel runs, it computes the statistics itself from
+  // the rows it reads (no statistics kernel before it): the same bits
+  // everywhere, and into the scratch buffers the forward's. The two-pass
+  // kernels need the forward's, and say so.
+  const bool onePass = emulated::layernormBackwardOnePass(
+      N, C, dx.ref(), dout.ref(), x.ref(), w.ref());
+  EXPECT_EQ(onePass, C % 8 == 0) << shape;
+  BF16Tensor ownDx(N * C), ownDw(C), ownDb(C), ownMean(N), ownRstd(N);
+  cuda::LayernormRowStatistics own;
+  own.eps = eps, own.mean = ownMean.ref(), own.rstd = ownRstd.ref();
+  const Status ownStatus = emulated::mixedLayernormBackward(
+      ownDx.ref(), ownDw.ref(), ownDb.ref(), dout.ref(), x.ref(), w.ref(), own,
+      partials.data(), N, C, kNoStream);
+  if (onePass) {
+    ASSERT_TRUE(ownStatus.ok()) << ownStatus.message();
+    EXPECT_EQ(ownDx.bits, dx.bits) << "dinp, own statistics" << shape;
+    EXPECT_EQ(ownDw.bits, dw.bits) << "dweight, own statistics" << shape;
+    EXPECT_EQ(ownDb.bits, dbias.bits) << "dbias, own statistics" << shape;
+    EXPECT_EQ(ownMean.bits, mean.bits) << "mean scratch" << shape;
+    EXPECT_EQ(ownRstd.bits, rstd.bits) << "rstd scratch" << shape;
+  } else {
+    EXPECT_NE(ownStatus.message().find("needs the forward's fp32 statistics"),
+              std::string::npos)
+        << ownStatus.message();
+  }
   std::vector<float> rdx(N * C), rdw(C), rdb(C);
   ASSERT_TRUE(cpuKernels
                   .layernormGrad(rdx.data(), rdw.data(), rdb.data(),
@@ -411,27 +439,36 @@ TEST(BF16KernelEmulation, ResidualLayerNormKernelsGiveTheInstructionsBits) {
     BF16Tensor dy = randomBF16(N * C, 35), dres = randomBF16(N * C, 36);
     BF16Tensor dx(N * C), dw(C), db(C), sum(N * C);
     std::vector<float> partials(2 * emulated::rowChunks(N) * C);
+    cuda::LayernormRowStatistics given;
+    given.mean32 = mean.data(), given.rstd32 = rstd.data();
     ASSERT_TRUE(emulated::mixedLayernormBackward(
                     dx.ref(), dw.ref(), db.ref(), dy.ref(), s.ref(), w.ref(),
-                    mean.data(), rstd.data(), partials.data(), N, C, kNoStream)
+                    given, partials.data(), N, C, kNoStream)
                     .ok());
     ASSERT_TRUE(emulated::mixedAdd(sum.ref(), dres.ref(), dx.ref(), N * C,
                                    N * C, kNoStream)
                     .ok());
-    BF16Tensor fusedSum(N * C), fusedDw(C), fusedDb(C);
-    ASSERT_TRUE(emulated::layernormBackwardAddResidual(
-                    fusedSum.ref(), fusedDw.ref(), fusedDb.ref(), dres.ref(),
-                    dy.ref(), s.ref(), w.ref(), mean.data(), rstd.data(),
-                    partials.data(), N, C, kNoStream)
-                    .ok());
-    EXPECT_TRUE(sameBits(fusedSum, sum)) << "the gradient sum";
-    EXPECT_TRUE(sameBits(fusedDw, dw)) << "dweight";
-    EXPECT_TRUE(sameBits(fusedDb, db)) << "dbias";
+    // Given the forward's statistics, and computing them in the kernel (as
+    // CudaKernels runs it).
+    cuda::LayernormRowStatistics own;
+    own.eps = eps;
+    for (const cuda::LayernormRowStatistics *stats : {&given, &own}) {
+      const std::string which = stats == &own ? ", own statistics" : "";
+      BF16Tensor fusedSum(N * C), fusedDw(C), fusedDb(C);
+      ASSERT_TRUE(emulated::layernormBackwardAddResidual(
+                      fusedSum.ref(), fusedDw.ref(), fusedDb.ref(), dres.ref(),
+                      dy.ref(), s.ref(), w.ref(), *stats, partials.data(), N, C,
+                      kNoStream)
+                      .ok());
+      EXPECT_TRUE(sameBits(fusedSum, sum)) << "the gradient sum" << which;
+      EXPECT_TRUE(sameBits(fusedDw, dw)) << "dweight" << which;
+      EXPECT_TRUE(sameBits(fusedDb, db)) << "dbias" << which;
+    }
     BF16Tensor overDy = dy, overDw(C), overDb(C);
     ASSERT_TRUE(emulated::layernormBackwardAddResidual(
                     overDy.ref(), overDw.ref(), overDb.ref(), dres.ref(),
-                    overDy.ref(), s.ref(), w.ref(), mean.data(), rstd.data(),
-                    partials.data(), N, C, kNoStream)
+                    overDy.ref(), s.ref(), w.ref(), own, partials.data(), N, C,
+                    kNoStream)
                     .ok());
     EXPECT_TRUE(sameBits(overDy, sum)) << "the gradient sum over dout";
     EXPECT_TRUE(sameBits(overDw, dw)) << "dweight, the sum over dout";
@@ -455,9 +492,11 @@ TEST(BF16KernelEmulation, ResidualLayerNormKernelsGiveTheInstructionsBits) {
             std::string::npos)
       << fwd.message();
   std::vector<float> stats(16), partials(2 * 36);
+  cuda::LayernormRowStatistics given;
+  given.mean32 = stats.data(), given.rstd32 = stats.data() + 8;
   const Status bwd = emulated::layernormBackwardAddResidual(
-      o.ref(), o.ref(), o.ref(), t.ref(), t.ref(), t.ref(), t.ref(),
-      stats.data(), stats.data() + 8, partials.data(), 8, 36, kNoStream);
+      o.ref(), o.ref(), o.ref(), t.ref(), t.ref(), t.ref(), t.ref(), given,
+      partials.data(), 8, 36, kNoStream);
   EXPECT_NE(bwd.message().find("LayerNorm gradient + residual Add kernel "
                                "takes 16-byte aligned bf16 rows of a multiple "
                                "of 8 columns up to 1024, got 8 x 36"),

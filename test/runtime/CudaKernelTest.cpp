@@ -317,7 +317,9 @@ TEST_F(CudaKernelTest, BF16BiasGradientInWideLoads) {
 TEST_F(CudaKernelTest, ResidualLayerNormKernelsGiveTheInstructionsBits) {
   // residual_norms.h's kernels on the device at GPT-2's width against the
   // two instructions' kernels (mixedAdd, then the layer norm or its
-  // gradient), bit for bit (BF16KernelEmulation checks more shapes).
+  // gradient, given the forward's statistics), bit for bit, and the
+  // gradients with the statistics computed in their one-pass kernel, as
+  // CudaKernels runs them (BF16KernelEmulation checks more shapes).
   const int64_t N = 300, C = 768;
   auto bf16Of = [](std::vector<float> v) {
     std::vector<uint16_t> bits(v.size());
@@ -348,20 +350,33 @@ TEST_F(CudaKernelTest, ResidualLayerNormKernelsGiveTheInstructionsBits) {
   DeviceVector<uint16_t> dx(N * C), dw(C), db(C), sum(N * C), fusedSum(N * C),
       fusedDw(C), fusedDb(C);
   DeviceVector<float> partials(2 * cuda::rowChunks(N) * C);
+  cuda::LayernormRowStatistics given, own;
+  given.mean32 = mean.get(), given.rstd32 = rstd.get();
+  own.eps = 1e-5f;
   ASSERT_TRUE(cuda::mixedLayernormBackward(bf(dx), bf(dw), bf(db), bf(dy),
-                                           bf(s), bf(w), mean.get(), rstd.get(),
+                                           bf(s), bf(w), given, partials.get(),
+                                           N, C, stream)
+                  .ok());
+  DeviceVector<uint16_t> ownDx(N * C), ownDw(C), ownDb(C);
+  ASSERT_TRUE(cuda::mixedLayernormBackward(bf(ownDx), bf(ownDw), bf(ownDb),
+                                           bf(dy), bf(s), bf(w), own,
                                            partials.get(), N, C, stream)
                   .ok());
+  EXPECT_EQ(ownDx.host(), dx.host()) << "dinp, own statistics";
+  EXPECT_EQ(ownDw.host(), dw.host()) << "dweight, own statistics";
+  EXPECT_EQ(ownDb.host(), db.host()) << "dbias, own statistics";
   ASSERT_TRUE(
       cuda::mixedAdd(bf(sum), bf(dres), bf(dx), N * C, N * C, stream).ok());
-  ASSERT_TRUE(cuda::layernormBackwardAddResidual(
-                  bf(fusedSum), bf(fusedDw), bf(fusedDb), bf(dres), bf(dy),
-                  bf(s), bf(w), mean.get(), rstd.get(), partials.get(), N, C,
-                  stream)
-                  .ok());
-  EXPECT_EQ(fusedSum.host(), sum.host()) << "the gradient sum";
-  EXPECT_EQ(fusedDw.host(), dw.host()) << "dweight";
-  EXPECT_EQ(fusedDb.host(), db.host()) << "dbias";
+  for (const cuda::LayernormRowStatistics *stats : {&given, &own}) {
+    const char *which = stats == &own ? ", own statistics" : "";
+    ASSERT_TRUE(cuda::layernormBackwardAddResidual(
+                    bf(fusedSum), bf(fusedDw), bf(fusedDb), bf(dres), bf(dy),
+                    bf(s), bf(w), *stats, partials.get(), N, C, stream)
+                    .ok());
+    EXPECT_EQ(fusedSum.host(), sum.host()) << "the gradient sum" << which;
+    EXPECT_EQ(fusedDw.host(), dw.host()) << "dweight" << which;
+    EXPECT_EQ(fusedDb.host(), db.host()) << "dbias" << which;
+  }
 }
 
 TEST_F(CudaKernelTest, CausalAttention) {
