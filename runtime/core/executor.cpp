@@ -256,7 +256,8 @@ Status Executor::create(const program::LoadedProgram &program,
     for (const GeluEpiloguePlan &p : planGeluEpilogues(*stage))
       ex->fusedSpans.emplace(stage->instructions()->Get(p.first),
                              FusedSpan{p.backward ? FusedKind::LinearGradGelu
-                                                  : FusedKind::LinearGelu});
+                                                  : FusedKind::LinearGelu,
+                                       2, p.firstResultUnread});
   if (ex->kernels->fusesResidualNorms())
     for (const ResidualNormPlan &p : planResidualNorms(*stage))
       ex->fusedSpans.emplace(stage->instructions()->Get(p.first),

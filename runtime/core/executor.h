@@ -313,6 +313,10 @@ private:
     FusedKind kind;
     /// Instructions from the first on (2, or 3 with the seed's Fill).
     uint32_t count = 2;
+    /// The first instruction's result is read by nothing but the last
+    /// (PairAt::firstResultUnread): LinearGelu need not write its
+    /// pre-activation.
+    bool firstResultUnread = false;
   };
   /// Instructions [first, first + span.count) of `list` in one KernelBackend
   /// call of the span's kind; `ran` false: the backend declined the span

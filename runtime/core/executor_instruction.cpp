@@ -583,7 +583,8 @@ Status Executor::runFusedSpan(
   switch (span.kind) {
   case FusedKind::LinearGelu:
     // Gelu: in pre, out the GELU.
-    return kernels->linearGelu(in, out[0], typed(two.outputs()->Get(0)), ran);
+    return kernels->linearGelu(in, out[0], typed(two.outputs()->Get(0)),
+                               /*keepPre=*/!span.firstResultUnread, ran);
   case FusedKind::LinearGradGelu:
     // GeluGrad: in (dout = the LinearGrad's dx, pre), out dpre.
     return kernels->linearGradGelu(in, out, typed(two.inputs()->Get(1)),

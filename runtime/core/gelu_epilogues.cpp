@@ -71,7 +71,17 @@ bool backwardPair(const Stage &stage, const InstructionList &list,
 } // namespace
 
 std::vector<GeluEpiloguePlan> planGeluEpilogues(const Stage &stage) {
-  return findPairs(stage, forwardPair, backwardPair);
+  std::vector<GeluEpiloguePlan> plans =
+      findPairs(stage, forwardPair, backwardPair);
+  const InstructionList &list = *stage.instructions();
+  for (GeluEpiloguePlan &p : plans)
+    if (!p.backward)
+      // The pre-activation, when no GeluGrad (or anything else) reads it
+      // later: an evaluation's MLP.
+      p.firstResultUnread =
+          deadAfter(stage, list, p.first, p.first + 1,
+                    operands(list.Get(p.first)->outputs()).front());
+  return plans;
 }
 
 } // namespace loom

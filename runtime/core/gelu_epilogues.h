@@ -6,7 +6,9 @@
 //  * Forward: a Linear and the Gelu of its result. One GEMM writes both the
 //    Linear's result (the pre-activation, which the GeluGrad reads later)
 //    and the Gelu's: the Gelu's read of the pre-activation and its launch
-//    are gone (GPT-2's MLP: 100 MB a layer at B=16, T=1024).
+//    are gone (GPT-2's MLP: 100 MB a layer at B=16, T=1024). Where nothing
+//    reads the pre-activation later (an evaluation: no GeluGrad), the GEMM
+//    writes only the GELU (its write is gone too).
 //  * Backward: a LinearGrad and the GeluGrad of its input gradient. The
 //    input-gradient GEMM applies gelu'(pre-activation) in its epilogue and
 //    writes the GeluGrad's result; the LinearGrad's own input gradient is
@@ -56,6 +58,8 @@ using GeluEpiloguePlan = pair_fusion::PairAt;
 /// output or a scratch buffer), neither later instructions of the
 /// micro-batch list, nor the next micro-batch's pass, nor the update, nor
 /// the runtime (the loss, the gradient norm, the model state it saves).
+/// A forward pair's firstResultUnread says the same of the pre-activation
+/// once the Gelu has read it: the fused GEMM then need not write it.
 std::vector<GeluEpiloguePlan> planGeluEpilogues(const program::Stage &stage);
 
 } // namespace loom

@@ -298,14 +298,15 @@ public:
   /// them the pairs planGeluEpilogues finds (all their GEMM operands BF16).
   virtual bool fusesGeluEpilogues() const { return false; }
   /// A Linear and the Gelu of its result in one GEMM: `pre` = x weight
-  /// (+ bias), `out` = gelu(pre), the GELU taken before `out`'s rounding.
-  /// `inputs` are the Linear's (x, weight[, bias]). `ran` false: nothing
-  /// was done (an unsupported shape or alignment), and the executor runs
-  /// the two instructions.
+  /// (+ bias), `out` = gelu(pre), the GELU taken before `out`'s rounding;
+  /// without keepPre (nothing reads the pre-activation later) `pre` may be
+  /// left as it was. `inputs` are the Linear's (x, weight[, bias]). `ran`
+  /// false: nothing was done (an unsupported shape or alignment), and the
+  /// executor runs the two instructions.
   virtual Status linearGelu(const std::vector<TypedOperand> &inputs,
                             const TypedOperand &pre, const TypedOperand &out,
-                            bool &ran) {
-    (void)inputs, (void)pre, (void)out;
+                            bool keepPre, bool &ran) {
+    (void)inputs, (void)pre, (void)out, (void)keepPre;
     ran = false;
     return Status::success();
   }

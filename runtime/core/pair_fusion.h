@@ -53,6 +53,10 @@ bool deadAfter(const program::Stage &stage, const InstructionList &list,
 struct PairAt {
   uint32_t first = 0;
   bool backward = false;
+  /// The first instruction's result is read by nothing but the second
+  /// (deadAfter), so the fused call need not write it; set only by the
+  /// planners that ask (gelu_epilogues.h's forward pairs).
+  bool firstResultUnread = false;
 };
 
 /// Whether instructions `first` and first + 1 of the micro-batch list make

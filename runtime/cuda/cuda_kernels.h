@@ -230,7 +230,7 @@ public:
   bool fusesGeluEpilogues() const override { return geluEpilogue; }
   Status linearGelu(const std::vector<TypedOperand> &inputs,
                     const TypedOperand &pre, const TypedOperand &out,
-                    bool &ran) override;
+                    bool keepPre, bool &ran) override;
   Status linearGradGelu(const std::vector<TypedOperand> &inputs,
                         const std::vector<TypedOperand> &outputs,
                         const TypedOperand &pre, const TypedOperand &dpre,

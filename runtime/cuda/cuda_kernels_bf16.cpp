@@ -290,7 +290,7 @@ Status CudaKernels::linearWeightGrads(const std::vector<TypedOperand> &in,
 
 Status CudaKernels::linearGelu(const std::vector<TypedOperand> &in,
                                const TypedOperand &pre, const TypedOperand &out,
-                               bool &ran) {
+                               bool keepPre, bool &ran) {
   ran = false;
   const TypedOperand *bias = in.size() == 3 ? &in[2] : nullptr;
   if (!geluEpilogue || !isBF16(in[0]) || !isBF16(in[1]) || !isBF16(pre) ||
@@ -305,8 +305,12 @@ Status CudaKernels::linearGelu(const std::vector<TypedOperand> &in,
   g.C = out.data, g.ldc = N;
   g.inputType = GemmType::BF16, g.outputType = GemmType::BF16;
   g.bias = bias ? bias->data : nullptr;
-  g.activation = GemmActivation::Gelu;
-  g.aux = pre.data, g.ldaux = N;
+  if (keepPre) {
+    g.activation = GemmActivation::Gelu;
+    g.aux = pre.data, g.ldaux = N;
+  } else {
+    g.activation = GemmActivation::GeluOnly;
+  }
   return gemmEngine.tryMatmul(g, computeStream, ran);
 }
 

@@ -57,12 +57,21 @@ cublasLtEpilogue_t epilogueOf(const GemmArgs &g) {
   case GemmActivation::Gelu:
     return g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                   : CUBLASLT_EPILOGUE_GELU_AUX;
+  case GemmActivation::GeluOnly:
+    return g.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
   case GemmActivation::GeluGrad:
     return CUBLASLT_EPILOGUE_DGELU;
   case GemmActivation::None:
     break;
   }
   return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// Whether the epilogue reads or writes the auxiliary matrix (the
+/// pre-activation).
+bool usesAux(const GemmArgs &g) {
+  return g.activation == GemmActivation::Gelu ||
+         g.activation == GemmActivation::GeluGrad;
 }
 
 /// Why a GELU or bias-gradient epilogue cannot take these arguments
@@ -80,6 +89,10 @@ const char *epilogueMismatch(const GemmArgs &g) {
   }
   if (g.activation == GemmActivation::None)
     return nullptr;
+  if (g.activation == GemmActivation::GeluOnly)
+    return g.aux ? "the GELU-only epilogue keeps no pre-activation (aux); "
+                   "use the GELU epilogue to keep it"
+                 : nullptr;
   if (!g.aux)
     return "a GELU epilogue needs its pre-activation matrix (aux)";
   if (reinterpret_cast<uintptr_t>(g.aux) % 16 != 0)
@@ -182,7 +195,7 @@ Status Gemm::planFor(const GemmArgs &g, GemmPlan *&plan) {
     // (cuBLASLt's default for non-fp8).
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  if (g.activation != GemmActivation::None) {
+  if (usesAux(g)) {
     // The heuristic reads the pointer's alignment; each call sets its own.
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
@@ -309,7 +322,7 @@ Status Gemm::tryMatmul(const GemmArgs &g, cudaStream_t stream, bool &ran) {
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasVector,
         sizeof(biasVector)));
-  if (g.activation != GemmActivation::None)
+  if (usesAux(g))
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
         sizeof(g.aux)));

@@ -47,6 +47,9 @@ enum class GemmActivation {
   /// pre-activation a GELU's gradient reads). CUBLASLT_EPILOGUE_GELU_AUX
   /// (_BIAS).
   Gelu,
+  /// C = gelu(product + bias), the pre-activation not kept (no `aux`): an
+  /// evaluation's MLP. CUBLASLT_EPILOGUE_GELU(_BIAS).
+  GeluOnly,
   /// C = product * gelu'(aux), `aux` holding the pre-activation: the
   /// gradient through a GELU of a product's result, without the result
   /// itself. CUBLASLT_EPILOGUE_DGELU; no bias.
@@ -73,7 +76,7 @@ struct GemmArgs {
   const void *bias = nullptr;
   /// The epilogue's activation, and its [M, N] row-major companion of C's
   /// type (leading dimension ldaux, a multiple of 8; 16-byte aligned):
-  /// written by Gelu, read by GeluGrad.
+  /// written by Gelu, read by GeluGrad; GeluOnly has none.
   GemmActivation activation = GemmActivation::None;
   void *aux = nullptr;
   int64_t ldaux = 0;

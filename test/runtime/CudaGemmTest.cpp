@@ -272,6 +272,16 @@ TEST_F(CudaGemmTest, GeluEpiloguesApplyTheModelsGeluToTheFp32Product) {
               "GELU_AUX_BIAS pre-activation");
   expectClose(cuda::floatsFromBf16(dAct.host()), act, 1.0 / 128, 1e-3,
               "GELU_AUX_BIAS gelu(pre)");
+  // An evaluation's: the same GELU, the pre-activation not kept.
+  DeviceVector<uint16_t> dActOnly(static_cast<size_t>(M * H));
+  cuda::GemmArgs only = fwd;
+  only.C = dActOnly.get();
+  only.activation = cuda::GemmActivation::GeluOnly;
+  only.aux = nullptr, only.ldaux = 0;
+  ASSERT_TRUE(gemm.tryMatmul(only, stream, ran).ok());
+  ASSERT_TRUE(ran);
+  expectClose(cuda::floatsFromBf16(dActOnly.host()), act, 1.0 / 128, 1e-3,
+              "GELU_BIAS gelu(pre)");
 
   // Backward through the second linear (act [M,H] w2 [H,C]): dpre [M,H] =
   // (dy [M,C] w2^T) * gelu'(pre), pre as the forward stored it.
@@ -328,6 +338,9 @@ TEST_F(CudaGemmTest, GeluEpiloguesDeclineWhatCuBlasLtRules) {
          a.bias = aux.get();
        },
        "takes no bias"},
+      {"GELU only, with aux",
+       [](cuda::GemmArgs &a) { a.activation = cuda::GemmActivation::GeluOnly; },
+       "keeps no pre-activation"},
   };
   expectEachDeclined(gemm, stream, g, cases);
   // Nothing ran: C still holds its ones.

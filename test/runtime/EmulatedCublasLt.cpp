@@ -9,10 +9,10 @@
 // on column-major layouts (element (i, j) of a rows x cols matrix at
 // i + j ld), fp32 or bf16 elements, fp32 accumulation; C is not read when
 // beta is 0. The GELU epilogues (GPT-2's tanh approximation, in fp32):
-// GELU_AUX(_BIAS) stores x = the value above in the auxiliary matrix and
-// gelu(x) in D; DGELU stores value * gelu'(aux) in D. BGRADA stores the
-// sums of op(A) over k (fp32, k in order), one per row of D, in the bias
-// vector in D's type, the product as without it. It refuses
+// GELU(_BIAS) stores gelu(x) of the value x above in D, GELU_AUX(_BIAS)
+// also x in the auxiliary matrix; DGELU stores value * gelu'(aux) in D. BGRADA
+// stores the sums of op(A) over k (fp32, k in order), one per row of D, in the
+// bias vector in D's type, the product as without it. It refuses
 // (CUBLAS_STATUS_INVALID_VALUE) what the real library refuses and gemm.cpp
 // could get wrong: operand shapes that do not chain, a leading dimension
 // below the rows, mixed A/B types, a bias or BGRADA epilogue without a bias
@@ -81,11 +81,17 @@ void store(void *base, cudaDataType_t type, int64_t index, float value) {
 }
 
 bool hasBias(cublasLtEpilogue_t e) {
-  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
+         e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
+/// The GELU epilogues that store their input in the auxiliary matrix.
 bool writesGelu(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX ||
          e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+bool appliesGelu(cublasLtEpilogue_t e) {
+  return writesGelu(e) || e == CUBLASLT_EPILOGUE_GELU ||
+         e == CUBLASLT_EPILOGUE_GELU_BIAS;
 }
 bool usesBiasVector(cublasLtEpilogue_t e) {
   return hasBias(e) || e == CUBLASLT_EPILOGUE_BGRADA;
@@ -143,7 +149,7 @@ bool consistent(const MatmulDesc &d, const Layout &a, const Layout &b,
     if (l->ld < int64_t(l->rows > 0 ? l->rows : 1))
       return false;
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && !usesBiasVector(d.epilogue) &&
-      !usesAux(d.epilogue))
+      !usesAux(d.epilogue) && !appliesGelu(d.epilogue))
     return false;
   if (usesAux(d.epilogue) &&
       (d.auxLd % 8 != 0 || d.auxLd < int64_t(dl.rows > 0 ? dl.rows : 1)))
@@ -326,8 +332,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
       if (hasBias(d.epilogue))
         v += load(d.bias, dl.type, int64_t(i));
       const int64_t auxAt = int64_t(i + j * d.auxLd);
-      if (writesGelu(d.epilogue)) {
+      if (writesGelu(d.epilogue))
         store(d.aux, dl.type, auxAt, v);
+      if (appliesGelu(d.epilogue)) {
         v = gelu(v);
       } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
         v *= geluSlope(load(d.aux, dl.type, auxAt));

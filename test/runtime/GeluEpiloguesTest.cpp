@@ -76,6 +76,28 @@ TEST(GeluEpilogues, BothPairsOfABf16MlpFuse) {
   EXPECT_EQ(m.plans(), kBoth);
 }
 
+TEST(GeluEpilogues, APreActivationReadByNothingElseIsNotKept) {
+  // Training: the GeluGrad reads the pre-activation, which the fused GEMM
+  // must write. An evaluation (the forward alone): nothing does.
+  Mlp train;
+  std::vector<GeluEpiloguePlan> plans = planGeluEpilogues(train.packed());
+  ASSERT_EQ(plans.size(), 2u);
+  EXPECT_FALSE(plans[0].firstResultUnread);
+  Mlp eval;
+  eval.program->stages[0]->instructions.resize(3);
+  plans = planGeluEpilogues(eval.packed());
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_FALSE(plans[0].backward);
+  EXPECT_TRUE(plans[0].firstResultUnread);
+  // Read again later (here by a copy into another buffer): kept.
+  Mlp read;
+  read.program->stages[0]->instructions.resize(3);
+  read.s.op(fb::Opcode::Gelu, "again", {read["pre"]}, {read["dpre"]});
+  plans = planGeluEpilogues(read.packed());
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_FALSE(plans[0].firstResultUnread);
+}
+
 TEST(GeluEpilogues, TheGeluGradsResultMayTakeTheActivationsPlace) {
   // The buffer planner's choice: the saved activation is dead once the
   // weight gradient has read it, and dpre goes there. The fused call runs
