@@ -413,9 +413,11 @@ Status CudaKernels::layerNormGradAdd(const program::Instruction &grad,
     return Status::success();
   LayernormRowStatistics stats;
   float *partials = nullptr;
-  LOOM_RETURN_IF_ERROR(layernormGradStatistics(grad, in, scratch,
-                                               /*onePass=*/true, stats,
-                                               partials));
+  // The LayerNormGrad's scratch is not written: nothing reads it, and the
+  // buffer planner may have put it on bytes the Add writes after it (the
+  // sum), which the fused kernel writes while it would store them.
+  LOOM_RETURN_IF_ERROR(
+      layernormGradStatistics(grad, in, {}, /*onePass=*/true, stats, partials));
   LOOM_RETURN_IF_ERROR(layernormBackwardAddResidual(
       ref(sum), ref(out[1]), ref(out[2]), ref(residual), ref(in[0]), ref(in[1]),
       ref(in[2]), stats, partials, N, C, computeStream));

@@ -96,7 +96,8 @@ Status mixedLayernormForward(FloatRef out, FloatRef mean, FloatRef rstd,
 /// mean32 / rstd32 mixedLayernormForward wrote, or, both null, computed by
 /// the gradient's one-pass kernel from the rows it reads anyway, as
 /// mixedLayernormForward computes them (bit for bit; with eps), and then
-/// also stored into mean / rstd where given (a LayerNormGrad's scratch).
+/// also stored into mean / rstd where given (a LayerNormGrad's scratch),
+/// while the kernel runs: they must overlap nothing it reads or writes.
 struct LayernormRowStatistics {
   const float *mean32 = nullptr, *rstd32 = nullptr;
   float eps = 0.0f;
