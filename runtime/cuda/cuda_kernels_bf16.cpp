@@ -339,7 +339,17 @@ Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
   if (!supported)
     return Status::success();
   LOOM_RETURN_IF_ERROR(linearWeightGrads(in, out));
-  LOOM_RETURN_IF_ERROR(gemmEngine.matmul(g, computeStream));
+  bool fused = false;
+  LOOM_RETURN_IF_ERROR(gemmEngine.tryMatmul(g, computeStream, fused));
+  if (!fused) {
+    // cuBLASLt refused the DGELU algorithm when called (its heuristic had
+    // offered it): the rest of the two instructions as they would run,
+    // the LinearGrad's input gradient, then the GeluGrad of it.
+    LOOM_RETURN_IF_ERROR(gemmMixed(false, true, M, K, N, in[0], N, in[2], N,
+                                   out[0], K, nullptr));
+    LOOM_RETURN_IF_ERROR(mixedGeluBackward(ref(dpre), ref(pre), ref(out[0]),
+                                           M * K, computeStream));
+  }
   ran = true;
   return Status::success();
 }
@@ -399,12 +409,11 @@ Status CudaKernels::addLayerNorm(const program::Instruction &norm,
   return Status::success();
 }
 
-Status CudaKernels::layerNormGradAdd(const program::Instruction &grad,
-                                     const std::vector<TypedOperand> &in,
-                                     const std::vector<TypedOperand> &out,
-                                     const std::vector<TypedOperand> &scratch,
-                                     const TypedOperand &residual,
-                                     const TypedOperand &sum, bool &ran) {
+Status CudaKernels::layerNormGradAdd(
+    const program::Instruction &grad, const std::vector<TypedOperand> &in,
+    const std::vector<TypedOperand> &out,
+    const std::vector<TypedOperand> & /*scratch: not written, below*/,
+    const TypedOperand &residual, const TypedOperand &sum, bool &ran) {
   ran = false;
   const int64_t C = in[1].shape->back(), N = numel(in[1]) / C;
   if (!residualNorm || N == 0 ||

@@ -38,6 +38,9 @@ public:
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  /// cublasLtMatmul refused the heuristic's algorithm for this epilogue
+  /// (tryMatmul): every later call of the shape runs another way.
+  bool refusedAtRun = false;
 };
 
 namespace {
@@ -65,6 +68,12 @@ cublasLtEpilogue_t epilogueOf(const GemmArgs &g) {
     break;
   }
   return g.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/// Whether the call asks for an epilogue its caller can do without (a
+/// GELU or a bias gradient: tryMatmul's).
+bool optionalEpilogue(const GemmArgs &g) {
+  return g.activation != GemmActivation::None || g.biasGradient;
 }
 
 /// Whether the epilogue reads or writes the auxiliary matrix (the
@@ -299,6 +308,8 @@ Status Gemm::prepare(const GemmArgs &g, GemmPlan *&plan, bool &runnable) {
     return Status::success();
   if (g.M > 0 && g.N > 0)
     LOOM_RETURN_IF_ERROR(planFor(g, plan));
+  if (plan && plan->refusedAtRun)
+    plan = nullptr;
   runnable = plan || g.M == 0 || g.N == 0;
   return Status::success();
 }
@@ -326,10 +337,19 @@ Status Gemm::tryMatmul(const GemmArgs &g, cudaStream_t stream, bool &ran) {
     LOOM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
         sizeof(g.aux)));
-  LOOM_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &g.alpha, g.B, plan->a,
-                                   g.A, plan->b, &g.beta, g.C, plan->c, g.C,
-                                   plan->c, &plan->algo, workspace,
-                                   workspaceBytes, stream));
+  const cublasStatus_t status = cublasLtMatmul(
+      handle, plan->op, &g.alpha, g.B, plan->a, g.A, plan->b, &g.beta, g.C,
+      plan->c, g.C, plan->c, &plan->algo, workspace, workspaceBytes, stream);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && optionalEpilogue(g)) {
+    // The heuristic offered an algorithm the call then refused: nothing
+    // was enqueued, and the caller runs the epilogue's work its own way,
+    // now and for every later call of the shape, rather than the run
+    // failing on an epilogue it can do without.
+    plan->refusedAtRun = true;
+    ran = false;
+    return Status::success();
+  }
+  LOOM_CUBLAS_CHECK(status);
   return Status::success();
 }
 

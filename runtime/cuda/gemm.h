@@ -106,8 +106,10 @@ public:
   Status matmul(const GemmArgs &args, cudaStream_t stream);
   /// matmul for a GEMM the caller can also run another way (a GELU or
   /// bias-gradient epilogue): `ran` is false, and nothing is enqueued, when
-  /// cuBLASLt offers no algorithm for it or the arguments miss an epilogue's
-  /// alignment rules; other failures are errors as in matmul.
+  /// cuBLASLt offers no algorithm for it, refuses the one it offered when
+  /// called (then for every later call of the shape too), or the arguments
+  /// miss an epilogue's alignment rules; other failures are errors as in
+  /// matmul.
   Status tryMatmul(const GemmArgs &args, cudaStream_t stream, bool &ran);
   /// Whether tryMatmul would run `args` (plans it; enqueues nothing).
   Status canRun(const GemmArgs &args, bool &ok);

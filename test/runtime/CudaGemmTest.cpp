@@ -209,6 +209,23 @@ __nv_bfloat16 *bf16Ptr(DeviceVector<uint16_t> &v) {
   return reinterpret_cast<__nv_bfloat16 *>(v.get());
 }
 
+/// A bf16 weight gradient C [16, 24] = A^T B over 32 rows (A [32, 16], B
+/// [32, 24]) with B's column sums into `bias` [24]: the bias-gradient
+/// epilogue's small case.
+cuda::GemmArgs smallWeightGradient(DeviceVector<uint16_t> &A,
+                                   DeviceVector<uint16_t> &B,
+                                   DeviceVector<uint16_t> &C,
+                                   DeviceVector<uint16_t> &bias) {
+  cuda::GemmArgs g;
+  g.transA = true;
+  g.M = 16, g.N = 24, g.K = 32;
+  g.A = A.get(), g.lda = 16, g.B = B.get(), g.ldb = 24;
+  g.C = C.get(), g.ldc = 24;
+  g.inputType = g.outputType = cuda::GemmType::BF16;
+  g.biasGradient = bias.get();
+  return g;
+}
+
 /// An edit of a GEMM's arguments that an epilogue cannot take, and the
 /// words matmul's error must hold.
 struct DeclineCase {
@@ -409,13 +426,7 @@ TEST_F(CudaGemmTest, BiasGradientEpilogueDeclinesWhatItCannotDo) {
   ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
   DeviceVector<uint16_t> A(32 * 16, 0), B(32 * 24, 0), C(16 * 24, 0x3f80),
       bias(24 + 8, 0x3f80), aux(16 * 24, 0);
-  cuda::GemmArgs g;
-  g.transA = true;
-  g.M = 16, g.N = 24, g.K = 32;
-  g.A = A.get(), g.lda = 16, g.B = B.get(), g.ldb = 24;
-  g.C = C.get(), g.ldc = 24;
-  g.inputType = g.outputType = cuda::GemmType::BF16;
-  g.biasGradient = bias.get();
+  cuda::GemmArgs g = smallWeightGradient(A, B, C, bias);
   const DeclineCase cases[] = {
       {"2 bytes off",
        [&](cuda::GemmArgs &a) { a.biasGradient = bf16Ptr(bias) + 1; },
@@ -439,4 +450,44 @@ TEST_F(CudaGemmTest, BiasGradientEpilogueDeclinesWhatItCannotDo) {
     ASSERT_EQ(bits, 0x3f80);
   for (uint16_t bits : bias.host())
     ASSERT_EQ(bits, 0x3f80);
+}
+
+TEST_F(CudaGemmTest, AnEpilogueRefusedWhenCalledRunsAnotherWay) {
+  // cublasLtMatmul may refuse an algorithm its heuristic offered. For an
+  // epilogue the caller can do without, tryMatmul then declines (nothing
+  // enqueued), for that shape from then on, instead of failing the run;
+  // the plain GEMM still runs. Only the emulated library can be told to
+  // refuse (LOOM_EMULATED_CUBLASLT_REFUSE, an epilogue's value).
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (std::string(prop.name).find("CudaEmulation") == std::string::npos)
+    GTEST_SKIP() << "needs the emulated cuBLASLt, which can be told to refuse";
+  cuda::Gemm gemm;
+  ASSERT_TRUE(cuda::Gemm::create(gemm).ok());
+  const uint16_t kOne = 0x3f80, kThirtyTwo = 0x4200; // bf16 1 and 32
+  DeviceVector<uint16_t> A(32 * 16, kOne), B(32 * 24, kOne), C(16 * 24, 0),
+      bias(24, 0);
+  cuda::GemmArgs g = smallWeightGradient(A, B, C, bias);
+  ASSERT_EQ(setenv("LOOM_EMULATED_CUBLASLT_REFUSE", "256", 1), 0); // BGRADA
+  bool ran = true;
+  const Status refused = gemm.tryMatmul(g, stream, ran);
+  unsetenv("LOOM_EMULATED_CUBLASLT_REFUSE");
+  ASSERT_TRUE(refused.ok()) << refused.message();
+  EXPECT_FALSE(ran);
+  // Remembered for the shape, though the library would take it now.
+  ran = true;
+  ASSERT_TRUE(gemm.tryMatmul(g, stream, ran).ok());
+  EXPECT_FALSE(ran);
+  const Status s = gemm.matmul(g, stream);
+  EXPECT_NE(s.message().find("cuBLASLt has no algorithm"), std::string::npos)
+      << s.message();
+  for (uint16_t bits : C.host())
+    ASSERT_EQ(bits, 0);
+  for (uint16_t bits : bias.host())
+    ASSERT_EQ(bits, 0);
+  // Without the epilogue: the GEMM of ones over K = 32.
+  g.biasGradient = nullptr;
+  ASSERT_TRUE(gemm.matmul(g, stream).ok());
+  for (uint16_t bits : C.host())
+    ASSERT_EQ(bits, kThirtyTwo);
 }

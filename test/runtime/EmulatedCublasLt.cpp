@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -298,6 +299,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
   if ((usesBiasVector(d.epilogue) && !d.bias) ||
       (usesAux(d.epilogue) && !d.aux))
     return CUBLAS_STATUS_INVALID_VALUE;
+  // A test's hook: the epilogue whose cublasLtEpilogue_t value
+  // LOOM_EMULATED_CUBLASLT_REFUSE holds is refused here although the
+  // heuristic offered it, as a library may refuse an algorithm when called
+  // (CudaGemmTest.AnEpilogueRefusedWhenCalledRunsAnotherWay).
+  if (const char *refuse = std::getenv("LOOM_EMULATED_CUBLASLT_REFUSE");
+      refuse && std::atoi(refuse) == static_cast<int>(d.epilogue))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   const uint64_t M = dl.rows, N = dl.cols;
   uint64_t K, unused;
   opShape(a, d.transA, unused, K);
