@@ -318,6 +318,9 @@ private:
                                  float *&partials);
   /// fp64 per-chunk partial sums for mixedColumnSum of outer x inner.
   Status columnSumWorkspace(int64_t outer, int64_t inner, double *&partials);
+  /// A LinearGrad's dinput (in: dout, input, weight).
+  Status linearInputGrad(const std::vector<TypedOperand> &in,
+                         const TypedOperand &dinput);
   /// A LinearGrad's dweight and, with a third output, dbias (in: dout,
   /// input, weight; out: dinput (untouched), dweight[, dbias]).
   Status linearWeightGrads(const std::vector<TypedOperand> &in,

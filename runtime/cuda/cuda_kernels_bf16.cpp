@@ -42,6 +42,22 @@ __nv_bfloat16 *bf16(const TypedOperand &t) {
   return static_cast<__nv_bfloat16 *>(t.data);
 }
 
+/// gemm.h's arguments for row-major C = op(A) op(B) with bf16 A and B and C
+/// as stored (bf16 or fp32): every cuBLASLt call of this file starts here,
+/// then adds its bias or epilogue.
+GemmArgs bf16GemmArgs(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                      const TypedOperand &A, int64_t lda, const TypedOperand &B,
+                      int64_t ldb, const TypedOperand &C, int64_t ldc) {
+  GemmArgs g;
+  g.transA = transA, g.transB = transB;
+  g.M = M, g.N = N, g.K = K;
+  g.A = A.data, g.lda = lda, g.B = B.data, g.ldb = ldb;
+  g.C = C.data, g.ldc = ldc;
+  g.inputType = GemmType::BF16;
+  g.outputType = isBF16(C) ? GemmType::BF16 : GemmType::F32;
+  return g;
+}
+
 /// The loss's share of the global token count (a CrossEntropy's or
 /// CrossEntropyGrad's `value`: the tokens of the whole step).
 float tokenScale(int64_t N, double tokens) {
@@ -105,13 +121,7 @@ Status CudaKernels::gemmMixed(bool transA, bool transB, int64_t M, int64_t N,
                               const TypedOperand *bias) {
   if (isBF16(A) && isBF16(B) && (!bias || bias->dtype == C.dtype)) {
     // The fast path: bf16 in, fp32 accumulate, C as stored (bf16 or fp32).
-    GemmArgs g;
-    g.transA = transA, g.transB = transB;
-    g.M = M, g.N = N, g.K = K;
-    g.A = A.data, g.lda = lda, g.B = B.data, g.ldb = ldb;
-    g.C = C.data, g.ldc = ldc;
-    g.inputType = GemmType::BF16;
-    g.outputType = isBF16(C) ? GemmType::BF16 : GemmType::F32;
+    GemmArgs g = bf16GemmArgs(transA, transB, M, N, K, A, lda, B, ldb, C, ldc);
     const bool fused =
         bias && reinterpret_cast<uintptr_t>(bias->data) % 16 == 0;
     g.bias = fused ? bias->data : nullptr;
@@ -252,6 +262,15 @@ Status CudaKernels::columnSumWorkspace(int64_t outer, int64_t inner,
   return Status::success();
 }
 
+Status CudaKernels::linearInputGrad(const std::vector<TypedOperand> &in,
+                                    const TypedOperand &dinput) {
+  const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
+  const int64_t M = numel(in[1]) / K;
+  // dinput[M,K] = dout[M,N] weight^T.
+  return gemmMixed(false, true, M, K, N, in[0], N, in[2], N, dinput, K,
+                   nullptr);
+}
+
 Status CudaKernels::linearWeightGrads(const std::vector<TypedOperand> &in,
                                       const std::vector<TypedOperand> &out) {
   const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
@@ -261,13 +280,8 @@ Status CudaKernels::linearWeightGrads(const std::vector<TypedOperand> &in,
   // op(B)), saving a pass over dout's M x N.
   if (out.size() >= 3 && biasGradEpilogue && isBF16(in[0]) && isBF16(in[1]) &&
       out[2].dtype == out[1].dtype) {
-    GemmArgs g;
-    g.transA = true;
-    g.M = K, g.N = N, g.K = M;
-    g.A = in[1].data, g.lda = K, g.B = in[0].data, g.ldb = N;
-    g.C = out[1].data, g.ldc = N;
-    g.inputType = GemmType::BF16;
-    g.outputType = isBF16(out[1]) ? GemmType::BF16 : GemmType::F32;
+    GemmArgs g =
+        bf16GemmArgs(true, false, K, N, M, in[1], K, in[0], N, out[1], N);
     g.biasGradient = out[2].data;
     bool ran = false;
     LOOM_RETURN_IF_ERROR(gemmEngine.tryMatmul(g, computeStream, ran));
@@ -299,11 +313,7 @@ Status CudaKernels::linearGelu(const std::vector<TypedOperand> &in,
     return Status::success();
   const int64_t K = (*in[1].shape)[0], N = numel(in[1]) / K;
   const int64_t M = numel(in[0]) / K;
-  GemmArgs g;
-  g.M = M, g.N = N, g.K = K;
-  g.A = in[0].data, g.lda = K, g.B = in[1].data, g.ldb = N;
-  g.C = out.data, g.ldc = N;
-  g.inputType = GemmType::BF16, g.outputType = GemmType::BF16;
+  GemmArgs g = bf16GemmArgs(false, false, M, N, K, in[0], K, in[1], N, out, N);
   g.bias = bias ? bias->data : nullptr;
   if (keepPre) {
     g.activation = GemmActivation::Gelu;
@@ -326,12 +336,7 @@ Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
   const int64_t M = numel(in[1]) / K;
   // dpre[M,K] = (dout[M,N] weight^T) * gelu'(pre), after the weight
   // gradients: dpre may overlap the LinearGrad's x (planGeluEpilogues).
-  GemmArgs g;
-  g.transB = true;
-  g.M = M, g.N = K, g.K = N;
-  g.A = in[0].data, g.lda = N, g.B = in[2].data, g.ldb = N;
-  g.C = dpre.data, g.ldc = K;
-  g.inputType = GemmType::BF16, g.outputType = GemmType::BF16;
+  GemmArgs g = bf16GemmArgs(false, true, M, K, N, in[0], N, in[2], N, dpre, K);
   g.activation = GemmActivation::GeluGrad;
   g.aux = pre.data, g.ldaux = K;
   bool supported = false;
@@ -345,8 +350,7 @@ Status CudaKernels::linearGradGelu(const std::vector<TypedOperand> &in,
     // cuBLASLt refused the DGELU algorithm when called (its heuristic had
     // offered it): the rest of the two instructions as they would run,
     // the LinearGrad's input gradient, then the GeluGrad of it.
-    LOOM_RETURN_IF_ERROR(gemmMixed(false, true, M, K, N, in[0], N, in[2], N,
-                                   out[0], K, nullptr));
+    LOOM_RETURN_IF_ERROR(linearInputGrad(in, out[0]));
     LOOM_RETURN_IF_ERROR(mixedGeluBackward(ref(dpre), ref(pre), ref(out[0]),
                                            M * K, computeStream));
   }
@@ -518,14 +522,9 @@ Status CudaKernels::runBF16Natively(const program::Instruction &ins,
     return gemmMixed(false, false, M, N, K, in[0], K, in[1], N, out[0], N,
                      in.size() == 3 ? &in[2] : nullptr);
   }
-  case Opcode::LinearGrad: {
-    const int64_t K = (*in[2].shape)[0], N = numel(in[2]) / K;
-    const int64_t M = numel(in[1]) / K;
-    // dinput[M,K] = dout[M,N] weight^T.
-    LOOM_RETURN_IF_ERROR(gemmMixed(false, true, M, K, N, in[0], N, in[2], N,
-                                   out[0], K, nullptr));
+  case Opcode::LinearGrad:
+    LOOM_RETURN_IF_ERROR(linearInputGrad(in, out[0]));
     return linearWeightGrads(in, out);
-  }
   case Opcode::Matmul: {
     const auto &r = *in[1].shape;
     const bool t = ins.transpose_rhs();

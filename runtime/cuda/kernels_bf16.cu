@@ -1263,6 +1263,37 @@ bool onePassLayernormBackward(int64_t N, int64_t C, FloatRef dinp,
          (!dinp.data || vectorizable(C, {dinp}));
 }
 
+/// layernormBackwardFusedKernel over every row chunk, then the parameter
+/// gradients' finish: mixedLayernormBackward's one pass (residual null) and
+/// layernormBackwardAddResidual's (dinp then the sum).
+Status launchOnePassLayernormBackward(FloatRef dinp, FloatRef dweight,
+                                      FloatRef dbias, FloatRef residual,
+                                      FloatRef dout, FloatRef inp,
+                                      FloatRef weight,
+                                      const LayernormRowStatistics &stats,
+                                      float *partials, int64_t N, int64_t C,
+                                      cudaStream_t stream) {
+  LOOM_CHECK(!stats.mean32 == !stats.rstd32,
+             "layer-norm gradient: give both fp32 statistics or neither");
+  const bool params = dweight.data || dbias.data;
+  const auto kernel = byLnGroups(
+      C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
+      layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
+  LOOM_LAUNCH(kernel, static_cast<unsigned>(rowChunks(N)), kThreads, stream,
+              static_cast<__nv_bfloat16 *>(dinp.data),
+              params ? partials : nullptr,
+              static_cast<const __nv_bfloat16 *>(dout.data),
+              static_cast<const __nv_bfloat16 *>(inp.data),
+              static_cast<const __nv_bfloat16 *>(weight.data), stats.mean32,
+              stats.rstd32, stats.mean, stats.rstd, stats.eps,
+              static_cast<const __nv_bfloat16 *>(residual.data), N, C);
+  if (params)
+    LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
+                dweight, dbias, static_cast<const float *>(partials),
+                rowChunks(N), C);
+  return Status::success();
+}
+
 } // namespace
 
 bool layernormBackwardOnePass(int64_t N, int64_t C, FloatRef dinp,
@@ -1275,33 +1306,17 @@ Status mixedLayernormBackward(FloatRef dinp, FloatRef dweight, FloatRef dbias,
                               const LayernormRowStatistics &stats,
                               float *partials, int64_t N, int64_t C,
                               cudaStream_t stream) {
+  if (onePassLayernormBackward(N, C, dinp, dout, inp, weight))
+    return launchOnePassLayernormBackward(dinp, dweight, dbias, FloatRef{},
+                                          dout, inp, weight, stats, partials, N,
+                                          C, stream);
   const bool params = dweight.data || dbias.data;
   const float *mean32 = stats.mean32, *rstd32 = stats.rstd32;
-  LOOM_CHECK(!mean32 == !rstd32,
-             "layer-norm gradient: give both fp32 statistics or neither");
-  if (onePassLayernormBackward(N, C, dinp, dout, inp, weight)) {
-    auto *dx = static_cast<__nv_bfloat16 *>(dinp.data);
-    float *partial = params ? partials : nullptr;
-    const auto *dy = static_cast<const __nv_bfloat16 *>(dout.data);
-    const auto *x = static_cast<const __nv_bfloat16 *>(inp.data);
-    const auto *w = static_cast<const __nv_bfloat16 *>(weight.data);
-    const unsigned blocks = static_cast<unsigned>(rowChunks(N));
-    const auto kernel = byLnGroups(
-        C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
-        layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
-    LOOM_LAUNCH(kernel, blocks, kThreads, stream, dx, partial, dy, x, w, mean32,
-                rstd32, stats.mean, stats.rstd, stats.eps, nullptr, N, C);
-    if (params)
-      LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
-                  dweight, dbias, static_cast<const float *>(partials),
-                  rowChunks(N), C);
-    return Status::success();
-  }
-  LOOM_CHECK(mean32 || N == 0, "layer-norm gradient of "
-                                   << N << " x " << C
-                                   << " rows its one-pass kernel does "
-                                      "not take: it needs the forward's "
-                                      "fp32 statistics (mean32, rstd32)");
+  LOOM_CHECK((mean32 && rstd32) || N == 0,
+             "layer-norm gradient of " << N << " x " << C
+                                       << " rows its one-pass kernel does "
+                                          "not take: it needs the forward's "
+                                          "fp32 statistics (mean32, rstd32)");
   if (params) {
     const int64_t chunks = rowChunks(N), colBlocks = blocksFor(C);
     LOOM_LAUNCH(layernormParamPartialKernel,
@@ -1355,25 +1370,9 @@ Status layernormBackwardAddResidual(FloatRef sum, FloatRef dweight,
              "the LayerNorm gradient + residual Add kernel takes 16-byte "
              "aligned bf16 rows of a multiple of 8 columns up to "
                  << kMaxLnFusedColumns << ", got " << N << " x " << C);
-  LOOM_CHECK(!stats.mean32 == !stats.rstd32,
-             "layer-norm gradient: give both fp32 statistics or neither");
-  const bool params = dweight.data || dbias.data;
-  const auto kernel = byLnGroups(
-      C, layernormBackwardFusedKernel<1>, layernormBackwardFusedKernel<2>,
-      layernormBackwardFusedKernel<3>, layernormBackwardFusedKernel<4>);
-  LOOM_LAUNCH(kernel, static_cast<unsigned>(rowChunks(N)), kThreads, stream,
-              static_cast<__nv_bfloat16 *>(sum.data),
-              params ? partials : nullptr,
-              static_cast<const __nv_bfloat16 *>(dout.data),
-              static_cast<const __nv_bfloat16 *>(inp.data),
-              static_cast<const __nv_bfloat16 *>(weight.data), stats.mean32,
-              stats.rstd32, stats.mean, stats.rstd, stats.eps,
-              static_cast<const __nv_bfloat16 *>(residual.data), N, C);
-  if (params)
-    LOOM_LAUNCH(layernormParamFinishKernel, blocksFor(C), kThreads, stream,
-                dweight, dbias, static_cast<const float *>(partials),
-                rowChunks(N), C);
-  return Status::success();
+  return launchOnePassLayernormBackward(sum, dweight, dbias, residual, dout,
+                                        inp, weight, stats, partials, N, C,
+                                        stream);
 }
 
 Status mixedSoftmaxForward(FloatRef out, FloatRef inp, int64_t N, int64_t C,
