@@ -364,6 +364,17 @@ static void checkLayerNorm(int64_t N, int64_t C) {
               std::string::npos)
         << ownStatus.message();
   }
+  // Half the forward's statistics is refused, whichever kernels run.
+  cuda::LayernormRowStatistics half = given;
+  half.rstd32 = nullptr;
+  const Status halfStatus = emulated::mixedLayernormBackward(
+      ownDx.ref(), ownDw.ref(), ownDb.ref(), dout.ref(), x.ref(), w.ref(), half,
+      partials.data(), N, C, kNoStream);
+  EXPECT_NE(halfStatus.message().find(
+                onePass ? "give both fp32 statistics or neither"
+                        : "needs the forward's fp32 statistics"),
+            std::string::npos)
+      << halfStatus.message() << shape;
   std::vector<float> rdx(N * C), rdw(C), rdb(C);
   ASSERT_TRUE(cpuKernels
                   .layernormGrad(rdx.data(), rdw.data(), rdb.data(),
