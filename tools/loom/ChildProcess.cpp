@@ -115,6 +115,15 @@ int exitStatus(int status) {
                                : -1;
 }
 
+/// Whether child `pid` has not exited yet; one that has stays waitable
+/// (WNOWAIT: the wait loop still reaps it and reads its status).
+bool stillRunning(pid_t pid) {
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid), &info,
+                  WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == 0;
+}
+
 std::vector<char *> cArgs(const std::vector<std::string> &strings) {
   std::vector<char *> out;
   for (const std::string &a : strings)
@@ -196,6 +205,7 @@ ChildResult runRanksPassingOnStopSignals(
   //    they would wait for it in their next collective until the NCCL
   //    watchdog's timeout (LOOM_NCCL_TIMEOUT) ended them.
   int failed = -1;
+  std::vector<bool> reaped(pids.size(), false);
   for (size_t left = pids.size(); left > 0;) {
     int status = 0;
     const pid_t pid = ::waitpid(-group, &status, 0);
@@ -212,6 +222,7 @@ ChildResult runRanksPassingOnStopSignals(
       continue;
     --left;
     const int rank = static_cast<int>(it - pids.begin());
+    reaped[rank] = true;
     const int code = exitStatus(status);
     const bool stopped =
         gFirstSignal != 0 && (code == 128 + gFirstSignal || code == 0);
@@ -225,8 +236,17 @@ ChildResult runRanksPassingOnStopSignals(
                        std::to_string(code);
     if (WIFSIGNALED(status))
       note += std::string(" (") + strsignal(WTERMSIG(status)) + ")";
-    if (left > 0)
-      note += "; ending the other " + std::to_string(left) + " rank(s)";
+    // The others not reaped yet may have exited too (ranks failing for a
+    // common cause, e.g. too few devices): name only those still running.
+    size_t running = 0;
+    for (size_t r = 0; r < pids.size(); ++r)
+      running += !reaped[r] && stillRunning(pids[r]);
+    if (running > 0)
+      note += "; ending the other " + std::to_string(running) +
+              " rank(s) still running";
+    else if (left > 0)
+      note +=
+          "; the other " + std::to_string(left) + " rank(s) had exited already";
     std::fprintf(stderr, "%s\n", note.c_str());
     std::fflush(stderr);
     if (left > 0)
