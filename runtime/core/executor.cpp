@@ -22,6 +22,7 @@
 #include "runtime/core/param_init.h"
 #include "runtime/core/residual_norms.h"
 #include "runtime/cpu/cpu_kernels.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/host_memory.h"
 
 #include <algorithm>
@@ -101,6 +102,8 @@ Status Executor::create(const program::LoadedProgram &program,
     comm = ex->ownComm.get();
   }
   ex->comm = comm;
+  if (!kernels)
+    LOOM_RETURN_IF_ERROR(cpu::checkCpuGemmSetting());
   ex->kernels = kernels ? std::move(kernels)
                         : std::make_unique<cpu::CpuKernels>();
   LOOM_RETURN_IF_ERROR(comm->setMesh(programMesh(*program.root())));

@@ -2,8 +2,9 @@
 //
 // The fast kernels work one (b, h) head at a time, in parallel over B*NH
 // heads (OpenMP, dynamic schedule), and do the O(T^2 hs) work with
-// single-threaded cblas_sgemm calls straight on the strided qkv / out / dqkv
-// views (lda = 3C or C, so nothing is gathered). Queries are cut into blocks
+// single-threaded GEMM calls straight on the strided qkv / out / dqkv
+// views (lda = 3C or C, so nothing is gathered; gemm.h's GEMM, so
+// batch-invariant unless LOOM_CPU_GEMM=openblas). Queries are cut into blocks
 // of kBlock rows; a row block only multiplies against the keys it can see
 // (0..block end), which skips most of the masked upper triangle. OpenBLAS's
 // own threads are turned down to one for the duration of the parallel region
@@ -28,6 +29,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cpu/attention.h"
+#include "runtime/cpu/gemm.h"
 #include "runtime/cpu/vector_exp.h"
 
 #include <algorithm>
@@ -45,14 +47,13 @@ namespace {
 /// the same in the row and the column loops of the backward.
 constexpr int64_t kBlock = 32;
 
+/// gemm.h's GEMM (batch-invariant by default: a query row's scores and
+/// output do not depend on where its block starts or how long the
+/// sequence is), on the calling thread (each head is one thread's).
 inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                   float alpha, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-              transB ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-              static_cast<int>(N), static_cast<int>(K), alpha, A,
-              static_cast<int>(lda), B, static_cast<int>(ldb), beta, C,
-              static_cast<int>(ldc));
+  gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /// exp(t) for t <= 0 (the softmax subtracts the row maximum first).

@@ -1,17 +1,53 @@
 //===- gemm.cpp - fp32 GEMM and linear layers on the CPU --------*- C++ -*-===//
 #include "runtime/cpu/gemm.h"
 
+#include "runtime/cpu/batch_invariant_gemm.h"
+
 #include <algorithm>
 #include <cblas.h>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace loom::cpu {
+
+namespace {
+
+/// LOOM_CPU_GEMM=openblas runs OpenBLAS's sgemm instead of
+/// batchInvariantGemm: often faster on large shapes, but its bits may
+/// depend on the batch, the thread count and the CPU (batch_invariant_gemm.h),
+/// so partitioned runs then match the single-rank run only to round-off.
+bool useOpenBlas() {
+  static const bool openblas = [] {
+    const char *v = std::getenv("LOOM_CPU_GEMM");
+    return v && std::string(v) == "openblas";
+  }();
+  return openblas;
+}
+
+} // namespace
+
+Status checkCpuGemmSetting() {
+  const char *v = std::getenv("LOOM_CPU_GEMM");
+  if (!v || std::string(v) == "invariant" || std::string(v) == "openblas")
+    return Status::success();
+  LOOM_ERROR("LOOM_CPU_GEMM='"
+             << v
+             << "' is not invariant or openblas; use invariant (the "
+                "default: every element summed in one order, whatever the "
+                "batch, threads or CPU) or openblas (OpenBLAS's sgemm)");
+}
 
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
           float beta, float *C, int64_t ldc) {
   if (M == 0 || N == 0)
     return;
+  if (!useOpenBlas()) {
+    batchInvariantGemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                       ldc);
+    return;
+  }
   if (K == 0) {
     // BLAS would scale C by beta; do the same without calling it with K=0,
     // and honour "beta == 0 ignores C".

@@ -1,0 +1,134 @@
+//===- BatchInvariantGemmTest.cpp - A GEMM whose bits ignore the batch ----===//
+//
+// runtime/cpu/batch_invariant_gemm.h's promise, bit for bit: an element of
+// C is the same whichever rows and columns the call around it covers, at
+// whatever offset, on however many threads, inside a parallel region or
+// not. (OpenBLAS 0.3.21 fails the first of these on AMD Zen: see the
+// header.) And the GEMM contract itself, against the double reference.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/cpu/batch_invariant_gemm.h"
+#include "runtime/cpu/gemm.h"
+
+#include "TestUtil.h"
+
+#include <cstring>
+#include <limits>
+#include <omp.h>
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+/// Op(A) [M, K] and op(B) [K, N] stored as the transposes say, rows of
+/// A padded by 3 floats.
+struct Problem {
+  bool ta, tb;
+  int64_t M, N, K, lda, ldb;
+  std::vector<float> A, B;
+  Problem(bool ta, bool tb, int64_t M, int64_t N, int64_t K)
+      : ta(ta), tb(tb), M(M), N(N), K(K), lda((ta ? M : K) + 3),
+        ldb(tb ? K : N), A(randomVector((ta ? K : M) * lda, 11)),
+        B(randomVector((tb ? N : K) * ldb, 12)) {}
+  /// Rows [r0, r0 + m) and columns [c0, c0 + n) of op(A) op(B), as their
+  /// own call.
+  std::vector<float> block(int64_t r0, int64_t m, int64_t c0, int64_t n) const {
+    std::vector<float> C(static_cast<size_t>(m * n));
+    const float *a = ta ? A.data() + r0 : A.data() + r0 * lda;
+    const float *b = tb ? B.data() + c0 * ldb : B.data() + c0;
+    cpu::batchInvariantGemm(ta, tb, m, n, K, 1.0f, a, lda, b, ldb, 0.0f,
+                            C.data(), n);
+    return C;
+  }
+};
+
+bool sameBits(const std::vector<float> &full, int64_t ldFull, int64_t r0,
+              int64_t c0, const std::vector<float> &part, int64_t m,
+              int64_t n) {
+  for (int64_t i = 0; i < m; ++i)
+    if (std::memcmp(full.data() + (r0 + i) * ldFull + c0, part.data() + i * n,
+                    sizeof(float) * n) != 0)
+      return false;
+  return true;
+}
+
+TEST(BatchInvariantGemm, AnElementIsTheSameWhateverTheCallAroundIt) {
+  // N = 300 crosses a 256-column panel; M = 203 crosses 96-row tasks and
+  // leaves partial micro-tiles; K = 70.
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      const Problem p(ta, tb, 203, 300, 70);
+      const std::vector<float> full = p.block(0, p.M, 0, p.N);
+      // Rows: single rows, odd counts, at offsets that move a row to every
+      // position of a micro-tile and across tasks.
+      for (int64_t m : {1, 2, 5, 7, 32, 97, 150})
+        for (int64_t r0 : {0, 1, 3, 5, 50, 53}) {
+          if (r0 + m > p.M)
+            continue;
+          EXPECT_TRUE(
+              sameBits(full, p.N, r0, 0, p.block(r0, m, 0, p.N), m, p.N))
+              << m << " rows from " << r0;
+        }
+      // Columns: inside a micro-tile, across tiles and across panels.
+      for (int64_t n : {1, 3, 9, 17, 100, 257})
+        for (int64_t c0 : {0, 1, 7, 15, 40}) {
+          if (c0 + n > p.N)
+            continue;
+          EXPECT_TRUE(
+              sameBits(full, p.N, 0, c0, p.block(0, p.M, c0, n), p.M, n))
+              << n << " columns from " << c0;
+        }
+    }
+}
+
+TEST(BatchInvariantGemm, ThreadsAndParallelRegionsChangeNoBit) {
+  const Problem p(false, true, 300, 520, 96);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const std::vector<float> one = p.block(0, p.M, 0, p.N);
+  omp_set_num_threads(3);
+  const std::vector<float> three = p.block(0, p.M, 0, p.N);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.data(), three.data(), one.size() * 4), 0);
+  // Called from inside a parallel region (as the attention kernel's heads
+  // do), it runs on the calling thread: the same bits.
+  std::vector<float> nested;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    nested = p.block(0, p.M, 0, p.N);
+  }
+  EXPECT_EQ(std::memcmp(one.data(), nested.data(), one.size() * 4), 0);
+}
+
+TEST(BatchInvariantGemm, KeepsTheGemmContract) {
+  const int64_t M = 13, N = 21, K = 300, ldc = N + 2;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const Problem p(ta, tb, M, N, K);
+      auto C = randomVector(M * ldc, 13);
+      auto ref = C;
+      cpu::batchInvariantGemm(ta, tb, M, N, K, 0.5f, p.A.data(), p.lda,
+                              p.B.data(), p.ldb, 0.25f, C.data(), ldc);
+      cpu::gemmReference(ta, tb, M, N, K, 0.5f, p.A.data(), p.lda, p.B.data(),
+                         p.ldb, 0.25f, ref.data(), ldc);
+      expectClose(C, ref, 1e-5, 1e-5,
+                  "ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    }
+  // beta = 0 ignores C (NaN too); K = 0 leaves beta * C.
+  const Problem p(false, false, 5, 6, 4);
+  std::vector<float> C(30, std::numeric_limits<float>::quiet_NaN());
+  cpu::batchInvariantGemm(false, false, 5, 6, 4, 1.0f, p.A.data(), p.lda,
+                          p.B.data(), p.ldb, 0.0f, C.data(), 6);
+  for (float c : C)
+    EXPECT_FALSE(std::isnan(c));
+  std::vector<float> D(30, 2.0f);
+  cpu::batchInvariantGemm(false, false, 5, 6, 0, 1.0f, p.A.data(), p.lda,
+                          p.B.data(), p.ldb, 0.5f, D.data(), 6);
+  for (float d : D)
+    EXPECT_EQ(d, 1.0f);
+}
+
+} // namespace
