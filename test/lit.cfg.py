@@ -23,7 +23,7 @@ llvm_config.with_system_environment(["HOME", "TMP", "TEMP"])
 llvm_config.use_default_substitutions()
 
 tool_dirs = [config.loom_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["loom-opt", "loom-translate", "loom", "loom-run", "loom-run-guarded"], tool_dirs)
+llvm_config.add_tool_substitutions(["loom-opt", "loom-translate", "loom", "loom-run", "loom-run-guarded", "loom-roofline"], tool_dirs)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.loom_tools_dir, append_path=True)
 

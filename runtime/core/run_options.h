@@ -64,6 +64,9 @@ struct RunOptions {
   /// the device's known bf16 peak (--backend cuda on an H100 / H200 /
   /// A100), else none reported.
   double peakTflops = 0;
+  /// The device's memory bandwidth (GB/s), which the backend knows (no
+  /// flag); with peakTflops, the roofline a --trace records (trace.h).
+  double peakGbps = 0;
   /// Validation during training (--val-data F): the mean loss over
   /// --eval-steps batches of F (default: the file's batches, at most 100)
   /// after every --eval-every steps (default: only after the last).

@@ -12,8 +12,10 @@ namespace loom {
 
 void TraceWriter::addComplete(const std::string &name, const char *cat,
                               int64_t startNs, int64_t endNs, int64_t pid,
-                              int64_t tid, std::string op) {
-  events.push_back({name, cat, std::move(op), startNs, endNs, pid, tid});
+                              int64_t tid, std::string op, double flops,
+                              int64_t bytes) {
+  events.push_back(
+      {name, cat, std::move(op), startNs, endNs, pid, tid, flops, bytes});
 }
 
 Status TraceWriter::write(const std::string &path) const {
@@ -27,9 +29,14 @@ Status TraceWriter::write(const std::string &path) const {
     ev.set("dur", JsonValue::number((e.endNs - e.startNs) / 1000.0));
     ev.set("pid", JsonValue::integer(e.pid));
     ev.set("tid", JsonValue::integer(e.tid));
-    if (!e.op.empty()) {
+    if (!e.op.empty() || e.flops >= 0 || e.bytes >= 0) {
       JsonValue args = JsonValue::object();
-      args.set("op", JsonValue::string(e.op));
+      if (!e.op.empty())
+        args.set("op", JsonValue::string(e.op));
+      if (e.flops >= 0)
+        args.set("flops", JsonValue::number(e.flops));
+      if (e.bytes >= 0)
+        args.set("bytes", JsonValue::integer(e.bytes));
       ev.set("args", std::move(args));
     }
     list.push(std::move(ev));
@@ -37,6 +44,14 @@ Status TraceWriter::write(const std::string &path) const {
   JsonValue root = JsonValue::object();
   root.set("traceEvents", std::move(list));
   root.set("displayTimeUnit", JsonValue::string("ms"));
+  if (peakTflops > 0 || peakGbps > 0) {
+    JsonValue other = JsonValue::object();
+    if (peakTflops > 0)
+      other.set("peak_tflops", JsonValue::number(peakTflops));
+    if (peakGbps > 0)
+      other.set("peak_gbps", JsonValue::number(peakGbps));
+    root.set("otherData", std::move(other));
+  }
   const std::string text = writeJson(root) + "\n";
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());

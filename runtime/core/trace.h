@@ -25,10 +25,21 @@ public:
   /// Records a complete event from steady-clock times in nanoseconds. `cat`
   /// is "compute", "communication" or "data"; a non-empty `op` (the
   /// instruction's opcode) is written as the event's args.op, so a trace
-  /// can be summed per kernel family (bench/trace_breakdown.py).
+  /// can be summed per kernel family (bench/trace_breakdown.py). `flops`
+  /// and `bytes`, when not negative, are written as args.flops and
+  /// args.bytes: what the span must at least do (instruction_cost.h).
   void addComplete(const std::string &name, const char *cat, int64_t startNs,
                    int64_t endNs, int64_t pid, int64_t tid = 0,
-                   std::string op = std::string());
+                   std::string op = std::string(), double flops = -1,
+                   int64_t bytes = -1);
+
+  /// The device's peak rate (TFLOP/s) and memory bandwidth (GB/s), written
+  /// as the trace's otherData.peak_tflops / peak_gbps when positive: the
+  /// roofline bench/trace_breakdown.py holds the spans to.
+  void setDevicePeaks(double tflops, double gbps) {
+    peakTflops = tflops;
+    peakGbps = gbps;
+  }
 
   size_t size() const { return events.size(); }
 
@@ -41,8 +52,11 @@ private:
     const char *cat;
     std::string op;
     int64_t startNs, endNs, pid, tid;
+    double flops;
+    int64_t bytes;
   };
   int64_t origin;
+  double peakTflops = 0, peakGbps = 0;
   std::vector<Event> events;
 };
 

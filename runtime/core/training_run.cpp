@@ -13,6 +13,7 @@
 #include "runtime/core/bpe_tokenizer.h"
 #include "runtime/core/checkpoint.h"
 #include "runtime/core/executor.h"
+#include "runtime/core/instruction_cost.h"
 #include "runtime/core/json.h"
 #include "runtime/core/lr_schedule.h"
 #include "runtime/core/model_flops.h"
@@ -481,6 +482,7 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
     LOOM_RETURN_IF_ERROR(log.open(opts.logJson));
   const int64_t origin = steadyNowNs();
   TraceWriter trace(origin);
+  trace.setDevicePeaks(opts.peakTflops, opts.peakGbps);
   std::vector<InstructionTiming> timings;
   const auto *instructions = stage.instructions();
   const auto *updates = stage.update_instructions();
@@ -654,11 +656,17 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
             op += "+" + program::opcodeName(list->Get(t.index + k)->opcode());
           name += " (" + op + " in one call)";
         }
+        const bool collective = program::isCollective(ins->opcode());
+        const InstructionCost cost =
+            collective ? InstructionCost{}
+                       : callCost(stage, *list, t.index, t.count);
         trace.addComplete(name,
-                          program::isCollective(ins->opcode()) ? "communication"
-                          : t.update                           ? "optimizer"
-                                                               : "compute",
-                          t.startNs, t.endNs, comm.rank(), 0, std::move(op));
+                          collective ? "communication"
+                          : t.update ? "optimizer"
+                                     : "compute",
+                          t.startNs, t.endNs, comm.rank(), 0, std::move(op),
+                          collective ? -1.0 : cost.flops,
+                          collective ? -1 : cost.bytes);
       }
     }
     const double stepSec = (t2 - t0) * 1e-9;

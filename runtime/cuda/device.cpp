@@ -51,6 +51,24 @@ double deviceBf16PeakTflops(int device) {
   return bf16PeakTflops(props.name);
 }
 
+double memoryBandwidthGbps(int memoryClockKhz, int busWidthBits) {
+  if (memoryClockKhz <= 0 || busWidthBits <= 0)
+    return 0;
+  return 2.0 * memoryClockKhz * 1e3 * (busWidthBits / 8.0) / 1e9;
+}
+
+double deviceMemoryBandwidthGbps(int device) {
+  int clockKhz = 0, busBits = 0;
+  if (cudaDeviceGetAttribute(&clockKhz, cudaDevAttrMemoryClockRate, device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&busBits, cudaDevAttrGlobalMemoryBusWidth,
+                             device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return memoryBandwidthGbps(clockKhz, busBits);
+}
+
 DeviceArena::~DeviceArena() {
   if (base)
     cudaFree(base);

@@ -31,6 +31,16 @@ double bf16PeakTflops(const char *deviceName);
 /// bf16PeakTflops of device `device` (0 when it cannot be queried).
 double deviceBf16PeakTflops(int device);
 
+/// Peak memory bandwidth in GB/s (10^9 bytes a second) of memory clocked at
+/// `memoryClockKhz` on a `busWidthBits`-bit bus, two transfers a clock (as
+/// HBM and GDDR's data rates count): 3352 for an H100 SXM (2619 MHz, 5120
+/// bits). 0 when either is not positive.
+double memoryBandwidthGbps(int memoryClockKhz, int busWidthBits);
+
+/// memoryBandwidthGbps of device `device` from its attributes (0 when they
+/// cannot be queried): the roofline's bandwidth in a trace.
+double deviceMemoryBandwidthGbps(int device);
+
 /// One rank's device memory: a single allocation, zeroed.
 class DeviceArena {
 public:

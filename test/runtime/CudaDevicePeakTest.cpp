@@ -2,7 +2,8 @@
 //
 // runtime/cuda/device.h's table, by the names cudaGetDeviceProperties gives
 // (no device needed): NVIDIA's dense bf16 tensor-core figures, the more
-// specific names (NVL, PCIe) before the family's.
+// specific names (NVL, PCIe) before the family's; and the memory bandwidth
+// a trace's roofline takes from the device's clock and bus width.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/device.h"
@@ -29,6 +30,17 @@ TEST(CudaDevicePeak, UnknownGpusHaveNoPeak) {
   EXPECT_EQ(cuda::bf16PeakTflops("NVIDIA GeForce RTX 4090"), 0);
   EXPECT_EQ(cuda::bf16PeakTflops(""), 0);
   EXPECT_EQ(cuda::bf16PeakTflops(nullptr), 0);
+}
+
+TEST(CudaDevicePeak, MemoryBandwidthFromClockAndBusWidth) {
+  // An H100 SXM reports 2619 MHz on 5120 bits: its 3.35 TB/s.
+  EXPECT_DOUBLE_EQ(cuda::memoryBandwidthGbps(2619000, 5120), 3352.32);
+  // Two transfers a clock: an A100 40GB's 1215 MHz on 5120 bits, 1555 GB/s.
+  EXPECT_DOUBLE_EQ(cuda::memoryBandwidthGbps(1215000, 5120), 1555.2);
+  // Unknown: no roofline bandwidth.
+  EXPECT_EQ(cuda::memoryBandwidthGbps(0, 5120), 0);
+  EXPECT_EQ(cuda::memoryBandwidthGbps(2619000, 0), 0);
+  EXPECT_EQ(cuda::memoryBandwidthGbps(-1, -1), 0);
 }
 
 } // namespace

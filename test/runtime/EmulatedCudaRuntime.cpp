@@ -214,6 +214,27 @@ cudaError_t cudaGetDevice(int *device) {
 
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
+/// The memory attributes of an H100 SXM (2619 MHz, 5120 bits: 3352 GB/s),
+/// so a trace's roofline metadata (loom-run --trace) is written and read
+/// under emulation too; any other attribute is not emulated.
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr,
+                                   int device) {
+  if (!value)
+    return fail(cudaErrorInvalidValue);
+  if (device < 0 || device >= deviceCount())
+    return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+  case cudaDevAttrMemoryClockRate:
+    *value = 2619000;
+    return cudaSuccess;
+  case cudaDevAttrGlobalMemoryBusWidth:
+    *value = 5120;
+    return cudaSuccess;
+  default:
+    return fail(cudaErrorInvalidValue);
+  }
+}
+
 /// A device no peak table knows (device.h's bf16PeakTflops gives 0).
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
   if (!prop || device < 0 || device >= deviceCount())

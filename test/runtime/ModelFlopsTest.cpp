@@ -25,13 +25,7 @@ TEST(ModelFlops, ParameterCountIsTheModelsUnderEveryStrategy) {
   // tiny.json: V 256, C 64, P 64, L 2: 256*64 + 64*64 + 2*(12*64^2 + 13*64)
   // + 2*64.
   const int64_t tiny = 120576;
-  for (const char *flags :
-       {"--batch 4 --seq 32 --train",
-        "--batch 8 --seq 32 --train --mesh dp=2 --zero 3",
-        "--batch 8 --seq 32 --train --mesh tp=2",
-        "--batch 8 --seq 32 --train --mesh pp=2 --microbatches 2",
-        "--batch 8 --seq 32 --train --mesh dp=2,tp=2,pp=2 --zero 1 "
-        "--microbatches 2"}) {
+  for (const char *flags : kTinyTrainingStrategies) {
     SCOPED_TRACE(flags);
     program::LoadedProgram loaded;
     if (!compileExample("tiny.json", flags, loaded))

@@ -210,6 +210,19 @@ inline std::unique_ptr<fb::ProgramT> emptyProgram(int64_t batch, int64_t seq,
 }
 
 #if defined(LOOM_PATH) && defined(LOOM_SOURCE_DIR)
+/// `loom compile` flags of one training step of tiny.json (global batch 8
+/// of T = 32) under each kind of strategy: what a figure of the model
+/// (parameter count, FLOPs) must not depend on.
+inline const char *const kTinyTrainingStrategies[] = {
+    "--batch 8 --seq 32 --train",
+    "--batch 8 --seq 32 --train --microbatches 2",
+    "--batch 8 --seq 32 --train --mesh dp=2 --zero 3",
+    "--batch 8 --seq 32 --train --mesh tp=2",
+    "--batch 8 --seq 32 --train --mesh tp=2 --sequence-parallel",
+    "--batch 8 --seq 32 --train --mesh pp=2 --microbatches 2",
+    "--batch 8 --seq 32 --train --mesh dp=2,tp=2,pp=2 --zero 1 "
+    "--microbatches 2"};
+
 /// Compiles examples/`config` with `loom compile --config ... FLAGS -o`
 /// into a temporary file and loads it; false (with a test failure) on
 /// error.

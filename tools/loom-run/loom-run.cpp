@@ -90,6 +90,8 @@ struct Backend {
   Communicator *comm = nullptr;
   /// The device's bf16 peak (TFLOP/s), 0 when unknown (the CPU).
   double peakTflops = 0;
+  /// Its memory bandwidth (GB/s), 0 when unknown: a trace's roofline.
+  double peakGbps = 0;
 #ifdef LOOM_HAVE_CUDA
   cudaStream_t stream = nullptr;
   std::unique_ptr<Communicator> deviceComm; // NCCL, or one rank's copies
@@ -180,6 +182,7 @@ Status createCudaBackend(const RunOptions &opts, Communicator &world,
                                   : " (mpirun -np / --npernode)"));
   LOOM_CUDA_CHECK(cudaSetDevice(localRank % devices));
   out.peakTflops = cuda::deviceBf16PeakTflops(localRank % devices);
+  out.peakGbps = cuda::deviceMemoryBandwidthGbps(localRank % devices);
   LOOM_CUDA_CHECK(
       cudaStreamCreateWithFlags(&out.stream, cudaStreamNonBlocking));
   // 4. Collectives: NCCL over the MPI world (ncclUniqueId broadcast over
@@ -302,6 +305,7 @@ int main(int argc, char **argv) {
       return fail(s.message(), /*usage=*/false);
     if (opts.peakTflops == 0)
       opts.peakTflops = backend.peakTflops;
+    opts.peakGbps = backend.peakGbps;
     // Ranks started without mpirun know each other only through NCCL: a
     // failing one names itself and aborts its NCCL communicators.
     if (backend.comm->size() > comm->size())
