@@ -87,9 +87,9 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
   }
 }
 
-// AVX2 + FMA: a row of 16 columns is two 8-wide registers, 4 rows eight
-// accumulators. The baseline build (SSE2) takes 8 columns, so its eight
-// accumulators fit its sixteen registers too. A machine runs one of them
+// AVX2 + FMA: a row of 16 columns is two 8-wide registers, 6 rows twelve
+// accumulators of the sixteen ymm. The baseline (SSE2) tile is 4 rows of 8
+// columns, eight of its sixteen xmm. A machine runs one of them
 // for every call, so its runs agree with each other. (The instruction set
 // is the task's, not the parallel loop's: GCC compiles an OpenMP region's
 // body as a function of its own, without its parent's target attribute.)
