@@ -87,6 +87,16 @@ class Sums:
             self.flops += float(args.get("flops", 0))
             self.bytes += int(args.get("bytes", 0))
 
+    def merged(self, other, scale=1):
+        """These sums plus `other`'s, all divided by `scale`."""
+        r = Sums()
+        r.us = (self.us + other.us) / scale
+        r.count = (self.count + other.count) // scale
+        r.flops = (self.flops + other.flops) / scale
+        r.bytes = (self.bytes + other.bytes) // scale
+        r.costed = self.costed or other.costed
+        return r
+
     def roofline_us(self, peaks):
         """Microseconds at the peaks, None without them or without costs."""
         if not peaks or not self.costed:
@@ -125,11 +135,7 @@ def table(title, rows, step_us, top, peaks):
     if rest:
         total = Sums()
         for _, r in rest:
-            total.us += r.us
-            total.count += r.count
-            total.flops += r.flops
-            total.bytes += r.bytes
-            total.costed |= r.costed
+            total = total.merged(r)
         line(f"({len(rest)} more)", total)
 
 
@@ -174,12 +180,7 @@ def main():
     n = len(timed)
 
     def per_step(d):
-        rows = []
-        for k, v in d.items():
-            r = Sums()
-            r.us, r.count = v.us / n, v.count // n
-            r.flops, r.bytes, r.costed = v.flops / n, v.bytes // n, v.costed
-            rows.append((k, r))
+        rows = [(k, v.merged(Sums(), n)) for k, v in d.items()]
         return sorted(rows, key=lambda kr: -kr[1].us)
 
     ops, names = per_step(per_op), per_step(per_name)

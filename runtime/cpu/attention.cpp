@@ -21,7 +21,7 @@
 //             column block K=[c0,c1): dv_K = P_{>=c0},K^T dO_{>=c0}
 //                                     dk_K = scale dS_{>=c0},K^T Q_{>=c0}
 //
-// attentionProbs runs exactly the forward's probability code (same sgemm
+// attentionProbs runs exactly the forward's probability code (same gemm
 // calls, same row kernel), so its result is bitwise equal to the forward's;
 // attentionGrad runs it one head at a time into a buffer of the thread's
 // (no [B, NH, T, T] tensor), then the same backward, so it is bitwise equal
@@ -46,15 +46,6 @@ namespace {
 /// Query rows (and key columns in the backward) per block. Blocks must be
 /// the same in the row and the column loops of the backward.
 constexpr int64_t kBlock = 32;
-
-/// gemm.h's GEMM (batch-invariant by default: a query row's scores and
-/// output do not depend on where its block starts or how long the
-/// sequence is), on the calling thread (each head is one thread's).
-inline void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                  float alpha, const float *A, int64_t lda, const float *B,
-                  int64_t ldb, float beta, float *C, int64_t ldc) {
-  gemm(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 /// exp(t) for t <= 0 (the softmax subtracts the row maximum first).
 inline float expNonPositive(float t) {
@@ -91,8 +82,8 @@ inline void softmaxRow(float *a, int64_t n, int64_t T, float *lse) {
 inline void probsBlock(float *rows, const float *Q, const float *K, int64_t C3,
                        int64_t T, int64_t hs, float scale, int64_t r0,
                        int64_t r1, float *lse = nullptr) {
-  sgemm(false, true, r1 - r0, r1, hs, scale, Q + r0 * C3, C3, K, C3, 0.0f,
-        rows, T);
+  gemm(false, true, r1 - r0, r1, hs, scale, Q + r0 * C3, C3, K, C3, 0.0f, rows,
+       T);
   for (int64_t i = r0; i < r1; ++i)
     softmaxRow(rows + (i - r0) * T, i + 1, T, lse ? lse + i : nullptr);
 }
@@ -116,8 +107,8 @@ void backwardHead(float *dQ, float *dK, float *dV, float *dS, const float *P,
   for (int64_t r0 = 0; r0 < T; r0 += kBlock) {
     const int64_t r1 = std::min(T, r0 + kBlock);
     // dP = dO V^T, then through the softmax (masked entries exactly 0).
-    sgemm(false, true, r1 - r0, r1, hs, 1.0f, dO + r0 * C, C, V, C3, 0.0f,
-          dS + r0 * T, T);
+    gemm(false, true, r1 - r0, r1, hs, 1.0f, dO + r0 * C, C, V, C3, 0.0f,
+         dS + r0 * T, T);
     for (int64_t i = r0; i < r1; ++i) {
       const float *p = P + i * T;
       float *d = dS + i * T;
@@ -131,15 +122,15 @@ void backwardHead(float *dQ, float *dK, float *dV, float *dS, const float *P,
       for (int64_t j = i + 1; j < r1; ++j)
         d[j] = 0.0f;
     }
-    sgemm(false, false, r1 - r0, hs, r1, scale, dS + r0 * T, T, K, C3, 0.0f,
-          dQ + r0 * C3, C3);
+    gemm(false, false, r1 - r0, hs, r1, scale, dS + r0 * T, T, K, C3, 0.0f,
+         dQ + r0 * C3, C3);
   }
   for (int64_t c0 = 0; c0 < T; c0 += kBlock) {
     const int64_t c1 = std::min(T, c0 + kBlock);
-    sgemm(true, false, c1 - c0, hs, T - c0, 1.0f, P + c0 * T + c0, T,
-          dO + c0 * C, C, 0.0f, dV + c0 * C3, C3);
-    sgemm(true, false, c1 - c0, hs, T - c0, scale, dS + c0 * T + c0, T,
-          Q + c0 * C3, C3, 0.0f, dK + c0 * C3, C3);
+    gemm(true, false, c1 - c0, hs, T - c0, 1.0f, P + c0 * T + c0, T,
+         dO + c0 * C, C, 0.0f, dV + c0 * C3, C3);
+    gemm(true, false, c1 - c0, hs, T - c0, scale, dS + c0 * T + c0, T,
+         Q + c0 * C3, C3, 0.0f, dK + c0 * C3, C3);
   }
 }
 
@@ -185,8 +176,8 @@ void attentionForward(float *out, float *att, const float *qkv, int64_t B,
       float *rows = att ? att + bh * T * T + r0 * T : scratch.data();
       probsBlock(rows, Q, K, C3, T, hs, scale, r0, r1,
                  lse ? lse + bh * T : nullptr);
-      sgemm(false, false, r1 - r0, hs, r1, 1.0f, rows, T, V, C3, 0.0f,
-            O + r0 * C, C);
+      gemm(false, false, r1 - r0, hs, r1, 1.0f, rows, T, V, C3, 0.0f,
+           O + r0 * C, C);
     }
   });
 }

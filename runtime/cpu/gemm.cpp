@@ -13,29 +13,37 @@ namespace loom::cpu {
 
 namespace {
 
-/// LOOM_CPU_GEMM=openblas runs OpenBLAS's sgemm instead of
-/// batchInvariantGemm: often faster on large shapes, but its bits may
-/// depend on the batch, the thread count and the CPU (batch_invariant_gemm.h),
-/// so partitioned runs then match the single-rank run only to round-off.
+enum class GemmChoice { Invariant, OpenBlas, Unknown };
+
+/// LOOM_CPU_GEMM: `invariant` (unset: the default) runs batchInvariantGemm;
+/// `openblas` OpenBLAS's sgemm, often faster on large shapes, but its bits
+/// may depend on the batch, the thread count and the CPU
+/// (batch_invariant_gemm.h), so partitioned runs then match the
+/// single-rank run only to round-off.
+GemmChoice gemmChoice() {
+  const char *v = std::getenv("LOOM_CPU_GEMM");
+  if (!v || std::string(v) == "invariant")
+    return GemmChoice::Invariant;
+  return std::string(v) == "openblas" ? GemmChoice::OpenBlas
+                                      : GemmChoice::Unknown;
+}
+
 bool useOpenBlas() {
-  static const bool openblas = [] {
-    const char *v = std::getenv("LOOM_CPU_GEMM");
-    return v && std::string(v) == "openblas";
-  }();
+  static const bool openblas = gemmChoice() == GemmChoice::OpenBlas;
   return openblas;
 }
 
 } // namespace
 
 Status checkCpuGemmSetting() {
-  const char *v = std::getenv("LOOM_CPU_GEMM");
-  if (!v || std::string(v) == "invariant" || std::string(v) == "openblas")
-    return Status::success();
-  LOOM_ERROR("LOOM_CPU_GEMM='"
-             << v
-             << "' is not invariant or openblas; use invariant (the "
-                "default: every element summed in one order, whatever the "
-                "batch, threads or CPU) or openblas (OpenBLAS's sgemm)");
+  LOOM_CHECK(gemmChoice() != GemmChoice::Unknown,
+             "LOOM_CPU_GEMM='"
+                 << std::getenv("LOOM_CPU_GEMM")
+                 << "' is not invariant or openblas; use invariant (the "
+                    "default: every element summed in one order, whatever "
+                    "the batch, threads or CPU) or openblas (OpenBLAS's "
+                    "sgemm)");
+  return Status::success();
 }
 
 void gemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
