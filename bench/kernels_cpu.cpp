@@ -3,9 +3,9 @@
 // Times the runtime's attention and GELU kernels against verbatim copies of
 // the previous implementations (below, "before"), and its batch-invariant
 // GEMM (batch_invariant_gemm.h) against OpenBLAS's cblas_sgemm ("before",
-// what the runtime called until then) on a GPT-2 layer's four GEMMs and a
-// weight gradient, interleaved in one
-// process so that both see the same machine state; prints
+// what the runtime called until then) on a GPT-2 layer's four GEMMs, an
+// input gradient and a weight gradient, interleaved in one process so that
+// both see the same machine state; prints
 //   kernel | shape | before ms | after ms | speedup
 // (median of --reps runs each, after one warm-up) and the max error of both
 // against the double-precision reference. Shapes default to one GPT-2-small
@@ -289,24 +289,27 @@ int main(int argc, char **argv) {
       [&] { loom::cpu::geluBackward(dx.data(), x.data(), dy.data(), n); });
 
   // GEMMs of one layer at M = B*T rows: qkv, the attention projection, the
-  // MLP's two, and the qkv weight's gradient (op(A) = x^T: K = M).
+  // MLP's two, the fc projection's input gradient (op(B) = W^T, stored
+  // [N, K]: how a linear layer's backward calls it) and the qkv weight's
+  // gradient (op(A) = x^T: K = M).
   struct GemmShape {
     const char *name;
-    bool transA;
+    bool transA, transB;
     int64_t M, N, K;
   };
   const int64_t rows = B * T;
-  const GemmShape gemms[] = {{"gemm qkv", false, rows, 3 * C, C},
-                             {"gemm attn proj", false, rows, C, C},
-                             {"gemm fc", false, rows, 4 * C, C},
-                             {"gemm fc proj", false, rows, C, 4 * C},
-                             {"gemm qkv dW", true, C, 3 * C, rows}};
+  const GemmShape gemms[] = {{"gemm qkv", false, false, rows, 3 * C, C},
+                             {"gemm attn proj", false, false, rows, C, C},
+                             {"gemm fc", false, false, rows, 4 * C, C},
+                             {"gemm fc proj", false, false, rows, C, 4 * C},
+                             {"gemm fc proj dX", false, true, rows, 4 * C, C},
+                             {"gemm qkv dW", true, false, C, 3 * C, rows}};
   for (const GemmShape &g : gemms) {
-    // Stored A: [M, K], or [K, M] for transA.
+    // Stored A: [M, K], or [K, M] for transA; B: [K, N], or [N, K].
     auto a = randomVec(g.M * g.K, 5, -1.0f, 1.0f);
     auto b = randomVec(g.K * g.N, 6, -1.0f, 1.0f);
     std::vector<float> c0(g.M * g.N), c1(g.M * g.N);
-    const int64_t lda = g.transA ? g.M : g.K;
+    const int64_t lda = g.transA ? g.M : g.K, ldb = g.transB ? g.K : g.N;
     char shape[64];
     std::snprintf(shape, sizeof shape, "%lldx%lldx%lld",
                   static_cast<long long>(g.M), static_cast<long long>(g.N),
@@ -315,15 +318,15 @@ int main(int argc, char **argv) {
         g.name, shape, reps,
         [&] {
           cblas_sgemm(CblasRowMajor, g.transA ? CblasTrans : CblasNoTrans,
-                      CblasNoTrans, static_cast<int>(g.M),
-                      static_cast<int>(g.N), static_cast<int>(g.K), 1.0f,
-                      a.data(), static_cast<int>(lda), b.data(),
-                      static_cast<int>(g.N), 0.0f, c0.data(),
-                      static_cast<int>(g.N));
+                      g.transB ? CblasTrans : CblasNoTrans,
+                      static_cast<int>(g.M), static_cast<int>(g.N),
+                      static_cast<int>(g.K), 1.0f, a.data(),
+                      static_cast<int>(lda), b.data(), static_cast<int>(ldb),
+                      0.0f, c0.data(), static_cast<int>(g.N));
         },
         [&] {
-          loom::cpu::batchInvariantGemm(g.transA, false, g.M, g.N, g.K, 1.0f,
-                                        a.data(), lda, b.data(), g.N, 0.0f,
+          loom::cpu::batchInvariantGemm(g.transA, g.transB, g.M, g.N, g.K, 1.0f,
+                                        a.data(), lda, b.data(), ldb, 0.0f,
                                         c1.data(), g.N);
         });
   }

@@ -10,8 +10,17 @@ namespace loom::cpu {
 
 namespace {
 
-constexpr int64_t kPanelCols = 256; // columns of op(B) packed at once
+// The blocking (GotoBLAS's): a task owns rows [i0, i1) and a panel of
+// columns; K is walked in blocks of kDepth, each packing its slice of the
+// panel's op(B) (kDepth x 256 floats, 256 KiB: half a Zen 3 core's L2) as
+// contiguous strips of a micro-tile's width, and its slice of the task's
+// op(A) as slivers of a micro-tile's height. A micro-tile then reads its
+// strip (16 KiB) and sliver from L1 / L2 at unit stride. Sums that span
+// several blocks wait in `partial` as fp32, which is exactly what the
+// register held: the sum is still one accumulator in k order.
+constexpr int64_t kPanelCols = 256; // columns of op(B) a task covers
 constexpr int64_t kTaskRows = 96; // rows of op(A) a task covers: 16 x 6, 24 x 4
+constexpr int64_t kDepth = 256;   // k per packed block
 
 /// Eight floats, one register (AVX) or two (SSE2).
 typedef float Float8 __attribute__((vector_size(32)));
@@ -29,61 +38,113 @@ struct Operands {
   int64_t ldc;
 };
 
-/// One task: rows [i0, i1) of C against columns [j0, j1). `packedB` and
-/// `packedA` are the thread's buffers. Inlined into a caller per
-/// instruction set (below), so the compiler vectorizes the micro-tile for
-/// it; kCols is the micro-tile's width.
+/// A thread's packing buffers, kept across its tasks.
+struct Buffers {
+  std::vector<float> packedB, packedA, partial;
+};
+
+/// Packs `kc` rows of kWidth floats: dst[k kWidth + x] is the source's
+/// element (x, k) for x < n and zero past n. The source element (x, k) is
+/// src[x ld + k] when `alongK` (its lines run along k: transposed while
+/// packing, each line read at unit stride), else src[k ld + x].
+template <int64_t kWidth>
+__attribute__((always_inline)) inline void
+packBlock(float *dst, const float *src, int64_t ld, bool alongK, int64_t n,
+          int64_t kc) {
+  if (n < kWidth)
+    std::fill(dst, dst + kc * kWidth, 0.0f);
+  if (alongK)
+    for (int64_t x = 0; x < n; ++x)
+      for (int64_t k = 0; k < kc; ++k)
+        dst[k * kWidth + x] = src[x * ld + k];
+  else
+    for (int64_t k = 0; k < kc; ++k)
+      std::memcpy(dst + k * kWidth, src + k * ld, sizeof(float) * n);
+}
+
+/// One task: rows [i0, i1) of C against columns [j0, j1). Inlined into a
+/// caller per instruction set (below), so the compiler vectorizes the
+/// micro-tile for it; kRows x kCols is the micro-tile.
 template <int64_t kRows, int64_t kCols>
 __attribute__((always_inline)) inline void
 runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-        std::vector<float> &packedB, std::vector<float> &packedA) {
-  const int64_t K = o.K, cols = j1 - j0;
-  const int64_t width = (cols + kCols - 1) / kCols * kCols;
-  // op(B)[k][j0 + j] at packedB[k * width + j], zero past `cols`.
-  packedB.assign(static_cast<size_t>(K * width), 0.0f);
-  for (int64_t k = 0; k < K; ++k) {
-    float *row = packedB.data() + k * width;
-    if (o.transB)
-      for (int64_t j = 0; j < cols; ++j)
-        row[j] = o.B[(j0 + j) * o.ldb + k];
-    else
-      std::copy(o.B + k * o.ldb + j0, o.B + k * o.ldb + j1, row);
-  }
-  packedA.resize(static_cast<size_t>(K * kRows));
-  for (int64_t i = i0; i < i1; i += kRows) {
-    const int64_t rows = std::min(kRows, i1 - i);
-    // op(A)[i + r][k] at packedA[k * kRows + r], zero past `rows`.
-    for (int64_t k = 0; k < K; ++k)
-      for (int64_t r = 0; r < kRows; ++r)
-        packedA[k * kRows + r] = r >= rows  ? 0.0f
-                                 : o.transA ? o.A[k * o.lda + i + r]
-                                            : o.A[(i + r) * o.lda + k];
-    for (int64_t j = 0; j < width; j += kCols) {
-      // The micro-tile's sums in registers: GCC's vector types compile to
-      // the task's instruction set (ymm with FMA, or pairs of xmm), one
-      // lane per element, so each element is still one sum in k order.
-      constexpr int64_t kVectors = kCols / 8;
-      Float8 acc[kRows][kVectors] = {};
-      const float *a = packedA.data();
-      const float *b = packedB.data() + j;
-      for (int64_t k = 0; k < K; ++k, a += kRows, b += width) {
-        Float8 bv[kVectors];
-        for (int64_t v = 0; v < kVectors; ++v)
-          std::memcpy(&bv[v], b + 8 * v, sizeof(Float8));
-        for (int64_t r = 0; r < kRows; ++r)
-          for (int64_t v = 0; v < kVectors; ++v)
-            acc[r][v] += bv[v] * a[r];
-      }
-      const int64_t n = std::min(kCols, cols - j);
-      for (int64_t r = 0; r < rows; ++r) {
-        float sums[kCols];
-        std::memcpy(sums, acc[r], sizeof sums);
-        float *out = o.C + (i + r) * o.ldc + j0 + j;
-        for (int64_t c = 0; c < n; ++c)
-          out[c] = o.beta == 0.0f ? o.alpha * sums[c]
-                                  : o.alpha * sums[c] + o.beta * out[c];
-      }
+        Buffers &buf) {
+  constexpr int64_t kVectors = kCols / 8;
+  const int64_t rows = i1 - i0, cols = j1 - j0;
+  const int64_t strips = (cols + kCols - 1) / kCols;
+  const int64_t slivers = (rows + kRows - 1) / kRows;
+  const int64_t depth = std::min(o.K, kDepth);
+  buf.packedB.resize(static_cast<size_t>(strips * depth * kCols));
+  buf.packedA.resize(static_cast<size_t>(slivers * depth * kRows));
+  if (o.K > kDepth)
+    buf.partial.resize(static_cast<size_t>(slivers * kRows * strips * kCols));
+  // K = 0 still runs one (empty) block: C = beta C.
+  for (int64_t k0 = 0; k0 < std::max<int64_t>(o.K, 1); k0 += kDepth) {
+    const int64_t kc = std::min(kDepth, o.K - k0);
+    const bool first = k0 == 0, last = k0 + kDepth >= o.K;
+    // op(B)[k0 + k][c0 + c] at packedB[(s depth + k) kCols + c] for strip
+    // s's columns from c0; op(A)[r0 + r][k0 + k] at packedA[(q depth + k)
+    // kRows + r] for sliver q's rows from r0.
+    for (int64_t s = 0; s < strips; ++s) {
+      const int64_t c0 = j0 + s * kCols;
+      packBlock<kCols>(buf.packedB.data() + s * depth * kCols,
+                       o.transB ? o.B + c0 * o.ldb + k0 : o.B + k0 * o.ldb + c0,
+                       o.ldb, /*alongK=*/o.transB, std::min(kCols, j1 - c0),
+                       kc);
     }
+    for (int64_t q = 0; q < slivers; ++q) {
+      const int64_t r0 = i0 + q * kRows;
+      packBlock<kRows>(buf.packedA.data() + q * depth * kRows,
+                       o.transA ? o.A + k0 * o.lda + r0 : o.A + r0 * o.lda + k0,
+                       o.lda, /*alongK=*/!o.transA, std::min(kRows, i1 - r0),
+                       kc);
+    }
+    // A strip stays in L1 while every sliver of the task passes over it.
+    for (int64_t s = 0; s < strips; ++s)
+      for (int64_t q = 0; q < slivers; ++q) {
+        // The micro-tile's sums in registers: GCC's vector types compile
+        // to the task's instruction set (ymm with FMA, or pairs of xmm),
+        // one lane per element, so each element is one sum in k order.
+        Float8 acc[kRows][kVectors] = {};
+        float *partial = buf.partial.data() + (q * kRows * strips + s) * kCols;
+        const int64_t ldPartial = strips * kCols;
+        if (!first)
+          for (int64_t r = 0; r < kRows; ++r)
+            std::memcpy(acc[r], partial + r * ldPartial, sizeof acc[r]);
+        const float *a = buf.packedA.data() + q * depth * kRows;
+        const float *b = buf.packedB.data() + s * depth * kCols;
+        for (int64_t k = 0; k < kc; ++k, a += kRows, b += kCols) {
+          Float8 bv[kVectors];
+          for (int64_t v = 0; v < kVectors; ++v)
+            std::memcpy(&bv[v], b + 8 * v, sizeof(Float8));
+          for (int64_t r = 0; r < kRows; ++r)
+            for (int64_t v = 0; v < kVectors; ++v)
+              acc[r][v] += bv[v] * a[r];
+        }
+        if (!last) {
+          for (int64_t r = 0; r < kRows; ++r)
+            std::memcpy(partial + r * ldPartial, acc[r], sizeof acc[r]);
+          continue;
+        }
+        // C = alpha sum + beta C, in vectors for whole and partial tiles
+        // alike (an element's bits must not depend on which it fell in).
+        const int64_t r0 = i0 + q * kRows, m = std::min(kRows, i1 - r0);
+        const int64_t c0 = j0 + s * kCols, n = std::min(kCols, j1 - c0);
+        for (int64_t r = 0; r < m; ++r) {
+          float *out = o.C + (r0 + r) * o.ldc + c0;
+          float old[kCols] = {};
+          if (o.beta != 0.0f)
+            std::memcpy(old, out, sizeof(float) * n);
+          Float8 result[kVectors];
+          for (int64_t v = 0; v < kVectors; ++v) {
+            Float8 prior;
+            std::memcpy(&prior, old + 8 * v, sizeof prior);
+            result[v] = o.beta == 0.0f ? o.alpha * acc[r][v]
+                                       : o.alpha * acc[r][v] + o.beta * prior;
+          }
+          std::memcpy(out, result, sizeof(float) * n);
+        }
+      }
   }
 }
 
@@ -94,18 +155,17 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
 // is the task's, not the parallel loop's: GCC compiles an OpenMP region's
 // body as a function of its own, without its parent's target attribute.)
 using TaskFn = void (*)(const Operands &, int64_t, int64_t, int64_t, int64_t,
-                        std::vector<float> &, std::vector<float> &);
+                        Buffers &);
 
-__attribute__((target("avx2,fma"))) void
-taskAvx2(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-         std::vector<float> &packedB, std::vector<float> &packedA) {
-  runTask<6, 16>(o, i0, i1, j0, j1, packedB, packedA);
+__attribute__((target("avx2,fma"))) void taskAvx2(const Operands &o, int64_t i0,
+                                                  int64_t i1, int64_t j0,
+                                                  int64_t j1, Buffers &buf) {
+  runTask<6, 16>(o, i0, i1, j0, j1, buf);
 }
 
 void taskBaseline(const Operands &o, int64_t i0, int64_t i1, int64_t j0,
-                  int64_t j1, std::vector<float> &packedB,
-                  std::vector<float> &packedA) {
-  runTask<4, 8>(o, i0, i1, j0, j1, packedB, packedA);
+                  int64_t j1, Buffers &buf) {
+  runTask<4, 8>(o, i0, i1, j0, j1, buf);
 }
 
 TaskFn chooseTask() {
@@ -133,12 +193,12 @@ void batchInvariantGemm(bool transA, bool transB, int64_t M, int64_t N,
   // Which thread runs a task changes nothing in it: the schedule is free.
 #pragma omp parallel if (tasks > 1 && !omp_in_parallel())
   {
-    std::vector<float> packedB, packedA;
+    Buffers buf;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t p = t / chunks, q = t % chunks;
       task(o, q * kTaskRows, std::min(M, (q + 1) * kTaskRows), p * kPanelCols,
-           std::min(N, (p + 1) * kPanelCols), packedB, packedA);
+           std::min(N, (p + 1) * kPanelCols), buf);
     }
   }
 }

@@ -12,9 +12,11 @@
 
 #include "TestUtil.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <omp.h>
+#include <tuple>
 
 using namespace loom;
 using namespace loom::test;
@@ -32,14 +34,26 @@ struct Problem {
         ldb(tb ? K : N), A(randomVector((ta ? K : M) * lda, 11)),
         B(randomVector((tb ? N : K) * ldb, 12)) {}
   /// Rows [r0, r0 + m) and columns [c0, c0 + n) of op(A) op(B), as their
-  /// own call.
-  std::vector<float> block(int64_t r0, int64_t m, int64_t c0, int64_t n) const {
+  /// own call; with `beta`, alpha = 0.75 and C = beta * (C's element index
+  /// in the full product) before (the accumulate path).
+  std::vector<float> block(int64_t r0, int64_t m, int64_t c0, int64_t n,
+                           float beta = 0.0f) const {
     std::vector<float> C(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        C[i * n + j] = static_cast<float>((r0 + i) * N + c0 + j) * 1e-3f;
     const float *a = ta ? A.data() + r0 : A.data() + r0 * lda;
     const float *b = tb ? B.data() + c0 * ldb : B.data() + c0;
-    cpu::batchInvariantGemm(ta, tb, m, n, K, 1.0f, a, lda, b, ldb, 0.0f,
-                            C.data(), n);
+    cpu::batchInvariantGemm(ta, tb, m, n, K, beta == 0.0f ? 1.0f : 0.75f, a,
+                            lda, b, ldb, beta, C.data(), n);
     return C;
+  }
+  /// op(A)[i][k] and op(B)[k][j].
+  float a(int64_t i, int64_t k) const {
+    return ta ? A[k * lda + i] : A[i * lda + k];
+  }
+  float b(int64_t k, int64_t j) const {
+    return tb ? B[j * ldb + k] : B[k * ldb + j];
   }
 };
 
@@ -55,31 +69,73 @@ bool sameBits(const std::vector<float> &full, int64_t ldFull, int64_t r0,
 
 TEST(BatchInvariantGemm, AnElementIsTheSameWhateverTheCallAroundIt) {
   // N = 300 crosses a 256-column panel; M = 203 crosses 96-row tasks and
-  // leaves partial micro-tiles; K = 70.
+  // leaves partial micro-tiles; K = 70 is one packed block of k, K = 600
+  // three (the sums wait between them), and beta != 0 takes the
+  // accumulate path.
+  for (const auto &[ta, tb, K, beta] :
+       std::vector<std::tuple<bool, bool, int64_t, float>>{
+           {false, false, 70, 0.0f},
+           {false, true, 70, 0.0f},
+           {true, false, 70, 0.0f},
+           {true, true, 70, 0.0f},
+           {false, true, 600, 0.0f},
+           {true, false, 600, 0.5f},
+           {false, false, 70, 0.5f}}) {
+    SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+                 " K=" + std::to_string(K) + " beta=" + std::to_string(beta));
+    const Problem p(ta, tb, 203, 300, K);
+    const std::vector<float> full = p.block(0, p.M, 0, p.N, beta);
+    // Rows: single rows, odd counts, at offsets that move a row to every
+    // position of a micro-tile and across tasks.
+    for (int64_t m : {1, 2, 5, 7, 32, 97, 150})
+      for (int64_t r0 : {0, 1, 3, 5, 50, 53}) {
+        if (r0 + m > p.M)
+          continue;
+        EXPECT_TRUE(
+            sameBits(full, p.N, r0, 0, p.block(r0, m, 0, p.N, beta), m, p.N))
+            << m << " rows from " << r0;
+      }
+    // Columns: inside a micro-tile, across tiles and across panels.
+    for (int64_t n : {1, 3, 9, 17, 100, 257})
+      for (int64_t c0 : {0, 1, 7, 15, 40}) {
+        if (c0 + n > p.N)
+          continue;
+        EXPECT_TRUE(
+            sameBits(full, p.N, 0, c0, p.block(0, p.M, c0, n, beta), p.M, n))
+            << n << " columns from " << c0;
+      }
+  }
+}
+
+// The header's promise itself, bit for bit: each element is the sum
+// acc = acc + a[i][k] b[k][j] for k = 0, 1, ..., K-1 from 0 in one fp32
+// accumulator -- fused (one rounding, std::fma) where the machine runs the
+// FMA micro-tile, a product then a sum on baseline x86-64. K = 700 spans
+// three packed blocks of k.
+TEST(BatchInvariantGemm, EachElementIsOneFp32SumInKOrder) {
+  const bool fused =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
-      const Problem p(ta, tb, 203, 300, 70);
-      const std::vector<float> full = p.block(0, p.M, 0, p.N);
-      // Rows: single rows, odd counts, at offsets that move a row to every
-      // position of a micro-tile and across tasks.
-      for (int64_t m : {1, 2, 5, 7, 32, 97, 150})
-        for (int64_t r0 : {0, 1, 3, 5, 50, 53}) {
-          if (r0 + m > p.M)
-            continue;
-          EXPECT_TRUE(
-              sameBits(full, p.N, r0, 0, p.block(r0, m, 0, p.N), m, p.N))
-              << m << " rows from " << r0;
+      const Problem p(ta, tb, 37, 45, 700);
+      const std::vector<float> C = p.block(0, p.M, 0, p.N);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < p.M; ++i)
+        for (int64_t j = 0; j < p.N; ++j) {
+          volatile float acc = 0.0f; // no contraction but the one asked for
+          for (int64_t k = 0; k < p.K; ++k) {
+            if (fused) {
+              acc = std::fma(p.a(i, k), p.b(k, j), acc);
+            } else {
+              volatile float product = p.a(i, k) * p.b(k, j);
+              acc = acc + product;
+            }
+          }
+          differ += std::memcmp(&C[i * p.N + j], const_cast<float *>(&acc),
+                                sizeof(float)) != 0;
         }
-      // Columns: inside a micro-tile, across tiles and across panels.
-      for (int64_t n : {1, 3, 9, 17, 100, 257})
-        for (int64_t c0 : {0, 1, 7, 15, 40}) {
-          if (c0 + n > p.N)
-            continue;
-          EXPECT_TRUE(
-              sameBits(full, p.N, 0, c0, p.block(0, p.M, c0, n), p.M, n))
-              << n << " columns from " << c0;
-        }
+      EXPECT_EQ(differ, 0) << "of " << p.M * p.N << " elements";
     }
 }
 
