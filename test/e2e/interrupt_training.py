@@ -36,7 +36,11 @@ MORE = 3
 
 
 def fail(message):
+    # stdout for the FileCheck line; stderr too, where lit prints it beside
+    # the command (a CI log that shortens FileCheck's dump still shows why).
     print(f"FAIL: {message}")
+    sys.stdout.flush()
+    print(f"interrupt_training.py: FAIL: {message}", file=sys.stderr)
     sys.exit(1)
 
 
