@@ -1,6 +1,8 @@
 //===- instruction_cost.cpp - FLOPs and bytes of a kernel call --*- C++ -*-===//
 #include "runtime/core/instruction_cost.h"
 
+#include "runtime/core/pair_fusion.h"
+
 #include <algorithm>
 #include <vector>
 
@@ -61,6 +63,13 @@ InstructionCost callCost(
     uint32_t first, uint32_t count) {
   InstructionCost cost;
   std::vector<uint32_t> written, read;
+  // A result a later instruction of the call reads: the instruction that
+  // wrote it and the last that read it.
+  struct HandedOver {
+    uint32_t buffer, writer, reader;
+  };
+  std::vector<HandedOver> handedOver;
+  std::vector<uint32_t> writerOf; // parallel to `written`
   auto seen = [](const std::vector<uint32_t> &v, uint32_t b) {
     return std::find(v.begin(), v.end(), b) != v.end();
   };
@@ -72,20 +81,43 @@ InstructionCost callCost(
     // Operands first: an instruction reads before it writes (AdamW's
     // in-place results are its operands' buffers).
     if (const auto *in = ins.inputs())
-      for (uint32_t b : *in)
-        if (!seen(written, b) && !seen(read, b)) {
+      for (uint32_t b : *in) {
+        const auto w = std::find(written.begin(), written.end(), b);
+        if (w != written.end()) {
+          const uint32_t writer = writerOf[w - written.begin()];
+          auto h =
+              std::find_if(handedOver.begin(), handedOver.end(),
+                           [&](const HandedOver &x) { return x.buffer == b; });
+          if (h == handedOver.end())
+            handedOver.push_back({b, writer, k});
+          else
+            h->reader = k;
+        } else if (!seen(read, b)) {
           read.push_back(b);
           cost.bytes +=
               static_cast<int64_t>(program::bufferRange(stage, b).bytes());
         }
+      }
     if (const auto *outs = ins.outputs())
       for (uint32_t b : *outs)
         if (!seen(written, b)) {
           written.push_back(b);
+          writerOf.push_back(k);
           cost.bytes +=
               static_cast<int64_t>(program::bufferRange(stage, b).bytes());
         }
   }
+  // A result handed over inside the call that nothing after it reads (a
+  // LinearGrad + GeluGrad pair's input gradient, which the GEMM's epilogue
+  // turns into the GeluGrad's result) need never reach memory: the least
+  // the call must move leaves it out. pair_fusion::deadAfter answers for
+  // the micro-batch list, where the backends fuse pairs; elsewhere every
+  // result counts.
+  if (&list == stage.instructions())
+    for (const HandedOver &h : handedOver)
+      if (pair_fusion::deadAfter(stage, list, h.writer, h.reader, h.buffer))
+        cost.bytes -=
+            static_cast<int64_t>(program::bufferRange(stage, h.buffer).bytes());
   return cost;
 }
 

@@ -19,9 +19,13 @@
 // Bytes: every buffer the span reads that it did not write itself, plus
 // every buffer it writes, each once (a result written over an operand
 // counts both ways). Scratch (saved statistics, workspace) is left out, and
-// a result a fused call does not write (the input gradient a LinearGrad +
-// GeluGrad pair folds into its epilogue) is still counted, so the figure is
-// what the instructions one by one must move.
+// so is a result the span hands from one of its instructions to a later
+// one that nothing after the span reads (pair_fusion::deadAfter, in the
+// micro-batch list where backends fuse pairs): the input gradient a
+// LinearGrad + GeluGrad pair folds into its GEMM's epilogue, which a fused
+// call need never write. A result read later (a Linear + Gelu pair's
+// pre-activation, which the GeluGrad reads) counts, so the figure is what
+// the call must move at the least.
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CORE_INSTRUCTION_COST_H
