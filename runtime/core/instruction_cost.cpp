@@ -62,16 +62,20 @@ InstructionCost callCost(
     const flatbuffers::Vector<flatbuffers::Offset<program::Instruction>> &list,
     uint32_t first, uint32_t count) {
   InstructionCost cost;
-  std::vector<uint32_t> written, read;
-  // A result a later instruction of the call reads: the instruction that
-  // wrote it and the last that read it.
-  struct HandedOver {
-    uint32_t buffer, writer, reader;
+  auto bytesOf = [&](uint32_t b) {
+    return static_cast<int64_t>(program::bufferRange(stage, b).bytes());
   };
-  std::vector<HandedOver> handedOver;
-  std::vector<uint32_t> writerOf; // parallel to `written`
-  auto seen = [](const std::vector<uint32_t> &v, uint32_t b) {
-    return std::find(v.begin(), v.end(), b) != v.end();
+  std::vector<uint32_t> read; // operands from outside the call
+  // Each result of the call: the last instruction that wrote it, and the
+  // last of the call that read it after (-1: none, it is not handed over).
+  struct Result {
+    uint32_t buffer, writer;
+    int64_t reader = -1;
+  };
+  std::vector<Result> results;
+  auto resultOf = [&](uint32_t b) {
+    return std::find_if(results.begin(), results.end(),
+                        [&](const Result &r) { return r.buffer == b; });
   };
   for (uint32_t k = first; k < first + count && k < list.size(); ++k) {
     const program::Instruction &ins = *list.Get(k);
@@ -82,30 +86,23 @@ InstructionCost callCost(
     // in-place results are its operands' buffers).
     if (const auto *in = ins.inputs())
       for (uint32_t b : *in) {
-        const auto w = std::find(written.begin(), written.end(), b);
-        if (w != written.end()) {
-          const uint32_t writer = writerOf[w - written.begin()];
-          auto h =
-              std::find_if(handedOver.begin(), handedOver.end(),
-                           [&](const HandedOver &x) { return x.buffer == b; });
-          if (h == handedOver.end())
-            handedOver.push_back({b, writer, k});
-          else
-            h->reader = k;
-        } else if (!seen(read, b)) {
+        if (auto r = resultOf(b); r != results.end()) {
+          r->reader = k;
+        } else if (std::find(read.begin(), read.end(), b) == read.end()) {
           read.push_back(b);
-          cost.bytes +=
-              static_cast<int64_t>(program::bufferRange(stage, b).bytes());
+          cost.bytes += bytesOf(b);
         }
       }
     if (const auto *outs = ins.outputs())
-      for (uint32_t b : *outs)
-        if (!seen(written, b)) {
-          written.push_back(b);
-          writerOf.push_back(k);
-          cost.bytes +=
-              static_cast<int64_t>(program::bufferRange(stage, b).bytes());
+      for (uint32_t b : *outs) {
+        if (auto r = resultOf(b); r != results.end()) {
+          r->writer = k;
+          r->reader = -1;
+        } else {
+          results.push_back({b, k});
+          cost.bytes += bytesOf(b);
         }
+      }
   }
   // A result handed over inside the call that nothing after it reads (a
   // LinearGrad + GeluGrad pair's input gradient, which the GEMM's epilogue
@@ -114,10 +111,11 @@ InstructionCost callCost(
   // the micro-batch list, where the backends fuse pairs; elsewhere every
   // result counts.
   if (&list == stage.instructions())
-    for (const HandedOver &h : handedOver)
-      if (pair_fusion::deadAfter(stage, list, h.writer, h.reader, h.buffer))
-        cost.bytes -=
-            static_cast<int64_t>(program::bufferRange(stage, h.buffer).bytes());
+    for (const Result &r : results)
+      if (r.reader >= 0 &&
+          pair_fusion::deadAfter(stage, list, r.writer,
+                                 static_cast<uint32_t>(r.reader), r.buffer))
+        cost.bytes -= bytesOf(r.buffer);
   return cost;
 }
 

@@ -35,6 +35,7 @@
 #include <memory>
 #include <string>
 #include <sys/resource.h>
+#include <tuple>
 #include <vector>
 
 namespace loom {
@@ -484,6 +485,11 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
   TraceWriter trace(origin);
   trace.setDevicePeaks(opts.peakTflops, opts.peakGbps);
   std::vector<InstructionTiming> timings;
+  // A traced call's FLOPs and bytes (instruction_cost.h), keyed by (list,
+  // first instruction, count): the same calls run every step, so each is
+  // worked out once.
+  std::map<std::tuple<const void *, uint32_t, uint32_t>, InstructionCost>
+      callCosts;
   const auto *instructions = stage.instructions();
   const auto *updates = stage.update_instructions();
   if (!opts.quiet) {
@@ -657,9 +663,14 @@ Status runProgram(const RunOptions &optsIn, Communicator &comm,
           name += " (" + op + " in one call)";
         }
         const bool collective = program::isCollective(ins->opcode());
-        const InstructionCost cost =
-            collective ? InstructionCost{}
-                       : callCost(stage, *list, t.index, t.count);
+        InstructionCost cost;
+        if (!collective) {
+          auto [it, added] = callCosts.try_emplace(std::make_tuple(
+              static_cast<const void *>(list), t.index, t.count));
+          if (added)
+            it->second = callCost(stage, *list, t.index, t.count);
+          cost = it->second;
+        }
         trace.addComplete(name,
                           collective ? "communication"
                           : t.update ? "optimizer"

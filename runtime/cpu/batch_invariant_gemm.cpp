@@ -106,8 +106,11 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
         // to the task's instruction set (ymm with FMA, or pairs of xmm),
         // one lane per element, so each element is one sum in k order.
         Float8 acc[kRows][kVectors] = {};
-        float *partial = buf.partial.data() + (q * kRows * strips + s) * kCols;
+        // Where the sums wait between blocks of k (one block: nowhere).
         const int64_t ldPartial = strips * kCols;
+        float *partial = first && last ? nullptr
+                                       : buf.partial.data() +
+                                             (q * kRows * strips + s) * kCols;
         if (!first)
           for (int64_t r = 0; r < kRows; ++r)
             std::memcpy(acc[r], partial + r * ldPartial, sizeof acc[r]);
