@@ -10,17 +10,27 @@ namespace loom::cpu {
 
 namespace {
 
-// The blocking (GotoBLAS's): a task owns rows [i0, i1) and a panel of
-// columns; K is walked in blocks of kDepth, each packing its slice of the
-// panel's op(B) (kDepth x 256 floats, 256 KiB: half a Zen 3 core's L2) as
-// contiguous strips of a micro-tile's width, and its slice of the task's
-// op(A) as slivers of a micro-tile's height. A micro-tile then reads its
-// strip (16 KiB) and sliver from L1 / L2 at unit stride. Sums that span
-// several blocks wait in `partial` as fp32, which is exactly what the
-// register held: the sum is still one accumulator in k order.
+// The blocking (GotoBLAS's): a task owns a run of rows [i0, i1) and a
+// panel of columns; K is walked in blocks of kDepth. Each block packs the
+// panel's slice of op(B) once for the whole run (kDepth x 256 floats, 256
+// KiB: half a Zen 3 core's L2) as contiguous strips of a micro-tile's
+// width, then goes down the run kChunkRows rows at a time, packing their
+// slice of op(A) as slivers of a micro-tile's height (96 KiB). A
+// micro-tile then reads its strip (16 KiB) and sliver from L1 / L2 at unit
+// stride. Sums that span several blocks wait in `partial` as fp32, which
+// is exactly what the register held: the sum is still one accumulator in
+// k order. How rows are grouped into runs changes no bit.
 constexpr int64_t kPanelCols = 256; // columns of op(B) a task covers
-constexpr int64_t kTaskRows = 96; // rows of op(A) a task covers: 16 x 6, 24 x 4
-constexpr int64_t kDepth = 256;   // k per packed block
+// Rows of op(A) packed at once: 16 slivers of 6, or 24 of 4.
+constexpr int64_t kChunkRows = 96;
+constexpr int64_t kDepth = 256; // k per packed block
+// The schedule: the (chunk, panel) pairs in panel-major order are dealt
+// out as kRunsPerThread contiguous runs per thread, so that a thread packs
+// a panel's op(B) once for each run, not once for each chunk of 96 rows,
+// and the runs still balance between threads under a dynamic schedule. A run
+// stops at kMaxRunChunks chunks, which bounds `partial` (1536 x 256 floats).
+constexpr int64_t kRunsPerThread = 8;
+constexpr int64_t kMaxRunChunks = 16;
 
 /// Eight floats, one register (AVX) or two (SSE2).
 typedef float Float8 __attribute__((vector_size(32)));
@@ -62,20 +72,22 @@ packBlock(float *dst, const float *src, int64_t ld, bool alongK, int64_t n,
       std::memcpy(dst + k * kWidth, src + k * ld, sizeof(float) * n);
 }
 
-/// One task: rows [i0, i1) of C against columns [j0, j1). Inlined into a
-/// caller per instruction set (below), so the compiler vectorizes the
-/// micro-tile for it; kRows x kCols is the micro-tile.
+/// One task: rows [i0, i1) of C against the panel of columns [j0, j1).
+/// Inlined into a caller per instruction set (below), so the compiler
+/// vectorizes the micro-tile for it; kRows x kCols is the micro-tile.
 template <int64_t kRows, int64_t kCols>
 __attribute__((always_inline)) inline void
 runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
         Buffers &buf) {
+  static_assert(kChunkRows % kRows == 0, "a chunk is whole slivers");
   constexpr int64_t kVectors = kCols / 8;
   const int64_t rows = i1 - i0, cols = j1 - j0;
   const int64_t strips = (cols + kCols - 1) / kCols;
-  const int64_t slivers = (rows + kRows - 1) / kRows;
+  const int64_t slivers = (rows + kRows - 1) / kRows; // of the whole run
   const int64_t depth = std::min(o.K, kDepth);
   buf.packedB.resize(static_cast<size_t>(strips * depth * kCols));
-  buf.packedA.resize(static_cast<size_t>(slivers * depth * kRows));
+  buf.packedA.resize(static_cast<size_t>(std::min(slivers, kChunkRows / kRows) *
+                                         depth * kRows));
   if (o.K > kDepth)
     buf.partial.resize(static_cast<size_t>(slivers * kRows * strips * kCols));
   // K = 0 still runs one (empty) block: C = beta C.
@@ -83,8 +95,7 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
     const int64_t kc = std::min(kDepth, o.K - k0);
     const bool first = k0 == 0, last = k0 + kDepth >= o.K;
     // op(B)[k0 + k][c0 + c] at packedB[(s depth + k) kCols + c] for strip
-    // s's columns from c0; op(A)[r0 + r][k0 + k] at packedA[(q depth + k)
-    // kRows + r] for sliver q's rows from r0.
+    // s's columns from c0, once for every chunk of the run.
     for (int64_t s = 0; s < strips; ++s) {
       const int64_t c0 = j0 + s * kCols;
       packBlock<kCols>(buf.packedB.data() + s * depth * kCols,
@@ -92,62 +103,82 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                        o.ldb, /*alongK=*/o.transB, std::min(kCols, j1 - c0),
                        kc);
     }
-    for (int64_t q = 0; q < slivers; ++q) {
-      const int64_t r0 = i0 + q * kRows;
-      packBlock<kRows>(buf.packedA.data() + q * depth * kRows,
-                       o.transA ? o.A + k0 * o.lda + r0 : o.A + r0 * o.lda + k0,
-                       o.lda, /*alongK=*/!o.transA, std::min(kRows, i1 - r0),
-                       kc);
-    }
-    // A strip stays in L1 while every sliver of the task passes over it.
-    for (int64_t s = 0; s < strips; ++s)
-      for (int64_t q = 0; q < slivers; ++q) {
-        // The micro-tile's sums in registers: GCC's vector types compile
-        // to the task's instruction set (ymm with FMA, or pairs of xmm),
-        // one lane per element, so each element is one sum in k order.
-        Float8 acc[kRows][kVectors] = {};
-        // Where the sums wait between blocks of k (one block: nowhere).
-        const int64_t ldPartial = strips * kCols;
-        float *partial = first && last ? nullptr
-                                       : buf.partial.data() +
-                                             (q * kRows * strips + s) * kCols;
-        if (!first)
-          for (int64_t r = 0; r < kRows; ++r)
-            std::memcpy(acc[r], partial + r * ldPartial, sizeof acc[r]);
-        const float *a = buf.packedA.data() + q * depth * kRows;
-        const float *b = buf.packedB.data() + s * depth * kCols;
-        for (int64_t k = 0; k < kc; ++k, a += kRows, b += kCols) {
-          Float8 bv[kVectors];
-          for (int64_t v = 0; v < kVectors; ++v)
-            std::memcpy(&bv[v], b + 8 * v, sizeof(Float8));
-          for (int64_t r = 0; r < kRows; ++r)
-            for (int64_t v = 0; v < kVectors; ++v)
-              acc[r][v] += bv[v] * a[r];
-        }
-        if (!last) {
-          for (int64_t r = 0; r < kRows; ++r)
-            std::memcpy(partial + r * ldPartial, acc[r], sizeof acc[r]);
-          continue;
-        }
-        // C = alpha sum + beta C, in vectors for whole and partial tiles
-        // alike (an element's bits must not depend on which it fell in).
-        const int64_t r0 = i0 + q * kRows, m = std::min(kRows, i1 - r0);
-        const int64_t c0 = j0 + s * kCols, n = std::min(kCols, j1 - c0);
-        for (int64_t r = 0; r < m; ++r) {
-          float *out = o.C + (r0 + r) * o.ldc + c0;
-          float old[kCols] = {};
-          if (o.beta != 0.0f)
-            std::memcpy(old, out, sizeof(float) * n);
-          Float8 result[kVectors];
-          for (int64_t v = 0; v < kVectors; ++v) {
-            Float8 prior;
-            std::memcpy(&prior, old + 8 * v, sizeof prior);
-            result[v] = o.beta == 0.0f ? o.alpha * acc[r][v]
-                                       : o.alpha * acc[r][v] + o.beta * prior;
-          }
-          std::memcpy(out, result, sizeof(float) * n);
-        }
+    for (int64_t h0 = i0; h0 < i1; h0 += kChunkRows) {
+      const int64_t h1 = std::min(i1, h0 + kChunkRows);
+      const int64_t chunkSlivers = (h1 - h0 + kRows - 1) / kRows;
+      // op(A)[r0 + r][k0 + k] at packedA[(q depth + k) kRows + r] for the
+      // chunk's sliver q's rows from r0.
+      for (int64_t q = 0; q < chunkSlivers; ++q) {
+        const int64_t r0 = h0 + q * kRows;
+        packBlock<kRows>(
+            buf.packedA.data() + q * depth * kRows,
+            o.transA ? o.A + k0 * o.lda + r0 : o.A + r0 * o.lda + k0, o.lda,
+            /*alongK=*/!o.transA, std::min(kRows, h1 - r0), kc);
       }
+      // A strip stays in L1 while every sliver of the chunk passes over it.
+      for (int64_t s = 0; s < strips; ++s)
+        for (int64_t q = 0; q < chunkSlivers; ++q) {
+          // The micro-tile's sums in registers: GCC's vector types compile
+          // to the task's instruction set (ymm with FMA, or pairs of xmm),
+          // one lane per element, so each element is one sum in k order.
+          Float8 acc[kRows][kVectors] = {};
+          // Where the sums wait between blocks of k (one block: nowhere);
+          // the run's sliver g = (h0 - i0) / kRows + q.
+          const int64_t ldPartial = strips * kCols;
+          const int64_t g = (h0 - i0) / kRows + q;
+          float *partial = first && last ? nullptr
+                                         : buf.partial.data() +
+                                               (g * kRows * strips + s) * kCols;
+          if (!first)
+            for (int64_t r = 0; r < kRows; ++r)
+              std::memcpy(acc[r], partial + r * ldPartial, sizeof acc[r]);
+          const float *a = buf.packedA.data() + q * depth * kRows;
+          const float *b = buf.packedB.data() + s * depth * kCols;
+          for (int64_t k = 0; k < kc; ++k, a += kRows, b += kCols) {
+            Float8 bv[kVectors];
+            for (int64_t v = 0; v < kVectors; ++v)
+              std::memcpy(&bv[v], b + 8 * v, sizeof(Float8));
+            for (int64_t r = 0; r < kRows; ++r)
+              for (int64_t v = 0; v < kVectors; ++v)
+                acc[r][v] += bv[v] * a[r];
+          }
+          if (!last) {
+            for (int64_t r = 0; r < kRows; ++r)
+              std::memcpy(partial + r * ldPartial, acc[r], sizeof acc[r]);
+            continue;
+          }
+          // C = alpha sum + beta C, in vectors for whole and partial tiles
+          // alike (an element's bits must not depend on which it fell in).
+          const int64_t r0 = h0 + q * kRows, m = std::min(kRows, h1 - r0);
+          const int64_t c0 = j0 + s * kCols, n = std::min(kCols, j1 - c0);
+          // A whole tile's rows move in fixed-size copies (vector loads
+          // and stores); a partial tile's through a zero-padded row.
+          for (int64_t r = 0; r < m; ++r) {
+            float *out = o.C + (r0 + r) * o.ldc + c0;
+            Float8 result[kVectors];
+            if (o.beta == 0.0f) {
+              for (int64_t v = 0; v < kVectors; ++v)
+                result[v] = o.alpha * acc[r][v];
+            } else {
+              float padded[kCols] = {};
+              const float *prior = out;
+              if (n < kCols) {
+                std::memcpy(padded, out, sizeof(float) * n);
+                prior = padded;
+              }
+              for (int64_t v = 0; v < kVectors; ++v) {
+                Float8 c;
+                std::memcpy(&c, prior + 8 * v, sizeof c);
+                result[v] = o.alpha * acc[r][v] + o.beta * c;
+              }
+            }
+            if (n == kCols)
+              std::memcpy(out, result, sizeof result);
+            else
+              std::memcpy(out, result, sizeof(float) * n);
+          }
+        }
+    }
   }
 }
 
@@ -191,17 +222,26 @@ void batchInvariantGemm(bool transA, bool transB, int64_t M, int64_t N,
                    lda,    B,      ldb, beta, C, ldc};
   const TaskFn task = chooseTask();
   const int64_t panels = (N + kPanelCols - 1) / kPanelCols;
-  const int64_t chunks = (M + kTaskRows - 1) / kTaskRows;
-  const int64_t tasks = panels * chunks;
-  // Which thread runs a task changes nothing in it: the schedule is free.
-#pragma omp parallel if (tasks > 1 && !omp_in_parallel())
+  const int64_t chunks = (M + kChunkRows - 1) / kChunkRows;
+  const int64_t pairs = panels * chunks; // (chunk, panel), panel-major
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t runs = std::min(pairs, kRunsPerThread * threads);
+  // Which thread runs a run changes nothing in it: the schedule is free.
+#pragma omp parallel if (runs > 1 && !omp_in_parallel())
   {
     Buffers buf;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t p = t / chunks, q = t % chunks;
-      task(o, q * kTaskRows, std::min(M, (q + 1) * kTaskRows), p * kPanelCols,
-           std::min(N, (p + 1) * kPanelCols), buf);
+    for (int64_t run = 0; run < runs; ++run) {
+      // The run's pairs [t, end), one task per panel it touches (and per
+      // kMaxRunChunks of its chunks).
+      const int64_t end = (run + 1) * pairs / runs;
+      for (int64_t t = run * pairs / runs; t < end;) {
+        const int64_t p = t / chunks, q = t % chunks;
+        const int64_t n = std::min({end - t, chunks - q, kMaxRunChunks});
+        task(o, q * kChunkRows, std::min(M, (q + n) * kChunkRows),
+             p * kPanelCols, std::min(N, (p + 1) * kPanelCols), buf);
+        t += n;
+      }
     }
   }
 }

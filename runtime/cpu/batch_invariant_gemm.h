@@ -12,15 +12,16 @@
 // Haswell-class kernels give a row different bits at a different position
 // in the call, and with a different thread count.
 //
-// How (GotoBLAS's blocking, batch_invariant_gemm.cpp): tasks of (96 rows,
-// 256-column panel) run in parallel under OpenMP; each walks K in blocks
-// of 256, packing op(B)'s block as contiguous strips of a micro-tile's
-// width and op(A)'s as slivers of its height (zero-padded); a micro-tile
-// of 6 x 16 (AVX2 + FMA) or 4 x 8 (baseline x86-64) keeps its sums in
-// registers through a block and in fp32 memory between blocks, which
-// changes no bit. Padding rows and columns are zeros whose results are
-// never stored. On one GPT-2 layer's GEMMs at 1024 rows it runs at
-// 0.7-1.3x OpenBLAS's speed on 2 cores (loom-bench-kernels).
+// How (GotoBLAS's blocking, batch_invariant_gemm.cpp): tasks of (a run of
+// rows, 256-column panel) run in parallel under OpenMP; each walks K in
+// blocks of 256, packing op(B)'s block once as contiguous strips of a
+// micro-tile's width, then op(A)'s block 96 rows at a time as slivers of
+// its height (zero-padded); a micro-tile of 6 x 16 (AVX2 + FMA) or 4 x 8
+// (baseline x86-64) keeps its sums in registers through a block and in
+// fp32 memory between blocks, which changes no bit. Padding rows and
+// columns are zeros whose results are never stored. On one GPT-2 layer's
+// GEMMs at 1024 rows it runs at 0.7-1.3x OpenBLAS's speed on 2 cores
+// (loom-bench-kernels).
 //
 //===----------------------------------------------------------------------===//
 #ifndef LOOM_RUNTIME_CPU_BATCH_INVARIANT_GEMM_H

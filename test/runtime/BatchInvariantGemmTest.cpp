@@ -107,36 +107,73 @@ TEST(BatchInvariantGemm, AnElementIsTheSameWhateverTheCallAroundIt) {
   }
 }
 
-// The header's promise itself, bit for bit: each element is the sum
-// acc = acc + a[i][k] b[k][j] for k = 0, 1, ..., K-1 from 0 in one fp32
-// accumulator -- fused (one rounding, std::fma) where the machine runs the
-// FMA micro-tile, a product then a sum on baseline x86-64. K = 700 spans
-// three packed blocks of k.
-TEST(BatchInvariantGemm, EachElementIsOneFp32SumInKOrder) {
+/// The header's promise itself, bit for bit: element (i, j) of op(A) op(B)
+/// is the sum acc = acc + a[i][k] b[k][j] for k = 0, 1, ..., K-1 from 0 in
+/// one fp32 accumulator -- fused (one rounding, std::fma) where the machine
+/// runs the FMA micro-tile, a product then a sum on baseline x86-64.
+/// Returns how many of the elements in `rows` x `cols` of C differ.
+int64_t elementsNotSummedInKOrder(const Problem &p, const std::vector<float> &C,
+                                  const std::vector<int64_t> &rows,
+                                  const std::vector<int64_t> &cols) {
   const bool fused =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int64_t differ = 0;
+  for (int64_t i : rows)
+    for (int64_t j : cols) {
+      volatile float acc = 0.0f; // no contraction but the one asked for
+      for (int64_t k = 0; k < p.K; ++k) {
+        if (fused) {
+          acc = std::fma(p.a(i, k), p.b(k, j), acc);
+        } else {
+          volatile float product = p.a(i, k) * p.b(k, j);
+          acc = acc + product;
+        }
+      }
+      differ += std::memcmp(&C[i * p.N + j], const_cast<float *>(&acc),
+                            sizeof(float)) != 0;
+    }
+  return differ;
+}
+
+std::vector<int64_t> zeroTo(int64_t n) {
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    all[i] = i;
+  return all;
+}
+
+// K = 700 spans three packed blocks of k.
+TEST(BatchInvariantGemm, EachElementIsOneFp32SumInKOrder) {
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
       SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
       const Problem p(ta, tb, 37, 45, 700);
-      const std::vector<float> C = p.block(0, p.M, 0, p.N);
-      int64_t differ = 0;
-      for (int64_t i = 0; i < p.M; ++i)
-        for (int64_t j = 0; j < p.N; ++j) {
-          volatile float acc = 0.0f; // no contraction but the one asked for
-          for (int64_t k = 0; k < p.K; ++k) {
-            if (fused) {
-              acc = std::fma(p.a(i, k), p.b(k, j), acc);
-            } else {
-              volatile float product = p.a(i, k) * p.b(k, j);
-              acc = acc + product;
-            }
-          }
-          differ += std::memcmp(&C[i * p.N + j], const_cast<float *>(&acc),
-                                sizeof(float)) != 0;
-        }
-      EXPECT_EQ(differ, 0) << "of " << p.M * p.N << " elements";
+      EXPECT_EQ(elementsNotSummedInKOrder(p, p.block(0, p.M, 0, p.N),
+                                          zeroTo(p.M), zeroTo(p.N)),
+                0)
+          << "of " << p.M * p.N << " elements";
     }
+}
+
+// A thread takes the 96-row chunks of a 256-column panel in runs, packing
+// the panel's op(B) once a run and keeping a run's sums between blocks of
+// k. On one thread (the longest runs): 17 chunks by 3 panels, whose runs
+// of 6 or 7 chunks cross from one panel into the next; and 140 chunks of
+// one panel, whose runs of 17 or 18 are cut at 16. K = 300 is two blocks.
+TEST(BatchInvariantGemm, LongRunsOfRowsStillSumEachElementInKOrder) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Problem wide(false, false, 1600, 600, 300);
+  // Every row; the columns at the edges of micro-tiles and panels.
+  EXPECT_EQ(elementsNotSummedInKOrder(
+                wide, wide.block(0, wide.M, 0, wide.N), zeroTo(wide.M),
+                {0, 15, 16, 255, 256, 257, 511, 512, 599}),
+            0);
+  const Problem tall(true, true, 140 * 96, 8, 300);
+  EXPECT_EQ(elementsNotSummedInKOrder(tall, tall.block(0, tall.M, 0, tall.N),
+                                      zeroTo(tall.M), zeroTo(tall.N)),
+            0);
+  omp_set_num_threads(saved);
 }
 
 TEST(BatchInvariantGemm, ThreadsAndParallelRegionsChangeNoBit) {
