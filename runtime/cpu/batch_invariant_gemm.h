@@ -20,7 +20,7 @@
 // (baseline x86-64) keeps its sums in registers through a block and in
 // fp32 memory between blocks, which changes no bit. Padding rows and
 // columns are zeros whose results are never stored. On one GPT-2 layer's
-// GEMMs at 1024 rows it runs at 0.7-1.3x OpenBLAS's speed on 2 cores
+// GEMMs at 1024 rows it runs at 0.8-1.3x OpenBLAS's speed on 2 cores
 // (loom-bench-kernels).
 //
 //===----------------------------------------------------------------------===//
