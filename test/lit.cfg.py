@@ -53,3 +53,10 @@ config.substitutions.append(("%torch_python", torch_python))
 # REQUIRES: torch.
 config.substitutions.append(("%debian_python", torch_python))
 config.substitutions.append(("%loom_bin", config.loom_tools_dir))
+
+# Idle OpenMP threads sleep (loom-run --help, OMP_WAIT_POLICY): with lit's
+# two workers on two cores, libgomp's default spinning took the cores from
+# the other test's working threads (test/e2e: 356 s spinning, 318-323 s
+# sleeping). `loom train` sets the same for its runs; tests that call
+# loom-run or the GoogleTest binaries directly get it here.
+config.environment["OMP_WAIT_POLICY"] = "PASSIVE"

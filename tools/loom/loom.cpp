@@ -683,6 +683,15 @@ int runProgram(const char *argv0, const std::string &command,
       rc = fail(command, "cannot find loom-run next to loom (" +
                             runner.str().str() + "); build it with ninja");
     } else {
+      // Idle OpenMP threads sleep unless the user chose (loom-run --help):
+      // libgomp's default spins each one 300,000 times after every
+      // parallel region, which on a machine busy with anything else takes
+      // the cores a CPU run's working threads need (a 2-layer, 384-wide
+      // model's 10 steps: 11.0-12.9 s spinning, 3.4-4.6 s sleeping beside
+      // a build on 2 cores; the same alone). libgomp reads it when it loads,
+      // so it is the child's environment that carries it.
+      if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT"))
+        ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
       std::vector<std::string> runArgs{runner.str().str(), program};
       std::vector<std::string> runFlags{
           "--data",     "--steps", "--seed", "--load-checkpoint",
