@@ -186,10 +186,11 @@ runTask(const Operands &o, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
               for (int64_t v = 0; v < kVectors; ++v)
                 result[v] = o.alpha * acc[r][v];
             } else {
-              float padded[kCols] = {};
+              float padded[kCols];
               const float *prior = out;
               if (n < kCols) {
-                std::memcpy(padded, out, sizeof(float) * n);
+                std::fill(std::copy(out, out + n, padded), padded + kCols,
+                          0.0f);
                 prior = padded;
               }
               for (int64_t v = 0; v < kVectors; ++v) {
