@@ -1065,25 +1065,48 @@ constexpr int kSumSquaresGroup = 64;
 struct SumSquaresGroup {
   FloatRef x[kSumSquaresGroup];
   int64_t n[kSumSquaresGroup];
+  /// The launch's blocks for tensor t are firstBlock[t] .. firstBlock[t+1]-1.
+  int firstBlock[kSumSquaresGroup + 1];
 };
 
-/// kMixedSumBlocks blocks per tensor of the group: block b of tensor t sums
-/// the squares of elements b * kThreads + threadIdx.x + k * kMixedSumBlocks
-/// * kThreads (k = 0, 1, ...) in order, then blockSum's fixed tree, into
-/// partial[t * kMixedSumBlocks + b].
+/// The blocks of its kMixedSumBlocks that a tensor of n values keeps busy:
+/// block b's first element is b * kThreads, so blocks from ceil(n /
+/// kThreads) on would sum nothing (at least one block, to write the zeros).
+inline int sumSquaresBlocksUsed(int64_t n) {
+  return static_cast<int>(
+      std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, kMixedSumBlocks));
+}
+
+/// Block b of tensor t (b < sumSquaresBlocksUsed) sums the squares of
+/// elements b * kThreads + threadIdx.x + k * kMixedSumBlocks * kThreads
+/// (k = 0, 1, ...) in order, then blockSum's fixed tree, into
+/// partial[t * kMixedSumBlocks + b]; the tensor's last block also writes
+/// the zeros its idle blocks would have written. Launching only busy
+/// blocks leaves every partial as it was when each tensor had all
+/// kMixedSumBlocks (the same bits), and spares GPT-2's biases and layer
+/// norms about 120 idle blocks each (and the emulated device, which runs a
+/// block's 256 threads one after another, most of the kernel's time).
 __global__ void sumSquaresPartialKernel(double *partial, SumSquaresGroup g) {
-  const int t = blockIdx.x / kMixedSumBlocks;
+  int t = 0;
+  while (int(blockIdx.x) >= g.firstBlock[t + 1])
+    ++t;
+  const int b = blockIdx.x - g.firstBlock[t];
+  const int used = g.firstBlock[t + 1] - g.firstBlock[t];
   const int64_t n = g.n[t];
   double s = 0;
-  for (int64_t i =
-           (blockIdx.x % kMixedSumBlocks) * int64_t(blockDim.x) + threadIdx.x;
-       i < n; i += int64_t(kMixedSumBlocks) * blockDim.x) {
+  for (int64_t i = b * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(kMixedSumBlocks) * blockDim.x) {
     const double v = ld(g.x[t], i);
     s += v * v;
   }
   s = blockSum(s);
+  double *mine = partial + int64_t(t) * kMixedSumBlocks;
   if (threadIdx.x == 0)
-    partial[blockIdx.x] = s;
+    mine[b] = s;
+  if (b == used - 1)
+    for (int idle = used + threadIdx.x; idle < kMixedSumBlocks;
+         idle += blockDim.x)
+      mine[idle] = 0.0;
 }
 
 /// One block of kThreads: thread t sums partials t, t + kThreads, ... in
@@ -1495,13 +1518,17 @@ Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
     const size_t members =
         std::min<size_t>(kSumSquaresGroup, tensors.size() - first);
     SumSquaresGroup g;
+    g.firstBlock[0] = 0;
     for (size_t j = 0; j < members; ++j) {
       g.x[j] = tensors[first + j].data;
       g.n[j] = tensors[first + j].size;
+      g.firstBlock[j + 1] = g.firstBlock[j] + sumSquaresBlocksUsed(g.n[j]);
     }
+    for (size_t j = members; j < kSumSquaresGroup; ++j)
+      g.firstBlock[j + 1] = g.firstBlock[members];
     LOOM_LAUNCH(sumSquaresPartialKernel,
-                static_cast<unsigned>(members * kMixedSumBlocks), kThreads,
-                stream, partials + first * kMixedSumBlocks, g);
+                static_cast<unsigned>(g.firstBlock[members]), kThreads, stream,
+                partials + first * kMixedSumBlocks, g);
   }
   LOOM_LAUNCH(sumPartialsKernel, 1u, kThreads, stream, out,
               static_cast<const double *>(partials), count);

@@ -750,7 +750,10 @@ TEST(BF16KernelEmulation, VocabParallelCrossEntropyPieces) {
 TEST(BF16KernelEmulation, SumSquaresOverManyTensorsInGroupedLaunches) {
   // 70 tensors: two launches (64, then 6; GPT-2's 148 gradients take
   // three). Each tensor's kMixedSumBlocks partials must hold its own sum,
-  // at its own place, whichever launch took it; bf16 and fp32 mixed.
+  // at its own place, whichever launch took it; bf16 and fp32 mixed. None
+  // has more than 20 blocks' worth of values (256 each), so only those
+  // blocks run, and the partials of the idle ones must be written as zeros
+  // all the same (the workspace starts at -1 here).
   const int tensors = 70;
   std::vector<BF16Tensor> halves;
   std::vector<std::vector<float>> singles;
@@ -786,6 +789,11 @@ TEST(BF16KernelEmulation, SumSquaresOverManyTensorsInGroupedLaunches) {
       got += partials[t * cuda::kMixedSumBlocks + b];
     EXPECT_NEAR(got, want[t], 1e-12 * std::max(1.0, want[t]))
         << "tensor " << t << " (" << spans[t].size << " values)";
+    const int64_t busy = std::max<int64_t>(1, (spans[t].size + 255) / 256);
+    for (int64_t b = busy; b < cuda::kMixedSumBlocks; ++b)
+      ASSERT_EQ(partials[t * cuda::kMixedSumBlocks + b], 0.0)
+          << "tensor " << t << " (" << spans[t].size << " values), idle block "
+          << b;
   }
   ASSERT_TRUE(cpuKernels.sumSquares(rsum.data(), cpuSpans).ok());
   expectF32Close(sumSq, rsum, "sumSquares");
