@@ -893,3 +893,27 @@ TEST(BF16KernelEmulation, MemberOrderReductionGivesTheHostPathsBits) {
       }
     }
 }
+
+TEST(BF16KernelEmulation, MisalignedVectorAccessEndsTheRunAsOnTheGpu) {
+  // A GPU refuses a 16-byte load from an address that is not a multiple of
+  // 16 ("misaligned address"); an x86 host would read it. The kernels'
+  // source is built with UBSan's alignment check (test/runtime/
+  // CMakeLists.txt), so a vector path taken on an unaligned row ends the
+  // emulated run too, here an 8-wide bf16 map two bytes off.
+  struct Identity {
+    float operator()(float x) const { return x; }
+  };
+  alignas(16) uint16_t in[24] = {}, out[24] = {};
+  auto map = [&](const uint16_t *from) {
+    cuda_emulation::runKernel(emulated::map1BF16x8Kernel<Identity>, 1, 32,
+                              reinterpret_cast<uint4 *>(out),
+                              reinterpret_cast<const uint4 *>(from), int64_t(2),
+                              Identity{});
+  };
+  // (Re-run in a fresh process: earlier tests leave OpenMP threads behind.)
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  in[8] = 0x3F80; // 1.0
+  map(in);
+  EXPECT_EQ(out[8], 0x3F80);
+  EXPECT_DEATH(map(in + 1), "misaligned address .* 'const struct uint4'");
+}

@@ -20,10 +20,13 @@
 // reading a higher thread's write reads stale data deterministically. A WMMA
 // fragment holds its whole 16 x 16 tile in every lane; store_matrix_sync writes
 // from the warp's last lane only, so another lane that reads the stored tile
-// before a __syncwarp() sees stale data, as on the GPU. What it does not model:
+// before a __syncwarp() sees stale data, as on the GPU. Vector accesses
+// (uint4, float4, uint2) must be aligned to their size, as on the GPU: the
+// kernels' source is built with UBSan's alignment check, which ends the run at
+// a misaligned one (test/runtime/CMakeLists.txt). What it does not model:
 // warp-synchronous code without barriers, WMMA fragment element layouts,
-// alignment rules, occupancy, registers and shared-memory limits. One OS thread
-// launches at a time (__shared__ arrays are static).
+// occupancy, registers and shared-memory limits. One OS thread launches at a
+// time (__shared__ arrays are static).
 //
 // Two ways to use it: include it, then a .cu file inside a namespace of the
 // test's own (FlashAttentionEmulationTest, BF16KernelEmulationTest), or link
