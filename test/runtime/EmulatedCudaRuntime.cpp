@@ -15,6 +15,8 @@
 //     cudaHostAlloc returned, anything else pageable host memory);
 //   - copies whose source and destination overlap (undefined in CUDA);
 //   - frees of pointers the runtime did not hand out, and double frees;
+//   - reads before writes: fresh device memory is all-ones bytes (NaN as
+//     fp32 and bf16), not the zeros of a host's fresh pages;
 //   - device memory still allocated is reported at exit on stderr, with
 //     the allocation and copy counts.
 //
@@ -81,6 +83,11 @@ cudaError_t allocate(void **ptr, size_t bytes, Space space) {
   void *p = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
   if (!p)
     return fail(cudaErrorMemoryAllocation);
+  // Fresh device memory holds whatever was there; a host's fresh pages are
+  // zeros, which would hide a kernel that reads before anything wrote.
+  // All-ones bytes are NaN as fp32 and as bf16, and -1 as an integer.
+  if (space == Space::Device)
+    std::memset(p, 0xFF, rounded > 0 ? rounded : 256);
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.m);
   r.live[reinterpret_cast<uintptr_t>(p)] = {bytes, space};
