@@ -17,7 +17,11 @@ Reads what step d's runs wrote and prints
      timed at the first step, which the report prints from the log);
      with --loom-log-selective, the program compiled with --recompute
      selective (each block's GELU recomputed in its backward) and its speed
-     against the default run: what that memory costs in time;
+     against the default run: what that memory costs in time; and the
+     losses the timed runs trained to (a throughput measured on a run
+     whose loss is not finite is reported missing; with --uniform-tokens,
+     the data gpu-check makes, each loss must also lie within
+     UNIFORM_LOSS_BAND of ln V);
   2. per GEMM: cuBLASLt (loom-bench-gemm-cublaslt --json) and torch.matmul
      (torch_matmul.py --json) TFLOP/s and their ratio (the dw+bias rows,
      a weight gradient with its bias gradient, shown but not counted in
@@ -39,17 +43,28 @@ they are measurements, not checks).
       [--loom-log-selective F.jsonl] [--loom-warmup 2]
       [--loom-precision fp32|bf16] [--torch-gpt2 F.json]
       [--gemm-loom F.json] [--gemm-torch F.json] [--attention F.json]
-      [--attention-torch F.json]
+      [--attention-torch F.json] [--uniform-tokens]
       [--peak-tflops 989] [--device NAME] [--json F]
 """
 import argparse
 import json
+import math
 import sys
 
 # flash vs naive at one GPT-2 layer, fp32, inputs in [-1, 1): both are fp32
 # computations of the same values, so only summation order differs.
 ATTENTION_OUT_TOL = 1e-4
 ATTENTION_DQKV_TOL = 1e-3
+# A sanity band, not a tolerance: on tokens drawn uniformly from the
+# vocabulary a GPT-2 at its initialization (weights of std 0.02: logits of
+# a few tenths) predicts them about uniformly, a few tenths above ln V, and
+# step d's runs then take at most 13 Adam steps at lr 1e-4 on two batches
+# they can only start to memorize: each weight moves by at most about
+# 1.3e-3, the LM head's part of a logit by at most about 0.8 at C = 768
+# (PyTorch's 13 steps on the toy rehearsal end 0.47 below ln V). A loss
+# further than 1.5 from ln V means the step computes something else
+# (a NaN, a broken kernel's garbage logits).
+UNIFORM_LOSS_BAND = 1.5
 
 
 def params_of(cfg):
@@ -96,9 +111,25 @@ def loom_figures(path, warmup, tokens_per_step, missing,
     # shapes under LOOM_CUDA_FLASH_SHAPE=auto), from the run's summary.
     choices = [c for r in rows if r.get("summary")
                for c in r.get("kernel_choices", [])]
+    # loom-run logs a loss that is not finite as null.
     return {"steps": len(timed), "step_ms": ms,
             "tokens_per_s": tokens_per_step / (ms * 1e-3),
+            "losses": [r.get("loss") for r in steps],
             "final_loss": timed[-1].get("loss"), "kernel_choices": choices}
+
+
+def check_losses(what, losses, vocab, uniform, missing):
+    """Adds to `missing` why `losses` cannot come from a working step."""
+    for step, loss in enumerate(losses):
+        if not isinstance(loss, (int, float)) or not math.isfinite(loss):
+            missing.append(f"{what}: loss {loss} at step {step} is not finite")
+            return
+        if uniform and abs(loss - math.log(vocab)) > UNIFORM_LOSS_BAND:
+            missing.append(
+                f"{what}: loss {loss:.4f} at step {step} is more than "
+                f"{UNIFORM_LOSS_BAND:g} from ln V = {math.log(vocab):.4f} "
+                f"on uniformly random tokens")
+            return
 
 
 def main():
@@ -119,6 +150,10 @@ def main():
     ap.add_argument("--attention-torch")
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--device", default="")
+    ap.add_argument("--uniform-tokens", action="store_true",
+                    help="the runs trained on tokens drawn uniformly from "
+                         "the vocabulary: hold each loss to ln V +- "
+                         f"{UNIFORM_LOSS_BAND:g}")
     ap.add_argument("--json")
     args = ap.parse_args()
     try:
@@ -207,6 +242,25 @@ def main():
         report["kernel_choices"] = loom["kernel_choices"]
         for c in loom["kernel_choices"]:
             print(f"  Loom's kernels chose: {c}")
+    # The losses each timed run trained to: a throughput is a measurement of
+    # training only where the step trains.
+    V = cfg["vocab_size"]
+    trained = [(label, fig["losses"]) for label, fig in rows
+               if "losses" in fig]
+    if torch_fig and "losses" in torch_fig:
+        trained.append(("PyTorch", torch_fig["losses"]))
+    for label, losses in trained:
+        check_losses(label, losses, V, args.uniform_tokens, missing)
+    if trained:
+        def shown(x):
+            finite = isinstance(x, (int, float)) and math.isfinite(x)
+            return f"{x:.4f}" if finite else str(x)
+        print(f"  loss, first -> last step (ln V = {math.log(V):.4f}"
+              f"{'; uniformly random tokens' if args.uniform_tokens else ''}): "
+              + "; ".join(f"{label.split(' (')[0]} {shown(l[0])} -> "
+                          f"{shown(l[-1])} over {len(l)}"
+                          for label, l in trained if l))
+        report["losses"] = {label: l for label, l in trained}
     if loom and torch_fig:
         ratio = loom["tokens_per_s"] / torch_fig["tokens_per_s"]
         report["loom_over_torch"] = ratio

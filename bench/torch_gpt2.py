@@ -252,14 +252,15 @@ def main():
         train_step()
     sync()
     print(f"{'step':>4} {'loss':>10} {'ms':>10} {'tokens/s':>12}")
-    times = []
+    times, losses = [], []
     for s in range(args.steps):
         t0 = time.perf_counter()
         loss = train_step()
         sync()
         dt = time.perf_counter() - t0
         times.append(dt)
-        print(f"{s:>4} {loss.item():>10.4f} {dt * 1e3:>10.2f} {B * T / dt:>12.0f}")
+        losses.append(loss.item())
+        print(f"{s:>4} {losses[-1]:>10.4f} {dt * 1e3:>10.2f} {B * T / dt:>12.0f}")
     tokens_per_s = B * T * len(times) / sum(times)
     mfu = flops_per_token * tokens_per_s / (args.peak_tflops * 1e12)
     print(f"tokens/s: {tokens_per_s:.0f}")
@@ -272,6 +273,7 @@ def main():
             "batch": B, "seq": T, "dtype": args.dtype, "attention": attention,
             "adamw": adamw_kind, "compiled": bool(args.compile),
             "steps": len(times), "step_ms": [t * 1e3 for t in times],
+            "losses": losses,
             "tokens_per_s": tokens_per_s, "flops_per_token": flops_per_token,
             "peak_tflops": args.peak_tflops, "mfu": mfu,
         }
