@@ -17,6 +17,8 @@
 //   - frees of pointers the runtime did not hand out, and double frees;
 //   - reads before writes: fresh device memory is all-ones bytes (NaN as
 //     fp32 and bf16), not the zeros of a host's fresh pages;
+//   - accesses past the end: each device allocation ends at a page that
+//     faults (after at most the 255 bytes of its 256-byte rounding);
 //   - device memory still allocated is reported at exit on stderr, with
 //     the allocation and copy counts.
 //
@@ -31,6 +33,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace {
 
@@ -39,6 +43,9 @@ enum class Space { Device, Pinned };
 struct Allocation {
   size_t bytes;
   Space space;
+  /// Device memory: the mapping it lies at the end of, guard page included.
+  void *mapping = nullptr;
+  size_t mappingBytes = 0;
 };
 
 /// Every live allocation by start address (device and pinned host), and
@@ -79,18 +86,36 @@ cudaError_t allocate(void **ptr, size_t bytes, Space space) {
   if (!ptr)
     return fail(cudaErrorInvalidValue);
   // 256-byte alignment, as cudaMalloc guarantees.
-  const size_t rounded = (bytes + 255) / 256 * 256;
-  void *p = std::aligned_alloc(256, rounded > 0 ? rounded : 256);
-  if (!p)
-    return fail(cudaErrorMemoryAllocation);
-  // Fresh device memory holds whatever was there; a host's fresh pages are
-  // zeros, which would hide a kernel that reads before anything wrote.
-  // All-ones bytes are NaN as fp32 and as bf16, and -1 as an integer.
-  if (space == Space::Device)
-    std::memset(p, 0xFF, rounded > 0 ? rounded : 256);
+  const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  Allocation a{bytes, space};
+  void *p = nullptr;
+  if (space == Space::Device) {
+    // Device memory ends at an inaccessible page (at most 255 bytes of
+    // cudaMalloc's rounding between), so a kernel that runs past the end
+    // of an allocation faults here instead of reading or overwriting the
+    // host heap's next block.
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    a.mappingBytes = (rounded + page - 1) / page * page + page;
+    a.mapping = mmap(nullptr, a.mappingBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a.mapping == MAP_FAILED)
+      return fail(cudaErrorMemoryAllocation);
+    char *guard = static_cast<char *>(a.mapping) + a.mappingBytes - page;
+    mprotect(guard, page, PROT_NONE);
+    p = guard - rounded;
+    // Fresh device memory holds whatever was there; a host's fresh pages
+    // are zeros, which would hide a kernel that reads before anything
+    // wrote. All-ones bytes are NaN as fp32 and as bf16, and -1 as an
+    // integer.
+    std::memset(p, 0xFF, rounded);
+  } else {
+    p = std::aligned_alloc(256, rounded);
+    if (!p)
+      return fail(cudaErrorMemoryAllocation);
+  }
   Registry &r = registry();
   std::lock_guard<std::mutex> lock(r.m);
-  r.live[reinterpret_cast<uintptr_t>(p)] = {bytes, space};
+  r.live[reinterpret_cast<uintptr_t>(p)] = a;
   if (space == Space::Device) {
     r.deviceBytes += bytes;
     r.peakDeviceBytes = std::max(r.peakDeviceBytes, r.deviceBytes);
@@ -108,10 +133,14 @@ cudaError_t release(void *ptr, Space space) {
   auto it = r.live.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == r.live.end() || it->second.space != space)
     return fail(cudaErrorInvalidValue);
-  if (space == Space::Device)
-    r.deviceBytes -= it->second.bytes;
+  const Allocation a = it->second;
   r.live.erase(it);
-  std::free(ptr);
+  if (space == Space::Device) {
+    r.deviceBytes -= a.bytes;
+    munmap(a.mapping, a.mappingBytes);
+  } else {
+    std::free(ptr);
+  }
   return cudaSuccess;
 }
 

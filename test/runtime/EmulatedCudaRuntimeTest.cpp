@@ -4,8 +4,10 @@
 // and loom-run-emulated. These cases hold it to what it promises beyond
 // host memory: fresh device memory is not zeros (a GPU's holds whatever was
 // there), so a kernel that reads a buffer before anything wrote it reads
-// NaN here, as it reads garbage on a device. Linked into
-// loom-cuda-emulation-tests only: on a GPU the contents are undefined.
+// NaN here, as it reads garbage on a device; and an access past the end of
+// an allocation faults instead of landing in the host heap's next block.
+// Linked into loom-cuda-emulation-tests only: on a GPU the contents are
+// undefined, and a small overrun may not fault.
 //
 //===----------------------------------------------------------------------===//
 #include <cuda_runtime_api.h>
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstring>
 
@@ -41,6 +44,25 @@ TEST(EmulatedCudaRuntime, FreshDeviceMemoryIsNaNNotZeros) {
       EXPECT_NE(bf16 & 0x007F, 0);
       ASSERT_EQ(async ? cudaFreeAsync(p, nullptr) : cudaFree(p), cudaSuccess);
     }
+  }
+}
+
+TEST(EmulatedCudaRuntime, AnAccessPastTheEndOfDeviceMemoryFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // 1000 bytes round up to 1024 (cudaMalloc's 256-byte alignment): the
+  // rounding is usable, the byte after it is the guard page.
+  for (bool async : {false, true}) {
+    void *p = nullptr;
+    ASSERT_EQ(async ? cudaMallocAsync(&p, 1000, nullptr) : cudaMalloc(&p, 1000),
+              cudaSuccess);
+    volatile char *bytes = static_cast<char *>(p);
+    bytes[0] = 1;
+    bytes[1023] = 2;
+    EXPECT_EQ(bytes[1023], 2);
+    EXPECT_EXIT(bytes[1024] = 3, ::testing::KilledBySignal(SIGSEGV), "");
+    EXPECT_EXIT((void)bytes[1024 + 100], ::testing::KilledBySignal(SIGSEGV),
+                "");
+    ASSERT_EQ(async ? cudaFreeAsync(p, nullptr) : cudaFree(p), cudaSuccess);
   }
 }
 
