@@ -115,7 +115,7 @@ def loom_figures(path, warmup, tokens_per_step, missing,
     return {"steps": len(timed), "step_ms": ms,
             "tokens_per_s": tokens_per_step / (ms * 1e-3),
             "losses": [r.get("loss") for r in steps],
-            "final_loss": timed[-1].get("loss"), "kernel_choices": choices}
+            "kernel_choices": choices}
 
 
 def check_losses(what, losses, vocab, uniform, missing):

@@ -1524,8 +1524,6 @@ Status mixedSumSquares(FloatRef out, const std::vector<MixedSpan> &tensors,
       g.n[j] = tensors[first + j].size;
       g.firstBlock[j + 1] = g.firstBlock[j] + sumSquaresBlocksUsed(g.n[j]);
     }
-    for (size_t j = members; j < kSumSquaresGroup; ++j)
-      g.firstBlock[j + 1] = g.firstBlock[members];
     LOOM_LAUNCH(sumSquaresPartialKernel,
                 static_cast<unsigned>(g.firstBlock[members]), kThreads, stream,
                 partials + first * kMixedSumBlocks, g);
